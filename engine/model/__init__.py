@@ -1,0 +1,1 @@
+"""Model files: reading GGUF, converting it to ONNX, fetching the default model."""

@@ -1,0 +1,42 @@
+"""The weight precisions a model can be converted to, named for people choosing between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    packed: bool  # keep the GGUF's 4-bit blocks as MatMulNBits
+    packed_8bit: bool  # keep Q8_0 blocks (the tied output head) as 8-bit MatMulNBits
+    accuracy_level: int  # MatMulNBits: 0 = fp32 activations, 4 = int8 activations per block of 32
+    dense_dtype: str  # storage of weights that are not packed
+    summary: str
+
+
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision(
+            "int4", True, True, 4, "float32",
+            "GGUF 4-bit blocks as-is, activations quantized to int8 per block of 32 like llama.cpp; fastest",
+        ),
+        Precision(
+            "int4-exact", True, False, 0, "float32",
+            "GGUF 4-bit blocks as-is, fp32 activations; matches the dequantized model to ~1e-4",
+        ),
+        Precision("fp16", False, False, 0, "float16", "weights dequantized to fp16 on disk, computed in fp32"),
+        Precision("fp32", False, False, 0, "float32", "weights dequantized to fp32; largest, the reference"),
+    )
+}
+DEFAULT_PRECISION = "int4"
+
+
+def get_precision(name: str) -> Precision:
+    from engine.errors import HearthError
+
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise HearthError(f"unknown weight precision {name!r}; choose one of: {', '.join(PRECISIONS)}") from None

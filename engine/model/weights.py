@@ -1,0 +1,69 @@
+"""Read one GGUF tensor as the layer form a precision asks for: packed blocks or dense rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.errors import ModelFileError, UnsupportedModelError
+from engine.model.gguf_file import GGUFModel
+from engine.model.precision import Precision
+from engine.model.quant import Q8_0, PackedWeight, is_packable, pack_rows
+
+Layer = PackedWeight | np.ndarray  # np.ndarray: dense fp32 [N, K]
+
+
+def tensor_rows(model: GGUFModel, name: str) -> tuple[str, np.ndarray, int, int]:
+    """(type name, raw rows, out features N, in features K) of a 2-D weight."""
+    t = model.tensor(name)
+    shape = [int(x) for x in t.shape]
+    if len(shape) != 2:
+        raise ModelFileError(f"{model.path.name}: {name} should be 2-D, has shape {shape}")
+    k, n = shape
+    return t.tensor_type.name, np.asarray(t.data), n, k
+
+
+def dense(model: GGUFModel, name: str) -> np.ndarray:
+    """Any tensor type → fp32 with GGUF's row-major shape (rows = out features)."""
+    import gguf
+    from gguf import quants
+
+    t = model.tensor(name)
+    shape = [int(x) for x in reversed(t.shape)]
+    data = np.asarray(t.data)
+    try:
+        if t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            out = data.astype(np.float32)
+        else:
+            out = quants.dequantize(data, t.tensor_type)
+    except NotImplementedError:
+        raise UnsupportedModelError(f"{model.path.name}: tensor type {t.tensor_type.name} of {name} is not supported") from None
+    if out.size != int(np.prod(shape)):
+        raise ModelFileError(f"{model.path.name}: {name} holds {out.size} values, expected {shape}")
+    return out.reshape(shape)
+
+
+def unpermute_heads(rows: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation so rotary pairs are (i, i + d/2), not (2i, 2i + 1).
+
+    The permutation only reorders output rows, so it applies to quantized rows just the same.
+    """
+    n = rows.shape[0]
+    head_dim = n // n_heads
+    tail = rows.shape[1:]
+    return rows.reshape(n_heads, head_dim // 2, 2, *tail).swapaxes(1, 2).reshape(n, *tail)
+
+
+def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
+    type_name = model.tensor(name).tensor_type.name
+    return precision.packed and is_packable(type_name) and (type_name != Q8_0 or precision.packed_8bit)
+
+
+def linear(model: GGUFModel, name: str, precision: Precision, heads: int | None = None) -> Layer:
+    """A linear layer in the form ``precision`` wants; ``heads`` undoes the rotary permutation."""
+    type_name, raw, n, k = tensor_rows(model, name)
+    if heads is not None:
+        raw = unpermute_heads(raw, heads)
+    if will_pack(model, name, precision):
+        return pack_rows(type_name, raw, n, k, name)
+    w = dense(model, name)
+    return unpermute_heads(w, heads) if heads is not None else w

@@ -1,0 +1,112 @@
+"""The KV cache the engine owns: one preallocated buffer per layer for keys and one for values.
+
+Each buffer is bound as both the ``past`` input and the ``present`` output of GroupQueryAttention,
+so a step writes its new rows in place instead of copying the whole past. Rows [0, length) are
+valid; everything after is scratch. Cutting the cache is therefore just lowering ``length``: causal
+attention makes row i depend only on tokens 0..i, so the kept rows are exactly what a fresh prefill
+of the kept tokens would produce.
+
+Buffers grow by doubling (up to the model's context) so a short chat does not pay for 8k tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MIN_CAPACITY = 256
+
+
+class KVCache:
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_tokens: int, device: str = "cpu"):
+        self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
+        self.max_tokens = max_tokens
+        self.device = device
+        self.length = 0
+        self.capacity = 0
+        self.keys: list = []  # OrtValue per layer
+        self.values: list = []
+        self._allocate(min(_MIN_CAPACITY, max_tokens))
+
+    # shape and memory ---------------------------------------------------------------------------
+    def _shape(self, capacity: int) -> tuple[int, int, int, int]:
+        return (1, self.n_kv_heads, capacity, self.head_dim)
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * 4
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.bytes_per_token * self.capacity
+
+    def _new_buffer(self, capacity: int):
+        import onnxruntime as ort
+
+        if self.device == "cpu":
+            return ort.OrtValue.ortvalue_from_numpy(np.zeros(self._shape(capacity), np.float32))
+        return ort.OrtValue.ortvalue_from_shape_and_type(list(self._shape(capacity)), np.float32, "cuda", 0)
+
+    def _allocate(self, capacity: int) -> None:
+        old_k, old_v, keep = self.keys, self.values, self.length
+        self.keys = [self._new_buffer(capacity) for _ in range(self.n_layers)]
+        self.values = [self._new_buffer(capacity) for _ in range(self.n_layers)]
+        if keep:
+            for src, dst in ((old_k, self.keys), (old_v, self.values)):
+                for i in range(self.n_layers):
+                    self._write_rows(dst[i], 0, self._read_rows(src[i], 0, keep))
+        self.capacity = capacity
+
+    def reserve(self, tokens: int) -> None:
+        """Make room for ``tokens`` rows in total (grows by doubling; never past the context)."""
+        if tokens > self.max_tokens:
+            raise ValueError(f"{tokens} tokens exceed the context of {self.max_tokens}")
+        if tokens <= self.capacity:
+            return
+        capacity = self.capacity
+        while capacity < tokens:
+            capacity *= 2
+        self._allocate(min(capacity, self.max_tokens))
+
+    # rows in and out ----------------------------------------------------------------------------
+    def _read_rows(self, value, start: int, end: int) -> np.ndarray:
+        return np.array(value.numpy()[:, :, start:end, :])  # .numpy() is a view on CPU: copy out
+
+    def _write_rows(self, value, start: int, rows: np.ndarray) -> None:
+        if self.device == "cpu":
+            value.numpy()[:, :, start : start + rows.shape[2], :] = rows
+        else:  # no partial device writes through the Python API: read, patch, write back
+            full = value.numpy()
+            full[:, :, start : start + rows.shape[2], :] = rows
+            value.update_inplace(full)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` rows; exact for causal attention (see the module docstring)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot cut a cache of {self.length} tokens to {length}")
+        self.length = length
+
+    def clear(self) -> None:
+        self.length = 0
+
+    def export(self, start: int = 0, end: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of rows [start, end): keys and values shaped [layers, kv_heads, n, head_dim]."""
+        end = self.length if end is None else end
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"rows [{start}, {end}) are outside the {self.length} cached tokens")
+        keys = np.stack([self._read_rows(v, start, end)[0] for v in self.keys])
+        values = np.stack([self._read_rows(v, start, end)[0] for v in self.values])
+        return keys, values
+
+    def load(self, keys: np.ndarray, values: np.ndarray, start: int = 0) -> None:
+        """Write rows at ``start`` (keeping rows before it) and set the length to their end."""
+        expected = (self.n_layers, self.n_kv_heads, keys.shape[2] if keys.ndim == 4 else -1, self.head_dim)
+        if keys.shape != expected or values.shape != expected:
+            raise ValueError(f"KV rows have shape {keys.shape}/{values.shape}, expected {expected}")
+        if not 0 <= start <= self.length:
+            raise ValueError(f"cannot write at row {start} of a cache holding {self.length}")
+        end = start + keys.shape[2]
+        self.reserve(end)
+        for i in range(self.n_layers):
+            self._write_rows(self.keys[i], start, keys[i][None].astype(np.float32, copy=False))
+            self._write_rows(self.values[i], start, values[i][None].astype(np.float32, copy=False))
+        self.length = end

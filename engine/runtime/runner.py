@@ -1,0 +1,106 @@
+"""One ONNX Runtime session for a converted model, and one forward pass over the engine's KV cache."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ModelFileError, ProviderError
+from engine.model.gguf_file import LlamaConfig
+from engine.runtime import providers
+from engine.runtime.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
+
+
+def default_threads() -> int:
+    """Physical cores are what matter for GEMM; os.cpu_count() counts hyperthreads too."""
+    count = os.cpu_count() or 1
+    try:
+        siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text()
+        per_core = len(siblings.replace("-", ",").split(",")) if "," in siblings or "-" in siblings else 1
+        return max(1, count // per_core)
+    except OSError:
+        return count
+
+
+class ModelRunner:
+    """Owns the InferenceSession; ``forward`` runs tokens through it, extending a KVCache in place."""
+
+    def __init__(self, onnx_path: Path, provider: str = "auto", threads: int | None = None):
+        import onnxruntime as ort
+
+        providers.quiet_onnxruntime()
+        self.path = Path(onnx_path)
+        self.provider_note = ""
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or default_threads()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        last_error = ""
+        self.session = None
+        for name in providers.candidate_providers(provider):
+            if name == "cuda" and not providers.cuda_listed():
+                last_error = "this onnxruntime build has no CUDA provider"
+                continue
+            try:
+                session = ort.InferenceSession(str(self.path), options, providers=providers.ort_provider_list(name))
+            except Exception as exc:  # ORT raises its own exception types for bad models
+                if name == "cpu":
+                    raise ModelFileError(f"cannot load the converted model {self.path}: {exc}") from exc
+                last_error = str(exc).splitlines()[0][:200]
+                continue
+            if session.get_providers()[0] != providers.ort_name(name):
+                last_error = "the CUDA provider did not load (no usable GPU or CUDA libraries)"
+                continue
+            self.session, self.provider = session, name
+            break
+        if self.session is None:
+            raise ProviderError(f"no execution provider could load the model ({last_error})")
+        if provider != "cpu" and self.provider == "cpu" and last_error:
+            self.provider_note = providers.explain_fallback(provider, last_error)
+            log.warning(self.provider_note)
+
+        meta = self.session.get_modelmeta().custom_metadata_map
+        try:
+            self.config = LlamaConfig(**json.loads(meta["hearth.config"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{self.path} was not made by Hearth's converter (no usable metadata)") from exc
+        self.precision = meta.get("hearth.precision", "?")
+        self.all_logits = meta.get("hearth.logits") == "all"
+        self._binding = self.session.io_binding()
+
+    def new_cache(self) -> KVCache:
+        c = self.config
+        return KVCache(c.n_layers, c.n_head_kv, c.head_dim, c.context_length, device=self.provider)
+
+    def forward(self, token_ids: np.ndarray | list[int], cache: KVCache) -> np.ndarray:
+        """Run ``token_ids`` after the cache's rows; return logits [n_positions, vocab] as float32.
+
+        ``n_positions`` is 1 (the last token) unless the model was built with all logits.
+        """
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(1, -1)
+        n = ids.shape[1]
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        total = cache.length + n
+        cache.reserve(total)
+        b = self._binding
+        b.clear_binding_inputs()
+        b.clear_binding_outputs()
+        b.bind_cpu_input("input_ids", ids)
+        b.bind_cpu_input("seqlens_k", np.array([total - 1], dtype=np.int32))
+        b.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
+        b.bind_output("logits", "cpu")  # bound first, so it is output 0 below
+        for i in range(cache.n_layers):
+            b.bind_ortvalue_input(f"past_key_values.{i}.key", cache.keys[i])
+            b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
+            b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
+            b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
+        self.session.run_with_iobinding(b)
+        cache.length = total
+        return b.copy_outputs_to_cpu()[0][0]

@@ -1,0 +1,1 @@
+"""Text: the tokenizer and chat template a GGUF carries, and streaming detokenization."""
