@@ -19,12 +19,13 @@ PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
         Precision(
-            "int4", True, True, 4, "float32",
-            "GGUF 4-bit blocks as-is, activations quantized to int8 per block of 32 like llama.cpp; fastest",
+            "int4", True, False, 0, "float32",
+            "GGUF 4-bit blocks as-is, fp32 activations; matches the dequantized model to ~1e-4",
         ),
         Precision(
-            "int4-exact", True, False, 0, "float32",
-            "GGUF 4-bit blocks as-is, fp32 activations; matches the dequantized model to ~1e-4",
+            "int4-fast", True, True, 4, "float32",
+            "GGUF 4-bit blocks as-is, activations quantized to int8 per block of 32 like llama.cpp; fastest, "
+            "but a near-tie between two tokens can go the other way",
         ),
         Precision("fp16", False, False, 0, "float16", "weights dequantized to fp16 on disk, computed in fp32"),
         Precision("fp32", False, False, 0, "float32", "weights dequantized to fp32; largest, the reference"),

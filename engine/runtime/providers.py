@@ -21,11 +21,11 @@ class ProviderChoice:
     note: str = ""  # why it differs from the request, for the user
 
 
-def quiet_onnxruntime() -> None:
-    """ORT's native logger writes warnings straight to stderr; keep only errors unless debugging."""
+def quiet_onnxruntime(severity: int = 3) -> None:
+    """ORT's native logger writes straight to stderr; keep it to ``severity`` (3 errors, 4 fatal)."""
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(0 if os.environ.get("HEARTH_ORT_VERBOSE") else 3)
+    ort.set_default_logger_severity(0 if os.environ.get("HEARTH_ORT_VERBOSE") else severity)
 
 
 def cuda_listed() -> bool:
@@ -45,8 +45,8 @@ def candidate_providers(requested: str) -> list[str]:
 
 def explain_fallback(requested: str, reason: str) -> str:
     if requested == "cuda":
-        return f"CUDA was requested but cannot be used ({reason}); running on the CPU instead"
-    return f"CUDA is not available ({reason}); running on the CPU"
+        return f"CUDA was requested but cannot be used: {reason}; running on the CPU instead"
+    return f"CUDA is not available: {reason}; running on the CPU"
 
 
 def ort_provider_list(name: str, device_id: int = 0) -> list:

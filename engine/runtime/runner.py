@@ -34,7 +34,6 @@ class ModelRunner:
     def __init__(self, onnx_path: Path, provider: str = "auto", threads: int | None = None):
         import onnxruntime as ort
 
-        providers.quiet_onnxruntime()
         self.path = Path(onnx_path)
         self.provider_note = ""
         options = ort.SessionOptions()
@@ -47,6 +46,8 @@ class ModelRunner:
             if name == "cuda" and not providers.cuda_listed():
                 last_error = "this onnxruntime build has no CUDA provider"
                 continue
+            # A missing CUDA library is an expected outcome of probing, not an error to print.
+            providers.quiet_onnxruntime(4 if name == "cuda" else 3)
             try:
                 session = ort.InferenceSession(str(self.path), options, providers=providers.ort_provider_list(name))
             except Exception as exc:  # ORT raises its own exception types for bad models
@@ -54,8 +55,10 @@ class ModelRunner:
                     raise ModelFileError(f"cannot load the converted model {self.path}: {exc}") from exc
                 last_error = str(exc).splitlines()[0][:200]
                 continue
+            finally:
+                providers.quiet_onnxruntime()
             if session.get_providers()[0] != providers.ort_name(name):
-                last_error = "the CUDA provider did not load (no usable GPU or CUDA libraries)"
+                last_error = "its libraries or a usable GPU are missing"
                 continue
             self.session, self.provider = session, name
             break
@@ -63,7 +66,7 @@ class ModelRunner:
             raise ProviderError(f"no execution provider could load the model ({last_error})")
         if provider != "cpu" and self.provider == "cpu" and last_error:
             self.provider_note = providers.explain_fallback(provider, last_error)
-            log.warning(self.provider_note)
+            (log.warning if provider == "cuda" else log.info)(self.provider_note)
 
         meta = self.session.get_modelmeta().custom_metadata_map
         try:

@@ -1,0 +1,253 @@
+"""The engine: a model, its tokenizer and template, and the one KV cache it owns; prefill and decode.
+
+The cache is explicit. ``tokens`` lists the ids whose rows the cache holds; ``truncate`` cuts it at
+any position; ``export_kv``/``import_kv`` copy rows out and back (checkpoints build on these). A new
+prompt reuses the longest common token prefix of what is cached and prefills only the rest.
+
+Context policy: a prompt must leave room for at least one new token, otherwise ``PromptError``;
+generation stops with ``stop_reason == "context_full"`` when the window fills up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from engine.errors import PromptError
+from engine.model.convert import ConvertedModel
+from engine.model.gguf_file import GGUFModel
+from engine.runtime.runner import ModelRunner
+from engine.sampling import Sampler, SamplingParams
+from engine.text.chat_template import ChatTemplate
+from engine.text.stream import StreamDecoder
+from engine.text.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[int, int], None]  # (tokens done, tokens total)
+TextFn = Callable[[str], None]
+DEFAULT_PREFILL_CHUNK = 512
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it before every forward pass."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class Timings:
+    prefill_ms: float = 0.0
+    prefill_tokens: int = 0
+    prefill_tokens_per_s: float = 0.0
+    decode_ms: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    ttft_ms: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+@dataclass
+class GenerationResult:
+    prompt_tokens: list[int]
+    tokens: list[int]
+    text: str
+    stop_reason: str  # "eos", "length", "context_full" or "cancelled"
+    reused_tokens: int
+    timings: Timings = field(default_factory=Timings)
+
+
+class Engine:
+    def __init__(self, runner: ModelRunner, tokenizer: Tokenizer, template: ChatTemplate,
+                 model: ConvertedModel | None = None, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.template = template
+        self.model = model
+        self.prefill_chunk = prefill_chunk
+        self.cache = runner.new_cache()
+        self.tokens: list[int] = []
+
+    @classmethod
+    def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None) -> Engine:
+        gguf = GGUFModel(converted.gguf_path)
+        tokenizer = Tokenizer.from_gguf(gguf)
+        source = gguf.value("tokenizer.chat_template")
+        if not source:
+            raise PromptError(f"{converted.gguf_path.name} has no chat template; Hearth needs one to chat")
+
+        def text(i: int | None) -> str:
+            return tokenizer.tokens[i] if i is not None else ""
+
+        template = ChatTemplate(source, text(tokenizer.specials.bos), text(tokenizer.specials.eos))
+        runner = ModelRunner(converted.onnx_path, provider, threads)
+        return cls(runner, tokenizer, template, converted)
+
+    # facts --------------------------------------------------------------------------------------
+    @property
+    def context_length(self) -> int:
+        return self.runner.config.context_length
+
+    @property
+    def provider(self) -> str:
+        return self.runner.provider
+
+    # prompts ------------------------------------------------------------------------------------
+    def render(self, messages: list[dict]) -> str:
+        return self.template.render(messages, add_generation_prompt=True)
+
+    def prompt_tokens(self, messages: list[dict]) -> list[int]:
+        ids = self.tokenizer.encode(self.render(messages))
+        bos = self.tokenizer.specials.bos
+        if self.tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos):
+            ids = [bos, *ids]
+        return ids
+
+    def check_fits(self, prompt: Sequence[int]) -> None:
+        if not prompt:
+            raise PromptError("the prompt is empty: write a message first")
+        if len(prompt) >= self.context_length:
+            raise PromptError(
+                f"the conversation is {len(prompt)} tokens but the model's context window holds "
+                f"{self.context_length}; shorten it or start a new conversation"
+            )
+
+    # the KV cache ---------------------------------------------------------------------------------
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` cached tokens."""
+        self.cache.truncate(n)
+        del self.tokens[n:]
+
+    def reset(self) -> None:
+        self.truncate(0)
+
+    def export_kv(self, start: int = 0, end: int | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
+        end = len(self.tokens) if end is None else end
+        keys, values = self.cache.export(start, end)
+        return self.tokens[start:end], keys, values
+
+    def import_kv(self, tokens: Sequence[int], keys: np.ndarray, values: np.ndarray, start: int = 0) -> None:
+        """Put saved rows back at ``start``; on any error the cache is emptied, never half-loaded."""
+        if len(tokens) != keys.shape[2] or start > len(self.tokens):
+            raise ValueError("tokens and KV rows disagree")
+        try:
+            self.truncate(start)
+            self.cache.load(keys, values, start)
+            self.tokens.extend(int(t) for t in tokens)
+        except Exception:
+            self.reset()
+            raise
+
+    def common_prefix(self, prompt: Sequence[int]) -> int:
+        n = min(len(self.tokens), len(prompt))
+        a = np.asarray(self.tokens[:n])
+        b = np.asarray(prompt[:n])
+        diff = np.flatnonzero(a != b)
+        return int(diff[0]) if diff.size else n
+
+    def prefill(self, tokens: Sequence[int], progress: ProgressFn | None = None,
+                cancel: CancelToken | None = None) -> np.ndarray | None:
+        """Run ``tokens`` after the cache in chunks; return the last position's logits (None if cancelled)."""
+        total = len(tokens)
+        logits = None
+        done = 0
+        while done < total:
+            if cancel is not None and cancel.cancelled:
+                return None
+            chunk = list(tokens[done : done + self.prefill_chunk])
+            logits = self.runner.forward(chunk, self.cache)
+            self.tokens.extend(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+        return None if logits is None else logits[-1]
+
+    def sync(self, prompt: Sequence[int], progress: ProgressFn | None = None,
+             cancel: CancelToken | None = None) -> tuple[np.ndarray | None, int]:
+        """Make the cache hold exactly ``prompt``; return (last logits, tokens reused)."""
+        self.check_fits(prompt)
+        keep = min(self.common_prefix(prompt), len(prompt) - 1)  # the last token must run for its logits
+        self.truncate(keep)
+        return self.prefill(prompt[keep:], progress, cancel), keep
+
+    # generation -----------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        on_text: TextFn | None = None,
+        progress: ProgressFn | None = None,
+        cancel: CancelToken | None = None,
+    ) -> GenerationResult:
+        params = params or SamplingParams()
+        sampler = Sampler(params)
+        if max_new_tokens < 1:
+            raise PromptError("max new tokens must be at least 1")
+        timings = Timings()
+        start = time.perf_counter()
+        logits, reused = self.sync(prompt, progress, cancel)
+        timings.prefill_ms = (time.perf_counter() - start) * 1000
+        timings.prefill_tokens = len(prompt) - reused
+        if timings.prefill_ms > 0:
+            timings.prefill_tokens_per_s = timings.prefill_tokens / (timings.prefill_ms / 1000)
+        result = GenerationResult(list(prompt), [], "", "cancelled", reused, timings)
+        if logits is None:
+            return result
+
+        stream = StreamDecoder(self.tokenizer)
+        pieces: list[str] = []
+        history = list(prompt)
+        stop_ids = self.tokenizer.specials.stop
+        decode_start = None
+        while True:
+            token = sampler.sample(logits, history)
+            if decode_start is None:
+                timings.ttft_ms = (time.perf_counter() - start) * 1000
+                decode_start = time.perf_counter()
+            if token in stop_ids:
+                result.stop_reason = "eos"
+                break
+            result.tokens.append(token)
+            history.append(token)
+            piece = stream.push(token)
+            if piece:
+                pieces.append(piece)
+                if on_text:
+                    on_text(piece)
+            if len(result.tokens) >= max_new_tokens:
+                result.stop_reason = "length"
+                break
+            if len(self.tokens) + 1 >= self.context_length:
+                result.stop_reason = "context_full"
+                break
+            if cancel is not None and cancel.cancelled:
+                result.stop_reason = "cancelled"
+                break
+            logits = self.runner.forward([token], self.cache)[-1]
+            self.tokens.append(token)
+        tail = stream.flush()
+        if tail:
+            pieces.append(tail)
+            if on_text:
+                on_text(tail)
+        result.text = "".join(pieces)
+        steps = len(self.tokens) - len(prompt)  # decode forward passes actually run
+        timings.decode_ms = (time.perf_counter() - decode_start) * 1000
+        if steps > 0 and timings.decode_ms > 0:
+            timings.decode_tokens_per_s = steps / (timings.decode_ms / 1000)
+        return result

@@ -1,0 +1,123 @@
+"""Convert a GGUF to ONNX once and keep the result, keyed by (GGUF sha256, converter version, precision).
+
+A conversion is built in a temporary directory next to the cache and renamed into place when
+complete, so an interrupted conversion never leaves a half-written model that looks finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.fsutil import atomic_write, fsync_dir, sha256_file
+from engine.model.gguf_file import GGUFModel
+from engine.model.llama_graph import build_llama_onnx
+from engine.model.precision import get_precision
+
+log = logging.getLogger(__name__)
+
+# Bump whenever the graph or weight layout changes: old conversions then stop matching.
+CONVERTER_VERSION = 1
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    onnx_path: Path
+    gguf_path: Path
+    gguf_sha256: str
+    precision: str
+    converter_version: int
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the converted weights or graph would change."""
+        return f"{self.gguf_sha256}:{self.converter_version}:{self.precision}"
+
+
+def gguf_digest(path: Path) -> str:
+    """SHA-256 of a GGUF, remembered in a sidecar keyed by size and mtime to skip rehashing."""
+    path = Path(path)
+    st = path.stat()
+    sidecar = path.with_name(path.name + ".sha256.json")
+    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    try:
+        cached = json.loads(sidecar.read_text())
+        if cached.get("stamp") == stamp and len(cached.get("sha256", "")) == 64:
+            return cached["sha256"]
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(path)
+    try:
+        with atomic_write(sidecar) as fh:
+            fh.write(json.dumps({"stamp": stamp, "sha256": digest}).encode())
+    except OSError:
+        log.debug("cannot cache the hash of %s", path)
+    return digest
+
+
+def conversion_dir(converted_root: Path, digest: str, precision: str, logits_mode: str = "last") -> Path:
+    suffix = "" if logits_mode == "last" else f"-{logits_mode}"
+    return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{suffix}"
+
+
+def ensure_converted(
+    gguf_path: Path,
+    precision: str,
+    converted_root: Path,
+    *,
+    logits_mode: str = "last",
+    progress: ProgressFn | None = None,
+) -> ConvertedModel:
+    """Return the cached conversion, converting first if there is none."""
+    prec = get_precision(precision)
+    model = GGUFModel(gguf_path)  # validates the file before any hashing or building
+    model.config()
+    digest = gguf_digest(Path(gguf_path))
+    final = conversion_dir(converted_root, digest, prec.name, logits_mode)
+    result = ConvertedModel(final / "model.onnx", Path(gguf_path), digest, prec.name, CONVERTER_VERSION)
+    if (final / "complete.json").exists():
+        return result
+    converted_root.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(converted_root)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=converted_root))
+    try:
+        log.info("converting %s to ONNX (%s)", Path(gguf_path).name, prec.name)
+        build_llama_onnx(
+            model, prec, tmp, logits_mode=logits_mode, progress=progress,
+            metadata={"hearth.gguf_sha256": digest, "hearth.converter_version": str(CONVERTER_VERSION)},
+        )
+        with atomic_write(tmp / "complete.json") as fh:
+            fh.write(json.dumps({"gguf_sha256": digest, "precision": prec.name,
+                                 "converter_version": CONVERTER_VERSION}).encode())
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "complete.json").exists():  # not a concurrent winner: a real failure
+                raise
+        fsync_dir(converted_root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def remove_stale_temporaries(converted_root: Path, older_than_s: float = 3600.0) -> None:
+    """Conversions interrupted by a crash leave ``.convert-*`` directories behind.
+
+    Only old ones go: a young one may belong to a conversion running in another process.
+    """
+    import time
+
+    if converted_root.is_dir():
+        for p in converted_root.glob(".convert-*"):
+            try:
+                if time.time() - p.stat().st_mtime > older_than_s:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                pass

