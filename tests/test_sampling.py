@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.errors import HearthError
+from engine.sampling import Sampler, SamplingParams, apply_repetition_penalty
+
+LOGITS = np.random.default_rng(0).standard_normal(500).astype(np.float32) * 3
+
+
+def draws(params: SamplingParams, n: int = 50) -> list[int]:
+    s = Sampler(params)
+    return [s.sample(LOGITS, []) for _ in range(n)]
+
+
+def test_greedy_takes_argmax():
+    assert draws(SamplingParams.greedy_params(), 3) == [int(LOGITS.argmax())] * 3
+
+
+def test_same_seed_same_tokens_different_seed_different_tokens():
+    p = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, seed=42)
+    assert draws(p) == draws(p)
+    other = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, seed=43)
+    assert draws(p) != draws(other)
+
+
+def test_top_k_limits_candidates():
+    allowed = set(np.argsort(-LOGITS)[:3].tolist())
+    got = set(draws(SamplingParams(temperature=5.0, top_k=3, top_p=1.0, min_p=0.0, seed=1), 200))
+    assert got <= allowed and len(got) > 1
+
+
+def test_top_p_limits_candidates():
+    p = SamplingParams(temperature=1.0, top_k=0, top_p=0.3, min_p=0.0, seed=1)
+    probs = np.exp(LOGITS - LOGITS.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs)
+    nucleus = order[: int(np.searchsorted(np.cumsum(probs[order]), 0.3) + 1)]
+    assert set(draws(p, 200)) <= set(nucleus.tolist())
+
+
+def test_min_p_limits_candidates():
+    p = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.5, seed=1)
+    probs = np.exp(LOGITS - LOGITS.max())
+    assert set(draws(p, 200)) <= set(np.flatnonzero(probs >= 0.5).tolist())
+
+
+def test_repetition_penalty_lowers_seen_tokens():
+    logits = np.array([2.0, -2.0, 1.0], np.float32)
+    out = apply_repetition_penalty(logits, [0, 1], 2.0)
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.0])
+    top = int(LOGITS.argmax())
+    assert Sampler(SamplingParams(greedy=False, temperature=0, repetition_penalty=100.0)).sample(LOGITS, [top]) != top
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"temperature": -1}, {"top_k": -2}, {"top_p": 0}, {"top_p": 1.5}, {"min_p": 1}, {"repetition_penalty": 0}],
+)
+def test_invalid_parameters_are_clear_errors(kwargs):
+    with pytest.raises(HearthError):
+        Sampler(SamplingParams(**kwargs))
