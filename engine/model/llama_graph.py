@@ -79,7 +79,7 @@ class _LlamaGraph:
 
     def fused(self, names: list[str], heads: list[int | None]) -> weights.Layer | list[weights.Layer]:
         """Layers that read the same input, merged into one when their forms agree."""
-        layers = [weights.linear(self.model, n, self.precision, h) for n, h in zip(names, heads)]
+        layers = [weights.linear(self.model, n, self.precision, h) for n, h in zip(names, heads, strict=True)]
         if all(isinstance(x, np.ndarray) for x in layers):
             return np.concatenate(layers, axis=0)
         if all(isinstance(x, PackedWeight) for x in layers) and len({(x.bits, x.k) for x in layers}) == 1:
@@ -90,7 +90,7 @@ class _LlamaGraph:
         merged = self.fused(names, heads)
         if not isinstance(merged, list):
             return self.linear(x, name, merged)
-        parts = [self.linear(x, n, layer) for n, layer in zip(names, merged)]
+        parts = [self.linear(x, n, layer) for n, layer in zip(names, merged, strict=True)]
         return self.w.op1("Concat", parts, axis=-1)
 
     def norm_weight(self, name: str) -> str:

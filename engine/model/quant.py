@@ -103,7 +103,7 @@ def concat_packed(parts: list[PackedWeight]) -> PackedWeight:
         correction = None
     else:
         correction = np.concatenate(
-            [c if c is not None else np.zeros((p.k // BLOCK, p.n), np.float32) for c, p in zip(corrections, parts)],
+            [c if c is not None else np.zeros((p.k // BLOCK, p.n), np.float32) for c, p in zip(corrections, parts, strict=True)],
             axis=1,
         )
     return PackedWeight(

@@ -6,14 +6,16 @@ valid; everything after is scratch. Cutting the cache is therefore just lowering
 attention makes row i depend only on tokens 0..i, so the kept rows are exactly what a fresh prefill
 of the kept tokens would produce.
 
-Buffers grow by doubling (up to the model's context) so a short chat does not pay for 8k tokens.
+Buffers grow in steps of 256 rows, not by doubling: measured on ONNX Runtime's CPU provider, a
+decode step's cost follows the buffer's capacity rather than the rows in use (at 460 tokens: 54
+tok/s in a 512-row buffer, 21 in 2,048, 6 in 8,192), so a tight buffer is worth an occasional copy.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_MIN_CAPACITY = 256
+GROWTH_STEP = 256
 
 
 class KVCache:
@@ -25,7 +27,7 @@ class KVCache:
         self.capacity = 0
         self.keys: list = []  # OrtValue per layer
         self.values: list = []
-        self._allocate(min(_MIN_CAPACITY, max_tokens))
+        self._allocate(min(GROWTH_STEP, max_tokens))
 
     # shape and memory ---------------------------------------------------------------------------
     def _shape(self, capacity: int) -> tuple[int, int, int, int]:
@@ -57,15 +59,19 @@ class KVCache:
         self.capacity = capacity
 
     def reserve(self, tokens: int) -> None:
-        """Make room for ``tokens`` rows in total (grows by doubling; never past the context)."""
+        """Make room for ``tokens`` rows in total (in steps of GROWTH_STEP; never past the context)."""
         if tokens > self.max_tokens:
             raise ValueError(f"{tokens} tokens exceed the context of {self.max_tokens}")
         if tokens <= self.capacity:
             return
-        capacity = self.capacity
-        while capacity < tokens:
-            capacity *= 2
-        self._allocate(min(capacity, self.max_tokens))
+        steps = -(-tokens // GROWTH_STEP)
+        self._allocate(min(steps * GROWTH_STEP, self.max_tokens))
+
+    def shrink_to_fit(self) -> None:
+        """Drop capacity far beyond the rows in use (after a cut), since unused rows slow decode."""
+        wanted = min(max(GROWTH_STEP, -(-self.length // GROWTH_STEP) * GROWTH_STEP), self.max_tokens)
+        if wanted < self.capacity:
+            self._allocate(wanted)
 
     # rows in and out ----------------------------------------------------------------------------
     def _read_rows(self, value, start: int, end: int) -> np.ndarray:

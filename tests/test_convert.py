@@ -1,0 +1,67 @@
+"""Conversion cache: converted once, keyed by (GGUF hash, converter version, precision)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from engine.errors import HearthError, ModelFileError
+from engine.model.convert import CONVERTER_VERSION, ensure_converted, gguf_digest
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+
+
+def test_converted_once_then_reused(tmp_path, tiny_gguf):
+    calls = []
+    first = ensure_converted(tiny_gguf, "int4", tmp_path, progress=lambda d, t: calls.append((d, t)))
+    assert calls[-1][0] == calls[-1][1] and len(calls) > 1
+    stamp = first.onnx_path.stat().st_mtime_ns
+    calls.clear()
+    again = ensure_converted(tiny_gguf, "int4", tmp_path, progress=lambda d, t: calls.append((d, t)))
+    assert again == first and calls == [] and first.onnx_path.stat().st_mtime_ns == stamp
+    assert first.fingerprint == f"{gguf_digest(tiny_gguf)}:{CONVERTER_VERSION}:int4"
+
+
+def test_each_precision_and_model_has_its_own_entry(tmp_path, tiny_gguf):
+    a = ensure_converted(tiny_gguf, "int4", tmp_path)
+    b = ensure_converted(tiny_gguf, "fp32", tmp_path)
+    other = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(seed=11))
+    c = ensure_converted(other, "int4", tmp_path)
+    assert len({a.onnx_path.parent, b.onnx_path.parent, c.onnx_path.parent}) == 3
+    assert a.fingerprint != b.fingerprint != c.fingerprint
+
+
+def test_digest_sidecar_is_refreshed_when_the_file_changes(tmp_path):
+    path = write_synthetic_gguf(tmp_path / "m.gguf", SyntheticSpec(seed=1))
+    d1 = gguf_digest(path)
+    write_synthetic_gguf(path, SyntheticSpec(seed=2))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10_000_000))
+    assert gguf_digest(path) != d1
+
+
+def test_stale_temporary_conversions_are_removed(tmp_path, tiny_gguf):
+    stale = tmp_path / ".convert-abandoned"
+    stale.mkdir()
+    (stale / "model.onnx.data").write_bytes(b"half")
+    old = time.time() - 7200
+    os.utime(stale, (old, old))
+    young = tmp_path / ".convert-running"
+    young.mkdir()
+    ensure_converted(tiny_gguf, "int4", tmp_path)
+    assert not stale.exists() and young.exists()
+
+
+def test_unknown_precision(tmp_path, tiny_gguf):
+    with pytest.raises(HearthError, match="unknown weight precision 'int3'"):
+        ensure_converted(tiny_gguf, "int3", tmp_path)
+
+
+def test_missing_tensor_is_reported(tmp_path):
+    from tests.gguf_edit import rewrite_gguf
+
+    src = write_synthetic_gguf(tmp_path / "full.gguf", SyntheticSpec())
+    rewrite_gguf(src, tmp_path / "holey.gguf", drop=("blk.1.ffn_up.weight",))
+    with pytest.raises(ModelFileError, match="blk.1.ffn_up.weight"):
+        ensure_converted(tmp_path / "holey.gguf", "int4", tmp_path / "converted")
+    assert not list((tmp_path / "converted").glob(".convert-*"))  # nothing half-built is left
