@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import ModelFileError
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
 from engine.model.gguf_file import GGUFModel
 from engine.model.llama_graph import build_llama_onnx
@@ -77,13 +78,16 @@ def ensure_converted(
 ) -> ConvertedModel:
     """Return the cached conversion, converting first if there is none."""
     prec = get_precision(precision)
-    model = GGUFModel(gguf_path)  # validates the file before any hashing or building
-    model.config()
+    if not Path(gguf_path).is_file():
+        raise ModelFileError(f"model file not found: {gguf_path}")
+    # A cache hit needs only the hash; the GGUF is parsed (and validated) only to build.
     digest = gguf_digest(Path(gguf_path))
     final = conversion_dir(converted_root, digest, prec.name, logits_mode)
     result = ConvertedModel(final / "model.onnx", Path(gguf_path), digest, prec.name, CONVERTER_VERSION)
     if (final / "complete.json").exists():
         return result
+    model = GGUFModel(gguf_path)
+    model.config()
     converted_root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(converted_root)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=converted_root))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,8 +9,6 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ModelFileError, UnsupportedModelError
-
-log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_ARCHITECTURES = ("llama",)
@@ -36,10 +33,6 @@ class LlamaConfig:
     context_length: int
     tied_embeddings: bool
 
-    @property
-    def kv_bytes_per_token_fp32(self) -> int:
-        return self.n_layers * 2 * self.n_head_kv * self.head_dim * 4
-
 
 class GGUFModel:
     """A GGUF file opened read-only (memory-mapped) with typed accessors and clear errors."""
@@ -50,9 +43,6 @@ class GGUFModel:
         self._tensors = {t.name: t for t in self._reader.tensors}
 
     # metadata -----------------------------------------------------------------------------------
-    def has(self, key: str) -> bool:
-        return key in self._reader.fields
-
     def value(self, key: str, default: Any = None) -> Any:
         field = self._reader.fields.get(key)
         if field is None:

@@ -33,14 +33,6 @@ class KVCache:
     def _shape(self, capacity: int) -> tuple[int, int, int, int]:
         return (1, self.n_kv_heads, capacity, self.head_dim)
 
-    @property
-    def bytes_per_token(self) -> int:
-        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * 4
-
-    @property
-    def allocated_bytes(self) -> int:
-        return self.bytes_per_token * self.capacity
-
     def _new_buffer(self, capacity: int):
         import onnxruntime as ort
 
@@ -90,9 +82,6 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot cut a cache of {self.length} tokens to {length}")
         self.length = length
-
-    def clear(self) -> None:
-        self.length = 0
 
     def export(self, start: int = 0, end: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Copies of rows [start, end): keys and values shaped [layers, kv_heads, n, head_dim]."""

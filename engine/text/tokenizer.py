@@ -121,12 +121,3 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         data = b"".join(self._bytes[i] for i in ids if not (skip_special and i in self._special_ids))
         return data.decode("utf-8", errors="replace")
-
-    def fingerprint_source(self) -> bytes:
-        """Bytes that identify this tokenizer exactly (for checkpoint fingerprints)."""
-        import hashlib
-
-        h = hashlib.sha256()
-        for tok in self.tokens:
-            h.update(tok.encode("utf-8") + b"\0")
-        return h.digest()
