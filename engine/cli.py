@@ -175,7 +175,25 @@ def cmd_talk(args: argparse.Namespace) -> int:
                              max_new_tokens=args.max_new_tokens)
 
 
+def _store_command(name: str, args: argparse.Namespace) -> int:
+    from engine import cli_store
+
+    return getattr(cli_store, name)(args)
+
+
 # argument parsing --------------------------------------------------------------------------------
+def sampling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--min-p", type=float)
+    p.add_argument("--repeat-penalty", type=float)
+    p.add_argument("--seed", type=int, help="the same seed reproduces the same reply")
+    p.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", default=argparse.SUPPRESS,
@@ -197,17 +215,33 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the user's message")
     src.add_argument("--messages", metavar="FILE.json", help='a JSON list of {"role", "content"} messages')
     gen.add_argument("--system", help="a system message to put first (with --prompt)")
-    gen.add_argument("--max-new-tokens", type=int, default=256)
-    gen.add_argument("--greedy", action="store_true", help="always take the most likely token")
-    gen.add_argument("--temperature", type=float)
-    gen.add_argument("--top-p", type=float)
-    gen.add_argument("--top-k", type=int)
-    gen.add_argument("--min-p", type=float)
-    gen.add_argument("--repeat-penalty", type=float)
-    gen.add_argument("--seed", type=int, help="the same seed reproduces the same reply")
-    gen.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
+    sampling_options(gen)
     model_options(gen)
     gen.set_defaults(func=cmd_generate)
+
+    chat = sub.add_parser("chat", parents=[common], help="one turn of a stored conversation, resumed from its checkpoint")
+    chat.add_argument("--conversation", required=True, metavar="ID", help="created if new (letters, digits, . _ : -)")
+    chat.add_argument("--message", required=True, help="the user's message to append")
+    chat.add_argument("--system", help="set the conversation's system prompt")
+    sampling_options(chat)
+    model_options(chat)
+    chat.set_defaults(func=lambda a: _store_command("cmd_chat", a))
+
+    kv = sub.add_parser("kv", parents=[common], help="list, inspect, verify and clean up saved KV checkpoints")
+    ksub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")
+    ls = ksub.add_parser("ls", parents=[common], help="checkpoints in the store")
+    ls.set_defaults(func=lambda a: _store_command("cmd_kv_ls", a))
+    inspect = ksub.add_parser("inspect", parents=[common], help="header and records of one checkpoint file")
+    inspect.add_argument("path")
+    inspect.set_defaults(func=lambda a: _store_command("cmd_kv_inspect", a))
+    verify = ksub.add_parser("verify", parents=[common], help="check files fully (exit 1 if any is damaged)")
+    verify.add_argument("paths", nargs="*", metavar="PATH")
+    verify.add_argument("--all", action="store_true", help="every checkpoint in the store")
+    model_options(verify)
+    verify.set_defaults(func=lambda a: _store_command("cmd_kv_verify", a))
+    gc = ksub.add_parser("gc", parents=[common], help="remove leftovers and orphans; evict down to the budget")
+    gc.add_argument("--budget-mb", type=int, help="set (and remember) the store's budget")
+    gc.set_defaults(func=lambda a: _store_command("cmd_kv_gc", a))
 
     tok = sub.add_parser("tokenize", parents=[common], help="token ids of TEXT (no special tokens added)")
     tok.add_argument("text")

@@ -86,16 +86,20 @@ class Engine:
     def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None) -> Engine:
         gguf = GGUFModel(converted.gguf_path)
         tokenizer = Tokenizer.from_gguf(gguf)
+        template = cls.template_for(gguf, tokenizer)
+        runner = ModelRunner(converted.onnx_path, provider, threads)
+        return cls(runner, tokenizer, template, converted)
+
+    @staticmethod
+    def template_for(gguf: GGUFModel, tokenizer: Tokenizer) -> ChatTemplate:
         source = gguf.value("tokenizer.chat_template")
         if not source:
-            raise PromptError(f"{converted.gguf_path.name} has no chat template; Hearth needs one to chat")
+            raise PromptError(f"{gguf.path.name} has no chat template; Hearth needs one to chat")
 
         def text(i: int | None) -> str:
             return tokenizer.tokens[i] if i is not None else ""
 
-        template = ChatTemplate(source, text(tokenizer.specials.bos), text(tokenizer.specials.eos))
-        runner = ModelRunner(converted.onnx_path, provider, threads)
-        return cls(runner, tokenizer, template, converted)
+        return ChatTemplate(source, text(tokenizer.specials.bos), text(tokenizer.specials.eos))
 
     # facts --------------------------------------------------------------------------------------
     @property
@@ -170,7 +174,10 @@ class Engine:
         while done < total:
             if cancel is not None and cancel.cancelled:
                 return None
-            chunk = list(tokens[done : done + self.prefill_chunk])
+            # Chunks end on multiples of the chunk size, so a prefill's frontiers (and the
+            # checkpoints saved at them) fall on the same positions however it started.
+            step = self.prefill_chunk - len(self.tokens) % self.prefill_chunk
+            chunk = list(tokens[done : done + step])
             logits = self.runner.forward(chunk, self.cache)
             self.tokens.extend(chunk)
             done += len(chunk)
@@ -195,14 +202,20 @@ class Engine:
         on_text: TextFn | None = None,
         progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
+        ready_logits: np.ndarray | None = None,
     ) -> GenerationResult:
+        """Decode a reply to ``prompt``. ``ready_logits``: the cache already holds exactly ``prompt`` and
+        these are its last position's logits (a caller that prefilled it itself)."""
         params = params or SamplingParams()
         sampler = Sampler(params)
         if max_new_tokens < 1:
             raise PromptError("max new tokens must be at least 1")
         timings = Timings()
         start = time.perf_counter()
-        logits, reused = self.sync(prompt, progress, cancel)
+        if ready_logits is not None and self.tokens == list(prompt):
+            logits, reused = ready_logits, len(prompt)
+        else:
+            logits, reused = self.sync(prompt, progress, cancel)
         timings.prefill_ms = (time.perf_counter() - start) * 1000
         timings.prefill_tokens = len(prompt) - reused
         if timings.prefill_ms > 0:

@@ -62,7 +62,7 @@ def real_home() -> Path:
 
 @pytest.fixture(scope="session")
 def real_paths(real_home) -> HearthPaths:
-    return HearthPaths(real_home / "models", real_home / "converted", real_home).ensure()
+    return HearthPaths(real_home / "models", real_home / "converted", real_home, real_home / "checkpoints").ensure()
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,11 @@ class ConvertedModel:
     @property
     def fingerprint(self) -> str:
         """Changes whenever the converted weights or graph would change."""
-        return f"{self.gguf_sha256}:{self.converter_version}:{self.precision}"
+        return model_fingerprint(self.gguf_sha256, self.precision, self.converter_version)
+
+
+def model_fingerprint(gguf_sha256: str, precision: str, converter_version: int = CONVERTER_VERSION) -> str:
+    return f"{gguf_sha256}:{converter_version}:{precision}"
 
 
 def gguf_digest(path: Path) -> str:

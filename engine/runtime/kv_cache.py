@@ -92,6 +92,29 @@ class KVCache:
         values = np.stack([self._read_rows(v, start, end)[0] for v in self.values])
         return keys, values
 
+    def host_blocks(self, start: int, end: int) -> list[np.ndarray] | None:
+        """Views of rows [start, end) in checkpoint order (layer; K then V; head), each [n, head_dim].
+
+        Writable and contiguous, so checkpoint I/O moves rows without a staging copy. None when the
+        buffers are not in host memory. Rows past ``length`` are scratch until ``commit``.
+        """
+        if self.device != "cpu":
+            return None
+        if not 0 <= start <= end <= self.capacity:
+            raise ValueError(f"rows [{start}, {end}) are outside the buffer of {self.capacity}")
+        blocks = []
+        for i in range(self.n_layers):
+            for buf in (self.keys[i], self.values[i]):
+                arr = buf.numpy()
+                blocks.extend(arr[0, h, start:end, :] for h in range(self.n_kv_heads))
+        return blocks
+
+    def commit(self, length: int) -> None:
+        """Declare rows [0, length) valid after writing them through ``host_blocks``."""
+        if not 0 <= length <= self.capacity:
+            raise ValueError(f"cannot commit {length} rows in a buffer of {self.capacity}")
+        self.length = length
+
     def load(self, keys: np.ndarray, values: np.ndarray, start: int = 0) -> None:
         """Write rows at ``start`` (keeping rows before it) and set the length to their end."""
         expected = (self.n_layers, self.n_kv_heads, keys.shape[2] if keys.ndim == 4 else -1, self.head_dim)

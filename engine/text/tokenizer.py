@@ -8,6 +8,8 @@ maps to its single id. Decoding goes through a byte table so streamed text is bu
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +69,7 @@ class Tokenizer:
         special = [tokens[i] for i in range(len(tokens)) if int(types[i]) in (CONTROL, USER_DEFINED)]
         hf.add_special_tokens(special)
         self._hf = hf
+        self.fingerprint = _fingerprint(tokens, merges, types, pre, specials, add_bos)
         self.vocab_size = len(tokens)
         self.specials = specials
         self.add_bos = add_bos
@@ -121,3 +124,15 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         data = b"".join(self._bytes[i] for i in ids if not (skip_special and i in self._special_ids))
         return data.decode("utf-8", errors="replace")
+
+
+def _fingerprint(tokens: list[str], merges: list[str], types: np.ndarray, pre: str, specials: SpecialIds,
+                 add_bos: bool) -> bytes:
+    """SHA-256 over everything that decides which ids a text becomes (checkpoints record it)."""
+    h = hashlib.sha256()
+    head = [pre, add_bos, specials.bos, specials.eos, specials.eot, sorted(specials.stop)]
+    for part in (json.dumps(head), "\0".join(tokens), "\0".join(merges)):
+        h.update(part.encode("utf-8"))
+        h.update(b"\xff")
+    h.update(np.asarray(types, dtype="<i8").tobytes())
+    return h.digest()

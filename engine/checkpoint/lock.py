@@ -1,0 +1,74 @@
+"""An inter-process lock on the checkpoint store, so two Hearth processes never write it at once.
+
+Held only around each operation (a save, a load, an eviction), so the window and ``hearth-cli`` can
+share one store; a process that cannot get it within the timeout gets a clear error instead of a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from engine.errors import HearthError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
+
+
+class StoreBusyError(HearthError):
+    """Another process has held the checkpoint store for longer than we are willing to wait."""
+
+
+class StoreLock:
+    def __init__(self, path: Path, timeout_s: float = 15.0):
+        self.path = Path(path)
+        self.timeout_s = timeout_s
+        self._local = threading.RLock()  # threads of this process queue here, not on the file
+        self._depth = 0
+        self._fd: int | None = None
+
+    def _try_lock(self, fd: int) -> bool:
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+
+    def _unlock(self, fd: int) -> None:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        else:
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._local:
+            if self._depth == 0:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                deadline = time.monotonic() + self.timeout_s
+                while not self._try_lock(fd):
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        raise StoreBusyError(f"the checkpoint store {self.path.parent} is in use by another "
+                                             f"Hearth process (waited {self.timeout_s:g} s)")
+                    time.sleep(0.02)
+                self._fd = fd
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    self._unlock(self._fd)
+                    os.close(self._fd)
+                    self._fd = None

@@ -1,0 +1,266 @@
+"""The checkpoint store: one directory of checkpoint files, an SQLite index over them, a disk budget.
+
+Files are named from what they hold, never from user text: ``conv-<sha256(conversation id)>.hkv``
+for a conversation, ``prefix-<sha256(prefix text)>.hkv`` for a shared prefix (a system prompt and
+the template's preamble, reused by every conversation that starts with it). The index answers "which
+checkpoints could serve this conversation" without listing or opening files; it is reconciled with
+the directory once when the store opens, so a lost or stale index heals itself.
+
+Eviction keeps the store under its budget by dropping the entries with the lowest score: hits
+decayed by age (half-life one week) × tokens ÷ bytes. The entry used most recently, pinned entries
+and the caller's protected conversations are never evicted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.checkpoint.format import CheckpointError
+from engine.checkpoint.lock import StoreLock
+from engine.checkpoint.reader import CheckpointReader
+from engine.fsutil import atomic_write
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET_BYTES = 2 << 30
+SUFFIX = ".hkv"
+HALF_LIFE_HOURS = 24 * 7
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    name TEXT PRIMARY KEY,
+    conversation TEXT,            -- NULL for shared prefixes and files the index did not know
+    kind TEXT NOT NULL,           -- 'conversation', 'prefix' or 'orphan'
+    tokens INTEGER NOT NULL,      -- frontier of the last record
+    text_len INTEGER NOT NULL,
+    text_sha BLOB NOT NULL,
+    bytes INTEGER NOT NULL,
+    model_fp BLOB NOT NULL,
+    created_ms INTEGER NOT NULL,
+    last_used_ms INTEGER NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    pinned INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS entries_by_conversation ON entries(conversation);
+"""
+
+
+@dataclass
+class Entry:
+    name: str
+    conversation: str | None
+    kind: str
+    tokens: int
+    text_len: int
+    text_sha: bytes
+    bytes: int
+    model_fp: bytes
+    created_ms: int
+    last_used_ms: int
+    hits: int
+    pinned: bool
+
+    def score(self, now_ms: int) -> float:
+        age_h = max(0.0, (now_ms - self.last_used_ms) / 3.6e6)
+        return (1 + self.hits) * 0.5 ** (age_h / HALF_LIFE_HOURS) * self.tokens / max(1, self.bytes)
+
+
+def conversation_file(conversation: str) -> str:
+    return f"conv-{hashlib.sha256(conversation.encode()).hexdigest()[:32]}{SUFFIX}"
+
+
+def prefix_file(text_sha: bytes) -> str:
+    return f"prefix-{text_sha.hex()[:32]}{SUFFIX}"
+
+
+class CheckpointStore:
+    def __init__(self, root: Path, budget_bytes: int | None = None, lock_timeout_s: float = 15.0):
+        """``budget_bytes`` None: the budget saved in ``store.json`` (``set_budget``), else 2 GiB."""
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.budget_bytes = budget_bytes if budget_bytes is not None else self._saved_budget()
+        self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)
+        self._db_lock = threading.RLock()
+        self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        with self.lock.held():
+            self._db.executescript(_SCHEMA)
+            self.remove_stale_temp_files()
+            self.reconcile()
+
+    def _saved_budget(self) -> int:
+        try:
+            value = json.loads((self.root / "store.json").read_text()).get("budget_bytes")
+            if isinstance(value, int) and value > 0:
+                return value
+        except (OSError, ValueError, AttributeError):
+            pass
+        return DEFAULT_BUDGET_BYTES
+
+    def set_budget(self, budget_bytes: int) -> None:
+        """Change the budget and remember it for later runs (then evict down to it)."""
+        if budget_bytes <= 0:
+            raise ValueError("the checkpoint budget must be positive")
+        self.budget_bytes = budget_bytes
+        with atomic_write(self.root / "store.json") as fh:
+            fh.write(json.dumps({"budget_bytes": budget_bytes}).encode())
+
+    def close(self) -> None:
+        with self._db_lock:
+            self._db.close()
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    @contextmanager
+    def _sql(self) -> Iterator[sqlite3.Connection]:
+        with self._db_lock:
+            yield self._db
+
+    # start-up housekeeping -------------------------------------------------------------------------
+    def remove_stale_temp_files(self) -> int:
+        """Temp files left by a crash mid-write (``atomic_write`` names them ``.NAME.XXXX.tmp``)."""
+        removed = 0
+        for p in self.root.glob(f".*{SUFFIX}.*.tmp"):
+            p.unlink(missing_ok=True)
+            removed += 1
+        if removed:
+            log.info("removed %d stale temp file(s) from %s", removed, self.root)
+        return removed
+
+    def reconcile(self) -> None:
+        """Drop index rows whose file is gone; index files the index does not know (as orphans)."""
+        on_disk = {p.name for p in self.root.glob(f"*{SUFFIX}") if not p.name.startswith(".")}
+        with self._sql() as db:
+            known = {row[0] for row in db.execute("SELECT name FROM entries")}
+            for name in known - on_disk:
+                db.execute("DELETE FROM entries WHERE name = ?", (name,))
+        for name in sorted(on_disk - known):
+            self._index_unknown(name)
+
+    def _index_unknown(self, name: str) -> None:
+        path = self.path(name)
+        try:
+            with CheckpointReader(path) as reader:
+                header = reader.read_header()
+                records, _ = reader.scan()
+        except CheckpointError as exc:
+            log.warning("removing unreadable checkpoint %s: %s", name, exc)
+            path.unlink(missing_ok=True)
+            return
+        last = records[-1] if records else None
+        # A conversation file's owner is found again by name (see ``claim``); anything else is an orphan.
+        kind = "prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-") else "orphan"
+        self.put(Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
+                       last.text_sha if last else b"", path.stat().st_size, header.model_fp, header.created_ms,
+                       header.last_used_ms or header.created_ms, header.hits, False))
+
+    # the index ---------------------------------------------------------------------------------------
+    def put(self, e: Entry) -> None:
+        with self._sql() as db:
+            db.execute("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                       (e.name, e.conversation, e.kind, e.tokens, e.text_len, e.text_sha, e.bytes, e.model_fp,
+                        e.created_ms, e.last_used_ms, e.hits, int(e.pinned)))
+
+    def entries(self, conversation: str | None = None, kind: str | None = None) -> list[Entry]:
+        sql, args = "SELECT * FROM entries WHERE 1=1", []
+        if conversation is not None:
+            sql += " AND conversation = ?"
+            args.append(conversation)
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        with self._sql() as db:
+            rows = db.execute(sql + " ORDER BY last_used_ms DESC", args).fetchall()
+        return [Entry(*row[:11], bool(row[11])) for row in rows]
+
+    def entry(self, name: str) -> Entry | None:
+        with self._sql() as db:
+            row = db.execute("SELECT * FROM entries WHERE name = ?", (name,)).fetchone()
+        return Entry(*row[:11], bool(row[11])) if row else None
+
+    def conversation_entry(self, conversation: str) -> Entry | None:
+        """The conversation's checkpoint, re-attaching it to its owner if the index had lost track."""
+        e = self.entry(conversation_file(conversation))
+        if e is not None and e.conversation != conversation:
+            e.conversation = conversation
+            self.put(e)
+        return e
+
+    def touch(self, name: str) -> None:
+        with self._sql() as db:
+            db.execute("UPDATE entries SET hits = hits + 1, last_used_ms = ? WHERE name = ?",
+                       (int(time.time() * 1000), name))
+
+    def set_pinned(self, name: str, pinned: bool) -> None:
+        with self._sql() as db:
+            db.execute("UPDATE entries SET pinned = ? WHERE name = ?", (int(pinned), name))
+
+    def total_bytes(self) -> int:
+        with self._sql() as db:
+            return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()[0])
+
+    # removal ------------------------------------------------------------------------------------------
+    def remove(self, name: str, why: str = "") -> None:
+        with self.lock.held():
+            self.path(name).unlink(missing_ok=True)
+            with self._sql() as db:
+                db.execute("DELETE FROM entries WHERE name = ?", (name,))
+        if why:
+            log.info("removed checkpoint %s: %s", name, why)
+
+    def delete_conversation(self, conversation: str) -> int:
+        """Delete every checkpoint of ``conversation``; return how many files went."""
+        names = {e.name for e in self.entries(conversation=conversation)} | {conversation_file(conversation)}
+        gone = 0
+        for name in names:
+            gone += self.path(name).exists()
+            self.remove(name)
+        return gone
+
+    def enforce_budget(self, protect: Iterable[str] = ()) -> list[str]:
+        """Evict the lowest-scoring entries until the store fits its budget; return the names evicted."""
+        protected = set(protect)
+        evicted: list[str] = []
+        with self.lock.held():
+            entries = self.entries()
+            total = sum(e.bytes for e in entries)
+            if total <= self.budget_bytes or not entries:
+                return evicted
+            newest = max(entries, key=lambda e: e.last_used_ms).name
+            now = int(time.time() * 1000)
+            candidates = [e for e in entries if not e.pinned and e.name != newest
+                          and e.name not in protected and e.conversation not in protected]
+            for e in sorted(candidates, key=lambda e: e.score(now)):
+                if total <= self.budget_bytes:
+                    break
+                self.remove(e.name, f"over the {self.budget_bytes >> 20} MiB budget")
+                total -= e.bytes
+                evicted.append(e.name)
+        return evicted
+
+    def gc(self, live_conversations: set[str] | None = None) -> dict:
+        """Remove orphans (and, given the live set, checkpoints of deleted conversations); then evict."""
+        with self.lock.held():
+            temp = self.remove_stale_temp_files()
+            self.reconcile()
+            dropped = []
+            live_names = None if live_conversations is None else {conversation_file(c) for c in live_conversations}
+            for e in self.entries():
+                gone = e.kind == "orphan" or (
+                    live_names is not None and e.kind == "conversation" and e.name not in live_names)
+                if gone:
+                    self.remove(e.name, "no conversation owns it")
+                    dropped.append(e.name)
+            evicted = self.enforce_budget()
+        return {"temp_files": temp, "orphans": dropped, "evicted": evicted, "bytes": self.total_bytes(),
+                "budget": self.budget_bytes}

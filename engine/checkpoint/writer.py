@@ -1,0 +1,113 @@
+"""Writing checkpoints: a new file atomically, or one more record appended to an existing file.
+
+A new file goes through ``atomic_write`` (temp file, fsync, rename, fsync the directory). An append
+first cuts the file back to the last record worth keeping, then writes the record header and its
+rows and fsyncs. A crash mid-append leaves a torn tail that the reader detects (the declared payload
+runs past the end of the file, or a checksum fails) and the file falls back to its last complete
+record; the next append cuts the torn tail off.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import xxhash
+
+from engine.checkpoint.format import (
+    HEADER_SIZE,
+    LAYOUT_ROWS_V1,
+    USAGE_OFFSET,
+    FileHeader,
+    Identity,
+    RecordInfo,
+    pack_header,
+    pack_record_header,
+    pack_usage,
+    xxh,
+)
+from engine.fsutil import atomic_write
+
+
+@dataclass
+class NewRecord:
+    """What one record holds: tokens [start, end), their rows in file order, and the frontier reached."""
+
+    start: int
+    tokens: Sequence[int]
+    blocks: Sequence[np.ndarray]  # per layer: K heads then V heads, each [n, head_dim], C-contiguous
+    text_len: int
+    text_sha: bytes
+    reason: str
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_header(identity: Identity) -> FileHeader:
+    return FileHeader(1, LAYOUT_ROWS_V1, identity.shape, secrets.token_bytes(16), identity.model_fp,
+                      identity.tokenizer_fp, now_ms(), identity.label, now_ms(), 0)
+
+
+def _write_record(fh: BinaryIO, header: FileHeader, seq: int, chain: int, offset: int, rec: NewRecord) -> RecordInfo:
+    token_bytes = np.asarray(rec.tokens, dtype="<u4").tobytes()
+    rows = xxhash.xxh3_64(seed=header.seed)
+    payload = len(token_bytes)
+    for block in rec.blocks:
+        view = memoryview(block).cast("B")
+        rows.update(view)
+        payload += len(view)
+    info = RecordInfo(seq, rec.start, rec.end, rec.text_len, rec.text_sha, now_ms(), rec.reason, payload,
+                      xxh(token_bytes, header.seed), rows.intdigest(), 0, offset)
+    packed = pack_record_header(info, chain)
+    info.header_xxh = int.from_bytes(packed[-8:], "little")
+    fh.write(packed)
+    fh.write(token_bytes)
+    for block in rec.blocks:
+        fh.write(memoryview(block).cast("B"))
+    return info
+
+
+def write_new(path: Path, identity: Identity, records: Sequence[NewRecord]) -> tuple[FileHeader, list[RecordInfo], int]:
+    """Create ``path`` atomically with ``records``; return (header, record infos, bytes written)."""
+    header = new_header(identity)
+    infos: list[RecordInfo] = []
+    with atomic_write(path) as fh:
+        fh.write(pack_header(header))
+        offset, chain = HEADER_SIZE, header.seed
+        for rec in records:
+            info = _write_record(fh, header, len(infos), chain, offset, rec)
+            infos.append(info)
+            offset, chain = info.end_offset, info.header_xxh
+    return header, infos, offset
+
+
+def append(path: Path, header: FileHeader, keep: Sequence[RecordInfo], rec: NewRecord) -> tuple[RecordInfo, int]:
+    """Cut ``path`` after the records in ``keep`` and append ``rec``; return (its info, bytes written)."""
+    offset = keep[-1].end_offset if keep else HEADER_SIZE
+    chain = keep[-1].header_xxh if keep else header.seed
+    with open(path, "r+b") as fh:
+        fh.truncate(offset)
+        fh.seek(offset)
+        info = _write_record(fh, header, len(keep), chain, offset, rec)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return info, info.end_offset - offset
+
+
+def update_usage(path: Path, header: FileHeader, last_used_ms: int, hits: int) -> None:
+    """Rewrite the usage slot in place; a torn write there only loses the statistics, never the file."""
+    with open(path, "r+b") as fh:
+        fh.seek(USAGE_OFFSET)
+        fh.write(pack_usage(header.seed, last_used_ms, hits))

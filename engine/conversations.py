@@ -1,0 +1,245 @@
+"""Conversation text in SQLite: the one copy of what was said, shared by the window and ``hearth-cli chat``.
+
+Text always lands here before any model work starts, so a crash, a full disk for checkpoints or a
+damaged checkpoint never loses a word: checkpoints are a cache that can always be rebuilt from this.
+WAL mode lets the window read while the CLI writes. The schema is versioned with ``PRAGMA
+user_version`` and upgraded by the ordered migrations below; a database from a newer Hearth is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import HearthError
+
+ROLES = ("system", "user", "assistant")
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+TITLE_CHARS = 60
+
+MIGRATIONS: list[str] = [
+    # 1: conversations and their messages
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT NOT NULL DEFAULT '',
+        settings TEXT NOT NULL DEFAULT '{}',
+        model TEXT NOT NULL DEFAULT '',
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        UNIQUE (conversation_id, seq)
+    );
+    CREATE INDEX conversations_by_update ON conversations(updated_ms DESC);
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class ConversationError(HearthError):
+    """A conversation that does not exist, a bad id or message, or an unusable database."""
+
+
+@dataclass
+class Conversation:
+    id: str
+    title: str
+    system_prompt: str
+    settings: dict = field(default_factory=dict)
+    model: str = ""
+    created_ms: int = 0
+    updated_ms: int = 0
+
+
+@dataclass
+class Message:
+    seq: int
+    role: str
+    content: str
+    created_ms: int = 0
+
+    def as_chat(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_id(conversation_id: str) -> str:
+    if not isinstance(conversation_id, str) or not ID_PATTERN.fullmatch(conversation_id):
+        raise ConversationError(f"invalid conversation id {conversation_id!r}: use 1–128 letters, digits, '.', "
+                                "'_', ':' or '-', starting with a letter or digit")
+    return conversation_id
+
+
+def title_from(text: str) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+class ConversationStore:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise ConversationError(f"the conversation database {self.path} cannot be used: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise ConversationError(f"{self.path} was written by a newer Hearth (schema {version}; this one "
+                                    f"knows {SCHEMA_VERSION}); upgrade Hearth to open it")
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            with self._tx() as db:
+                db.executescript("SAVEPOINT migrate;" + MIGRATIONS[target - 1] + f"; PRAGMA user_version = {target};"
+                                 "RELEASE migrate;")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.DatabaseError as exc:
+                raise ConversationError(f"the conversation database failed: {exc}") from None
+
+    # conversations -----------------------------------------------------------------------------------
+    def create(self, conversation_id: str | None = None, title: str = "", system_prompt: str = "",
+               settings: dict | None = None, model: str = "") -> Conversation:
+        cid = check_id(conversation_id) if conversation_id is not None else uuid.uuid4().hex
+        t = now_ms()
+        conv = Conversation(cid, title, system_prompt, settings or {}, model, t, t)
+        with self._tx() as db:
+            try:
+                db.execute("INSERT INTO conversations VALUES (?,?,?,?,?,?,?)",
+                           (cid, title, system_prompt, json.dumps(conv.settings), model, t, t))
+            except sqlite3.IntegrityError:
+                raise ConversationError(f"conversation {cid!r} already exists") from None
+        return conv
+
+    def get(self, conversation_id: str) -> Conversation | None:
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return self._conversation(row) if row else None
+
+    def require(self, conversation_id: str) -> Conversation:
+        conv = self.get(conversation_id)
+        if conv is None:
+            raise ConversationError(f"no conversation {conversation_id!r}")
+        return conv
+
+    def list(self) -> list[Conversation]:
+        with self._tx() as db:
+            rows = db.execute("SELECT * FROM conversations ORDER BY updated_ms DESC").fetchall()
+        return [self._conversation(r) for r in rows]
+
+    def ids(self) -> set[str]:
+        with self._tx() as db:
+            return {r[0] for r in db.execute("SELECT id FROM conversations")}
+
+    @staticmethod
+    def _conversation(row: tuple) -> Conversation:
+        try:
+            settings = json.loads(row[3])
+        except ValueError:
+            settings = {}
+        return Conversation(row[0], row[1], row[2], settings if isinstance(settings, dict) else {}, row[4], row[5], row[6])
+
+    def rename(self, conversation_id: str, title: str) -> None:
+        self._update(conversation_id, "title = ?", title.strip())
+
+    def set_system_prompt(self, conversation_id: str, text: str) -> None:
+        self._update(conversation_id, "system_prompt = ?", text)
+
+    def set_settings(self, conversation_id: str, settings: dict) -> None:
+        self._update(conversation_id, "settings = ?", json.dumps(settings))
+
+    def _update(self, conversation_id: str, assignment: str, value: object) -> None:
+        with self._tx() as db:
+            cur = db.execute(f"UPDATE conversations SET {assignment}, updated_ms = ? WHERE id = ?",
+                             (value, now_ms(), conversation_id))
+        if cur.rowcount == 0:
+            raise ConversationError(f"no conversation {conversation_id!r}")
+
+    def delete(self, conversation_id: str) -> bool:
+        with self._tx() as db:
+            return db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+
+    # messages ------------------------------------------------------------------------------------------
+    def messages(self, conversation_id: str) -> list[Message]:
+        with self._tx() as db:
+            rows = db.execute("SELECT seq, role, content, created_ms FROM messages WHERE conversation_id = ? "
+                              "ORDER BY seq", (conversation_id,)).fetchall()
+        return [Message(*r) for r in rows]
+
+    def chat_messages(self, conversation_id: str) -> list[dict]:
+        """What the model sees: the system prompt (if any), then the messages in order."""
+        conv = self.require(conversation_id)
+        head = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
+        return head + [m.as_chat() for m in self.messages(conversation_id)]
+
+    def append(self, conversation_id: str, role: str, content: str) -> Message:
+        if role not in ROLES:
+            raise ConversationError(f"role {role!r} is not one of {', '.join(ROLES)}")
+        if not isinstance(content, str):
+            raise ConversationError("message content must be text")
+        t = now_ms()
+        with self._tx() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                conv = db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+                if conv is None:
+                    raise ConversationError(f"no conversation {conversation_id!r}")
+                seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE conversation_id = ?",
+                                 (conversation_id,)).fetchone()[0]
+                db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
+                           (conversation_id, seq, role, content, t))
+                title = conv[0] or (title_from(content) if role == "user" else "")
+                db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return Message(seq, role, content, t)
+
+    def truncate(self, conversation_id: str, seq: int) -> int:
+        """Delete messages from ``seq`` on (editing or regenerating); return how many went."""
+        with self._tx() as db:
+            n = db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq)).rowcount
+            db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
+        return n
+
+    def edit(self, conversation_id: str, seq: int, content: str) -> None:
+        """Replace message ``seq`` and drop everything after it (the replies no longer follow)."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE messages SET content = ? WHERE conversation_id = ? AND seq = ?",
+                             (content, conversation_id, seq))
+        if cur.rowcount == 0:
+            raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
+        self.truncate(conversation_id, seq + 1)
