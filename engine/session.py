@@ -284,17 +284,12 @@ class ChatSessions:
         entry = self.store.conversation_entry(conversation)
         failure = None
         if entry is not None and entry.tokens > live and not self._file_is_ours(conversation):
-            est = self.throughput.estimate(entry.bytes, entry.tokens - live)
-            report.restore_estimate_ms, report.prefill_estimate_ms = est.restore_ms, est.prefill_ms
-            if est.restore_wins:
+            if self._worth_restoring(entry, live, report):
                 loaded, failure = self._load(entry, text, lead, conversation)
                 if loaded:
                     report.source, report.restored_tokens = DISK, loaded
-            else:
-                log.info("re-reading %d tokens (≈%.0f ms) beats restoring them (≈%.0f ms)",
-                         entry.tokens - live, est.prefill_ms, est.restore_ms)
         if len(engine.tokens) < MIN_PREFIX_TOKENS:
-            loaded = self._restore_shared_prefix(text, lead)
+            loaded = self._restore_shared_prefix(text, lead, report)
             if loaded:
                 report.source, report.restored_tokens = DISK, loaded
         if failure is not None:
@@ -314,13 +309,24 @@ class ChatSessions:
         except OSError:
             return False
 
-    def _restore_shared_prefix(self, text: bytes, lead: list[int]) -> int:
+    def _worth_restoring(self, entry: Entry, have: int, report: ResumeReport) -> bool:
+        """Adaptive resume: compare the estimated restore time with re-reading the same tokens."""
+        est = self.throughput.estimate(entry.bytes, entry.tokens - have)
+        report.restore_estimate_ms, report.prefill_estimate_ms = est.restore_ms, est.prefill_ms
+        if not est.restore_wins:
+            log.info("re-reading %d tokens (≈%.0f ms) beats restoring them (≈%.0f ms)",
+                     entry.tokens - have, est.prefill_ms, est.restore_ms)
+        return est.restore_wins
+
+    def _restore_shared_prefix(self, text: bytes, lead: list[int], report: ResumeReport) -> int:
         have = len(self.engine.tokens)
         candidates = [e for e in self.store.entries(kind="prefix")
                       if e.model_fp == self.identity.model_fp and e.text_len <= len(text) and e.tokens > have]
         for e in sorted(candidates, key=lambda e: -e.text_len):
             if hashlib.sha256(text[: e.text_len]).digest() != e.text_sha:
                 continue
+            if not self._worth_restoring(e, have, report):
+                return 0
             loaded, failure = self._load(e, text, lead, None)
             if loaded:
                 return loaded

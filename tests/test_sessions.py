@@ -1,0 +1,197 @@
+"""Sessions over checkpoints: exact round trips, suffix-only prefill on edit and regenerate, switching,
+shared prefixes, aligned saves during a long prefill, adaptive resume, append-only saves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.checkpoint.reader import CheckpointReader
+from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.generation import CancelToken, Engine
+from engine.sampling import SamplingParams
+from engine.session import COLD, DISK, LIVE, ChatSessions
+
+GREEDY = SamplingParams.greedy_params()
+SEEDED = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234)
+SYSTEM = {"role": "system", "content": "You are a careful assistant. Answer briefly and precisely."}
+
+
+def chat(*turns: str) -> list[dict]:
+    """System prompt, then alternating user/assistant messages."""
+    roles = ("user", "assistant")
+    return [SYSTEM] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+
+
+def new_sessions(converted, root, **kw) -> ChatSessions:
+    return ChatSessions(Engine.load(converted, "cpu"), CheckpointStore(root), **kw)
+
+
+@pytest.mark.parametrize("precision", ["int4", "fp32"])
+@pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
+def test_round_trip_continuation_is_bit_identical(tiny_converted, tmp_path, precision, params):
+    converted = tiny_converted(precision)
+    first = chat("hello there", "hi! how can I help?", "tell me about rivers")
+    live = new_sessions(converted, tmp_path / "live")
+    live.generate("c", first, params, 12)
+    # The same state, saved by the first process and restored by a second one.
+    restored = new_sessions(converted, tmp_path / "live")
+    second = first + [{"role": "assistant", "content": "rivers flow"}, {"role": "user", "content": "and lakes?"}]
+    logits_live, prompt_live, r_live = live.sync("c", second)
+    logits_disk, prompt_disk, r_disk = restored.sync("c", second)
+    assert r_live.source == LIVE and r_disk.source == DISK and r_disk.reason is None
+    assert prompt_live == prompt_disk
+    assert r_live.reused_tokens == r_disk.reused_tokens > 0
+    np.testing.assert_array_equal(logits_live, logits_disk)  # bit for bit
+    a = live.engine.generate(prompt_live, params, 24, ready_logits=logits_live)
+    b = restored.engine.generate(prompt_disk, params, 24, ready_logits=logits_disk)
+    assert a.tokens == b.tokens and len(a.tokens) > 0
+
+
+def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_converted, tmp_path):
+    converted = tiny_converted("int4")
+    msgs = chat("first question")
+    s = new_sessions(converted, tmp_path)
+    _, prompt, report = s.sync("c", msgs)
+    assert report.source == COLD and report.prefilled_tokens == len(prompt)
+    s.close()
+    again = new_sessions(converted, tmp_path)
+    _, prompt2, report2 = again.sync("c", msgs + [{"role": "assistant", "content": "an answer"},
+                                                 {"role": "user", "content": "second"}])
+    assert report2.source == DISK and report2.restored_tokens == len(prompt)
+    assert report2.prefilled_tokens == len(prompt2) - len(prompt)
+
+
+def test_editing_an_earlier_message_prefills_only_the_suffix(tiny_converted, tmp_path):
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    original = chat("alpha question", "alpha answer", "beta question", "beta answer", "gamma question")
+    _, before, _ = s.sync("c", original)
+    edited = chat("alpha question", "alpha answer", "delta question")
+    _, after, report = s.sync("c", edited)
+    canonical = s.engine.tokenizer.encode(s.engine.render(edited))
+    common = next(i for i, (x, y) in enumerate(zip(before, canonical, strict=False)) if x != y)
+    assert after == canonical  # the cut fell on a token boundary: same ids as a cold tokenization
+    assert report.source == LIVE
+    assert report.reused_tokens == common
+    assert report.prefilled_tokens == len(after) - common
+
+
+def test_regenerating_the_last_reply_runs_one_token(tiny_converted, tmp_path):
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    msgs = chat("write a poem")
+    first = s.generate("c", msgs, SEEDED, 16)
+    again = s.generate("c", msgs, SEEDED, 16)
+    assert again.resume.source == LIVE
+    assert again.resume.prefilled_tokens == 1  # the prompt's last token, for fresh logits
+    assert again.resume.reused_tokens == first.prompt_tokens - 1
+    assert again.generation.tokens == first.generation.tokens  # same seed, same state
+
+
+def test_turn_saves_write_only_the_new_rows(tiny_converted, tmp_path):
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    msgs = chat("one")
+    t1 = s.generate("c", msgs, GREEDY, 8)
+    msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "two"}]
+    t2 = s.generate("c", msgs, GREEDY, 8)
+    per_token = s.identity.shape.bytes_per_token + 4
+    assert t1.save.ok and t2.save.ok
+    assert t2.save.new_tokens == t2.save.tokens - t2.resume.reused_tokens - (t2.save.tokens - len(s.engine.tokens))
+    assert t2.save.bytes_written < per_token * t2.save.new_tokens + 3 * 128  # record headers only on top
+    assert t2.save.bytes_written < t2.save.tokens * per_token  # not a rewrite of the whole context
+    with CheckpointReader(s.store.path(conversation_file("c"))) as r:
+        r.read_header()
+        records, problem = r.scan()
+    assert problem is None and records[-1].end == t2.save.tokens
+    assert [x.reason for x in records] == ["turn"] * len(records) and len(records) >= 3
+
+
+def test_switching_saves_the_conversation_left_and_restores_it(tiny_converted, tmp_path):
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    a, b = chat("chat A"), chat("chat B is different")
+    _, prompt_a, _ = s.sync("a", a)
+    s.sync("b", b)  # switching away saves "a"
+    assert s.store.conversation_entry("a").tokens == len(prompt_a)
+    _, _, back = s.sync("a", a)
+    assert back.source == DISK and back.restored_tokens == len(prompt_a) and back.prefilled_tokens == 1
+
+
+def test_a_new_conversation_reuses_the_saved_system_prompt(tiny_converted, tmp_path):
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    s.sync("a", chat("first conversation"))
+    prefixes = s.store.entries(kind="prefix")
+    assert len(prefixes) == 1
+    fresh = new_sessions(tiny_converted("int4"), tmp_path)
+    _, prompt, report = fresh.sync("b", chat("a second, unrelated conversation"))
+    assert report.source == DISK and report.restored_tokens == prefixes[0].tokens
+    assert report.prefilled_tokens == len(prompt) - prefixes[0].tokens
+
+
+def test_forget_drops_live_state_and_checkpoints(tiny_converted, tmp_path):
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    s.generate("c", chat("remember me"), GREEDY, 4)
+    path = s.store.path(conversation_file("c"))
+    assert path.exists()
+    assert s.forget("c") == 1
+    assert not path.exists() and s.engine.tokens == [] and s.store.entries(conversation="c") == []
+
+
+def test_interrupted_long_prefill_resumes_from_the_last_aligned_frontier(tiny_converted, tmp_path):
+    converted = tiny_converted("int4")
+    s = new_sessions(converted, tmp_path, save_align=64)
+    s.engine.prefill_chunk = 32
+    msgs = chat("word " * 52)  # about 231 tokens: frontiers at 64, 128, 192
+    cancel = CancelToken()
+
+    def stop_late(done: int, total: int) -> None:
+        if done >= 160:
+            cancel.cancel()
+
+    logits, prompt, report = s.sync("c", msgs, progress=stop_late, cancel=cancel)
+    assert logits is None and len(prompt) > 192
+    entry = s.store.conversation_entry("c")
+    assert entry.tokens == 128  # saved at 64 and 128; the cancel came before 192
+    again = new_sessions(converted, tmp_path, save_align=64)
+    _, prompt2, report2 = again.sync("c", msgs)
+    assert prompt2 == prompt
+    assert report2.source == DISK and report2.restored_tokens == 128
+    assert report2.prefilled_tokens == len(prompt) - 128
+
+
+def test_adaptive_resume_prefills_when_that_is_faster(tiny_converted, tmp_path):
+    converted = tiny_converted("int4")
+    s = new_sessions(converted, tmp_path)
+    msgs = chat("a question long enough to matter " * 3)
+    s.generate("c", msgs, GREEDY, 4)
+    s.close()
+    follow = msgs + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
+    slow_disk = new_sessions(converted, tmp_path)
+    slow_disk.throughput.read_bps, slow_disk.throughput.prefill_tps = 1e3, 1e6  # a slow disk, a fast model
+    _, _, report = slow_disk.sync("c", follow)
+    assert report.source == COLD and report.restore_estimate_ms > report.prefill_estimate_ms
+    fast_disk = new_sessions(converted, tmp_path)
+    fast_disk.throughput.read_bps, fast_disk.throughput.prefill_tps = 1e12, 1.0
+    _, _, report = fast_disk.sync("c", follow)
+    assert report.source == DISK and report.restore_estimate_ms < report.prefill_estimate_ms
+
+
+def test_throughput_is_measured_and_remembered(tiny_converted, tmp_path):
+    converted = tiny_converted("int4")
+    s = new_sessions(converted, tmp_path)
+    s.sync("c", chat("measure " * 12))
+    rate = s.throughput.prefill_tps
+    assert rate != 800.0  # moved off the default by a real measurement
+    assert new_sessions(converted, tmp_path).throughput.prefill_tps == pytest.approx(rate)
+
+
+def test_text_that_splits_a_character_across_tokens_resumes_cleanly(tiny_converted, tmp_path):
+    # The tiny vocabulary spells most non-ASCII characters byte by byte, so a frontier can fall
+    # inside a character; resuming must back off to a character boundary and still match a cold run.
+    converted = tiny_converted("int4")
+    s = new_sessions(converted, tmp_path)
+    msgs = chat("naïve café 日本語 ✓")
+    s.sync("c", msgs)
+    follow = msgs + [{"role": "assistant", "content": "日本"}, {"role": "user", "content": "語 ✓ ok"}]
+    _, prompt, report = new_sessions(converted, tmp_path).sync("c", follow)
+    assert report.source == DISK
+    text = s.engine.render(follow).encode()
+    assert b"".join(s.engine.tokenizer.token_bytes(t) for t in prompt) == text
