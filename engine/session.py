@@ -283,8 +283,9 @@ class ChatSessions:
         report = ResumeReport(LIVE if live else COLD, reused_tokens=live)
         entry = self.store.conversation_entry(conversation)
         failure = None
-        if entry is not None and entry.tokens > live and not self._file_is_ours(conversation):
-            if self._worth_restoring(entry, live, report):
+        if entry is not None and (entry.tokens > live or entry.tokens == 0) and not self._file_is_ours(conversation):
+            # tokens == 0: a file the index could not read; trying it reports why and replaces it
+            if entry.tokens == 0 or self._worth_restoring(entry, live, report):
                 loaded, failure = self._load(entry, text, lead, conversation)
                 if loaded:
                     report.source, report.restored_tokens = DISK, loaded

@@ -191,7 +191,9 @@ def pack_usage(seed: int, last_used_ms: int, hits: int) -> bytes:
 
 def unpack_header(data: bytes) -> FileHeader:
     """Parse and check the fixed header; raise CheckpointError naming the first thing wrong."""
-    if len(data) < 8 or data[:8] != MAGIC:
+    if len(data) < 8 and MAGIC.startswith(data):
+        raise CheckpointError(Reason.TRUNCATED, f"the file ends after {len(data)} bytes, inside the header")
+    if data[:8] != MAGIC:
         raise CheckpointError(Reason.BAD_MAGIC, "not a Hearth checkpoint (wrong magic bytes)")
     if len(data) < HEADER_SIZE:
         raise CheckpointError(Reason.TRUNCATED, f"the header is {len(data)} bytes; it should be {HEADER_SIZE}")

@@ -148,21 +148,24 @@ class CheckpointStore:
             self._index_unknown(name)
 
     def _index_unknown(self, name: str) -> None:
+        """Index a file the index did not know, without judging it: a damaged one is reported (with
+        its reason) and replaced when a session next tries it, not silently dropped here."""
         path = self.path(name)
+        header, records = None, []
         try:
             with CheckpointReader(path) as reader:
                 header = reader.read_header()
                 records, _ = reader.scan()
         except CheckpointError as exc:
-            log.warning("removing unreadable checkpoint %s: %s", name, exc)
-            path.unlink(missing_ok=True)
-            return
+            log.info("checkpoint %s does not verify (%s); a session will report and rebuild it", name, exc)
         last = records[-1] if records else None
-        # A conversation file's owner is found again by name (see ``claim``); anything else is an orphan.
+        # A conversation file's owner is found again by name (see ``conversation_entry``).
         kind = "prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-") else "orphan"
+        created = header.created_ms if header else int(time.time() * 1000)
         self.put(Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
-                       last.text_sha if last else b"", path.stat().st_size, header.model_fp, header.created_ms,
-                       header.last_used_ms or header.created_ms, header.hits, False))
+                       last.text_sha if last else b"", path.stat().st_size, header.model_fp if header else b"",
+                       created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
+                       False))
 
     # the index ---------------------------------------------------------------------------------------
     def put(self, e: Entry) -> None:
