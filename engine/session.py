@@ -34,7 +34,7 @@ from engine.checkpoint.identity import engine_identity
 from engine.checkpoint.lock import StoreBusyError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, prefix_file
-from engine.checkpoint.writer import NewRecord, append, now_ms, update_usage, write_new
+from engine.checkpoint.writer import NewRecord, append, cut, now_ms, update_usage, write_new
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
 from engine.sampling import SamplingParams
 
@@ -120,8 +120,10 @@ def _stamp(path: os.PathLike) -> tuple[int, int]:
 
 class ChatSessions:
     def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity | None = None,
-                 save_align: int = SAVE_ALIGN):
+                 save_align: int = SAVE_ALIGN, adaptive: bool = True):
+        """``adaptive`` False: always restore a usable checkpoint, even when re-reading looks faster."""
         self.engine, self.store = engine, store
+        self.adaptive = adaptive
         self.identity = identity or engine_identity(engine)
         self.save_align = save_align
         self.active: str | None = None
@@ -245,6 +247,7 @@ class ChatSessions:
         """Shutdown: save what is live."""
         report = self.save("shutdown") if self._dirty else None
         self.active = None
+        self.throughput.flush()
         return report
 
     def forget(self, conversation: str) -> int:
@@ -314,6 +317,8 @@ class ChatSessions:
         """Adaptive resume: compare the estimated restore time with re-reading the same tokens."""
         est = self.throughput.estimate(entry.bytes, entry.tokens - have)
         report.restore_estimate_ms, report.prefill_estimate_ms = est.restore_ms, est.prefill_ms
+        if not self.adaptive:
+            return True
         if not est.restore_wins:
             log.info("re-reading %d tokens (≈%.0f ms) beats restoring them (≈%.0f ms)",
                      entry.tokens - have, est.prefill_ms, est.restore_ms)
@@ -521,6 +526,9 @@ class ChatSessions:
             if keep and keep[-1].end == n and len(keep) == len(state.records):
                 return SaveReport(True, reason, n)
         start = keep[-1].end if keep else 0
+        if state is not None and start == n:  # the live state is one of the file's frontiers
+            cut(path, keep)
+            return self._saved(conversation, path, state.header, list(keep), tokens, reason, 0, 0)
         cuts = [b for b in sorted(set(boundaries)) if start < b < n] + [n]
         pieces, s = [], start
         for e in cuts:
@@ -535,13 +543,19 @@ class ChatSessions:
                 info, nbytes = append(path, header, records, piece)
                 records.append(info)
                 written += nbytes
+        return self._saved(conversation, path, header, records, tokens, reason, n - start, written)
+
+    def _saved(self, conversation: str, path: os.PathLike, header: FileHeader, records: list[RecordInfo],
+               tokens: list[int], reason: str, new_tokens: int, written: int) -> SaveReport:
+        """Remember what the file now holds, in memory and in the index."""
         self._states[conversation] = _FileState(header, records, tokens, _stamp(path))
+        name = conversation_file(conversation)
         old = self.store.entry(name)
         last = records[-1]
         self.store.put(Entry(name, conversation, "conversation", last.end, last.text_len, last.text_sha,
                              last.end_offset, self.identity.model_fp, header.created_ms, now_ms(),
                              old.hits if old else 0, old.pinned if old else False))
-        return SaveReport(True, reason, n, n - start, written)
+        return SaveReport(True, reason, len(tokens), new_tokens, written)
 
     def _file_state(self, conversation: str, path: os.PathLike) -> _FileState | None:
         """What the conversation's file holds, from memory if the file is unchanged since, else read."""

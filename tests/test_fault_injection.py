@@ -57,7 +57,7 @@ class Lab:
 
 
 def write_conversation(engine: Engine, root: Path, conv: str, *turns: list[dict]) -> bytes:
-    s = ChatSessions(engine, CheckpointStore(root))
+    s = ChatSessions(engine, CheckpointStore(root), adaptive=False)
     for msgs in turns:
         s.sync(conv, msgs)
         s.save("turn")
@@ -94,7 +94,7 @@ def run_case(lab: Lab, tmp: Path, data: bytes | None, with_prefix: bool = False,
         (root / CONV).write_bytes(data)
     if with_prefix:
         (root / lab.prefix_name).write_bytes(lab.prefix)
-    sessions = ChatSessions(lab.engine, CheckpointStore(root))
+    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
     if measure:
         tracemalloc.start()
     try:
@@ -165,7 +165,7 @@ def test_a_file_damaged_beyond_repair_is_deleted_and_rewritten(lab, tmp_path):
     root = tmp_path / "case"
     root.mkdir()
     (root / CONV).write_bytes(flip(lab.golden, 20))
-    sessions = ChatSessions(lab.engine, CheckpointStore(root))
+    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
     _, report = sessions.prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM and not (root / CONV).exists()
 
@@ -174,7 +174,7 @@ def test_a_damaged_tail_is_cut_back_to_the_last_good_record(lab, tmp_path):
     root = tmp_path / "case"
     root.mkdir()
     (root / CONV).write_bytes(flip(lab.golden, lab.records[-1].offset + 40))
-    _, report = ChatSessions(lab.engine, CheckpointStore(root)).prepare("c", TURN3)
+    _, report = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False).prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM
     assert (root / CONV).stat().st_size == lab.records[0].end_offset
 

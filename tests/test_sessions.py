@@ -23,8 +23,10 @@ def chat(*turns: str) -> list[dict]:
     return [SYSTEM] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
 
 
-def new_sessions(converted, root, **kw) -> ChatSessions:
-    return ChatSessions(Engine.load(converted, "cpu"), CheckpointStore(root), **kw)
+def new_sessions(converted, root, adaptive: bool = False, **kw) -> ChatSessions:
+    """Sessions that always restore (the tiny model prefills faster than a file opens); the adaptive
+    choice has its own test."""
+    return ChatSessions(Engine.load(converted, "cpu"), CheckpointStore(root), adaptive=adaptive, **kw)
 
 
 @pytest.mark.parametrize("precision", ["int4", "fp32"])
@@ -164,11 +166,11 @@ def test_adaptive_resume_prefills_when_that_is_faster(tiny_converted, tmp_path):
     s.generate("c", msgs, GREEDY, 4)
     s.close()
     follow = msgs + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
-    slow_disk = new_sessions(converted, tmp_path)
+    slow_disk = new_sessions(converted, tmp_path, adaptive=True)
     slow_disk.throughput.read_bps, slow_disk.throughput.prefill_tps = 1e3, 1e6  # a slow disk, a fast model
     _, _, report = slow_disk.sync("c", follow)
     assert report.source == COLD and report.restore_estimate_ms > report.prefill_estimate_ms
-    fast_disk = new_sessions(converted, tmp_path)
+    fast_disk = new_sessions(converted, tmp_path, adaptive=True)
     fast_disk.throughput.read_bps, fast_disk.throughput.prefill_tps = 1e12, 1.0
     _, _, report = fast_disk.sync("c", follow)
     assert report.source == DISK and report.restore_estimate_ms < report.prefill_estimate_ms

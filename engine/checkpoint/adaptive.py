@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ ALPHA = 0.3  # weight of the newest measurement
 # Until something is measured: a conservative disk and a prefill rate typical of the provider.
 DEFAULTS = {"cpu": (1.0e9, 800.0), "cuda": (1.0e9, 20000.0)}
 FIXED_RESTORE_MS = 2.0  # opening, header checks, index work
+SAVE_EVERY_S = 30.0  # the figures are a hint: no fsync on every turn
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Estimate:
 class Throughput:
     def __init__(self, path: Path, provider: str):
         self.path, self.provider = Path(path), provider
+        self._saved_at = -SAVE_EVERY_S
         read_bps, prefill_tps = DEFAULTS.get(provider, DEFAULTS["cpu"])
         self.read_bps, self.prefill_tps = read_bps, prefill_tps
         try:
@@ -47,6 +50,9 @@ class Throughput:
     def estimate(self, restore_bytes: int, prefill_tokens: int) -> Estimate:
         return Estimate(FIXED_RESTORE_MS + restore_bytes / self.read_bps * 1000, prefill_tokens / self.prefill_tps * 1000)
 
+    def flush(self) -> None:
+        self._save(force=True)
+
     def record_restore(self, nbytes: int, ms: float) -> None:
         if nbytes >= 1 << 20 and ms > 0:  # small reads say more about overhead than bandwidth
             self.read_bps = (1 - ALPHA) * self.read_bps + ALPHA * nbytes / (ms / 1000)
@@ -57,7 +63,10 @@ class Throughput:
             self.prefill_tps = (1 - ALPHA) * self.prefill_tps + ALPHA * tokens / (ms / 1000)
             self._save()
 
-    def _save(self) -> None:
+    def _save(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._saved_at < SAVE_EVERY_S:
+            return
+        self._saved_at = time.monotonic()
         try:
             data = json.loads(self.path.read_text()) if self.path.exists() else {}
             if not isinstance(data, dict):

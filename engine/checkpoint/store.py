@@ -130,7 +130,7 @@ class CheckpointStore:
     def remove_stale_temp_files(self) -> int:
         """Temp files left by a crash mid-write (``atomic_write`` names them ``.NAME.XXXX.tmp``)."""
         removed = 0
-        for p in self.root.glob(f".*{SUFFIX}.*.tmp"):
+        for p in self.root.glob(".*.tmp"):
             p.unlink(missing_ok=True)
             removed += 1
         if removed:

@@ -106,6 +106,13 @@ def append(path: Path, header: FileHeader, keep: Sequence[RecordInfo], rec: NewR
     return info, info.end_offset - offset
 
 
+def cut(path: Path, keep: Sequence[RecordInfo]) -> None:
+    """Drop every record after ``keep`` (the live state is a prefix of what the file holds)."""
+    with open(path, "r+b") as fh:
+        fh.truncate(keep[-1].end_offset if keep else HEADER_SIZE)
+        os.fsync(fh.fileno())
+
+
 def update_usage(path: Path, header: FileHeader, last_used_ms: int, hits: int) -> None:
     """Rewrite the usage slot in place; a torn write there only loses the statistics, never the file."""
     with open(path, "r+b") as fh:
