@@ -1,0 +1,176 @@
+"""``hearth-cli chat`` and ``hearth-cli kv`` end to end in subprocesses: the JSON contracts, resuming
+across processes, a disk that refuses checkpoint writes, and every bad-input path."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.checkpoint.store import conversation_file
+from engine.conversations import ConversationStore
+
+from .test_cli import assert_clean_error, run_cli
+
+CHAT_KEYS = {"conversation", "reply", "tokens", "stop_reason", "resume", "save", "context", "provider", "weights",
+             "timings"}
+RESUME_KEYS = {"source", "reason", "reused_tokens", "prefilled_tokens", "elapsed_ms"}
+
+
+def chat(home: Path, *extra: str, model: Path | None = None, env: dict | None = None):
+    args = ["chat", "--greedy", "--max-new-tokens", "12", "--json", "--provider", "cpu", *extra]
+    if model is not None:
+        args += ["--model", str(model)]
+    return run_cli(*args, home=home, env=env)
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    return tmp_path / "home"
+
+
+def test_chat_resumes_across_processes_and_stores_the_text(home, tiny_gguf):
+    first = chat(home, "--conversation", "c1", "--message", "hello there", "--system", "Be brief.", model=tiny_gguf)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert CHAT_KEYS <= out.keys() and RESUME_KEYS <= out["resume"].keys()
+    assert out["resume"]["source"] == "cold" and out["save"]["ok"]
+    second = json.loads(chat(home, "--conversation", "c1", "--message", "and again", model=tiny_gguf).stdout)
+    assert second["resume"]["source"] == "disk" and second["resume"]["reason"] is None
+    assert second["resume"]["reused_tokens"] > 0
+    assert second["resume"]["reused_tokens"] >= out["resume"]["prefilled_tokens"]  # at least the first prompt
+    convs = ConversationStore(home / "conversations.sqlite3")
+    assert [m["role"] for m in convs.chat_messages("c1")] == ["system", "user", "assistant", "user", "assistant"]
+    assert convs.chat_messages("c1")[-1]["content"] == second["reply"]
+
+
+def test_chat_reports_a_damaged_checkpoint_and_rebuilds(home, tiny_gguf):
+    assert chat(home, "--conversation", "c", "--message", "one", model=tiny_gguf).returncode == 0
+    path = home / "checkpoints" / conversation_file("c")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    out = json.loads(chat(home, "--conversation", "c", "--message", "two", model=tiny_gguf).stdout)
+    assert out["resume"]["source"] == "rebuilt" and out["resume"]["reason"] == "checksum"
+    assert out["save"]["ok"]
+    verify = run_cli("kv", "verify", "--all", "--json", "--model", str(tiny_gguf), home=home)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["damaged"] == 0
+
+
+def test_kv_ls_inspect_verify_gc(home, tiny_gguf):
+    for conv in ("a", "b"):
+        assert chat(home, "--conversation", conv, "--message", f"chat {conv}", "--system",
+                    "A shared system prompt, long enough to be worth saving.", model=tiny_gguf).returncode == 0
+    listing = json.loads(run_cli("kv", "ls", "--json", home=home).stdout)
+    kinds = sorted(e["kind"] for e in listing["entries"])
+    assert kinds == ["conversation", "conversation", "prefix"] and listing["budget"] == 2 << 30
+    path = home / "checkpoints" / conversation_file("a")
+    info = json.loads(run_cli("kv", "inspect", str(path), "--json", home=home).stdout)
+    assert info["problem"] is None and info["header"]["layers"] == 2 and len(info["records"]) == 2
+    assert info["tokens"] == info["records"][-1]["end"]
+    ok = run_cli("kv", "verify", "--all", "--json", "--model", str(tiny_gguf), home=home)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["checked"] == 3
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 1
+    path.write_bytes(bytes(data))
+    bad = run_cli("kv", "verify", str(path), "--json", "--model", str(tiny_gguf), home=home)
+    assert bad.returncode == 1
+    (result,) = json.loads(bad.stdout)["files"]
+    assert result["status"] == "damaged" and result["reason"] == "checksum"
+    ConversationStore(home / "conversations.sqlite3").delete("b")
+    gc = json.loads(run_cli("kv", "gc", "--budget-mb", "64", "--json", home=home).stdout)
+    assert conversation_file("b") in gc["orphans"] and gc["budget"] == 64 << 20
+    assert json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["budget"] == 64 << 20
+
+
+def test_kv_verify_marks_another_models_checkpoint_stale(home, tiny_gguf, tiny_dir):
+    from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+
+    assert chat(home, "--conversation", "a", "--message", "hi", model=tiny_gguf).returncode == 0
+    other = write_synthetic_gguf(tiny_dir / "stale-check.gguf", SyntheticSpec(seed=3))
+    out = run_cli("kv", "verify", "--all", "--json", "--model", str(other), home=home)
+    assert out.returncode == 0
+    statuses = {f["status"] for f in json.loads(out.stdout)["files"]}
+    assert statuses == {"stale"}
+
+
+def test_kv_inspect_of_a_foreign_file_names_the_problem(home, tmp_path):
+    junk = tmp_path / "junk.hkv"
+    junk.write_bytes(b"PK\x03\x04 not a checkpoint")
+    info = json.loads(run_cli("kv", "inspect", str(junk), "--json", home=home).stdout)
+    assert info["problem"]["reason"] == "bad_magic"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["chat", "--conversation", "bad id", "--message", "x"], "invalid conversation id"),
+    (["chat", "--conversation", "ok", "--message", "   "], "--message is empty"),
+    (["chat", "--conversation", "ok", "--message", "x", "--max-new-tokens", "0"], "at least 1"),
+    (["chat", "--conversation", "ok", "--message", "x", "--temperature", "-1"], "temperature"),
+    (["kv", "inspect", "/nonexistent/file.hkv"], "no such file"),
+    (["kv", "verify"], "--all"),
+    (["kv", "gc", "--budget-mb", "0"], "--budget-mb must be positive"),
+])
+def test_bad_input_gets_one_clear_error(home, args, needle):
+    assert_clean_error(run_cli(*args, home=home), needle)
+
+
+def test_chat_without_a_model_says_how_to_get_one(home):
+    proc = run_cli("chat", "--conversation", "c", "--message", "hi", home=home)
+    assert_clean_error(proc, "model fetch")
+    # The message was stored before the model was needed: nothing typed is lost.
+    assert ConversationStore(home / "conversations.sqlite3").chat_messages("c")[-1]["content"] == "hi"
+
+
+@pytest.mark.real_model
+def test_real_model_chat_remembers_and_resumes(real_home, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    for sub in ("models", "converted"):
+        (home / sub).symlink_to(real_home / sub)
+    first = json.loads(chat(home, "--conversation", "geo", "--message", "What is the capital of France?").stdout)
+    assert "Paris" in first["reply"] and first["resume"]["source"] == "cold"
+    second = json.loads(chat(home, "--conversation", "geo", "--message", "And of Germany?").stdout)
+    assert "Berlin" in second["reply"]
+    assert second["resume"]["source"] == "disk"
+    assert second["resume"]["reused_tokens"] >= first["context"]["tokens"] - 1
+    assert second["save"]["new_tokens"] < second["save"]["tokens"]
+
+
+def _limit_file_size(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write with EFBIG instead of killing us
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.real_model
+def test_a_full_disk_fails_the_save_not_the_turn(real_home, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    for sub in ("models", "converted"):
+        (home / sub).symlink_to(real_home / sub)
+    # Files may grow to 1 MiB: enough for SQLite, far too little for 30+ tokens × 46 KB of KV.
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--conversation", "full", "--message",
+                           "What is the capital of France?", "--greedy", "--max-new-tokens", "12", "--json",
+                           "--provider", "cpu"], capture_output=True, text=True, env={**_env(home)},
+                          preexec_fn=_limit_file_size(1 << 20), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "Paris" in out["reply"]
+    assert out["save"]["ok"] is False and "could not save" in out["save"]["error"]
+    convs = ConversationStore(home / "conversations.sqlite3")
+    assert [m["role"] for m in convs.chat_messages("full")] == ["user", "assistant"]
+    assert not list((home / "checkpoints").glob(".*.tmp"))  # the failed write cleaned up after itself
+    again = json.loads(chat(home, "--conversation", "full", "--message", "Thanks!").stdout)
+    assert again["save"]["ok"] and again["resume"]["source"] in ("cold", "disk")
+
+
+def _env(home: Path) -> dict:
+    import os
+
+    return {**os.environ, "HEARTH_HOME": str(home)}
