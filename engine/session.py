@@ -24,7 +24,6 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate
 
 import numpy as np
 
@@ -145,20 +144,23 @@ class ChatSessions:
         tb = self.engine.tokenizer.token_bytes
         return b"".join(tb(t) for t in tokens[lead_len:])
 
+    def _spelled(self, tokens: Sequence[int], lead_len: int) -> int:
+        """How many bytes of text ``tokens`` spell."""
+        ids = np.asarray(tokens[lead_len:], dtype=np.int64)
+        return int(self.engine.tokenizer.byte_lengths[ids].sum()) if ids.size else 0
+
     def _reusable(self, tokens: Sequence[int], lead: list[int], text: bytes) -> tuple[int, int]:
         """(tokens kept, bytes they spell): the longest token prefix spelling a prefix of ``text``
         that ends on a UTF-8 character boundary."""
         if not tokens or list(tokens[: len(lead)]) != lead:
             return 0, 0
-        tb = self.engine.tokenizer.token_bytes
-        lengths = [len(tb(t)) for t in tokens[len(lead):]]
+        ends = np.cumsum(self.engine.tokenizer.byte_lengths[np.asarray(tokens[len(lead):], dtype=np.int64)])
         matched = common_prefix_len(self._token_text(tokens, len(lead)), text)
-        ends = list(accumulate(lengths))
         k = int(np.searchsorted(ends, matched, side="right"))  # whole tokens inside the match
-        spelled = ends[k - 1] if k else 0
+        spelled = int(ends[k - 1]) if k else 0
         while k and spelled < len(text) and (text[spelled] & 0xC0) == 0x80:
             k -= 1
-            spelled = ends[k - 1] if k else 0
+            spelled = int(ends[k - 1]) if k else 0
         if k == 0 and not lead:
             return 0, 0
         return len(lead) + k, spelled
@@ -192,7 +194,7 @@ class ChatSessions:
         report = self._restore(conversation, text, lead)
         self.active = conversation
         kept = list(self.engine.tokens)
-        spelled = len(self._token_text(kept, len(lead))) if kept else 0
+        spelled = self._spelled(kept, len(lead))
         rest = self.engine.tokenizer.encode(text[spelled:].decode("utf-8"))
         prompt = (kept if kept else lead) + rest
         report.restore_ms = (time.perf_counter() - started) * 1000
@@ -346,7 +348,8 @@ class ChatSessions:
         Returns (tokens now in the KV, the failure if the file was damaged or unusable). The KV is
         emptied first, so on any failure nothing unverified survives in it.
         """
-        self.engine.reset()
+        self.engine.tokens.clear()  # invalidate the live state, but keep its buffers for the rows
+        self.engine.cache.truncate(0)
         self._dirty = False
         started = time.perf_counter()
         try:
@@ -407,8 +410,9 @@ class ChatSessions:
                 self.throughput.record_restore(usable[good - 1].end_offset, (time.perf_counter() - started) * 1000)
             if problem is None and scan_problem is None and conversation is not None:
                 self._states[conversation] = _FileState(header, usable[:good], tokens[:end], _stamp(path))
-        keep, _ = self._reusable(engine.tokens, lead, text)  # back to a character boundary if needed
-        if keep < len(engine.tokens):
+        spelled = self._spelled(engine.tokens, len(lead))
+        if spelled < len(text) and (text[spelled] & 0xC0) == 0x80:  # back to a character boundary
+            keep, _ = self._reusable(engine.tokens, lead, text)
             engine.truncate(keep)
         return len(engine.tokens), problem
 
@@ -428,10 +432,13 @@ class ChatSessions:
     def _read_rows(self, reader: CheckpointReader, records: list[RecordInfo]) -> tuple[int, CheckpointError | None]:
         cache = self.engine.cache
         end = records[-1].end
-        cache.reserve(end)
+        cache.fit_for_overwrite(end)
         if cache.host_blocks(0, 0) is not None:  # host memory: read straight into the cache
             good, problem = reader.load_rows(records, cache.host_blocks)
-            cache.commit(records[good - 1].end if good else 0)
+            valid = records[good - 1].end if good else 0
+            if valid < end:
+                cache.clear(valid, end)  # no unverified bytes linger, even as scratch
+            cache.commit(valid)
             return good, problem
         staged: list[tuple[int, np.ndarray, np.ndarray]] = []  # device memory: stage on the host
 

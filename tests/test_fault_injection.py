@@ -307,3 +307,15 @@ def test_unreadable_and_foreign_files(lab, tmp_path):
     assert run_case(lab, tmp_path, b"")[0].reason in {Reason.TRUNCATED, Reason.BAD_MAGIC}
     assert run_case(lab, tmp_path, b"GGUF" + bytes(1000))[0].reason == Reason.BAD_MAGIC
     assert run_case(lab, tmp_path, lab.golden[:HEADER_SIZE])[0].reason == Reason.TRUNCATED
+
+
+def test_rows_of_a_failed_record_do_not_linger_in_the_cache(lab, tmp_path):
+    last = lab.records[-1]
+    root = tmp_path / "case"
+    root.mkdir()
+    (root / CONV).write_bytes(flip(lab.golden, last.end_offset - 3))
+    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
+    _, report = sessions.prepare("c", TURN3)
+    assert report.reason == Reason.CHECKSUM and lab.engine.cache.length == lab.records[0].end
+    for block in lab.engine.cache.host_blocks(last.start, last.end):
+        assert not block.any()  # zeroed, not the unverified bytes

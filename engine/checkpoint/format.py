@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,6 +170,20 @@ class RecordInfo:
 
 def xxh(data, seed: int) -> int:
     return xxhash.xxh3_64_intdigest(data, seed=seed)
+
+
+def layer_digest(blocks: Iterable, seed: int) -> int:
+    """XXH3-64 of one layer's rows as stored (its K heads, then its V heads), streamed block by block."""
+    h = xxhash.xxh3_64(seed=seed)
+    for block in blocks:
+        h.update(memoryview(block).cast("B"))
+    return h.intdigest()
+
+
+def rows_digest(layer_digests: Sequence[int], seed: int) -> int:
+    """A record's rows checksum: XXH3-64 over the layers' digests (u64 each, in layer order). Hashing
+    layer by layer lets a reader verify layers in parallel while still covering every byte."""
+    return xxh(struct.pack(f"<{len(layer_digests)}Q", *layer_digests), seed)
 
 
 # header ------------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import xxhash
 
 from engine.checkpoint.format import (
     HEADER_SIZE,
@@ -27,9 +26,11 @@ from engine.checkpoint.format import (
     FileHeader,
     Identity,
     RecordInfo,
+    layer_digest,
     pack_header,
     pack_record_header,
     pack_usage,
+    rows_digest,
     xxh,
 )
 from engine.fsutil import atomic_write
@@ -62,14 +63,12 @@ def new_header(identity: Identity) -> FileHeader:
 
 def _write_record(fh: BinaryIO, header: FileHeader, seq: int, chain: int, offset: int, rec: NewRecord) -> RecordInfo:
     token_bytes = np.asarray(rec.tokens, dtype="<u4").tobytes()
-    rows = xxhash.xxh3_64(seed=header.seed)
-    payload = len(token_bytes)
-    for block in rec.blocks:
-        view = memoryview(block).cast("B")
-        rows.update(view)
-        payload += len(view)
+    per_layer = len(rec.blocks) // header.shape.n_layers
+    layers = [rec.blocks[i : i + per_layer] for i in range(0, len(rec.blocks), per_layer)]
+    rows = rows_digest([layer_digest(blocks, header.seed) for blocks in layers], header.seed)
+    payload = len(token_bytes) + sum(memoryview(b).nbytes for b in rec.blocks)
     info = RecordInfo(seq, rec.start, rec.end, rec.text_len, rec.text_sha, now_ms(), rec.reason, payload,
-                      xxh(token_bytes, header.seed), rows.intdigest(), 0, offset)
+                      xxh(token_bytes, header.seed), rows, 0, offset)
     packed = pack_record_header(info, chain)
     info.header_xxh = int.from_bytes(packed[-8:], "little")
     fh.write(packed)

@@ -80,6 +80,7 @@ class Tokenizer:
         for i, tok in enumerate(tokens):
             raw = token_text_to_bytes(tok)
             self._bytes.append(raw if raw is not None and i not in self._special_ids else tok.encode("utf-8"))
+        self.byte_lengths = np.array([len(b) for b in self._bytes], dtype=np.int64)  # for fast text offsets
 
     @classmethod
     def from_gguf(cls, model: GGUFModel) -> Tokenizer:

@@ -1,0 +1,171 @@
+"""Resume benchmark (not a test): time to first token resuming a conversation from its checkpoint vs
+a cold prefill, save cost per turn, and checkpoint bytes per token, on the default model.
+
+    python bench/resume.py [--data-dir DIR] [--sizes 512,2048,8000] [--weights int4] [--provider cpu]
+
+For each size a conversation of about that many tokens is built from fixed text, in one process, in
+one run, so the ratios are fair:
+  cold      a fresh store: the whole prompt is prefilled (time to first token);
+  save      the whole context written to a new file, and one more turn appended (bytes must follow
+            the new tokens, not the total);
+  resume    a new session on the same store restores and verifies every record (page cache warm),
+            then prefills the new message: time to first token;
+  restore   restore + full verification alone, warm and (where the OS allows dropping the page
+            cache, i.e. as root on Linux) cold.
+Prints a table and writes bench/results/resume.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORDS = ("river stone lantern harbor meadow copper willow signal orchard canyon ember glacier compass "
+         "thistle beacon quarry saddle marble falcon prairie cedar tundra anchor velvet").split()
+
+
+def paragraph(seed: int, words: int) -> str:
+    return " ".join(WORDS[(seed * 7 + i * 13 + i * i) % len(WORDS)] for i in range(words)) + "."
+
+
+def conversation_of(engine, target: int) -> list[dict]:
+    """Alternating user/assistant turns of fixed text until the prompt reaches ``target`` tokens."""
+    msgs = [{"role": "system", "content": "You are a helpful assistant who answers in detail."}]
+    turn = 0
+    while True:
+        role = "user" if turn % 2 == 0 else "assistant"
+        msgs.append({"role": role, "content": paragraph(turn, 60)})
+        turn += 1
+        if role == "user" and len(engine.prompt_tokens(msgs)) >= target:
+            return msgs
+
+
+def drop_page_cache() -> bool:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def measure(engine, size: int, workdir: Path) -> dict:
+    from engine.checkpoint.store import CheckpointStore, conversation_file
+    from engine.session import ChatSessions
+
+    msgs = conversation_of(engine, size)
+    store_dir = workdir / f"store-{size}"
+    out: dict = {"target_tokens": size}
+
+    # cold: nothing on disk
+    s = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
+    t = time.perf_counter()
+    _, prompt, report = s.sync("c", msgs)
+    out["cold_ttft_ms"] = (time.perf_counter() - t) * 1000
+    out["tokens"] = len(prompt)
+    assert report.source == "cold"
+
+    # a save of the whole context into a new file (the cold prefill above already saved at every
+    # 2,048-token frontier, so drop that file first), then one turn appended: its own rows only
+    s.save("turn")
+    s.store.remove(conversation_file("c"))
+    full = s.save("turn")
+    out["full_save_ms"], out["full_save_bytes"] = full.elapsed_ms, full.bytes_written
+    follow = msgs + [{"role": "assistant", "content": paragraph(99, 40)},
+                     {"role": "user", "content": "Summarize all of that in one line."}]
+    _, follow_prompt, _ = s.sync("c", follow)
+    append = s.save("turn")
+    out["append_tokens"], out["append_bytes"], out["append_ms"] = append.new_tokens, append.bytes_written, append.elapsed_ms
+    path = store_dir / conversation_file("c")
+    out["file_bytes"] = path.stat().st_size
+    shape = s.identity.shape
+    out["bytes_per_token"] = out["file_bytes"] / len(follow_prompt)
+    out["minimum_bytes_per_token"] = shape.bytes_per_token
+    out["overhead_pct"] = (out["bytes_per_token"] / shape.bytes_per_token - 1) * 100
+
+    # resume: a new session (as after a restart) on a warm page cache, then the new message
+    again = follow + [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks!"}]
+    best = None
+    for _ in range(3):
+        engine.reset()
+        r = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
+        t = time.perf_counter()
+        _, _, rep = r.sync("c", again)
+        ttft = (time.perf_counter() - t) * 1000
+        assert rep.source == "disk", rep
+        if best is None or ttft < best[0]:
+            best = (ttft, rep)
+        r.store.close()
+    ttft, rep = best
+    out["resume_ttft_ms"], out["restore_verify_ms"] = ttft, rep.restore_ms
+    out["resume_prefilled_tokens"], out["restored_tokens"] = rep.prefilled_tokens, rep.restored_tokens
+    out["restore_gb_s"] = out["file_bytes"] / (rep.restore_ms / 1000) / 1e9
+    out["restore_vs_prefill"] = out["cold_ttft_ms"] / rep.restore_ms  # the same tokens' KV, two ways
+
+    # cold prefill of the same final prompt, for a like-for-like ratio
+    engine.reset()
+    cold = ChatSessions(engine, CheckpointStore(workdir / f"cold-{size}"), adaptive=False)
+    t = time.perf_counter()
+    cold.sync("c", again)
+    out["cold_ttft_same_prompt_ms"] = (time.perf_counter() - t) * 1000
+    out["speedup"] = out["cold_ttft_same_prompt_ms"] / out["resume_ttft_ms"]
+
+    if drop_page_cache():
+        engine.reset()
+        r = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
+        _, _, rep = r.sync("c", again)
+        out["restore_verify_cold_cache_ms"] = rep.restore_ms
+    s.store.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir")
+    ap.add_argument("--sizes", default="512,2048,8000")
+    ap.add_argument("--weights", default="int4")
+    ap.add_argument("--provider", default="cpu")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "resume.json"))
+    args = ap.parse_args()
+
+    from engine.loader import load_engine
+    from engine.paths import resolve_paths
+
+    engine, converted, _ = load_engine(resolve_paths(args.data_dir).ensure(), weights=args.weights,
+                                       provider=args.provider)
+    engine.prefill(engine.tokenizer.encode("warm up " * 16))
+    engine.reset()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hearth-resume-") as tmp:
+        for size in (int(x) for x in args.sizes.split(",")):
+            rows.append(measure(engine, size, Path(tmp)))
+            print(f"measured {size}", file=sys.stderr)
+
+    header = ("tokens", "cold TTFT ms", "resume TTFT ms", "TTFT ratio", "restore+verify ms", "vs prefill",
+              "cold-cache ms", "GB/s", "append tok", "append bytes", "append ms", "full save ms", "B/token", "overhead")
+    print(" | ".join(header))
+    for r in rows:
+        print(" | ".join([
+            f"{r['tokens']}", f"{r['cold_ttft_same_prompt_ms']:.0f}", f"{r['resume_ttft_ms']:.1f}",
+            f"{r['speedup']:.0f}×", f"{r['restore_verify_ms']:.1f}", f"{r['restore_vs_prefill']:.0f}×",
+            f"{r.get('restore_verify_cold_cache_ms', float('nan')):.1f}", f"{r['restore_gb_s']:.2f}",
+            f"{r['append_tokens']}", f"{r['append_bytes']}", f"{r['append_ms']:.1f}", f"{r['full_save_ms']:.1f}",
+            f"{r['bytes_per_token']:.0f}", f"{r['overhead_pct']:.2f}%"]))
+    result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+              "weights": converted.precision, "provider": engine.provider, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
