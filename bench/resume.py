@@ -92,18 +92,23 @@ def measure(engine, size: int, workdir: Path) -> dict:
     out["minimum_bytes_per_token"] = shape.bytes_per_token
     out["overhead_pct"] = (out["bytes_per_token"] / shape.bytes_per_token - 1) * 100
 
-    # resume: a new session (as after a restart) on a warm page cache, then the new message
+    # resume: a new session on a warm page cache, then the new message. The first time into fresh
+    # memory (as after a restart: the kernel zero-fills every page first), then best of three into
+    # the buffers a previous conversation left (as when switching between long chats).
     again = follow + [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks!"}]
     best = None
-    for _ in range(3):
-        engine.reset()
+    engine.reset()
+    for attempt in range(4):
         r = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
         t = time.perf_counter()
         _, _, rep = r.sync("c", again)
         ttft = (time.perf_counter() - t) * 1000
         assert rep.source == "disk", rep
-        if best is None or ttft < best[0]:
+        if attempt == 0:
+            out["restart_restore_verify_ms"], out["restart_resume_ttft_ms"] = rep.restore_ms, ttft
+        elif best is None or ttft < best[0]:
             best = (ttft, rep)
+        engine.truncate(rep.restored_tokens)  # drop the new message's rows; keep the buffers
         r.store.close()
     ttft, rep = best
     out["resume_ttft_ms"], out["restore_verify_ms"] = ttft, rep.restore_ms
@@ -151,12 +156,14 @@ def main() -> None:
             print(f"measured {size}", file=sys.stderr)
 
     header = ("tokens", "cold TTFT ms", "resume TTFT ms", "TTFT ratio", "restore+verify ms", "vs prefill",
-              "cold-cache ms", "GB/s", "append tok", "append bytes", "append ms", "full save ms", "B/token", "overhead")
+              "after restart ms", "cold-cache ms", "GB/s", "append tok", "append bytes", "append ms", "full save ms",
+              "B/token", "overhead")
     print(" | ".join(header))
     for r in rows:
         print(" | ".join([
             f"{r['tokens']}", f"{r['cold_ttft_same_prompt_ms']:.0f}", f"{r['resume_ttft_ms']:.1f}",
             f"{r['speedup']:.0f}×", f"{r['restore_verify_ms']:.1f}", f"{r['restore_vs_prefill']:.0f}×",
+            f"{r['restart_restore_verify_ms']:.1f}",
             f"{r.get('restore_verify_cold_cache_ms', float('nan')):.1f}", f"{r['restore_gb_s']:.2f}",
             f"{r['append_tokens']}", f"{r['append_bytes']}", f"{r['append_ms']:.1f}", f"{r['full_save_ms']:.1f}",
             f"{r['bytes_per_token']:.0f}", f"{r['overhead_pct']:.2f}%"]))

@@ -138,8 +138,14 @@ class Engine:
         if n == 0:
             self.cache.shrink_to_fit()
 
-    def reset(self) -> None:
-        self.truncate(0)
+    def reset(self, keep_buffers: bool = False) -> None:
+        """Empty the cache. ``keep_buffers``: keep its capacity, for a restore that may reuse it
+        (fresh memory costs page faults: ~50 ms for an 8k-token cache); the caller shrinks after."""
+        if keep_buffers:
+            self.tokens.clear()
+            self.cache.truncate(0)
+        else:
+            self.truncate(0)
 
     def export_kv(self, start: int = 0, end: int | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
         end = len(self.tokens) if end is None else end

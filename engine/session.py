@@ -241,7 +241,7 @@ class ChatSessions:
     def switch_away(self) -> SaveReport | None:
         """Save the active conversation (if it changed) and drop its live KV."""
         report = self.save("switch") if self._dirty else None
-        self.engine.reset()
+        self.engine.reset(keep_buffers=True)  # the next conversation's restore may reuse them
         self.active = None
         return report
 
@@ -284,7 +284,7 @@ class ChatSessions:
                 engine.truncate(live)
                 self._dirty = True
         else:
-            engine.reset()
+            engine.reset(keep_buffers=True)
         report = ResumeReport(LIVE if live else COLD, reused_tokens=live)
         entry = self.store.conversation_entry(conversation)
         failure = None
@@ -298,6 +298,8 @@ class ChatSessions:
             loaded = self._restore_shared_prefix(text, lead, report)
             if loaded:
                 report.source, report.restored_tokens = DISK, loaded
+        if not engine.tokens:
+            engine.cache.shrink_to_fit()  # nothing restored: don't decode in an oversized buffer
         if failure is not None:
             report.source, report.reason = REBUILT, failure.reason
             report.message, report.plain = str(failure), failure.plain
@@ -348,8 +350,7 @@ class ChatSessions:
         Returns (tokens now in the KV, the failure if the file was damaged or unusable). The KV is
         emptied first, so on any failure nothing unverified survives in it.
         """
-        self.engine.tokens.clear()  # invalidate the live state, but keep its buffers for the rows
-        self.engine.cache.truncate(0)
+        self.engine.reset(keep_buffers=True)  # invalidate the live state; its buffers may take the rows
         self._dirty = False
         started = time.perf_counter()
         try:

@@ -319,3 +319,14 @@ def test_rows_of_a_failed_record_do_not_linger_in_the_cache(lab, tmp_path):
     assert report.reason == Reason.CHECKSUM and lab.engine.cache.length == lab.records[0].end
     for block in lab.engine.cache.host_blocks(last.start, last.end):
         assert not block.any()  # zeroed, not the unverified bytes
+
+
+def test_a_checkpoint_that_cannot_be_read_is_an_io_error(lab, tmp_path):
+    root = tmp_path / "case"
+    root.mkdir()
+    (root / CONV).mkdir()  # something unreadable where the file should be
+    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
+    turn = sessions.generate("c", TURN3, GREEDY, 12)
+    assert turn.resume.reason == Reason.IO_ERROR and turn.resume.source == REBUILT
+    assert turn.generation.tokens == lab.clean  # the reply still comes, from a full prefill
+    assert not turn.save.ok and "could not save" in turn.save.error  # and saving says why it cannot
