@@ -4,6 +4,7 @@ across processes, a disk that refuses checkpoint writes, and every bad-input pat
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -126,12 +127,19 @@ def test_chat_without_a_model_says_how_to_get_one(home):
     assert ConversationStore(home / "conversations.sqlite3").chat_messages("c")[-1]["content"] == "hi"
 
 
-@pytest.mark.real_model
-def test_real_model_chat_remembers_and_resumes(real_home, tmp_path):
+@pytest.fixture
+def real_model_home(real_home, tmp_path) -> Path:
+    """An empty data dir that shares the real model and its conversions (no copy, no reconversion)."""
     home = tmp_path / "home"
     home.mkdir()
     for sub in ("models", "converted"):
         (home / sub).symlink_to(real_home / sub)
+    return home
+
+
+@pytest.mark.real_model
+def test_real_model_chat_remembers_and_resumes(real_model_home):
+    home = real_model_home
     first = json.loads(chat(home, "--conversation", "geo", "--message", "What is the capital of France?").stdout)
     assert "Paris" in first["reply"] and first["resume"]["source"] == "cold"
     second = json.loads(chat(home, "--conversation", "geo", "--message", "And of Germany?").stdout)
@@ -149,15 +157,12 @@ def _limit_file_size(limit: int):
 
 
 @pytest.mark.real_model
-def test_a_full_disk_fails_the_save_not_the_turn(real_home, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    for sub in ("models", "converted"):
-        (home / sub).symlink_to(real_home / sub)
+def test_a_full_disk_fails_the_save_not_the_turn(real_model_home):
+    home = real_model_home
     # Files may grow to 1 MiB: enough for SQLite, far too little for 30+ tokens × 46 KB of KV.
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--conversation", "full", "--message",
                            "What is the capital of France?", "--greedy", "--max-new-tokens", "12", "--json",
-                           "--provider", "cpu"], capture_output=True, text=True, env={**_env(home)},
+                           "--provider", "cpu"], capture_output=True, text=True, env={**os.environ, "HEARTH_HOME": str(home)},
                           preexec_fn=_limit_file_size(1 << 20), timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -168,9 +173,3 @@ def test_a_full_disk_fails_the_save_not_the_turn(real_home, tmp_path):
     assert not list((home / "checkpoints").glob(".*.tmp"))  # the failed write cleaned up after itself
     again = json.loads(chat(home, "--conversation", "full", "--message", "Thanks!").stdout)
     assert again["save"]["ok"] and again["resume"]["source"] in ("cold", "disk")
-
-
-def _env(home: Path) -> dict:
-    import os
-
-    return {**os.environ, "HEARTH_HOME": str(home)}
