@@ -404,8 +404,6 @@ class ChatSessions:
                 self._cut_back(entry, header, records, good, conversation, problem)
             elif scan_problem is not None:  # damage beyond what this text needs: repair quietly
                 self._cut_back(entry, header, records, len(records), conversation, scan_problem)
-                if conversation is not None:
-                    self._states.pop(conversation, None)
             if good:
                 self._touch(entry, header, path)
                 self.throughput.record_restore(usable[good - 1].end_offset, (time.perf_counter() - started) * 1000)

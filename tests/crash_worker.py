@@ -17,11 +17,19 @@ from engine.sampling import SamplingParams
 from engine.session import ChatSessions
 
 
+class AnnouncingSessions(ChatSessions):
+    """Says when a save starts, so the parent can aim its kill at the write itself."""
+
+    def save(self, *args, **kwargs):
+        print("saving", flush=True)
+        return super().save(*args, **kwargs)
+
+
 def main() -> None:
     gguf, converted_dir, data = (Path(a) for a in sys.argv[1:4])
     engine = Engine.load(ensure_converted(gguf, "int4", converted_dir), "cpu")
     convs = ConversationStore(data / "conversations.sqlite3")
-    sessions = ChatSessions(engine, CheckpointStore(data / "checkpoints"), save_align=64, adaptive=False)
+    sessions = AnnouncingSessions(engine, CheckpointStore(data / "checkpoints"), save_align=64, adaptive=False)
     engine.prefill_chunk = 32  # several aligned saves per prefill
     existing = sorted(c.id for c in convs.list())
     conv = existing[-1] if existing else "crash-000"

@@ -17,28 +17,36 @@ from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore
 from engine.generation import Engine
+from engine.model.convert import ensure_converted
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.session import ChatSessions
 
 from .conftest import REPO
 
-KILLS = 14
+KILLS = 20
 
 
-def run_and_kill(args: list[str], delay: float) -> list[str]:
+def run_and_kill(args: list[str], delay: float, during_save: bool) -> list[str]:
+    """Start the worker; kill it ``delay`` s after it is ready, or (``during_save``) that long after
+    the first save it announces once ready, so the kill lands inside the write."""
     proc = subprocess.Popen([sys.executable, "-m", "tests.crash_worker", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
-    ready = threading.Event()
+    ready, saving = threading.Event(), threading.Event()
 
     def read() -> None:
         for line in proc.stdout:
             lines.append(line.strip())
             if line.startswith("ready"):
                 ready.set()
+            elif line.startswith("saving") and ready.is_set() and len(lines) > 4:
+                saving.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     assert ready.wait(120), proc.stderr.read() if proc.poll() is not None else "worker never became ready"
+    if during_save:
+        assert saving.wait(60), "the worker never saved"
     time.sleep(delay)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -47,16 +55,21 @@ def run_and_kill(args: list[str], delay: float) -> list[str]:
     return lines
 
 
-def test_sigkill_while_saving_never_leaves_a_damaged_checkpoint(tiny_gguf, tiny_dir, tiny_converted, tmp_path):
-    tiny_converted("int4")  # converted once here, so workers start fast
+def test_sigkill_while_saving_never_leaves_a_damaged_checkpoint(tmp_path):
+    # Wide enough that a save writes megabytes (32 KB of KV per token), so kills land mid-write.
+    gguf = write_synthetic_gguf(tmp_path / "wide.gguf", SyntheticSpec(n_layers=8, n_embd=512, n_head=8,
+                                                                      n_head_kv=8, n_ff=1024))
+    engine = Engine.load(ensure_converted(gguf, "int4", tmp_path / "converted"), "cpu")  # once, before workers
     rng = random.Random(20261129)
     stored: list[tuple[str, int]] = []
-    args = [str(tiny_gguf), str(tiny_dir / "converted"), str(tmp_path)]
-    engine = Engine.load(tiny_converted("int4"), "cpu")
-    for _ in range(KILLS):
-        lines = run_and_kill(args, rng.uniform(0.02, 0.6))
+    interrupted = 0  # kills that provably landed inside a write: a torn tail or a temp file left
+    args = [str(gguf), str(tmp_path / "converted"), str(tmp_path)]
+    for i in range(KILLS):
+        during_save = i % 2 == 1
+        lines = run_and_kill(args, rng.uniform(0, 0.003) if during_save else rng.uniform(0.02, 0.6), during_save)
         stored += [(ln.split()[1], int(ln.split()[2])) for ln in lines if ln.startswith("stored")]
 
+        interrupted += len(list((tmp_path / "checkpoints").glob(".*.tmp")))
         store = CheckpointStore(tmp_path / "checkpoints")  # opening it clears temp files of a killed write
         assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
         for entry in store.entries():
@@ -64,6 +77,7 @@ def test_sigkill_while_saving_never_leaves_a_damaged_checkpoint(tiny_gguf, tiny_
                 reader.read_header()
                 _, problem = reader.verify_all(engine.tokenizer.vocab_size)
             assert problem is None or problem.reason == Reason.TRUNCATED, f"{entry.name}: {problem}"
+            interrupted += problem is not None
 
         convs = ConversationStore(tmp_path / "conversations.sqlite3")
         for conv, seq in stored:  # every message the worker saw stored survived the kill
@@ -78,3 +92,4 @@ def test_sigkill_while_saving_never_leaves_a_damaged_checkpoint(tiny_gguf, tiny_
         convs.close()
         store.close()
     assert len(stored) > KILLS  # the worker got real work done between kills
+    assert interrupted >= 1  # and some kills really did cut a write short
