@@ -56,12 +56,17 @@ def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_conver
     s = new_sessions(converted, tmp_path)
     _, prompt, report = s.sync("c", msgs)
     assert report.source == COLD and report.prefilled_tokens == len(prompt)
-    s.close()
+    shutdown = s.close()  # nothing was saved yet: shutdown saves it
+    assert shutdown.ok and shutdown.reason == "shutdown" and shutdown.tokens == len(prompt)
     again = new_sessions(converted, tmp_path)
     _, prompt2, report2 = again.sync("c", msgs + [{"role": "assistant", "content": "an answer"},
                                                  {"role": "user", "content": "second"}])
     assert report2.source == DISK and report2.restored_tokens == len(prompt)
     assert report2.prefilled_tokens == len(prompt2) - len(prompt)
+    with CheckpointReader(again.store.path(conversation_file("c"))) as r:
+        header = r.read_header()
+    assert header.hits == 1 and header.last_used_ms >= header.created_ms  # the usage slot counts restores
+    assert again.store.conversation_entry("c").hits == 1
 
 
 def test_editing_an_earlier_message_prefills_only_the_suffix(tiny_converted, tmp_path):
