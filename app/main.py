@@ -1,8 +1,4 @@
-"""``hearth``: the desktop app's entry point.
-
-The Qt window arrives with its own issue; until then ``hearth`` opens the terminal chat, which runs
-the same engine the window will.
-"""
+"""``hearth``: the desktop app. ``hearth --terminal`` keeps the terminal chat."""
 
 from __future__ import annotations
 
@@ -12,26 +8,67 @@ import sys
 
 from engine.errors import HearthError
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS
-from engine.paths import resolve_paths
 from engine.runtime.providers import PROVIDER_CHOICES
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hearth", description="Chat with a local language model.")
-    parser.add_argument("--data-dir", help="keep models and conversations here")
+    parser.add_argument("--data-dir", help="keep models and conversations here (default: $HEARTH_HOME or the user dirs)")
     parser.add_argument("--weights", choices=list(PRECISIONS), default=DEFAULT_PRECISION)
     parser.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
     parser.add_argument("--model", help="a GGUF file to use instead of the default model")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from engine.terminal_chat import run_terminal_chat
+    parser.add_argument("--terminal", action="store_true", help="chat in the terminal instead of a window")
+    parser.add_argument("--debug", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from app.config import AppConfig
 
     try:
-        return run_terminal_chat(resolve_paths(args.data_dir).ensure(), weights=args.weights,
-                                 provider=args.provider, model=args.model)
+        config = AppConfig.from_args(args.data_dir, args.model, args.weights, args.provider)
+        if args.terminal:
+            from engine.terminal_chat import run_terminal_chat
+
+            return run_terminal_chat(config.paths, weights=args.weights, provider=args.provider, model=args.model)
+        return run_window(config)
     except HearthError as exc:
         print(f"hearth: error: {exc}", file=sys.stderr)
         return 1
+
+
+def run_window(config) -> int:
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    from app.single_instance import SingleInstance
+
+    QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Hearth")
+    app.setOrganizationName("Hearth")
+    app.setDesktopFileName("hearth")
+    instance = SingleInstance(config.paths.data)
+    if instance.already_running():
+        print(f"hearth: already running for {config.paths.data}; brought its window to the front", file=sys.stderr)
+        return 0
+    instance.listen()
+    from app.main_window import MainWindow
+
+    window = MainWindow(config)
+
+    def bring_to_front() -> None:
+        window.showNormal()
+        window.raise_()
+        window.activateWindow()
+
+    instance.activated.connect(bring_to_front)
+    window.show()
+    return app.exec()
 
 
 if __name__ == "__main__":

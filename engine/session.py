@@ -22,7 +22,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -222,10 +222,14 @@ class ChatSessions:
 
     def generate(self, conversation: str, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = 256, on_text: TextFn | None = None, progress: ProgressFn | None = None,
-                 cancel: CancelToken | None = None) -> TurnResult:
-        """One turn: resume, prefill the rest, decode, save the turn (prompt and reply as two records)."""
+                 cancel: CancelToken | None = None,
+                 on_ready: Callable[[ResumeReport], None] | None = None) -> TurnResult:
+        """One turn: resume, prefill the rest, decode, save the turn (prompt and reply as two records).
+        ``on_ready`` gets the resume report once the prompt is in the KV, before decoding starts."""
         started = time.perf_counter()
         logits, prompt, report = self.sync(conversation, messages, progress, cancel)
+        if on_ready is not None:
+            on_ready(report)
         if logits is None:
             result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
         else:

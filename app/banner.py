@@ -1,0 +1,74 @@
+"""A non-modal banner above the transcript: what went wrong with the saved context, progress of the
+rebuild, and how it ended. The transcript and composer stay usable underneath."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QToolButton, QVBoxLayout
+
+from app.text import duration
+
+
+class CacheBanner(QFrame):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("cacheBanner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet("#cacheBanner { background-color: rgba(230, 170, 40, 0.18); border-radius: 6px; }")
+        self.setAccessibleName("Saved context status")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 6, 6, 6)
+        row = QHBoxLayout()
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row.addWidget(self.message, 1)
+        close = QToolButton(self)
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        close.setAccessibleName("Dismiss the saved-context message")
+        close.clicked.connect(self.hide)
+        row.addWidget(close)
+        outer.addLayout(row)
+        self.progress = QProgressBar(self)
+        self.progress.setTextVisible(True)
+        self.progress.setAccessibleName("Rebuild progress")
+        outer.addWidget(self.progress)
+        self.conversation: str | None = None
+        self._started = 0.0
+        self.hide()
+
+    def rebuilding(self, conversation: str, plain_reason: str, detail: str) -> None:
+        self.conversation = conversation
+        self._started = time.monotonic()
+        reason = plain_reason[:1].upper() + plain_reason[1:] if plain_reason else "The saved context was unusable"
+        self.message.setText(f"<b>{reason} — rebuilding.</b> You can keep reading and writing; a message you "
+                             f"send now is answered once the rebuild is done.")
+        self.message.setToolTip(detail)
+        self.progress.setRange(0, 0)  # busy until the first progress report
+        self.progress.show()
+        self.show()
+
+    def update_progress(self, done: int, total: int) -> None:
+        if total <= 0:
+            return
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        elapsed = time.monotonic() - self._started
+        if done and done < total:
+            left = elapsed / done * (total - done) * 1000
+            self.progress.setFormat(f"%v of %m tokens · about {duration(left)} left")
+        else:
+            self.progress.setFormat("%v of %m tokens")
+
+    def finished(self, ms: float, tokens: int, cancelled: bool, plain_reason: str) -> None:
+        self.progress.hide()
+        if cancelled:
+            self.message.setText(f"<b>Rebuild stopped</b> after {duration(ms)}; it continues with your next message.")
+        else:
+            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)} ({plain_reason}); "
+                                 "the context is saved again.")
+        self.show()

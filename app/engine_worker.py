@@ -1,0 +1,245 @@
+"""The engine on its own thread: the window's only way to run the model or touch checkpoints.
+
+``EngineWorker`` lives in a QThread. The window calls its slots through queued signals, so requests
+run one after another in the order they were made (a message sent during a rebuild waits for it),
+and the worker reports back through signals. Nothing here blocks the UI thread; stopping is a
+``CancelToken`` the window sets directly, checked by the engine before every forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.config import AppConfig
+from engine.checkpoint.store import CheckpointStore
+from engine.errors import HearthError, ModelFileError
+from engine.generation import CancelToken
+from engine.sampling import SamplingParams
+from engine.session import REBUILT, ChatSessions
+
+log = logging.getLogger(__name__)
+
+
+class EngineWorker(QObject):
+    # model set-up
+    needs_model = Signal()  # the default model is not installed
+    setup_progress = Signal(str, int, int)  # stage ("download", "convert"), done, total
+    setup_failed = Signal(str)
+    ready = Signal(dict)  # {"model", "provider", "weights", "context", "note"}
+    # conversations
+    resumed = Signal(str, dict)  # conversation, ResumeReport.as_dict()
+    rebuilding = Signal(str, dict)  # conversation, report of the failure being rebuilt from
+    rebuild_progress = Signal(str, int, int)
+    rebuilt = Signal(str, dict)  # conversation, {"ms", "tokens", "cancelled"}
+    prefill_progress = Signal(str, int, int)
+    token = Signal(str, str)  # conversation, text piece
+    turn_finished = Signal(str, dict)  # conversation, {"text", "stop_reason", "timings", "save", "context"}
+    failed = Signal(str, str)  # conversation ("" for none), message in plain words
+    cache_states = Signal(dict)  # conversation → "live" | "saved" | "stale"
+    stopped = Signal()
+
+    def __init__(self, config: AppConfig):
+        super().__init__()
+        self.config = config
+        self.engine = None
+        self.sessions: ChatSessions | None = None
+
+    # model ----------------------------------------------------------------------------------------------
+    @Slot()
+    def load(self) -> None:
+        from engine.loader import load_engine
+
+        try:
+            paths = self.config.paths
+            engine, converted, _ = load_engine(
+                paths, model=self.config.model, weights=self.config.weights, provider=self.config.provider,
+                convert_progress=lambda d, t: self.setup_progress.emit("convert", d, t))
+            store = CheckpointStore(paths.checkpoints)
+        except ModelFileError as exc:
+            if self.config.model is None and "not installed" in str(exc):
+                self.needs_model.emit()
+            else:
+                self.setup_failed.emit(str(exc))
+            return
+        except HearthError as exc:
+            self.setup_failed.emit(str(exc))
+            return
+        except Exception as exc:  # a bug: say so instead of dying silently on a thread
+            log.error("loading the model failed:\n%s", traceback.format_exc())
+            self.setup_failed.emit(f"loading the model failed unexpectedly: {exc}")
+            return
+        self.engine = engine
+        self.sessions = ChatSessions(engine, store)
+        self.ready.emit({"model": converted.gguf_path.stem, "provider": engine.provider,
+                         "weights": converted.precision, "context": engine.context_length,
+                         "note": engine.runner.provider_note})
+        self._emit_cache_states()
+
+    @Slot()
+    def fetch_model(self) -> None:
+        """Download the default model (first run), then load it."""
+        from engine.model.fetch import default_model, fetch_model
+
+        try:
+            fetch_model(default_model(), self.config.paths.models,
+                        progress=lambda d, t: self.setup_progress.emit("download", d, t))
+        except HearthError as exc:
+            self.setup_failed.emit(str(exc))
+            return
+        except OSError as exc:
+            self.setup_failed.emit(f"could not save the model: {exc.strerror or exc}")
+            return
+        self.load()
+
+    # conversations -------------------------------------------------------------------------------------
+    @Slot(str, list, object)
+    def open_conversation(self, conversation: str, messages: list, cancel: CancelToken) -> None:
+        """Make ``conversation`` live: restore its checkpoint (no prefill); rebuild it if that failed."""
+        if self.sessions is None:
+            return
+        try:
+            if not any(m["role"] == "user" for m in messages):
+                self.sessions.switch_away()
+                self._emit_cache_states()
+                return
+            _, report = self.sessions.prepare(conversation, messages)
+            self.resumed.emit(conversation, report.as_dict())
+            if report.source == REBUILT:
+                self._rebuild(conversation, messages, report.as_dict(), cancel)
+        except HearthError as exc:
+            self.failed.emit(conversation, str(exc))
+        except Exception as exc:
+            log.error("opening %s failed:\n%s", conversation, traceback.format_exc())
+            self.failed.emit(conversation, f"opening the conversation failed unexpectedly: {exc}")
+        self._emit_cache_states()
+
+    def _rebuild(self, conversation: str, messages: list, report: dict, cancel: CancelToken) -> None:
+        self.rebuilding.emit(conversation, report)
+        started = time.perf_counter()
+        logits, prompt, _ = self.sessions.sync(
+            conversation, messages, lambda d, t: self.rebuild_progress.emit(conversation, d, t), cancel)
+        self.rebuilt.emit(conversation, {"ms": (time.perf_counter() - started) * 1000, "tokens": len(prompt),
+                                         "cancelled": logits is None})
+
+    @Slot(str, list, dict, object)
+    def generate(self, conversation: str, messages: list, settings: dict, cancel: CancelToken) -> None:
+        if self.sessions is None:
+            self.failed.emit(conversation, "the model is not loaded")
+            return
+        try:
+            params = sampling_from_settings(settings)
+            turn = self.sessions.generate(
+                conversation, messages, params, int(settings.get("max_new_tokens", 512)),
+                on_text=lambda piece: self.token.emit(conversation, piece),
+                progress=lambda d, t: self.prefill_progress.emit(conversation, d, t),
+                cancel=cancel, on_ready=lambda r: self.resumed.emit(conversation, r.as_dict()))
+        except HearthError as exc:
+            self.failed.emit(conversation, str(exc))
+            self._emit_cache_states()
+            return
+        except Exception as exc:
+            log.error("generation failed:\n%s", traceback.format_exc())
+            self.failed.emit(conversation, f"generation failed unexpectedly: {exc}")
+            self._emit_cache_states()
+            return
+        result = turn.generation
+        self.turn_finished.emit(conversation, {
+            "text": result.text, "stop_reason": result.stop_reason, "timings": result.timings.as_dict(),
+            "save": turn.save.as_dict() if turn.save else None,
+            "context": len(self.engine.tokens), "new_tokens": len(result.tokens)})
+        self._emit_cache_states()
+
+    @Slot(str)
+    def forget(self, conversation: str) -> None:
+        """The conversation was deleted or cleared: drop its live state and its checkpoints."""
+        if self.sessions is not None:
+            self.sessions.forget(conversation)
+        else:  # the model never loaded: still delete the files
+            from engine.checkpoint.store import conversation_file
+
+            (self.config.paths.checkpoints / conversation_file(conversation)).unlink(missing_ok=True)
+        self._emit_cache_states()
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Save what is live; the window waits for ``stopped`` before it lets the process end."""
+        try:
+            if self.sessions is not None:
+                self.sessions.close()
+                self.sessions.store.close()
+        finally:
+            self.stopped.emit()
+
+    def _emit_cache_states(self) -> None:
+        if self.sessions is None:
+            return
+        states = {}
+        for e in self.sessions.store.entries(kind="conversation"):
+            if e.conversation:
+                states[e.conversation] = "saved" if e.model_fp == self.sessions.identity.model_fp else "stale"
+        if self.sessions.active and self.engine.tokens:
+            states[self.sessions.active] = "live"
+        self.cache_states.emit(states)
+
+
+def sampling_from_settings(settings: dict) -> SamplingParams:
+    """A chat's sampling settings (from its settings dialog) as engine parameters; bad values raise."""
+    defaults = SamplingParams()
+    try:
+        seed = settings.get("seed")
+        params = SamplingParams(
+            temperature=float(settings.get("temperature", defaults.temperature)),
+            top_k=int(settings.get("top_k", defaults.top_k)),
+            top_p=float(settings.get("top_p", defaults.top_p)),
+            min_p=float(settings.get("min_p", defaults.min_p)),
+            repetition_penalty=float(settings.get("repeat_penalty", defaults.repetition_penalty)),
+            seed=None if seed is None else int(seed),
+        )
+        int(settings.get("max_new_tokens", 1))
+    except (TypeError, ValueError) as exc:
+        raise HearthError(f"this chat's settings are not valid ({exc}); fix them in Chat settings") from None
+    params.validate()
+    return params
+
+
+class EngineHost(QObject):
+    """Owns the worker's thread and the queued signals the window uses to call it."""
+
+    request_load = Signal()
+    request_fetch = Signal()
+    request_open = Signal(str, list, object)
+    request_generate = Signal(str, list, dict, object)
+    request_forget = Signal(str)
+    request_shutdown = Signal()
+
+    def __init__(self, config: AppConfig, parent: QObject | None = None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("hearth-engine")
+        self.worker = EngineWorker(config)
+        self.worker.moveToThread(self.thread)
+        self.request_load.connect(self.worker.load)
+        self.request_fetch.connect(self.worker.fetch_model)
+        self.request_open.connect(self.worker.open_conversation)
+        self.request_generate.connect(self.worker.generate)
+        self.request_forget.connect(self.worker.forget)
+        self.request_shutdown.connect(self.worker.shutdown)
+        self.thread.start()
+
+    def stop(self, timeout_ms: int = 15000) -> bool:
+        """Save and stop the worker thread; True if it finished in time."""
+        from PySide6.QtCore import QEventLoop, QTimer
+
+        if not self.thread.isRunning():
+            return True
+        loop = QEventLoop()
+        self.worker.stopped.connect(loop.quit)
+        QTimer.singleShot(timeout_ms, loop.quit)
+        self.request_shutdown.emit()
+        loop.exec()
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)

@@ -1,0 +1,131 @@
+"""The conversation list: title, last activity, token count and a badge for the saved context."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, QRect, QSize, Qt
+from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPalette
+from PySide6.QtWidgets import QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem
+
+from app.text import age, count
+
+ID_ROLE = Qt.ItemDataRole.UserRole
+SUBTITLE_ROLE = Qt.ItemDataRole.UserRole + 1
+BADGE_ROLE = Qt.ItemDataRole.UserRole + 2
+UPDATED_ROLE = Qt.ItemDataRole.UserRole + 3
+TOKENS_ROLE = Qt.ItemDataRole.UserRole + 4
+BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a"}
+BADGE_TIPS = {
+    "live": "in memory: continues at once",
+    "saved": "saved context on disk: reopens without re-reading",
+    "stale": "saved context is from another model: it will be rebuilt",
+    "rebuilding": "the context is being rebuilt",
+    "none": "no saved context: it will be read from scratch",
+}
+
+
+class ConversationDelegate(QStyledItemDelegate):
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
+        fm = QFontMetrics(option.font)
+        return QSize(200, fm.height() * 2 + 14)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        painter.save()
+        style = option.widget.style() if option.widget else None
+        if style:
+            style.drawPrimitive(QStyle.PrimitiveElement.PE_PanelItemViewItem, option, painter, option.widget)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        pal = option.palette
+        text_color = pal.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        dim = QColor(text_color)
+        dim.setAlpha(150)
+        r = option.rect.adjusted(8, 5, -8, -5)
+        badge = index.data(BADGE_ROLE) or "none"
+        font = QFontMetrics(option.font)
+        badge_w = font.horizontalAdvance(badge) + 12
+        badge_rect = QRect(r.right() - badge_w, r.top() + 1, badge_w, font.height())
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(BADGE_COLORS.get(badge, "#8a8a8a")))
+        painter.drawRoundedRect(badge_rect, 6, 6)
+        painter.setPen(QColor("white"))
+        painter.drawText(badge_rect, Qt.AlignmentFlag.AlignCenter, badge)
+        title_font = option.font
+        title_font.setBold(True)
+        painter.setFont(title_font)
+        painter.setPen(text_color)
+        title_rect = QRect(r.left(), r.top(), r.width() - badge_w - 6, font.height())
+        title = QFontMetrics(title_font).elidedText(index.data(Qt.ItemDataRole.DisplayRole) or "", Qt.TextElideMode.ElideRight,
+                                                    title_rect.width())
+        painter.drawText(title_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title)
+        title_font.setBold(False)
+        painter.setFont(title_font)
+        painter.setPen(dim)
+        sub_rect = QRect(r.left(), r.top() + font.height() + 3, r.width(), font.height())
+        painter.drawText(sub_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                         font.elidedText(index.data(SUBTITLE_ROLE) or "", Qt.TextElideMode.ElideRight, sub_rect.width()))
+        painter.restore()
+
+
+class ConversationList(QListWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setItemDelegate(ConversationDelegate(self))
+        self.setAccessibleName("Conversations")
+        self.setUniformItemSizes(True)
+        self._badges: dict[str, str] = {}
+
+    def item_for(self, conversation: str) -> QListWidgetItem | None:
+        for i in range(self.count()):
+            if self.item(i).data(ID_ROLE) == conversation:
+                return self.item(i)
+        return None
+
+    def upsert(self, conversation: str, title: str, updated_ms: int, tokens: int | None = None,
+               top: bool = False) -> QListWidgetItem:
+        item = self.item_for(conversation)
+        if item is None:
+            item = QListWidgetItem()
+            item.setData(ID_ROLE, conversation)
+            (self.insertItem(0, item) if top else self.addItem(item))
+        elif top and self.row(item) != 0:
+            selected = item.isSelected()
+            self.blockSignals(True)
+            self.insertItem(0, self.takeItem(self.row(item)))
+            if selected:
+                self.setCurrentItem(item)
+            self.blockSignals(False)
+        item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
+        item.setData(UPDATED_ROLE, updated_ms)
+        if tokens is not None:
+            item.setData(TOKENS_ROLE, tokens)
+        self._refresh(item)
+        return item
+
+    def set_badges(self, states: dict[str, str]) -> None:
+        """``states``: conversation → badge; conversations not named get "none" unless rebuilding."""
+        for i in range(self.count()):
+            item = self.item(i)
+            cid = item.data(ID_ROLE)
+            if item.data(BADGE_ROLE) == "rebuilding" and cid not in states:
+                continue
+            item.setData(BADGE_ROLE, states.get(cid, "none"))
+            self._refresh(item)
+
+    def set_badge(self, conversation: str, badge: str) -> None:
+        item = self.item_for(conversation)
+        if item is not None:
+            item.setData(BADGE_ROLE, badge)
+            self._refresh(item)
+
+    def _refresh(self, item: QListWidgetItem) -> None:
+        tokens = item.data(TOKENS_ROLE)
+        parts = [age(item.data(UPDATED_ROLE) or 0)]
+        if tokens:
+            parts.append(f"{count(tokens)} tokens")
+        item.setData(SUBTITLE_ROLE, " · ".join(parts))
+        badge = item.data(BADGE_ROLE) or "none"
+        item.setToolTip(f"{item.data(Qt.ItemDataRole.DisplayRole)}\n{item.data(SUBTITLE_ROLE)}\n{BADGE_TIPS[badge]}")
+
+    def refresh_ages(self) -> None:
+        for i in range(self.count()):
+            self._refresh(self.item(i))

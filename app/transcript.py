@@ -1,0 +1,234 @@
+"""The chat transcript: one widget per message, streamed replies, copy/edit/regenerate, find.
+
+Each message is a read-only QTextBrowser sized to its content (so text can be selected and searched)
+inside one scroll area. A streaming reply is re-rendered at most every 50 ms, however fast tokens
+arrive, so long replies never stall the event loop.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.markdown_view import to_html
+
+ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
+STREAM_RENDER_MS = 50
+
+
+class MessageBody(QTextBrowser):
+    """Rich text that is exactly as tall as its content."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setOpenExternalLinks(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.viewport().setAutoFillBackground(False)
+        self.setStyleSheet("background: transparent;")
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+
+    def _fit(self, *_: object) -> None:
+        self.setFixedHeight(int(self.document().size().height()) + 4)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.document().setTextWidth(self.viewport().width())
+        self._fit()
+
+
+class MessageWidget(QFrame):
+    copy_requested = Signal(str)
+    edit_requested = Signal(int)  # message seq
+    regenerate_requested = Signal()
+
+    def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.seq, self.role, self.text = seq, role, text
+        self.setObjectName(f"message-{role}")
+        self.setFrameShape(QFrame.Shape.StyledPanel if role == "user" else QFrame.Shape.NoFrame)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        head = QHBoxLayout()
+        self.who = QLabel(f"<b>{ROLE_NAMES.get(role, role)}</b>")
+        head.addWidget(self.who)
+        self.note = QLabel("")
+        self.note.setEnabled(False)  # drawn in the palette's dim text colour
+        head.addWidget(self.note)
+        head.addStretch(1)
+        self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.text))
+        head.addWidget(self.copy_button)
+        if role == "user":
+            head.addWidget(self._tool("Edit", "Edit this message and send it again",
+                                      lambda: self.edit_requested.emit(self.seq)))
+        self.regenerate_button = self._tool("Regenerate", "Write this reply again", self.regenerate_requested.emit)
+        self.regenerate_button.setVisible(False)
+        head.addWidget(self.regenerate_button)
+        layout.addLayout(head)
+        self.body = MessageBody(self)
+        self.body.setAccessibleName(f"{ROLE_NAMES.get(role, role)} message")
+        layout.addWidget(self.body)
+        self.set_text(text)
+
+    def _tool(self, label: str, tip: str, slot) -> QToolButton:
+        b = QToolButton(self)
+        b.setText(label)
+        b.setToolTip(tip)
+        b.setAccessibleName(tip)
+        b.setAutoRaise(True)
+        b.clicked.connect(slot)
+        return b
+
+    def set_text(self, text: str) -> None:
+        self.text = text
+        self.body.setHtml(to_html(text, self.palette()) if text else "<i>…</i>")
+
+    def set_note(self, note: str) -> None:
+        self.note.setText(note)
+
+
+class TranscriptView(QScrollArea):
+    copy_requested = Signal(str)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setAccessibleName("Conversation transcript")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        inner = QWidget()
+        self._layout = QVBoxLayout(inner)
+        self._layout.setContentsMargins(12, 12, 12, 12)
+        self._layout.setSpacing(8)
+        self._layout.addStretch(1)
+        self.setWidget(inner)
+        self.messages: list[MessageWidget] = []
+        self._streaming: MessageWidget | None = None
+        self._pending: str | None = None
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(STREAM_RENDER_MS)
+        self._render_timer.timeout.connect(self._flush)
+        self._find_index = 0
+        self.empty_hint = QLabel("Start the conversation below.", inner)
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setEnabled(False)
+        self._layout.insertWidget(0, self.empty_hint)
+
+    # content ------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        self._render_timer.stop()
+        self._streaming, self._pending = None, None
+        for w in self.messages:
+            w.deleteLater()
+        self.messages.clear()
+        self.empty_hint.setVisible(True)
+
+    def add(self, seq: int, role: str, text: str) -> MessageWidget:
+        at_bottom = self._at_bottom()
+        w = MessageWidget(seq, role, text, self.widget())
+        w.copy_requested.connect(self.copy_requested)
+        w.edit_requested.connect(self.edit_requested)
+        w.regenerate_requested.connect(self.regenerate_requested)
+        self._layout.insertWidget(self._layout.count() - 1, w)
+        self.messages.append(w)
+        self.empty_hint.setVisible(False)
+        self._update_regenerate()
+        if at_bottom or role == "user":
+            self.scroll_to_bottom()
+        return w
+
+    def _update_regenerate(self) -> None:
+        for i, w in enumerate(self.messages):
+            w.regenerate_button.setVisible(w.role == "assistant" and i == len(self.messages) - 1
+                                           and self._streaming is None)
+
+    def begin_stream(self, seq: int) -> MessageWidget:
+        w = self.add(seq, "assistant", "")
+        self._streaming, self._pending = w, ""
+        self._update_regenerate()
+        return w
+
+    @property
+    def streaming(self) -> bool:
+        return self._streaming is not None
+
+    def stream(self, piece: str) -> None:
+        if self._streaming is None:
+            return
+        self._pending = (self._pending or "") + piece
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def end_stream(self, text: str, note: str = "") -> None:
+        self._render_timer.stop()
+        if self._streaming is not None:
+            self._streaming.set_text(text)
+            self._streaming.set_note(note)
+        self._streaming, self._pending = None, None
+        self._update_regenerate()
+
+    def _flush(self) -> None:
+        if self._streaming is None or self._pending is None:
+            self._render_timer.stop()
+            return
+        at_bottom = self._at_bottom()
+        self._streaming.set_text(self._pending)
+        if at_bottom:
+            self.scroll_to_bottom()
+
+    def _at_bottom(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - 24
+
+    def scroll_to_bottom(self) -> None:
+        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+    # find -----------------------------------------------------------------------------------------------
+    def find(self, needle: str, backward: bool = False) -> bool:
+        """Select the next match of ``needle`` across messages (wrapping); False if there is none."""
+        if not needle or not self.messages:
+            return False
+        flags = QTextDocument.FindFlag.FindBackward if backward else QTextDocument.FindFlag(0)
+        n = len(self.messages)
+        start = min(self._find_index, n - 1)
+        for step in range(n + 1):
+            i = (start - step) % n if backward else (start + step) % n
+            body = self.messages[i].body
+            if step > 0:  # entering another message: search it from its start (or end)
+                cursor = body.textCursor()
+                cursor.movePosition(QTextCursor.MoveOperation.End if backward else QTextCursor.MoveOperation.Start)
+                body.setTextCursor(cursor)
+            if body.find(needle, flags):
+                for j, other in enumerate(self.messages):
+                    if j != i:
+                        c = other.body.textCursor()
+                        c.clearSelection()
+                        other.body.setTextCursor(c)
+                self._find_index = i
+                self.ensureWidgetVisible(self.messages[i])
+                return True
+        return False
+
+    def match_count(self, needle: str) -> int:
+        if not needle:
+            return 0
+        low = needle.lower()
+        return sum(w.body.toPlainText().lower().count(low) for w in self.messages)
+
+
+def copy_to_clipboard(text: str) -> None:
+    QGuiApplication.clipboard().setText(text)
