@@ -38,13 +38,15 @@ class CacheBanner(QFrame):
         self.progress.setAccessibleName("Rebuild progress")
         outer.addWidget(self.progress)
         self.conversation: str | None = None
+        self.plain_reason = ""
         self._started = 0.0
         self.hide()
 
     def rebuilding(self, conversation: str, plain_reason: str, detail: str) -> None:
         self.conversation = conversation
         self._started = time.monotonic()
-        reason = plain_reason[:1].upper() + plain_reason[1:] if plain_reason else "The saved context was unusable"
+        self.plain_reason = plain_reason or "the saved context was unusable"
+        reason = self.plain_reason[:1].upper() + self.plain_reason[1:]
         self.message.setText(f"<b>{reason} — rebuilding.</b> You can keep reading and writing; a message you "
                              f"send now is answered once the rebuild is done.")
         self.message.setToolTip(detail)
@@ -64,11 +66,11 @@ class CacheBanner(QFrame):
         else:
             self.progress.setFormat("%v of %m tokens")
 
-    def finished(self, ms: float, tokens: int, cancelled: bool, plain_reason: str) -> None:
+    def finished(self, ms: float, tokens: int, cancelled: bool) -> None:
         self.progress.hide()
         if cancelled:
             self.message.setText(f"<b>Rebuild stopped</b> after {duration(ms)}; it continues with your next message.")
         else:
-            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)} ({plain_reason}); "
+            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)} ({self.plain_reason}); "
                                  "the context is saved again.")
         self.show()

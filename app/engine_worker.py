@@ -29,17 +29,17 @@ class EngineWorker(QObject):
     needs_model = Signal()  # the default model is not installed
     setup_progress = Signal(str, int, int)  # stage ("download", "convert"), done, total
     setup_failed = Signal(str)
-    ready = Signal(dict)  # {"model", "provider", "weights", "context", "note"}
+    ready = Signal(object)  # {"model", "provider", "weights", "context", "note"}
     # conversations
-    resumed = Signal(str, dict)  # conversation, ResumeReport.as_dict()
-    rebuilding = Signal(str, dict)  # conversation, report of the failure being rebuilt from
+    resumed = Signal(str, object)  # conversation, ResumeReport.as_dict()
+    rebuilding = Signal(str, object)  # conversation, report of the failure being rebuilt from
     rebuild_progress = Signal(str, int, int)
-    rebuilt = Signal(str, dict)  # conversation, {"ms", "tokens", "cancelled"}
+    rebuilt = Signal(str, object)  # conversation, {"ms", "tokens", "cancelled"}
     prefill_progress = Signal(str, int, int)
     token = Signal(str, str)  # conversation, text piece
-    turn_finished = Signal(str, dict)  # conversation, {"text", "stop_reason", "timings", "save", "context"}
+    turn_finished = Signal(str, object)  # conversation, {"text", "stop_reason", "timings", "save", "context"}
     failed = Signal(str, str)  # conversation ("" for none), message in plain words
-    cache_states = Signal(dict)  # conversation → "live" | "saved" | "stale"
+    cache_states = Signal(object)  # conversation → "live" | "saved" | "stale"
     stopped = Signal()
 
     def __init__(self, config: AppConfig):
@@ -96,7 +96,7 @@ class EngineWorker(QObject):
         self.load()
 
     # conversations -------------------------------------------------------------------------------------
-    @Slot(str, list, object)
+    @Slot(str, object, object)
     def open_conversation(self, conversation: str, messages: list, cancel: CancelToken) -> None:
         """Make ``conversation`` live: restore its checkpoint (no prefill); rebuild it if that failed."""
         if self.sessions is None:
@@ -125,7 +125,7 @@ class EngineWorker(QObject):
         self.rebuilt.emit(conversation, {"ms": (time.perf_counter() - started) * 1000, "tokens": len(prompt),
                                          "cancelled": logits is None})
 
-    @Slot(str, list, dict, object)
+    @Slot(str, object, object, object)
     def generate(self, conversation: str, messages: list, settings: dict, cancel: CancelToken) -> None:
         if self.sessions is None:
             self.failed.emit(conversation, "the model is not loaded")
@@ -211,8 +211,8 @@ class EngineHost(QObject):
 
     request_load = Signal()
     request_fetch = Signal()
-    request_open = Signal(str, list, object)
-    request_generate = Signal(str, list, dict, object)
+    request_open = Signal(str, object, object)
+    request_generate = Signal(str, object, object, object)
     request_forget = Signal(str)
     request_shutdown = Signal()
 

@@ -478,8 +478,7 @@ class MainWindow(QMainWindow):
 
     def _on_rebuilt(self, conversation: str, info: dict) -> None:
         if self.banner.conversation == conversation:
-            plain = self.banner.message.toolTip() or "saved context rebuilt"
-            self.banner.finished(info["ms"], info["tokens"], info["cancelled"], plain)
+            self.banner.finished(info["ms"], info["tokens"], info["cancelled"])
 
     def _on_prefill_progress(self, conversation: str, done: int, total: int) -> None:
         import time

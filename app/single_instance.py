@@ -43,9 +43,15 @@ class SingleInstance(QObject):
     def _on_connection(self) -> None:
         while self.server is not None and self.server.hasPendingConnections():
             conn = self.server.nextPendingConnection()
-            conn.readyRead.connect(lambda c=conn: self._read(c))
-            conn.disconnected.connect(conn.deleteLater)
+            # The other side writes one short line at once; waiting for it here (at most 200 ms, only
+            # when a second copy starts) keeps the socket's lifetime simple.
+            if conn.bytesAvailable() or conn.waitForReadyRead(200):
+                if bytes(conn.readAll()).startswith(b"raise"):
+                    self.activated.emit()
+            conn.disconnectFromServer()
+            conn.deleteLater()
 
-    def _read(self, conn: QLocalSocket) -> None:
-        if bytes(conn.readAll()).startswith(b"raise"):
-            self.activated.emit()
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
