@@ -274,8 +274,7 @@ class MainWindow(QMainWindow):
         if conversation is None:
             self._update_buttons()
             return
-        for m in self.store.messages(conversation):
-            self.transcript.add(m.seq, m.role, m.content)
+        self.transcript.load([(m.seq, m.role, m.content) for m in self.store.messages(conversation)])
         if conversation in self._streams:  # a reply still being written
             w = self.transcript.begin_stream(len(self.transcript.messages))
             w.set_text(self._streams[conversation])
@@ -309,9 +308,7 @@ class MainWindow(QMainWindow):
         self._start_turn(conv)
 
     def _show_messages_only(self, conversation: str) -> None:
-        self.transcript.clear()
-        for m in self.store.messages(conversation):
-            self.transcript.add(m.seq, m.role, m.content)
+        self.transcript.load([(m.seq, m.role, m.content) for m in self.store.messages(conversation)])
 
     def _start_turn(self, conversation: str) -> None:
         conv = self.store.require(conversation)

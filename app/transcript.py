@@ -7,6 +7,8 @@ arrive, so long replies never stall the event loop.
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
@@ -25,6 +27,8 @@ from app.markdown_view import to_html
 
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
 STREAM_RENDER_MS = 50
+RENDER_BUDGET_MS = 5.0  # UI work per event-loop turn when filling in a long chat; layout and paint follow
+GRAVEYARD_BATCH = 12
 
 
 class MessageBody(QTextBrowser):
@@ -93,8 +97,15 @@ class MessageWidget(QFrame):
         return b
 
     def set_text(self, text: str) -> None:
+        """Replies are Markdown; what the person typed is shown exactly as typed (and lays out ~5×
+        faster, which matters for pasted pages of text)."""
         self.text = text
-        self.body.setHtml(to_html(text, self.palette()) if text else "<i>…</i>")
+        if not text:
+            self.body.setHtml("<i>…</i>")
+        elif self.role == "assistant":
+            self.body.setHtml(to_html(text, self.palette()))
+        else:
+            self.body.setPlainText(text)
 
     def set_note(self, note: str) -> None:
         self.note.setText(note)
@@ -123,6 +134,11 @@ class TranscriptView(QScrollArea):
         self._render_timer.setInterval(STREAM_RENDER_MS)
         self._render_timer.timeout.connect(self._flush)
         self._find_index = 0
+        self._backlog: list[tuple[int, str, str]] = []  # older messages still to render, oldest first
+        self._graveyard: list[MessageWidget] = []  # widgets of the previous chat, deleted a few at a time
+        self._chores = QTimer(self)
+        self._chores.setInterval(0)
+        self._chores.timeout.connect(self._do_chores)
         self.empty_hint = QLabel("Start the conversation below.", inner)
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_hint.setEnabled(False)
@@ -133,16 +149,60 @@ class TranscriptView(QScrollArea):
         self._render_timer.stop()
         self._streaming, self._pending = None, None
         for w in self.messages:
-            w.deleteLater()
+            w.hide()
+        self._graveyard.extend(self.messages)
         self.messages.clear()
+        self._backlog.clear()
         self.empty_hint.setVisible(True)
+        self._chores.start()
 
-    def add(self, seq: int, role: str, text: str) -> MessageWidget:
+    def load(self, messages: list[tuple[int, str, str]]) -> None:
+        """Show a whole conversation: the newest messages at once, older ones a few per event-loop
+        turn (within a frame's budget), so opening a long chat never freezes the window."""
+        self.clear()
+        self._backlog = list(messages)
+        self._render_backlog(RENDER_BUDGET_MS)
+        self.scroll_to_bottom()
+
+    def _render_backlog(self, budget_ms: float) -> None:
+        started = time.perf_counter()
         at_bottom = self._at_bottom()
+        while self._backlog and (time.perf_counter() - started) * 1000 < budget_ms:
+            seq, role, text = self._backlog.pop()
+            w = self._make(seq, role, text)
+            self._layout.insertWidget(1, w)  # above the rendered ones, below the empty hint
+            self.messages.insert(0, w)
+        self.empty_hint.setVisible(not self.messages)
+        self._update_regenerate()
+        if at_bottom:
+            self.scroll_to_bottom()
+        if self._backlog:
+            self._chores.start()
+
+    def finish_loading(self) -> None:
+        """Render everything still pending now (before a search over the whole chat)."""
+        while self._backlog:
+            self._render_backlog(1e9)
+
+    def _do_chores(self) -> None:
+        for w in self._graveyard[:GRAVEYARD_BATCH]:
+            w.deleteLater()
+        del self._graveyard[:GRAVEYARD_BATCH]
+        if self._backlog:
+            self._render_backlog(RENDER_BUDGET_MS)
+        if not self._graveyard and not self._backlog:
+            self._chores.stop()
+
+    def _make(self, seq: int, role: str, text: str) -> MessageWidget:
         w = MessageWidget(seq, role, text, self.widget())
         w.copy_requested.connect(self.copy_requested)
         w.edit_requested.connect(self.edit_requested)
         w.regenerate_requested.connect(self.regenerate_requested)
+        return w
+
+    def add(self, seq: int, role: str, text: str) -> MessageWidget:
+        at_bottom = self._at_bottom()
+        w = self._make(seq, role, text)
         self._layout.insertWidget(self._layout.count() - 1, w)
         self.messages.append(w)
         self.empty_hint.setVisible(False)
@@ -200,6 +260,7 @@ class TranscriptView(QScrollArea):
     # find -----------------------------------------------------------------------------------------------
     def find(self, needle: str, backward: bool = False) -> bool:
         """Select the next match of ``needle`` across messages (wrapping); False if there is none."""
+        self.finish_loading()
         if not needle or not self.messages:
             return False
         flags = QTextDocument.FindFlag.FindBackward if backward else QTextDocument.FindFlag(0)

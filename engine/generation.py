@@ -177,6 +177,8 @@ class Engine:
         total = len(tokens)
         logits = None
         done = 0
+        if total:  # grow the cache once for the whole prefill, not once per chunk (each growth copies it)
+            self.cache.reserve(min(len(self.tokens) + total, self.context_length))
         while done < total:
             if cancel is not None and cancel.cancelled:
                 return None

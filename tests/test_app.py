@@ -366,3 +366,51 @@ def test_the_installed_pyside_counts_references_on_emit():
     for _ in range(1000):
         e.ping.emit("x")
     assert sys.getrefcount(True) >= before - 5
+
+
+@pytest.fixture
+def real_config(tmp_path, real_home) -> AppConfig:
+    home = tmp_path / "real"
+    home.mkdir()
+    for sub in ("models", "converted"):
+        (home / sub).symlink_to(real_home / sub)
+    return AppConfig(resolve_paths(home).ensure(), model=None, weights="int4", provider="cpu")
+
+
+@pytest.mark.real_model
+def test_stop_during_decoding_keeps_what_was_written(qtbot, windows, real_config):
+    w = windows(real_config)
+    w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 400})
+    send(qtbot, w, "Write a long story about a lighthouse keeper.")
+    qtbot.waitUntil(lambda: len(w._streams.get(w.current, "")) > 20, timeout=TIMEOUT)
+    assert w.stop_button.isEnabled()
+    qtbot.keyClick(w, Qt.Key.Key_Escape)
+    wait_idle(qtbot, w)
+    reply = w.store.messages(w.current)[-1]
+    assert reply.role == "assistant" and len(reply.content) >= 20
+    assert w.transcript.messages[-1].note.text().startswith("stopped")
+    assert len(reply.content) < 1200  # far short of 400 tokens: it really stopped
+    assert w.send_button.isEnabled() and not w.stop_button.isEnabled()
+
+
+@pytest.mark.real_model
+def test_stop_during_a_long_prefill_and_resume_later(qtbot, windows, real_config):
+    w = windows(real_config)
+    w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    reports = collect(w.worker.resumed)
+    long_text = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(260))
+    w.composer.setPlainText(long_text)
+    w.composer.submit()
+    qtbot.waitUntil(lambda: w.prefill_bar.isVisible() and w.prefill_bar.value() > 0, timeout=TIMEOUT)
+    assert "left" in w.prefill_bar.format()
+    w.stop()
+    wait_idle(qtbot, w)
+    assert w.store.messages(w.current)[0].content == long_text  # the message is kept
+    assert reports[-1][1]["prefilled_tokens"] < 3000  # stopped part-way through ~3,400 tokens
+    w.regenerate()  # nothing to regenerate: the last message is the user's
+    w.composer.setPlainText("Summarize that.")
+    w.composer.submit()
+    wait_idle(qtbot, w)
+    assert reports[-1][1]["reused_tokens"] > 0  # what was read before the stop was kept

@@ -106,4 +106,6 @@ class ModelRunner:
             b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
         self.session.run_with_iobinding(b)
         cache.length = total
-        return b.copy_outputs_to_cpu()[0][0]
+        # Only the logits: copy_outputs_to_cpu() would also copy every bound KV buffer, whole, while
+        # holding the GIL (that copy was most of a decode step's cost at long context).
+        return np.array(b.get_outputs()[0].numpy()[0])

@@ -114,7 +114,9 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids for ``text`` with special-token text recognised and nothing added."""
-        return self._hf.encode(text, add_special_tokens=False).ids
+        # encode_batch releases the GIL while it works (encode does not): a long message tokenized on
+        # the engine thread must not freeze the window's thread.
+        return self._hf.encode_batch([text], add_special_tokens=False)[0].ids
 
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id]

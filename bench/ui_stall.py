@@ -1,0 +1,134 @@
+"""UI responsiveness benchmark (not a test): the longest event-loop stall of the window while the
+engine prefills, decodes, saves and restores, and while the window itself switches chats.
+
+    QT_QPA_PLATFORM=offscreen python bench/ui_stall.py [--data-dir DIR]
+
+A 1 ms QTimer runs on the UI thread the whole time; a stall is the gap between two of its ticks
+minus the interval. Target: under 16 ms (one frame at 60 Hz) in every phase. Uses the default model
+on the CPU. Prints a table and writes bench/results/ui_stall.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+TARGET_MS = 16.0
+
+
+class Probe:
+    """Ticks every millisecond; records the longest gap per named phase."""
+
+    def __init__(self):
+        from PySide6.QtCore import Qt, QTimer
+
+        self.phase = "idle"
+        self.worst: dict[str, float] = {}
+        self.ticks: dict[str, int] = {}
+        self._last = time.perf_counter()
+        self.timer = QTimer()
+        self.timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self.timer.setInterval(1)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        stall = (now - self._last) * 1000 - 1.0
+        self._last = now
+        self.worst[self.phase] = max(self.worst.get(self.phase, 0.0), stall)
+        self.ticks[self.phase] = self.ticks.get(self.phase, 0) + 1
+
+    def enter(self, phase: str) -> None:
+        self._tick()  # close the previous phase at its true end
+        self.phase = phase
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=str(ROOT / ".test-cache" / "home"),
+                    help="where the default model is installed (conversations go to a temp dir)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "ui_stall.json"))
+    args = ap.parse_args()
+
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.config import AppConfig
+    from app.main_window import MainWindow
+    from engine.paths import resolve_paths
+
+    app = QApplication.instance() or QApplication([])
+    tmp = Path(tempfile.mkdtemp(prefix="hearth-ui-"))
+    for sub in ("models", "converted"):
+        (tmp / sub).symlink_to(Path(args.data_dir).resolve() / sub)
+    window = MainWindow(AppConfig(resolve_paths(tmp).ensure(), weights="int4", provider="cpu"))
+    window.show()
+    probe = Probe()
+
+    def wait_until(cond, timeout_s: float = 600) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the window did not get there in time")
+            loop = QEventLoop()
+            QTimer.singleShot(5, loop.quit)
+            loop.exec()
+
+    probe.enter("model load")
+    wait_until(lambda: window.engine_info is not None)
+
+    # a long first message: prefill, then decoding, then the save at the end of the turn
+    long_chat = window.new_chat()
+    window.store.set_settings(long_chat, {"temperature": 0.0, "max_new_tokens": 96})
+    text = " ".join(f"Paragraph {i}: notes about rivers, stones and lanterns." for i in range(300))
+    probe.enter("prefill (3k tokens)")
+    window.composer.setPlainText(text)
+    window.composer.submit()
+    wait_until(lambda: window._streams.get(long_chat))
+    probe.enter("decoding + streaming")
+    wait_until(lambda: long_chat not in window._streams)
+    probe.enter("idle")
+
+    # a chat with many messages, to open and render
+    many = window.store.create(title="Sixty messages")
+    for i in range(30):
+        window.store.append(many.id, "user", f"Question {i}: how does `item {i}` work?")
+        window.store.append(many.id, "assistant", f"Like this:\n\n```python\nprint({i})\n```\n\nAnd **that** is all.")
+    window.sidebar.upsert(many.id, many.title, many.updated_ms)
+
+    probe.enter("switch: save + open a 60-message chat")
+    window.sidebar.setCurrentItem(window.sidebar.item_for(many.id))
+    wait_until(lambda: window.worker.sessions is not None and window.worker.sessions.active == many.id)
+    probe.enter("switch back: restore 3k tokens from disk")
+    window.sidebar.setCurrentItem(window.sidebar.item_for(long_chat))
+    wait_until(lambda: window.worker.sessions.active == long_chat and window.status_resume.text().startswith("resumed"))
+    probe.enter("idle")
+    resumed = window.status_resume.text()
+    window.close()
+
+    rows = [{"phase": p, "worst_stall_ms": round(ms, 2), "ticks": probe.ticks.get(p, 0),
+             "under_target": ms < TARGET_MS} for p, ms in probe.worst.items() if p != "idle"]
+    print(f"{'phase':<42} {'worst stall ms':>14} {'ticks':>7}  < {TARGET_MS:.0f} ms")
+    for r in rows:
+        print(f"{r['phase']:<42} {r['worst_stall_ms']:>14.2f} {r['ticks']:>7}  {'yes' if r['under_target'] else 'NO'}")
+    print(f"(last resume: {resumed})")
+    result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "target_ms": TARGET_MS,
+              "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
