@@ -39,7 +39,7 @@ class EngineWorker(QObject):
     token = Signal(str, str)  # conversation, text piece
     turn_finished = Signal(str, object)  # conversation, {"text", "stop_reason", "timings", "save", "context"}
     failed = Signal(str, str)  # conversation ("" for none), message in plain words
-    cache_states = Signal(object)  # conversation → "live" | "saved" | "stale"
+    cache_states = Signal(object)  # conversation → {"badge": "live" | "saved" | "stale", "tokens": n}
     stopped = Signal()
 
     def __init__(self, config: AppConfig):
@@ -180,9 +180,10 @@ class EngineWorker(QObject):
         states = {}
         for e in self.sessions.store.entries(kind="conversation"):
             if e.conversation:
-                states[e.conversation] = "saved" if e.model_fp == self.sessions.identity.model_fp else "stale"
+                badge = "saved" if e.model_fp == self.sessions.identity.model_fp else "stale"
+                states[e.conversation] = {"badge": badge, "tokens": e.tokens}
         if self.sessions.active and self.engine.tokens:
-            states[self.sessions.active] = "live"
+            states[self.sessions.active] = {"badge": "live", "tokens": len(self.engine.tokens)}
         self.cache_states.emit(states)
 
 

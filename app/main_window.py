@@ -476,6 +476,8 @@ class MainWindow(QMainWindow):
     def _on_rebuilt(self, conversation: str, info: dict) -> None:
         if self.banner.conversation == conversation:
             self.banner.finished(info["ms"], info["tokens"], info["cancelled"])
+        if conversation == self.current and self.engine_info and not info["cancelled"]:
+            self.status_context.setText(f"Context {count(info['tokens'])} / {count(self.engine_info['context'])}")
 
     def _on_prefill_progress(self, conversation: str, done: int, total: int) -> None:
         import time

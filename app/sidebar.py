@@ -101,14 +101,18 @@ class ConversationList(QListWidget):
         self._refresh(item)
         return item
 
-    def set_badges(self, states: dict[str, str]) -> None:
-        """``states``: conversation → badge; conversations not named get "none" unless rebuilding."""
+    def set_badges(self, states: dict[str, dict]) -> None:
+        """``states``: conversation → {"badge", "tokens"}; conversations not named get "none" (unless
+        rebuilding) and keep the token count they had."""
         for i in range(self.count()):
             item = self.item(i)
             cid = item.data(ID_ROLE)
             if item.data(BADGE_ROLE) == "rebuilding" and cid not in states:
                 continue
-            item.setData(BADGE_ROLE, states.get(cid, "none"))
+            state = states.get(cid, {})
+            item.setData(BADGE_ROLE, state.get("badge", "none"))
+            if state.get("tokens"):
+                item.setData(TOKENS_ROLE, state["tokens"])
             self._refresh(item)
 
     def set_badge(self, conversation: str, badge: str) -> None:

@@ -139,6 +139,11 @@ class TranscriptView(QScrollArea):
         self._chores = QTimer(self)
         self._chores.setInterval(0)
         self._chores.timeout.connect(self._do_chores)
+        # Stick to the newest message while the reader is at the bottom, as content and heights settle.
+        self._stick = True
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._stick else None)
+        bar.valueChanged.connect(lambda v: setattr(self, "_stick", v >= bar.maximum() - 24))
         self.empty_hint = QLabel("Start the conversation below.", inner)
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_hint.setEnabled(False)
@@ -160,6 +165,7 @@ class TranscriptView(QScrollArea):
         """Show a whole conversation: the newest messages at once, older ones a few per event-loop
         turn (within a frame's budget), so opening a long chat never freezes the window."""
         self.clear()
+        self._stick = True
         self._backlog = list(messages)
         self._render_backlog(RENDER_BUDGET_MS)
         self.scroll_to_bottom()

@@ -1,0 +1,101 @@
+"""Take the README's screenshots with the real default model (offscreen):
+
+    QT_QPA_PLATFORM=offscreen python docs/screenshots/take.py [--data-dir .test-cache/home]
+
+Writes main-window.png (a chat with code), cache-banner.png (a damaged checkpoint being rebuilt) and
+settings.png (the chat settings dialog) next to this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=str(ROOT / ".test-cache" / "home"))
+    args = ap.parse_args()
+    from PySide6.QtCore import QEventLoop, Qt, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.config import AppConfig
+    from app.main_window import MainWindow
+    from app.settings_dialog import ChatSettingsDialog
+    from engine.checkpoint.store import conversation_file
+    from engine.paths import resolve_paths
+
+    app = QApplication.instance() or QApplication([])
+    home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
+    for sub in ("models", "converted"):
+        (home / sub).symlink_to(Path(args.data_dir).resolve() / sub)
+    config = AppConfig(resolve_paths(home).ensure(), weights="int4", provider="cpu")
+
+    def wait_until(cond, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            loop = QEventLoop()
+            QTimer.singleShot(10, loop.quit)
+            loop.exec()
+
+    def chat(w: MainWindow, text: str) -> None:
+        w.composer.setPlainText(text)
+        w.composer.submit()
+        wait_until(lambda: w.current not in w._streams)
+
+    w = MainWindow(config)
+    w.resize(1100, 720)
+    w.show()
+    wait_until(lambda: w.engine_info is not None)
+    for text in ("What is the capital of France?", "Give me three tips for sleeping better."):
+        w.new_chat()
+        w.store.set_settings(w.current, {"temperature": 0.0, "max_new_tokens": 200})
+        chat(w, text)
+    code_chat = w.new_chat()
+    w.store.set_settings(code_chat, {"temperature": 0.0, "max_new_tokens": 300})
+    chat(w, "Write a Python function that checks whether a word is a palindrome, and explain it briefly.")
+    time.sleep(0.2)
+    wait_until(lambda: w.sidebar.currentItem().data(Qt.ItemDataRole.UserRole + 2) == "live")
+    w.grab().save(str(HERE / "main-window.png"))
+
+    # A long chat whose saved context gets damaged, reopened: the banner while it rebuilds.
+    long_chat = w.new_chat()
+    w.store.set_settings(long_chat, {"temperature": 0.0, "max_new_tokens": 40})
+    chat(w, "Here are my notes; summarize them in one sentence.\n\n" + " ".join(
+        f"Note {i}: the river rose after the storm and the lanterns by the harbour went out." for i in range(180)))
+    w.close()
+    path = config.paths.checkpoints / conversation_file(long_chat)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    path.write_bytes(bytes(data))
+    w = MainWindow(config)
+    w.resize(1100, 720)
+    w.show()
+    wait_until(lambda: w.banner.isVisible() and w.banner.progress.isVisible() and w.banner.progress.value() > 0)
+    w.grab().save(str(HERE / "cache-banner.png"))
+    wait_until(lambda: "Rebuilt" in w.banner.message.text())
+    w.grab().save(str(HERE / "cache-banner-done.png"))
+
+    dialog = ChatSettingsDialog("You are a concise assistant. Answer in plain English.",
+                                {"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 512, "seed": 42}, w)
+    dialog.show()
+    wait_until(lambda: True)
+    dialog.grab().save(str(HERE / "settings.png"))
+    dialog.close()
+    w.close()
+    print("wrote", *sorted(p.name for p in HERE.glob("*.png")))
+
+
+if __name__ == "__main__":
+    main()
