@@ -68,7 +68,7 @@ def main() -> None:
     from app.main_window import MainWindow
     from engine.paths import resolve_paths
 
-    app = QApplication.instance() or QApplication([])
+    _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
     tmp = Path(tempfile.mkdtemp(prefix="hearth-ui-"))
     for sub in ("models", "converted"):
         (tmp / sub).symlink_to(Path(args.data_dir).resolve() / sub)

@@ -34,7 +34,7 @@ def main() -> None:
     from engine.checkpoint.store import conversation_file
     from engine.paths import resolve_paths
 
-    app = QApplication.instance() or QApplication([])
+    _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
     home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
     for sub in ("models", "converted"):
         (home / sub).symlink_to(Path(args.data_dir).resolve() / sub)
