@@ -65,7 +65,8 @@ def test_budget_evicts_the_lowest_scores_and_protects_newest_and_pinned(sessions
     with store._sql() as db:
         db.execute("UPDATE entries SET last_used_ms = last_used_ms - 30 * 86400000 WHERE name IN (?, ?)",
                    (conversation_file("old"), conversation_file("pinned")))
-    store.touch(conversation_file("new"))
+    with store._sql() as db:  # "new" is the most recent by a clear margin (touches share a millisecond)
+        db.execute("UPDATE entries SET last_used_ms = last_used_ms + 60000 WHERE name = ?", (conversation_file("new"),))
     keep = {e.name: e.bytes for e in store.entries()}
     store.budget_bytes = sum(keep.values()) - keep[conversation_file("old")] // 2
     evicted = store.enforce_budget()
