@@ -88,31 +88,41 @@ def main() -> None:
     probe.enter("model load")
     wait_until(lambda: window.engine_info is not None)
 
-    # a long first message: prefill, then decoding, then the save at the end of the turn
-    long_chat = window.new_chat()
-    window.store.set_settings(long_chat, {"temperature": 0.0, "max_new_tokens": 96})
-    text = " ".join(f"Paragraph {i}: notes about rivers, stones and lanterns." for i in range(300))
-    probe.enter("prefill (3k tokens)")
-    window.composer.setPlainText(text)
-    window.composer.submit()
-    wait_until(lambda: window._streams.get(long_chat))
-    probe.enter("decoding + streaming")
-    wait_until(lambda: long_chat not in window._streams)
+    # A chat with a long history (60 messages, no saved context) to open, render and continue.
+    many = window.store.create(title="Sixty messages", settings={"temperature": 0.0, "max_new_tokens": 96})
+    for i in range(30):
+        window.store.append(many.id, "user", f"Question {i}: how does `item {i}` work, and why? " + "Details. " * 20)
+        window.store.append(many.id, "assistant", f"Like this:\n\n```python\nprint({i})\n```\n\nAnd **that** is all. "
+                            + "More words here. " * 20)
+    window.sidebar.upsert(many.id, many.title, many.updated_ms)
+    probe.enter("open a 60-message chat")
+    window.sidebar.setCurrentItem(window.sidebar.item_for(many.id))
+    wait_until(lambda: window.worker.sessions.active == many.id or not window.transcript._backlog)
+    wait_until(lambda: not window.transcript._backlog)
     probe.enter("idle")
 
-    # a chat with many messages, to open and render
-    many = window.store.create(title="Sixty messages")
-    for i in range(30):
-        window.store.append(many.id, "user", f"Question {i}: how does `item {i}` work?")
-        window.store.append(many.id, "assistant", f"Like this:\n\n```python\nprint({i})\n```\n\nAnd **that** is all.")
-    window.sidebar.upsert(many.id, many.title, many.updated_ms)
+    probe.enter("prefill: reading the whole history")
+    window.composer.setPlainText("Summarize all of that in one line.")
+    window.composer.submit()
+    wait_until(lambda: window._streams.get(many.id))
+    probe.enter("decoding, streaming, saving the turn")
+    wait_until(lambda: many.id not in window._streams)
+    probe.enter("idle")
 
-    probe.enter("switch: save + open a 60-message chat")
+    # Pasting pages of text: the window shows it, the engine reads it.
+    paste = window.new_chat()
+    window.store.set_settings(paste, {"temperature": 0.0, "max_new_tokens": 16})
+    text = " ".join(f"Paragraph {i}: notes about rivers, stones and lanterns." for i in range(300))
+    probe.enter("paste a 3k-token message and read it")
+    window.composer.setPlainText(text)
+    window.composer.submit()
+    wait_until(lambda: paste not in window._streams)
+    probe.enter("idle")
+
+    probe.enter("switch: save one chat, restore another from disk")
     window.sidebar.setCurrentItem(window.sidebar.item_for(many.id))
-    wait_until(lambda: window.worker.sessions is not None and window.worker.sessions.active == many.id)
-    probe.enter("switch back: restore 3k tokens from disk")
-    window.sidebar.setCurrentItem(window.sidebar.item_for(long_chat))
-    wait_until(lambda: window.worker.sessions.active == long_chat and window.status_resume.text().startswith("resumed"))
+    wait_until(lambda: window.worker.sessions.active == many.id and window.status_resume.text().startswith("resumed"))
+    wait_until(lambda: not window.transcript._backlog)
     probe.enter("idle")
     resumed = window.status_resume.text()
     window.close()

@@ -414,3 +414,35 @@ def test_stop_during_a_long_prefill_and_resume_later(qtbot, windows, real_config
     w.composer.submit()
     wait_idle(qtbot, w)
     assert reports[-1][1]["reused_tokens"] > 0  # what was read before the stop was kept
+
+
+def test_a_model_that_cannot_load_says_why_and_offers_retry(qtbot, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + bytes(64))  # a truncated GGUF
+    cfg = AppConfig(resolve_paths(tmp_path / "home").ensure(), model=str(bad), provider="cpu")
+    w = MainWindow(cfg)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: bool(w.findChildren(QMessageBox)), timeout=TIMEOUT)
+    box = w.findChildren(QMessageBox)[0]
+    assert "could not be loaded" in box.text() and "broken.gguf" in box.text()
+    assert box.button(QMessageBox.StandardButton.Retry) is not None
+    assert w.status_model.text() == "The model could not be loaded"
+    w.composer.setPlainText("typed while broken")
+    w.composer.submit()  # the message is kept even though no model can answer it
+    assert w.store.messages(w.current)[0].content == "typed while broken"
+    box.done(QMessageBox.StandardButton.Close)
+    w.host.stop()
+
+
+def test_hearth_help_and_bad_arguments():
+    from app.main import main
+
+    with pytest.raises(SystemExit) as ok:
+        main(["--help"])
+    assert ok.value.code == 0
+    with pytest.raises(SystemExit) as bad:
+        main(["--weights", "int3"])
+    assert bad.value.code == 2
