@@ -71,3 +71,13 @@ def real_engine(real_paths) -> Engine:
 
     engine, _, _ = load_engine(real_paths, weights="int4", provider="cpu")
     return engine
+
+
+@pytest.fixture
+def real_model_home(real_home, tmp_path) -> Path:
+    """An empty data dir that shares the real model and its conversions (no copy, no reconversion)."""
+    home = tmp_path / "real-home"
+    home.mkdir()
+    for sub in ("models", "converted"):
+        (home / sub).symlink_to(real_home / sub)
+    return home

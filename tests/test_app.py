@@ -369,12 +369,8 @@ def test_the_installed_pyside_counts_references_on_emit():
 
 
 @pytest.fixture
-def real_config(tmp_path, real_home) -> AppConfig:
-    home = tmp_path / "real"
-    home.mkdir()
-    for sub in ("models", "converted"):
-        (home / sub).symlink_to(real_home / sub)
-    return AppConfig(resolve_paths(home).ensure(), model=None, weights="int4", provider="cpu")
+def real_config(real_model_home) -> AppConfig:
+    return AppConfig(resolve_paths(real_model_home).ensure(), model=None, weights="int4", provider="cpu")
 
 
 @pytest.mark.real_model

@@ -127,16 +127,6 @@ def test_chat_without_a_model_says_how_to_get_one(home):
     assert ConversationStore(home / "conversations.sqlite3").chat_messages("c")[-1]["content"] == "hi"
 
 
-@pytest.fixture
-def real_model_home(real_home, tmp_path) -> Path:
-    """An empty data dir that shares the real model and its conversions (no copy, no reconversion)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for sub in ("models", "converted"):
-        (home / sub).symlink_to(real_home / sub)
-    return home
-
-
 @pytest.mark.real_model
 def test_real_model_chat_remembers_and_resumes(real_model_home):
     home = real_model_home
