@@ -79,5 +79,6 @@ def real_model_home(real_home, tmp_path) -> Path:
     home = tmp_path / "real-home"
     home.mkdir()
     for sub in ("models", "converted"):
+        (real_home / sub).mkdir(parents=True, exist_ok=True)  # a link to nothing would break ensure()
         (home / sub).symlink_to(real_home / sub)
     return home
