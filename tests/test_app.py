@@ -442,3 +442,31 @@ def test_hearth_help_and_bad_arguments():
     with pytest.raises(SystemExit) as bad:
         main(["--weights", "int3"])
     assert bad.value.code == 2
+
+
+@pytest.mark.real_model
+def test_a_message_sent_during_a_rebuild_waits_for_it(qtbot, windows, real_config):
+    w = windows(real_config)
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    notes = " ".join(f"Note {i}: the river rose after the storm." for i in range(160))
+    send(qtbot, w, notes)
+    wait_idle(qtbot, w)
+    windows.close(w)
+    path = real_config.paths.checkpoints / conversation_file(conv)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x08
+    path.write_bytes(bytes(data))
+
+    w = windows(real_config, wait_ready=False)
+    order: list[str] = []
+    on_ui_thread(w.worker.rebuilt, lambda *_: order.append("rebuilt"))
+    on_ui_thread(w.worker.turn_finished, lambda *_: order.append("reply"))
+    qtbot.waitUntil(lambda: w.banner.progress.isVisible(), timeout=TIMEOUT)
+    assert "rebuilding" in w.banner.message.text()
+    send(qtbot, w, "Which note came first?")  # while the rebuild runs
+    assert w.transcript.messages[-2].text == "Which note came first?"  # shown at once
+    wait_idle(qtbot, w)
+    assert order == ["rebuilt", "reply"]
+    assert "Rebuilt" in w.banner.message.text()
+    assert [m.role for m in w.store.messages(conv)] == ["user", "assistant", "user", "assistant"]
