@@ -48,6 +48,38 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX conversations_by_update ON conversations(updated_ms DESC);
     """,
+    # 2: full-text search over titles and messages (FTS5, external content: the text is stored once),
+    # kept in step by triggers; deleted_ms marks a conversation deleted but still undoable.
+    """
+    ALTER TABLE conversations ADD COLUMN deleted_ms INTEGER;
+    CREATE VIRTUAL TABLE message_fts USING fts5(content, content='messages', content_rowid='id',
+                                                tokenize='unicode61 remove_diacritics 2');
+    CREATE VIRTUAL TABLE title_fts USING fts5(title, content='conversations', content_rowid='rowid',
+                                              tokenize='unicode61 remove_diacritics 2');
+    INSERT INTO message_fts(rowid, content) SELECT id, content FROM messages;
+    INSERT INTO title_fts(rowid, title) SELECT rowid, title FROM conversations;
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO message_fts(message_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    END;
+    CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO message_fts(message_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER titles_fts_insert AFTER INSERT ON conversations BEGIN
+        INSERT INTO title_fts(rowid, title) VALUES (new.rowid, new.title);
+    END;
+    CREATE TRIGGER titles_fts_delete AFTER DELETE ON conversations BEGIN
+        INSERT INTO title_fts(title_fts, rowid, title) VALUES ('delete', old.rowid, old.title);
+    END;
+    CREATE TRIGGER titles_fts_update AFTER UPDATE OF title ON conversations BEGIN
+        INSERT INTO title_fts(title_fts, rowid, title) VALUES ('delete', old.rowid, old.title);
+        INSERT INTO title_fts(rowid, title) VALUES (new.rowid, new.title);
+    END;
+    CREATE INDEX messages_by_conversation ON messages(conversation_id, seq);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -132,6 +164,11 @@ class ConversationStore:
             except sqlite3.DatabaseError as exc:
                 raise ConversationError(f"the conversation database failed: {exc}") from None
 
+    def read(self, sql: str, args: tuple | dict = ()) -> list[tuple]:
+        """A read-only query for modules built on the store (search); raises ConversationError."""
+        with self._tx() as db:
+            return db.execute(sql, args).fetchall()
+
     # conversations -----------------------------------------------------------------------------------
     def create(self, conversation_id: str | None = None, title: str = "", system_prompt: str = "",
                settings: dict | None = None, model: str = "") -> Conversation:
@@ -140,8 +177,8 @@ class ConversationStore:
         conv = Conversation(cid, title, system_prompt, settings or {}, model, t, t)
         with self._tx() as db:
             try:
-                db.execute("INSERT INTO conversations VALUES (?,?,?,?,?,?,?)",
-                           (cid, title, system_prompt, json.dumps(conv.settings), model, t, t))
+                db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, updated_ms) "
+                           "VALUES (?,?,?,?,?,?,?)", (cid, title, system_prompt, json.dumps(conv.settings), model, t, t))
             except sqlite3.IntegrityError:
                 raise ConversationError(f"conversation {cid!r} already exists") from None
         return conv
@@ -158,13 +195,100 @@ class ConversationStore:
         return conv
 
     def list(self) -> list[Conversation]:
+        """Every conversation not in the trash, most recent first."""
         with self._tx() as db:
-            rows = db.execute("SELECT * FROM conversations ORDER BY updated_ms DESC").fetchall()
+            rows = db.execute("SELECT * FROM conversations WHERE deleted_ms IS NULL ORDER BY updated_ms DESC").fetchall()
         return [self._conversation(r) for r in rows]
 
     def ids(self) -> set[str]:
+        """Every conversation that still exists, trash included (its checkpoints must survive an undo)."""
         with self._tx() as db:
             return {r[0] for r in db.execute("SELECT id FROM conversations")}
+
+    def summaries(self) -> list[dict]:
+        """One row per conversation for the browser: counts come from one grouped query."""
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT c.id, c.title, c.created_ms, c.updated_ms, c.model, COUNT(m.id) "
+                "FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id "
+                "WHERE c.deleted_ms IS NULL GROUP BY c.id ORDER BY c.updated_ms DESC").fetchall()
+        return [{"id": r[0], "title": r[1], "created_ms": r[2], "updated_ms": r[3], "model": r[4], "messages": r[5]}
+                for r in rows]
+
+    def models(self) -> list[str]:
+        with self._tx() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT model FROM conversations WHERE model != '' ORDER BY 1")]
+
+    def set_model(self, conversation_id: str, model: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+
+    # trash: delete with undo ----------------------------------------------------------------------------
+    def trash(self, ids: list[str]) -> None:
+        with self._tx() as db:
+            db.executemany("UPDATE conversations SET deleted_ms = ? WHERE id = ?", [(now_ms(), i) for i in ids])
+
+    def untrash(self, ids: list[str]) -> None:
+        with self._tx() as db:
+            db.executemany("UPDATE conversations SET deleted_ms = NULL WHERE id = ?", [(i,) for i in ids])
+
+    def trashed(self, older_than_ms: int = 0) -> list[str]:
+        with self._tx() as db:
+            return [r[0] for r in db.execute("SELECT id FROM conversations WHERE deleted_ms IS NOT NULL "
+                                             "AND deleted_ms <= ?", (now_ms() - older_than_ms,))]
+
+    def purge(self, ids: list[str]) -> None:
+        """Delete for good (messages go with them); the caller deletes their checkpoints."""
+        with self._tx() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("DELETE FROM conversations WHERE id = ?", [(i,) for i in ids])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def insert_full(self, conversations: list[dict]) -> list[str]:
+        """Insert whole conversations (already validated) in one transaction: all or nothing. Each
+        keeps its id unless that id is taken (then it gets a new one); returns the ids used."""
+        used: list[str] = []
+        with self._tx() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for c in conversations:
+                    cid = c.get("id")
+                    if not cid or db.execute("SELECT 1 FROM conversations WHERE id = ?", (cid,)).fetchone():
+                        cid = uuid.uuid4().hex
+                    db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, "
+                               "updated_ms) VALUES (?,?,?,?,?,?,?)",
+                               (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
+                                c["created_ms"], c["updated_ms"]))
+                    db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
+                                   "VALUES (?,?,?,?,?)", [(cid, i, m["role"], m["content"], m["created_ms"])
+                                                         for i, m in enumerate(c["messages"])])
+                    used.append(cid)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return used
+
+    def duplicate(self, conversation_id: str, upto_seq: int | None = None) -> Conversation:
+        """A new conversation with the same settings and the messages up to ``upto_seq`` (all if None)."""
+        src = self.require(conversation_id)
+        msgs = [m for m in self.messages(conversation_id) if upto_seq is None or m.seq <= upto_seq]
+        copy = self.create(title=f"{src.title or 'New chat'} (branch)", system_prompt=src.system_prompt,
+                           settings=src.settings, model=src.model)
+        with self._tx() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
+                               [(copy.id, i, m.role, m.content, m.created_ms) for i, m in enumerate(msgs)])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return copy
 
     @staticmethod
     def _conversation(row: tuple) -> Conversation:

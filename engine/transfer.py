@@ -1,0 +1,146 @@
+"""Export conversations to Markdown or JSON, and import JSON back, validated, all or nothing.
+
+The JSON format (``hearth.conversations``, version 1) holds everything needed to recreate a
+conversation exactly: ids, titles, system prompts, settings, model label, timestamps and messages.
+Exporting, importing into an empty store and exporting again gives the same document. An import is
+checked completely before anything is written; the first problem is reported with its place in the
+file (``conversations[3].messages[7].role``) and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from engine.conversations import ID_PATTERN, ROLES, ConversationError, ConversationStore
+from engine.fsutil import atomic_write
+
+FORMAT, VERSION = "hearth.conversations", 1
+MAX_IMPORT_BYTES = 1 << 30  # a bigger file is refused before it is read
+MAX_CONVERSATIONS = 1_000_000
+
+
+class TransferError(ConversationError):
+    """An import file that is not a valid Hearth export; the message says where and what."""
+
+
+def to_document(store: ConversationStore, ids: list[str]) -> dict:
+    convs = []
+    for cid in ids:
+        c = store.require(cid)
+        convs.append({"id": c.id, "title": c.title, "system_prompt": c.system_prompt, "settings": c.settings,
+                      "model": c.model, "created_ms": c.created_ms, "updated_ms": c.updated_ms,
+                      "messages": [{"role": m.role, "content": m.content, "created_ms": m.created_ms}
+                                   for m in store.messages(cid)]})
+    return {"format": FORMAT, "version": VERSION, "exported_ms": int(time.time() * 1000), "conversations": convs}
+
+
+def export_json(store: ConversationStore, ids: list[str], path: Path) -> int:
+    data = json.dumps(to_document(store, ids), ensure_ascii=False, indent=1).encode("utf-8")
+    with atomic_write(Path(path)) as fh:
+        fh.write(data)
+    return len(ids)
+
+
+def to_markdown(store: ConversationStore, ids: list[str]) -> str:
+    names = {"user": "You", "assistant": "Hearth", "system": "System"}
+    parts = []
+    for cid in ids:
+        c = store.require(cid)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created_ms / 1000))
+        parts.append(f"# {c.title or 'New chat'}\n\n*{when}{' · ' + c.model if c.model else ''}*\n")
+        if c.system_prompt:
+            parts.append(f"> **System prompt:** {c.system_prompt}\n")
+        for m in store.messages(cid):
+            parts.append(f"## {names.get(m.role, m.role)}\n\n{m.content}\n")
+    return "\n".join(parts)
+
+
+def export_markdown(store: ConversationStore, ids: list[str], path: Path) -> int:
+    with atomic_write(Path(path)) as fh:
+        fh.write(to_markdown(store, ids).encode("utf-8"))
+    return len(ids)
+
+
+# import --------------------------------------------------------------------------------------------------
+def read_document(path: Path) -> list[dict]:
+    """Read and fully validate an export; return its conversations, or raise TransferError."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TransferError(f"cannot read {path.name}: {exc.strerror or exc}") from None
+    if size > MAX_IMPORT_BYTES:
+        raise TransferError(f"{path.name} is {size >> 20} MiB; an import may be at most {MAX_IMPORT_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise TransferError(f"{path.name} is not UTF-8 text") from None
+    except ValueError as exc:
+        raise TransferError(f"{path.name} is not valid JSON: {exc}") from None
+    return validate_document(doc)
+
+
+def validate_document(doc: object) -> list[dict]:
+    if not isinstance(doc, dict):
+        raise TransferError("the file must hold a JSON object, not " + type(doc).__name__)
+    if doc.get("format") != FORMAT:
+        raise TransferError(f'not a Hearth export: "format" is {doc.get("format")!r}, expected {FORMAT!r}')
+    if doc.get("version") != VERSION:
+        raise TransferError(f'"version" is {doc.get("version")!r}; this Hearth reads version {VERSION}')
+    convs = doc.get("conversations")
+    if not isinstance(convs, list):
+        raise TransferError('"conversations" must be a list')
+    if len(convs) > MAX_CONVERSATIONS:
+        raise TransferError(f"{len(convs)} conversations is more than {MAX_CONVERSATIONS}")
+    seen: set[str] = set()
+    return [_conversation(c, f"conversations[{i}]", seen) for i, c in enumerate(convs)]
+
+
+def _need(obj: dict, key: str, kind: type | tuple, where: str):
+    if key not in obj:
+        raise TransferError(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TransferError(f"{where}.{key}: expected {getattr(kind, '__name__', 'a value')}, got {type(value).__name__}")
+    return value
+
+
+def _conversation(c: object, where: str, seen: set[str]) -> dict:
+    if not isinstance(c, dict):
+        raise TransferError(f"{where}: expected an object")
+    cid = c.get("id")
+    if cid is not None and (not isinstance(cid, str) or not ID_PATTERN.fullmatch(cid)):
+        raise TransferError(f"{where}.id: {cid!r} is not a valid conversation id")
+    if cid in seen:
+        raise TransferError(f"{where}.id: {cid!r} appears twice in the file")
+    if cid:
+        seen.add(cid)
+    out = {"id": cid, "title": _need(c, "title", str, where), "system_prompt": _need(c, "system_prompt", str, where),
+           "settings": _need(c, "settings", dict, where), "model": _need(c, "model", str, where),
+           "created_ms": _time(c, "created_ms", where), "updated_ms": _time(c, "updated_ms", where)}
+    msgs = _need(c, "messages", list, where)
+    out["messages"] = []
+    for j, m in enumerate(msgs):
+        mw = f"{where}.messages[{j}]"
+        if not isinstance(m, dict):
+            raise TransferError(f"{mw}: expected an object")
+        role = _need(m, "role", str, mw)
+        if role not in ROLES:
+            raise TransferError(f"{mw}.role: {role!r} is not one of {', '.join(ROLES)}")
+        out["messages"].append({"role": role, "content": _need(m, "content", str, mw),
+                                "created_ms": _time(m, "created_ms", mw)})
+    return out
+
+
+def _time(obj: dict, key: str, where: str) -> int:
+    value = _need(obj, key, int, where)
+    if not 0 <= value < 1 << 53:
+        raise TransferError(f"{where}.{key}: {value} is not a time in milliseconds")
+    return value
+
+
+def import_json(store: ConversationStore, path: Path) -> list[str]:
+    """Import every conversation in ``path`` (validated first; all or nothing); return their ids."""
+    return store.insert_full(read_document(path))
