@@ -76,7 +76,7 @@ def test_fts_query_never_emits_raw_syntax():
     assert fts_query("-only") is None and fts_query("(((") is None
     assert fts_query('say "hi there') == '"say" AND "hi there"'
     assert fts_query("a -b") == '"a" NOT "b"'
-    assert fts_query("NEAR(a b)") == '"NEAR" AND "a" AND "b"*'
+    assert fts_query("NEAR(a b)") == '"NEAR" AND "a" AND "b"'
 
 
 def test_a_version_1_database_is_upgraded_and_indexed(tmp_path):
