@@ -41,6 +41,9 @@ class EngineWorker(QObject):
     failed = Signal(str, str)  # conversation ("" for none), message in plain words
     cache_states = Signal(object)  # conversation → {"badge": "live" | "saved" | "stale", "tokens": n}
     stopped = Signal()
+    # saved-context management (the browser)
+    checkpoint_progress = Signal(int, int)  # checked, total
+    checkpoint_report = Signal(object)  # {"full", "items": {conversation: {status, reason, tokens, bytes}}, "bytes", "budget"}
 
     def __init__(self, config: AppConfig):
         super().__init__()
@@ -164,6 +167,88 @@ class EngineWorker(QObject):
             (self.config.paths.checkpoints / conversation_file(conversation)).unlink(missing_ok=True)
         self._emit_cache_states()
 
+    # saved context, for the browser -------------------------------------------------------------------
+    @Slot(object, bool, object)
+    def inspect_checkpoints(self, conversations: list, full: bool, cancel: CancelToken) -> None:
+        """Status of each conversation's checkpoint: a quick header check, or every checksum (full)."""
+        from engine.checkpoint.status import NONE, checkpoint_status
+
+        store = self._store()
+        if store is None:
+            return
+        identity = self.sessions.identity if self.sessions else None
+        vocab = self.engine.tokenizer.vocab_size if self.engine else None
+        items = {}
+        for i, cid in enumerate(conversations):
+            if cancel.cancelled:
+                break
+            entry = store.conversation_entry(cid)
+            if entry is None:
+                items[cid] = {"status": NONE, "reason": None, "tokens": 0, "bytes": 0}
+            else:
+                status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
+                items[cid] = {"status": status, "reason": problem.reason if problem else None,
+                              "message": str(problem) if problem else "", "tokens": tokens, "bytes": entry.bytes}
+            if full:
+                self.checkpoint_progress.emit(i + 1, len(conversations))
+        self.checkpoint_report.emit({"full": full, "items": items, "bytes": store.total_bytes(),
+                                     "budget": store.budget_bytes, "cancelled": cancel.cancelled})
+
+    @Slot(object)
+    def drop_context(self, conversations: list) -> None:
+        """Delete saved context but keep the chats (their context is rebuilt when next used)."""
+        for cid in conversations:
+            self.forget(cid)
+        self._report_usage()
+
+    @Slot(str, str)
+    def copy_context(self, source: str, target: str) -> None:
+        """Give a branch its source's saved context, so it opens without a prefill (the frontiers past
+        the branch point simply stop matching its text)."""
+        import shutil
+
+        from engine.checkpoint.store import conversation_file
+
+        store = self._store()
+        if store is None or store.conversation_entry(source) is None:
+            return
+        try:
+            with store.lock.held():
+                shutil.copyfile(store.path(conversation_file(source)), store.path(conversation_file(target)))
+            store.reconcile()
+            store.conversation_entry(target)
+        except OSError as exc:
+            log.warning("could not copy the saved context of %s: %s", source, exc)
+        self._emit_cache_states()
+
+    @Slot(object)
+    def set_budget(self, budget_bytes: int) -> None:
+        store = self._store()
+        if store is not None:
+            store.set_budget(budget_bytes)
+            store.enforce_budget(protect={self.sessions.active} if self.sessions and self.sessions.active else ())
+            self._report_usage()
+
+    @Slot(object)
+    def reclaim(self, live_conversations: list) -> None:
+        """Remove leftovers and the saved context of deleted chats, then evict down to the budget."""
+        store = self._store()
+        if store is not None:
+            store.gc(set(live_conversations))
+            self._report_usage()
+            self._emit_cache_states()
+
+    def _store(self):
+        if self.sessions is not None:
+            return self.sessions.store
+        return None
+
+    def _report_usage(self) -> None:
+        store = self._store()
+        if store is not None:
+            self.checkpoint_report.emit({"full": False, "items": {}, "bytes": store.total_bytes(),
+                                         "budget": store.budget_bytes, "cancelled": False})
+
     @Slot()
     def shutdown(self) -> None:
         """Save what is live; the window waits for ``stopped`` before it lets the process end."""
@@ -216,6 +301,11 @@ class EngineHost(QObject):
     request_generate = Signal(str, object, object, object)
     request_forget = Signal(str)
     request_shutdown = Signal()
+    request_inspect = Signal(object, bool, object)
+    request_drop_context = Signal(object)
+    request_copy_context = Signal(str, str)
+    request_set_budget = Signal(object)  # bytes: may not fit a 32-bit int
+    request_reclaim = Signal(object)
 
     def __init__(self, config: AppConfig, parent: QObject | None = None):
         super().__init__(parent)
@@ -229,6 +319,11 @@ class EngineHost(QObject):
         self.request_generate.connect(self.worker.generate)
         self.request_forget.connect(self.worker.forget)
         self.request_shutdown.connect(self.worker.shutdown)
+        self.request_inspect.connect(self.worker.inspect_checkpoints)
+        self.request_drop_context.connect(self.worker.drop_context)
+        self.request_copy_context.connect(self.worker.copy_context)
+        self.request_set_budget.connect(self.worker.set_budget)
+        self.request_reclaim.connect(self.worker.reclaim)
         self.thread.start()
 
     def stop(self, timeout_ms: int = 15000) -> bool:

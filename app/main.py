@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
     parser.add_argument("--model", help="a GGUF file to use instead of the default model")
     parser.add_argument("--terminal", action="store_true", help="chat in the terminal instead of a window")
+    parser.add_argument("--browse", action="store_true", help="open the saved-conversation browser too")
     parser.add_argument("--debug", action="store_true", help="debug logging")
     return parser
 
@@ -34,13 +35,13 @@ def main(argv: list[str] | None = None) -> int:
             from engine.terminal_chat import run_terminal_chat
 
             return run_terminal_chat(config.paths, weights=args.weights, provider=args.provider, model=args.model)
-        return run_window(config)
+        return run_window(config, browse=args.browse)
     except HearthError as exc:
         print(f"hearth: error: {exc}", file=sys.stderr)
         return 1
 
 
-def run_window(config) -> int:
+def run_window(config, browse: bool = False) -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
@@ -68,6 +69,8 @@ def run_window(config) -> int:
 
     instance.activated.connect(bring_to_front)
     window.show()
+    if browse:
+        window.show_browser()
     return app.exec()
 
 

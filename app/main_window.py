@@ -60,6 +60,8 @@ class MainWindow(QMainWindow):
         self._prefill_started: dict[str, float] = {}
         self._editing: int | None = None
         self._closing = False
+        self.browser = None
+        self._purge_leftover_trash()
         self.setWindowTitle("Hearth")
         self._build_ui()
         self._build_actions()
@@ -72,6 +74,12 @@ class MainWindow(QMainWindow):
         if start_engine:
             self.status_model.setText("Loading the model…")
             self.host.request_load.emit()
+
+    def _purge_leftover_trash(self) -> None:
+        """Chats deleted in the browser whose Undo window ended with the app: delete them for good now."""
+        for cid in self.store.trashed():
+            self.store.purge([cid])
+            self.host.request_forget.emit(cid)
 
     # building ---------------------------------------------------------------------------------------------
     def _build_ui(self) -> None:
@@ -185,6 +193,7 @@ class MainWindow(QMainWindow):
         edit_menu = m.addMenu("&Edit")
         self._action("&Find in chat", QKeySequence.StandardKey.Find, self.show_find, edit_menu)
         self._action("Find &next", QKeySequence.StandardKey.FindNext, lambda: self.find(False), edit_menu)
+        self._action("&Browse conversations…", "Ctrl+B", self.show_browser, file_menu)
         chat_menu = m.addMenu("&Chat")
         self.act_stop = self._action("&Stop", "Esc", self.escape, chat_menu, "Stop the reply")
         self.act_regenerate = self._action("&Regenerate reply", "Ctrl+R", self.regenerate, chat_menu)
@@ -406,6 +415,42 @@ class MainWindow(QMainWindow):
             self.store.set_system_prompt(conv.id, system)
             self.store.set_settings(conv.id, settings)
 
+    # the browser --------------------------------------------------------------------------------------------
+    def show_browser(self) -> None:
+        from app.browser import BrowserWindow
+
+        if self.browser is None:
+            self.browser = BrowserWindow(self.store, self.host, self)
+            self.browser.open_requested.connect(self.open_conversation)
+            self.browser.conversations_changed.connect(self.reload_list)
+        self.browser.show()
+        self.browser.raise_()
+        self.browser.activateWindow()
+
+    def open_conversation(self, conversation: str) -> None:
+        item = self.sidebar.item_for(conversation)
+        if item is None:
+            self.reload_list()
+            item = self.sidebar.item_for(conversation)
+        if item is not None:
+            self.sidebar.setCurrentItem(item)
+        self.raise_()
+        self.activateWindow()
+
+    def reload_list(self) -> None:
+        """The browser changed the set of chats: rebuild the list, keeping the current one if it lives."""
+        current = self.current
+        self.sidebar.blockSignals(True)
+        self.sidebar.clear()
+        self._load_list()
+        item = self.sidebar.item_for(current) if current else None
+        self.sidebar.setCurrentItem(item or self.sidebar.item(0))
+        self.sidebar.blockSignals(False)
+        chosen = self.sidebar.currentItem()
+        new = chosen.data(ID_ROLE) if chosen is not None else None
+        if new != current:
+            self._show_conversation(new)
+
     # find -------------------------------------------------------------------------------------------------
     def show_find(self) -> None:
         self.find_bar.show()
@@ -509,6 +554,8 @@ class MainWindow(QMainWindow):
         if text or not stopped:
             try:
                 self.store.append(conversation, "assistant", text)
+                if self.engine_info:
+                    self.store.set_model(conversation, f"{self.engine_info['model']} {self.engine_info['weights']}")
             except ConversationError as exc:  # the chat was deleted meanwhile
                 log.info("reply not stored: %s", exc)
         save = info.get("save") or {}
@@ -567,6 +614,8 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self._save_state()
+        if self.browser is not None:
+            self.browser.close()  # ends its undo window: trashed chats are deleted for good
         for tokens in self._cancels.values():
             for token in tokens:
                 token.cancel()

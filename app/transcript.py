@@ -59,8 +59,9 @@ class MessageWidget(QFrame):
     edit_requested = Signal(int)  # message seq
     regenerate_requested = Signal()
 
-    def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None):
+    def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None, read_only: bool = False):
         super().__init__(parent)
+        self.read_only = read_only
         self.seq, self.role, self.text = seq, role, text
         self.setObjectName(f"message-{role}")
         self.setFrameShape(QFrame.Shape.StyledPanel if role == "user" else QFrame.Shape.NoFrame)
@@ -75,7 +76,7 @@ class MessageWidget(QFrame):
         head.addStretch(1)
         self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.text))
         head.addWidget(self.copy_button)
-        if role == "user":
+        if role == "user" and not read_only:
             head.addWidget(self._tool("Edit", "Edit this message and send it again",
                                       lambda: self.edit_requested.emit(self.seq)))
         self.regenerate_button = self._tool("Regenerate", "Write this reply again", self.regenerate_requested.emit)
@@ -116,8 +117,9 @@ class TranscriptView(QScrollArea):
     edit_requested = Signal(int)
     regenerate_requested = Signal()
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, read_only: bool = False):
         super().__init__(parent)
+        self.read_only = read_only  # a preview: no Edit or Regenerate
         self.setWidgetResizable(True)
         self.setAccessibleName("Conversation transcript")
         self.setFrameShape(QFrame.Shape.NoFrame)
@@ -200,7 +202,7 @@ class TranscriptView(QScrollArea):
             self._chores.stop()
 
     def _make(self, seq: int, role: str, text: str) -> MessageWidget:
-        w = MessageWidget(seq, role, text, self.widget())
+        w = MessageWidget(seq, role, text, self.widget(), self.read_only)
         w.copy_requested.connect(self.copy_requested)
         w.edit_requested.connect(self.edit_requested)
         w.regenerate_requested.connect(self.regenerate_requested)
@@ -220,7 +222,7 @@ class TranscriptView(QScrollArea):
     def _update_regenerate(self) -> None:
         for i, w in enumerate(self.messages):
             w.regenerate_button.setVisible(w.role == "assistant" and i == len(self.messages) - 1
-                                           and self._streaming is None)
+                                           and self._streaming is None and not self.read_only)
 
     def begin_stream(self, seq: int) -> MessageWidget:
         w = self.add(seq, "assistant", "")

@@ -11,14 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.checkpoint.format import CheckpointError, Reason
+from engine.checkpoint.format import CheckpointError
 from engine.checkpoint.reader import CheckpointReader
+from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
 from engine.cli import Progress, _emit, _paths, sampling_from_args
 from engine.conversations import ConversationStore, check_id
 from engine.errors import HearthError, PromptError
-
-STALE_REASONS = {Reason.MODEL_MISMATCH, Reason.TOKENIZER_MISMATCH}
 
 
 def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
@@ -49,6 +48,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     result = turn.generation
     if result.text or result.tokens:
         convs.append(conv.id, "assistant", result.text)
+        convs.set_model(conv.id, f"{converted.gguf_path.stem} {converted.precision}")
     resume = turn.resume
     payload = {
         "conversation": conv.id,
@@ -137,20 +137,9 @@ def cmd_kv_inspect(args: argparse.Namespace) -> int:
 
 def verify_file(path: Path, identity, vocab_size: int | None) -> dict:
     """Full verification: header, identity (when a model is known), every record's tokens and rows."""
-    out = {"path": str(path), "status": "valid", "reason": None, "message": "", "tokens": 0}
-    try:
-        with CheckpointReader(path) as reader:
-            reader.read_header()
-            if identity is not None:
-                reader.check_identity(identity)
-            records, problem = reader.verify_all(vocab_size or (1 << 32) - 1)
-            out["tokens"] = records[-1].end if records else 0
-    except CheckpointError as exc:
-        problem = exc
-    if problem is not None:
-        out.update(status="stale" if problem.reason in STALE_REASONS else "damaged", reason=problem.reason,
-                   message=str(problem))
-    return out
+    status, problem, tokens = checkpoint_status(path, identity, vocab_size, full=True)
+    return {"path": str(path), "status": status, "reason": problem.reason if problem else None,
+            "message": str(problem) if problem else "", "tokens": tokens}
 
 
 def cmd_kv_verify(args: argparse.Namespace) -> int:

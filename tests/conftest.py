@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from app.config import AppConfig
+from app.main_window import MainWindow
 from engine.generation import Engine
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
-from engine.paths import HearthPaths
+from engine.paths import HearthPaths, resolve_paths
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CACHE = Path(os.environ.get("HEARTH_TEST_CACHE", REPO / ".test-cache"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+WINDOW_TIMEOUT = 60_000
 
 
 @pytest.fixture(scope="session")
@@ -82,3 +85,40 @@ def real_model_home(real_home, tmp_path) -> Path:
         (real_home / sub).mkdir(parents=True, exist_ok=True)  # a link to nothing would break ensure()
         (home / sub).symlink_to(real_home / sub)
     return home
+
+
+# the desktop window on the tiny model ------------------------------------------------------------------
+@pytest.fixture
+def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted) -> AppConfig:
+    tiny_converted("int4")  # converted once per session; every data dir shares it
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    return AppConfig(resolve_paths(home).ensure(), model=str(tiny_gguf), weights="int4", provider="cpu")
+
+
+class Windows:
+    """Opens windows on one config and closes them (saving, stopping the engine thread) at the end."""
+
+    def __init__(self, qtbot, config: AppConfig):
+        self.qtbot, self.config, self.open = qtbot, config, []
+
+    def __call__(self, config: AppConfig | None = None, wait_ready: bool = True) -> MainWindow:
+        w = MainWindow(config or self.config)
+        self.open.append(w)
+        w.show()
+        if wait_ready:
+            self.qtbot.waitUntil(lambda: w.engine_info is not None, timeout=WINDOW_TIMEOUT)
+        return w
+
+    def close(self, w: MainWindow) -> None:
+        w.close()
+        self.open.remove(w)
+
+
+@pytest.fixture
+def windows(qtbot, config):
+    made = Windows(qtbot, config)
+    yield made
+    for w in list(made.open):
+        w.close()

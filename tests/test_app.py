@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal
 
 from app.config import AppConfig
 from app.main_window import MainWindow
@@ -24,85 +24,9 @@ from engine.checkpoint.store import conversation_file
 from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
 
+from .qt_helpers import TIMEOUT, collect, on_ui_thread, send, use_settings, wait_idle
+
 GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
-TIMEOUT = 60_000
-
-
-@pytest.fixture
-def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted) -> AppConfig:
-    tiny_converted("int4")  # converted once per session; every data dir shares it
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "converted").symlink_to(tiny_dir / "converted")
-    return AppConfig(resolve_paths(home).ensure(), model=str(tiny_gguf), weights="int4", provider="cpu")
-
-
-class Windows:
-    """Opens windows on one config and closes them (saving, stopping the engine thread) at the end."""
-
-    def __init__(self, qtbot, config: AppConfig):
-        self.qtbot, self.config, self.open = qtbot, config, []
-
-    def __call__(self, config: AppConfig | None = None, wait_ready: bool = True) -> MainWindow:
-        w = MainWindow(config or self.config)
-        self.open.append(w)
-        w.show()
-        if wait_ready:
-            self.qtbot.waitUntil(lambda: w.engine_info is not None, timeout=TIMEOUT)
-        return w
-
-    def close(self, w: MainWindow) -> None:
-        w.close()
-        self.open.remove(w)
-
-
-@pytest.fixture
-def windows(qtbot, config):
-    made = Windows(qtbot, config)
-    yield made
-    for w in list(made.open):
-        w.close()
-
-
-class Recorder(QObject):
-    """Receives a worker signal on the UI thread, after the window's own handlers (connected first)."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    @Slot(str, object)
-    def record(self, *args) -> None:
-        self.fn(*args)
-
-
-_recorders: list[Recorder] = []
-
-
-def on_ui_thread(signal, fn) -> None:
-    recorder = Recorder(fn)
-    _recorders.append(recorder)  # kept alive for the session
-    signal.connect(recorder.record)
-
-
-def collect(signal) -> list:
-    """Record a worker signal's (conversation, payload) arguments as the UI thread sees them."""
-    seen: list = []
-    on_ui_thread(signal, lambda *args: seen.append(args))
-    return seen
-
-
-def use_settings(w: MainWindow, settings: dict) -> None:
-    w.store.set_settings(w.current, settings)
-
-
-def send(qtbot, w: MainWindow, text: str) -> None:
-    qtbot.keyClicks(w.composer, text)
-    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
-
-
-def wait_idle(qtbot, w: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not w._streams, timeout=TIMEOUT)
 
 
 # sending, streaming, saving -------------------------------------------------------------------------

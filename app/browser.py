@@ -1,0 +1,462 @@
+"""The saved-conversation browser: search, filter, preview, open, and manage conversations and the
+disk their saved context uses.
+
+Search runs on every keystroke against SQLite FTS5 (``engine/search.py``: safe for any text, tens of
+milliseconds at 200,000 messages). Checkpoint facts (status, tokens, size) come from the engine
+thread: a quick header check of every saved context when the browser opens, a full check on
+"Verify all". Deleting moves chats to the trash for a few seconds, with Undo; then they and their
+saved context are deleted for good.
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QDate, QModelIndex, QRectF, QSortFilterProxyModel, Qt, QTimer, Signal
+from PySide6.QtGui import QStandardItem, QStandardItemModel, QTextDocument
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDateEdit,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QStyledItemDelegate,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine_worker import EngineHost
+from app.text import age, count
+from app.transcript import TranscriptView, copy_to_clipboard
+from engine.conversations import ConversationError, ConversationStore
+from engine.generation import CancelToken
+from engine.search import search, snippet_html
+from engine.transfer import TransferError, export_json, export_markdown, import_json
+
+COLUMNS = ("Title", "Match", "Created", "Last activity", "Messages", "Tokens", "Model", "Context size", "Context")
+SORT_ROLE = Qt.ItemDataRole.UserRole + 10
+ID_ROLE = Qt.ItemDataRole.UserRole + 11
+UNDO_SECONDS = 8
+STATUSES = ("any", "valid", "stale", "damaged", "none")
+
+
+class HtmlDelegate(QStyledItemDelegate):
+    """Paints a cell's text as rich text (the search snippet, matched words in bold)."""
+
+    def paint(self, painter, option, index: QModelIndex) -> None:
+        self.initStyleOption(option, index)
+        html = option.text
+        option.text = ""
+        option.widget.style().drawControl(option.widget.style().ControlElement.CE_ItemViewItem, option, painter,
+                                          option.widget)
+        doc = QTextDocument()
+        doc.setDefaultFont(option.font)
+        doc.setHtml(html)
+        painter.save()
+        painter.translate(option.rect.topLeft())
+        painter.setClipRect(QRectF(0, 0, option.rect.width(), option.rect.height()))
+        doc.drawContents(painter)
+        painter.restore()
+
+
+class BrowserWindow(QWidget):
+    open_requested = Signal(str)
+    conversations_changed = Signal()
+
+    def __init__(self, store: ConversationStore, host: EngineHost, parent: QWidget | None = None):
+        super().__init__(parent, Qt.WindowType.Window)
+        self.store, self.host = store, host
+        self.setWindowTitle("Saved conversations — Hearth")
+        self.setAccessibleName("Saved conversations")
+        self.resize(1150, 720)
+        self.checkpoints: dict[str, dict] = {}
+        self.usage = (0, 0)
+        self._trash: list[str] = []
+        self._verify_cancel: CancelToken | None = None
+        self._build()
+        host.worker.checkpoint_report.connect(self._on_report)
+        host.worker.checkpoint_progress.connect(self._on_verify_progress)
+        self._undo_timer = QTimer(self)
+        self._undo_timer.setSingleShot(True)
+        self._undo_timer.timeout.connect(self._purge_trash)
+        self.refresh()
+        self.check_contexts(full=False)
+
+    # layout -----------------------------------------------------------------------------------------------
+    def _build(self) -> None:
+        outer = QVBoxLayout(self)
+        bar = QHBoxLayout()
+        self.query = QLineEdit()
+        self.query.setPlaceholderText('Search titles and messages — "a phrase", -exclude, prefix*')
+        self.query.setAccessibleName("Search conversations")
+        self.query.setClearButtonEnabled(True)
+        self.query.textChanged.connect(lambda _: self.refresh())
+        bar.addWidget(self.query, 3)
+        self.use_dates = QCheckBox("From")
+        self.use_dates.setAccessibleName("Filter by date")
+        self.date_from, self.date_to = QDateEdit(), QDateEdit()
+        for d, name in ((self.date_from, "From date"), (self.date_to, "To date")):
+            d.setCalendarPopup(True)
+            d.setDisplayFormat("yyyy-MM-dd")
+            d.setAccessibleName(name)
+        self.date_from.setDate(QDate.currentDate().addMonths(-1))
+        self.date_to.setDate(QDate.currentDate())
+        for d in (self.date_from, self.date_to):
+            d.dateChanged.connect(lambda _: self.refresh())
+        self.use_dates.toggled.connect(lambda _: self.refresh())
+        bar.addWidget(self.use_dates)
+        bar.addWidget(self.date_from)
+        bar.addWidget(QLabel("to"))
+        bar.addWidget(self.date_to)
+        self.model_filter = QComboBox()
+        self.model_filter.setAccessibleName("Filter by model")
+        self.model_filter.currentIndexChanged.connect(lambda _: self.refresh())
+        bar.addWidget(self.model_filter)
+        self.status_filter = QComboBox()
+        self.status_filter.addItems([f"context: {s}" for s in STATUSES])
+        self.status_filter.setAccessibleName("Filter by saved-context status")
+        self.status_filter.currentIndexChanged.connect(lambda _: self.refresh())
+        bar.addWidget(self.status_filter)
+        outer.addLayout(bar)
+
+        self.undo_bar = QWidget()
+        ub = QHBoxLayout(self.undo_bar)
+        ub.setContentsMargins(0, 0, 0, 0)
+        self.undo_label = QLabel("")
+        ub.addWidget(self.undo_label, 1)
+        self.undo_button = QPushButton("Undo")
+        self.undo_button.setAccessibleName("Undo the delete")
+        self.undo_button.clicked.connect(self.undo_delete)
+        ub.addWidget(self.undo_button)
+        self.undo_bar.hide()
+        outer.addWidget(self.undo_bar)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        self.model = QStandardItemModel(0, len(COLUMNS), self)
+        self.model.setHorizontalHeaderLabels(COLUMNS)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setItemDelegateForColumn(1, HtmlDelegate(self.table))
+        self.table.verticalHeader().hide()
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        header = self.table.horizontalHeader()
+        for column, width in enumerate((200, 260, 120, 90, 70, 70, 140, 90, 70)):
+            header.resizeSection(column, width)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.table.setAccessibleName("Conversations found")
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._show_preview())
+        self.table.doubleClicked.connect(lambda _: self.open_selected())
+        split.addWidget(self.table)
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        self.preview_title = QLabel("")
+        self.preview_title.setWordWrap(True)
+        rv.addWidget(self.preview_title)
+        self.preview = TranscriptView(read_only=True)
+        self.preview.setAccessibleName("Preview of the selected conversation")
+        self.preview.copy_requested.connect(copy_to_clipboard)
+        rv.addWidget(self.preview, 1)
+        split.addWidget(right)
+        split.setSizes([820, 330])
+        outer.addWidget(split, 1)
+
+        actions = QHBoxLayout()
+        self.buttons = {}
+        for key, label, slot in (
+            ("open", "Open", self.open_selected), ("rename", "Rename…", self.rename_selected),
+            ("delete", "Delete", self.delete_selected), ("duplicate", "Duplicate as branch", self.duplicate_selected),
+            ("md", "Export Markdown…", lambda: self.export_selected(None, "md")),
+            ("json", "Export JSON…", lambda: self.export_selected(None, "json")),
+            ("import", "Import JSON…", lambda: self.import_file(None)),
+            ("drop", "Drop saved context", self.drop_selected_context),
+        ):
+            b = QPushButton(label)
+            b.setAccessibleName(label.rstrip("…"))
+            b.clicked.connect(slot)
+            actions.addWidget(b)
+            self.buttons[key] = b
+        actions.addStretch(1)
+        outer.addLayout(actions)
+
+        disk = QHBoxLayout()
+        self.usage_label = QLabel("Saved context: …")
+        disk.addWidget(self.usage_label)
+        disk.addWidget(QLabel("Budget (MiB):"))
+        self.budget = QSpinBox()
+        self.budget.setRange(64, 1 << 20)
+        self.budget.setAccessibleName("Disk budget for saved context in MiB")
+        disk.addWidget(self.budget)
+        apply_budget = QPushButton("Apply")
+        apply_budget.clicked.connect(self.apply_budget)
+        disk.addWidget(apply_budget)
+        reclaim = QPushButton("Reclaim space")
+        reclaim.setToolTip("Delete leftovers and the saved context of deleted chats, then keep within the budget")
+        reclaim.clicked.connect(self.reclaim)
+        disk.addWidget(reclaim)
+        disk.addStretch(1)
+        self.verify_button = QPushButton("Verify all")
+        self.verify_button.setToolTip("Check every checksum of every saved context")
+        self.verify_button.clicked.connect(self.verify_all)
+        disk.addWidget(self.verify_button)
+        self.verify_bar = QProgressBar()
+        self.verify_bar.setAccessibleName("Verification progress")
+        self.verify_bar.hide()
+        disk.addWidget(self.verify_bar)
+        self.verify_result = QLabel("")
+        disk.addWidget(self.verify_result)
+        outer.addLayout(disk)
+
+    # listing ----------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-run the search with the current text and filters (cheap: on every keystroke)."""
+        self._refresh_models()
+        since = until = None
+        if self.use_dates.isChecked():
+            since = int(self.date_from.dateTime().toSecsSinceEpoch() * 1000)
+            until = int(self.date_to.dateTime().addDays(1).toSecsSinceEpoch() * 1000)
+        model = self.model_filter.currentData()
+        try:
+            hits = search(self.store, self.query.text(), since_ms=since, until_ms=until, model=model,
+                          limit=10_000)
+        except ConversationError as exc:
+            self.preview_title.setText(f"⚠ {exc}")
+            hits = []
+        status = STATUSES[self.status_filter.currentIndex()]
+        if status != "any":
+            hits = [h for h in hits if self.checkpoints.get(h.conversation, {}).get("status", "none") == status]
+        info = {s["id"]: s for s in self.store.summaries()} if hits else {}
+        self.table.setSortingEnabled(False)
+        self.model.removeRows(0, self.model.rowCount())
+        for h in hits:
+            s = info.get(h.conversation)
+            if s is None:
+                continue
+            self.model.appendRow(self._row(s, snippet_html(h.snippet)))
+        self.table.setSortingEnabled(True)
+        self.setWindowTitle(f"Saved conversations ({len(hits)}) — Hearth")
+
+    def _refresh_models(self) -> None:
+        current = self.model_filter.currentData()
+        models = self.store.models()
+        if [self.model_filter.itemData(i) for i in range(1, self.model_filter.count())] == models:
+            return
+        self.model_filter.blockSignals(True)
+        self.model_filter.clear()
+        self.model_filter.addItem("any model", None)
+        for m in models:
+            self.model_filter.addItem(m, m)
+        index = self.model_filter.findData(current)
+        self.model_filter.setCurrentIndex(max(0, index))
+        self.model_filter.blockSignals(False)
+
+    def _row(self, s: dict, snippet: str) -> list[QStandardItem]:
+        ck = self.checkpoints.get(s["id"], {})
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_ms"] / 1000))
+        cells = [
+            (s["title"] or "New chat", (s["title"] or "").lower()),
+            (snippet, snippet),
+            (created, s["created_ms"]),
+            (age(s["updated_ms"]), s["updated_ms"]),
+            (count(s["messages"]), s["messages"]),
+            (count(ck.get("tokens", 0)) if ck.get("tokens") else "", ck.get("tokens", 0)),
+            (s["model"], s["model"]),
+            (f"{ck.get('bytes', 0) / 2**20:.1f} MiB" if ck.get("bytes") else "", ck.get("bytes", 0)),
+            (ck.get("status", "…"), ck.get("status", "")),
+        ]
+        items = []
+        for text, key in cells:
+            item = QStandardItem(text)
+            item.setData(key, SORT_ROLE)
+            item.setData(s["id"], ID_ROLE)
+            items.append(item)
+        if ck.get("reason"):
+            items[-1].setToolTip(ck.get("message") or ck["reason"])
+        return items
+
+    def selected_ids(self) -> list[str]:
+        rows = {i.row() for i in self.table.selectionModel().selectedRows()}
+        return [self.proxy.index(r, 0).data(ID_ROLE) for r in sorted(rows)]
+
+    def ids_shown(self) -> list[str]:
+        return [self.proxy.index(r, 0).data(ID_ROLE) for r in range(self.proxy.rowCount())]
+
+    def _show_preview(self) -> None:
+        ids = self.selected_ids()
+        self.preview.clear()
+        if len(ids) != 1:
+            self.preview_title.setText(f"{len(ids)} conversations selected" if ids else "")
+            return
+        conv = self.store.get(ids[0])
+        if conv is None:
+            return
+        self.preview_title.setText(f"<b>{conv.title or 'New chat'}</b>")
+        self.preview.load([(m.seq, m.role, m.content) for m in self.store.messages(conv.id)])
+
+    # actions ------------------------------------------------------------------------------------------------
+    def open_selected(self) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.open_requested.emit(ids[0])
+
+    def rename_selected(self) -> None:
+        ids = self.selected_ids()
+        if len(ids) != 1:
+            return
+        conv = self.store.require(ids[0])
+        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", QLineEdit.EchoMode.Normal, conv.title)
+        if ok and title.strip():
+            self.store.rename(conv.id, title)
+            self._changed()
+
+    def delete_selected(self) -> None:
+        """Move the selected chats to the trash; they are deleted for good unless Undo comes in time."""
+        ids = self.selected_ids()
+        if not ids:
+            return
+        self._purge_trash()  # an earlier delete's undo window closes now
+        self.store.trash(ids)
+        self._trash = ids
+        self.undo_label.setText(f"Deleted {len(ids)} chat{'s' if len(ids) != 1 else ''}.")
+        self.undo_bar.show()
+        self._undo_timer.start(UNDO_SECONDS * 1000)
+        self._changed()
+
+    def undo_delete(self) -> None:
+        self._undo_timer.stop()
+        if self._trash:
+            self.store.untrash(self._trash)
+            self._trash = []
+            self._changed()
+        self.undo_bar.hide()
+
+    def _purge_trash(self) -> None:
+        self._undo_timer.stop()
+        ids, self._trash = self._trash, []
+        self.undo_bar.hide()
+        if ids:
+            self.store.purge(ids)
+            for cid in ids:
+                self.host.request_forget.emit(cid)
+
+    def duplicate_selected(self) -> None:
+        ids = self.selected_ids()
+        if len(ids) != 1:
+            return
+        branch = self.store.duplicate(ids[0])
+        self.host.request_copy_context.emit(ids[0], branch.id)
+        self._changed()
+
+    def drop_selected_context(self) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.host.request_drop_context.emit(ids)
+            for cid in ids:
+                self.checkpoints[cid] = {"status": "none", "tokens": 0, "bytes": 0}
+            self.refresh()
+
+    def export_selected(self, path: str | None, kind: str) -> int:
+        ids = self.selected_ids() or self.ids_shown()
+        if not ids:
+            return 0
+        if path is None:
+            suffix = "md" if kind == "md" else "json"
+            path, _ = QFileDialog.getSaveFileName(self, "Export conversations", f"conversations.{suffix}",
+                                                  f"{suffix.upper()} (*.{suffix})")
+            if not path:
+                return 0
+        try:
+            n = (export_markdown if kind == "md" else export_json)(self.store, ids, path)
+        except OSError as exc:
+            self._warn(f"The export could not be written: {exc.strerror or exc}")
+            return 0
+        self.verify_result.setText(f"Exported {n} conversation{'s' if n != 1 else ''}.")
+        return n
+
+    def import_file(self, path: str | None) -> list[str]:
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "", "Hearth export (*.json)")
+            if not path:
+                return []
+        try:
+            ids = import_json(self.store, path)
+        except ConversationError as exc:  # TransferError included: says what is wrong, nothing imported
+            self._warn(f"Nothing was imported. {exc}" if isinstance(exc, TransferError) else str(exc))
+            return []
+        self.verify_result.setText(f"Imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}.")
+        self._changed()
+        return ids
+
+    def _warn(self, message: str) -> None:
+        box = QMessageBox(QMessageBox.Icon.Warning, "Hearth", message, QMessageBox.StandardButton.Ok, self)
+        box.setObjectName("browserWarning")
+        box.open()  # window-modal, not blocking the event loop
+
+    def _changed(self) -> None:
+        self.refresh()
+        self.conversations_changed.emit()
+
+    # saved context --------------------------------------------------------------------------------------------
+    def check_contexts(self, full: bool) -> None:
+        ids = [s["id"] for s in self.store.summaries()]
+        token = CancelToken()
+        if full:
+            self._verify_cancel = token
+            self.verify_bar.setRange(0, max(1, len(ids)))
+            self.verify_bar.setValue(0)
+            self.verify_bar.show()
+            self.verify_result.setText("Verifying…")
+        self.host.request_inspect.emit(ids, full, token)
+
+    def verify_all(self) -> None:
+        self.check_contexts(full=True)
+
+    def _on_verify_progress(self, done: int, total: int) -> None:
+        self.verify_bar.setRange(0, total)
+        self.verify_bar.setValue(done)
+
+    def _on_report(self, report: dict) -> None:
+        self.checkpoints.update(report["items"])
+        self.usage = (report["bytes"], report["budget"])
+        self.usage_label.setText(f"Saved context: {report['bytes'] / 2**20:,.1f} MiB of "
+                                 f"{report['budget'] / 2**20:,.0f} MiB")
+        if not self.budget.hasFocus():
+            self.budget.setValue(min(self.budget.maximum(), report["budget"] >> 20))
+        if report["full"]:
+            self.verify_bar.hide()
+            found = [i["status"] for i in report["items"].values()]
+            damaged = found.count("damaged")
+            self.verify_result.setText(
+                f"Checked {len(found)}: {found.count('valid')} valid, {found.count('stale')} stale, "
+                f"{damaged} damaged, {found.count('none')} without saved context"
+                + (" — damaged ones are rebuilt when opened." if damaged else "."))
+        self.refresh()
+
+    def apply_budget(self) -> None:
+        self.host.request_set_budget.emit(self.budget.value() << 20)
+
+    def reclaim(self) -> None:
+        self.host.request_reclaim.emit(sorted(self.store.ids()))
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._purge_trash()
+        super().closeEvent(event)

@@ -1,0 +1,51 @@
+"""Helpers for the window tests: signal recorders that run on the UI thread, sending, waiting.
+(The ``config`` and ``windows`` fixtures live in conftest.py.)"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt, Slot
+
+from app.main_window import MainWindow
+
+TIMEOUT = 60_000
+
+
+class Recorder(QObject):
+    """Receives a worker signal on the UI thread, after the window's own handlers (connected first)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    @Slot(str, object)
+    def record(self, *args) -> None:
+        self.fn(*args)
+
+
+_recorders: list[Recorder] = []
+
+
+def on_ui_thread(signal, fn) -> None:
+    recorder = Recorder(fn)
+    _recorders.append(recorder)  # kept alive for the session
+    signal.connect(recorder.record)
+
+
+def collect(signal) -> list:
+    """Record a worker signal's (conversation, payload) arguments as the UI thread sees them."""
+    seen: list = []
+    on_ui_thread(signal, lambda *args: seen.append(args))
+    return seen
+
+
+def use_settings(w: MainWindow, settings: dict) -> None:
+    w.store.set_settings(w.current, settings)
+
+
+def send(qtbot, w: MainWindow, text: str) -> None:
+    qtbot.keyClicks(w.composer, text)
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+
+
+def wait_idle(qtbot, w: MainWindow) -> None:
+    qtbot.waitUntil(lambda: not w._streams, timeout=TIMEOUT)

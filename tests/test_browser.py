@@ -1,0 +1,229 @@
+"""The saved-conversation browser over real widgets, a real SQLite store of generated conversations
+and the real engine (tiny model) for the saved-context actions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+
+from engine.checkpoint.store import conversation_file
+
+from .qt_helpers import TIMEOUT, send, use_settings, wait_idle
+
+TOPICS = ["river delta sediment", "crème brûlée caramel", "C++ templates (SFINAE)", "東京 天気 予報",
+          "quantum entanglement", "sourdough starter", "Rust borrow checker", "naïve café résumé"]
+
+
+@pytest.fixture
+def browser(qtbot, windows):
+    """A window whose store holds generated conversations, and its browser."""
+    w = windows()
+    for i in range(40):
+        topic = TOPICS[i % len(TOPICS)]
+        c = w.store.create(model="tiny int4" if i % 3 else "other model")
+        w.store.append(c.id, "user", f"Question {i} about {topic}?")
+        w.store.append(c.id, "assistant", f"Answer {i}: something about {topic}, item-{i}.")
+    w.reload_list()
+    w.show_browser()
+    b = w.browser
+    qtbot.waitUntil(lambda: b.usage_label.text() != "Saved context: …", timeout=TIMEOUT)
+    b.window_ = w
+    return b
+
+
+def shown_titles(b) -> list[str]:
+    return [b.proxy.index(r, 0).data() for r in range(b.proxy.rowCount())]
+
+
+def type_query(qtbot, b, text: str) -> None:
+    """Type one character at a time (QTest's key clicks only know ASCII; this reaches the same
+    textChanged → search path for any text)."""
+    b.query.clear()
+    for ch in text:
+        b.query.insert(ch)
+
+
+def test_lists_everything_and_sorts_by_column(browser):
+    assert browser.proxy.rowCount() == 40
+    browser.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)  # messages
+    assert browser.proxy.index(0, 4).data() == "2"
+    browser.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+    titles = shown_titles(browser)
+    assert titles == sorted(titles, key=str.lower)
+
+
+def test_search_updates_as_you_type_with_highlighted_snippets(qtbot, browser):
+    type_query(qtbot, browser, "sourd")
+    assert browser.proxy.rowCount() == 5  # prefix match while typing
+    assert "<b>sourdough</b>" in browser.proxy.index(0, 1).data()
+    type_query(qtbot, browser, "zeppelin")
+    assert browser.proxy.rowCount() == 0
+    type_query(qtbot, browser, "creme brulee")  # accents folded
+    assert browser.proxy.rowCount() == 5
+    type_query(qtbot, browser, "東京")
+    assert browser.proxy.rowCount() == 5
+
+
+@pytest.mark.parametrize("typed", ['"', '"river del', "(((", "-", "-river", "C++", "SFINAE)", "a AND", "NEAR(",
+                                   "*", "item-3", "naïve café", "🙂", "'; DROP TABLE messages; --", "%", "^col:x"])
+def test_anything_typed_in_the_search_box_never_raises(qtbot, browser, typed):
+    type_query(qtbot, browser, typed)
+    assert browser.proxy.rowCount() >= 0
+    assert "⚠" not in browser.preview_title.text()
+    assert browser.store.messages(browser.ids_shown()[0] if browser.ids_shown() else "none") is not None
+
+
+def test_filters_by_model_and_status(qtbot, browser):
+    browser.model_filter.setCurrentIndex(browser.model_filter.findData("other model"))
+    assert browser.proxy.rowCount() == 14
+    browser.model_filter.setCurrentIndex(0)
+    browser.status_filter.setCurrentIndex(3)  # damaged: none yet
+    assert browser.proxy.rowCount() == 0
+    browser.status_filter.setCurrentIndex(4)  # no saved context: all of them
+    assert browser.proxy.rowCount() == 40
+
+
+def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
+    w = browser.window_
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    send(qtbot, w, "a chat about lighthouses")
+    wait_idle(qtbot, w)
+    w.new_chat()  # move away: the lighthouse chat is saved on disk
+    type_query(qtbot, browser, "lighthouses")
+    browser.table.selectRow(0)
+    assert [m.text for m in browser.preview.messages][0] == "a chat about lighthouses"
+    reports = []
+    from .qt_helpers import on_ui_thread
+
+    on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
+    browser.open_selected()
+    qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
+    assert w.current == conv
+    report = next(r for c, r in reports if c == conv)
+    assert report["source"] == "disk" and report["prefilled_tokens"] == 0
+
+
+def test_delete_several_then_undo_then_delete_for_good(qtbot, browser):
+    type_query(qtbot, browser, "sourdough")
+    browser.table.selectAll()
+    ids = browser.selected_ids()
+    assert len(ids) == 5
+    browser.delete_selected()
+    assert browser.undo_bar.isVisible() and "Deleted 5 chats" in browser.undo_label.text()
+    assert browser.proxy.rowCount() == 0 and browser.window_.sidebar.item_for(ids[0]) is None
+    qtbot.mouseClick(browser.undo_button, Qt.MouseButton.LeftButton)
+    assert browser.proxy.rowCount() == 5 and browser.window_.sidebar.item_for(ids[0]) is not None
+    browser.table.selectAll()
+    browser.delete_selected()
+    browser._undo_timer.setInterval(10)  # let the undo window run out now
+    browser._undo_timer.start()
+    qtbot.waitUntil(lambda: not browser.undo_bar.isVisible(), timeout=TIMEOUT)
+    assert all(browser.store.get(i) is None for i in ids)
+
+
+def test_export_import_round_trip_through_the_browser(qtbot, browser, tmp_path):
+    type_query(qtbot, browser, "quantum")
+    browser.table.selectAll()
+    path = tmp_path / "quantum.json"
+    assert browser.export_selected(str(path), "json") == 5
+    md = tmp_path / "quantum.md"
+    assert browser.export_selected(str(md), "md") == 5 and "## You" in md.read_text()
+    ids = browser.selected_ids()
+    before = json.loads(path.read_text())["conversations"]
+    browser.store.purge(ids)
+    browser.refresh()
+    imported = browser.import_file(str(path))
+    assert sorted(imported) == sorted(ids)
+    after = [c for c in json.loads(json.dumps(before))]
+    from engine.transfer import to_document
+
+    again = to_document(browser.store, [c["id"] for c in before])["conversations"]
+    assert again == after
+    type_query(qtbot, browser, "quantum")
+    assert browser.proxy.rowCount() == 5
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not valid JSON"),
+    ('{"format": "hearth.conversations", "version": 1, "conversations": [{"title": 3}]}', "conversations[0]"),
+])
+def test_a_malformed_import_says_what_is_wrong_and_imports_nothing(qtbot, browser, tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert browser.import_file(str(path)) == []
+    qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
+    box = browser.findChildren(QMessageBox, "browserWarning")[-1]
+    assert "Nothing was imported" in box.text() and needle in box.text()
+    box.done(0)
+    assert browser.proxy.rowCount() == 40
+
+
+def test_duplicate_as_branch_copies_messages_and_saved_context(qtbot, browser):
+    w = browser.window_
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    send(qtbot, w, "the original chat")
+    wait_idle(qtbot, w)
+    type_query(qtbot, browser, "original")
+    browser.table.selectRow(0)
+    browser.duplicate_selected()
+    type_query(qtbot, browser, "original")
+    assert browser.proxy.rowCount() == 2
+    branch = next(i for i in browser.ids_shown() if i != conv)
+    path = w.config.paths.checkpoints / conversation_file(branch)
+    qtbot.waitUntil(path.exists, timeout=TIMEOUT)
+
+
+def test_verify_all_finds_a_planted_damaged_checkpoint_and_drop_context(qtbot, browser):
+    w = browser.window_
+    convs = []
+    for text in ("first saved chat", "second saved chat"):
+        convs.append(w.new_chat())
+        use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+        send(qtbot, w, text)
+        wait_idle(qtbot, w)
+    w.new_chat()
+    damaged = w.config.paths.checkpoints / conversation_file(convs[0])
+    data = bytearray(damaged.read_bytes())
+    data[-7] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    browser.verify_all()
+    qtbot.waitUntil(lambda: browser.verify_result.text().startswith("Checked"), timeout=TIMEOUT)
+    assert "1 damaged" in browser.verify_result.text() and "1 valid" in browser.verify_result.text()
+    assert browser.checkpoints[convs[0]]["status"] == "damaged"
+    assert browser.checkpoints[convs[0]]["reason"] == "checksum"
+    browser.status_filter.setCurrentIndex(3)
+    assert browser.ids_shown() == [convs[0]]
+    browser.table.selectRow(0)
+    browser.drop_selected_context()
+    qtbot.waitUntil(lambda: not damaged.exists(), timeout=TIMEOUT)
+    assert w.store.get(convs[0]) is not None  # the chat stays
+
+
+def test_budget_and_reclaim_space(qtbot, browser):
+    w = browser.window_
+    w.new_chat()
+    send(qtbot, w, "something to save")
+    wait_idle(qtbot, w)
+    browser.budget.setValue(100)
+    browser.apply_budget()
+    qtbot.waitUntil(lambda: "of 100 MiB" in browser.usage_label.text(), timeout=TIMEOUT)
+    stray = w.config.paths.checkpoints / "conv-0123456789abcdef0123456789abcdef.hkv"
+    stray.write_bytes(b"HEARTHKV" + bytes(300))  # saved context of no conversation
+    browser.reclaim()
+    qtbot.waitUntil(lambda: not stray.exists(), timeout=TIMEOUT)
+
+
+def test_hearth_browse_opens_the_browser(qtbot, config):
+    from app.main_window import MainWindow
+
+    w = MainWindow(config, start_engine=False)
+    qtbot.addWidget(w)
+    w.show_browser()
+    assert w.browser.isVisible() and w.browser.windowTitle().startswith("Saved conversations")
+    w.browser.close()
+    w.host.stop()
