@@ -39,10 +39,11 @@ from PySide6.QtWidgets import (
 from app.engine_worker import EngineHost
 from app.text import age, count
 from app.transcript import TranscriptView, copy_to_clipboard
+from engine.bundle import read_bundle
 from engine.conversations import ConversationError, ConversationStore
 from engine.generation import CancelToken
 from engine.search import search, snippet_html
-from engine.transfer import TransferError, export_json, export_markdown, import_json
+from engine.transfer import TransferError, export_json, export_markdown, import_json, to_document
 
 COLUMNS = ("Title", "Match", "Created", "Last activity", "Messages", "Tokens", "Model", "Context size", "Context")
 SORT_ROLE = Qt.ItemDataRole.UserRole + 10
@@ -87,6 +88,7 @@ class BrowserWindow(QWidget):
         self._build()
         host.worker.checkpoint_report.connect(self._on_report)
         host.worker.checkpoint_progress.connect(self._on_verify_progress)
+        host.worker.bundle_done.connect(self._on_bundle)
         self._undo_timer = QTimer(self)
         self._undo_timer.setSingleShot(True)
         self._undo_timer.timeout.connect(self._purge_trash)
@@ -188,6 +190,8 @@ class BrowserWindow(QWidget):
             ("md", "Export Markdown…", lambda: self.export_selected(None, "md")),
             ("json", "Export JSON…", lambda: self.export_selected(None, "json")),
             ("import", "Import JSON…", lambda: self.import_file(None)),
+            ("bundle", "Export with context…", lambda: self.export_bundle(None)),
+            ("unbundle", "Import bundle…", lambda: self.import_bundle(None)),
             ("drop", "Drop saved context", self.drop_selected_context),
         ):
             b = QPushButton(label)
@@ -405,6 +409,55 @@ class BrowserWindow(QWidget):
         self.verify_result.setText(f"Imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}.")
         self._changed()
         return ids
+
+    def export_bundle(self, path: str | None) -> bool:
+        """Conversations and their saved context in one portable file (written on the engine thread)."""
+        ids = self.selected_ids() or self.ids_shown()
+        if not ids:
+            return False
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Export with saved context", "conversations.hearth",
+                                                  "Hearth bundle (*.hearth)")
+            if not path:
+                return False
+        self.verify_result.setText("Writing the bundle…")
+        self.host.request_export_bundle.emit(path, to_document(self.store, ids), ids)
+        return True
+
+    def import_bundle(self, path: str | None) -> list[str]:
+        """Import a bundle: conversations now (validated, all or nothing), their saved contexts on the
+        engine thread, each used only if it verifies against this model."""
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Import a bundle", "", "Hearth bundle (*.hearth)")
+            if not path:
+                return []
+        try:
+            convs, entries = read_bundle(path)
+            ids = self.store.insert_full(convs)
+        except ConversationError as exc:
+            self._warn(f"Nothing was imported. {exc}")
+            return []
+        owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
+        self.verify_result.setText(f"Imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}; "
+                                   "checking their saved context…")
+        self.host.request_import_bundle.emit(path, entries, owners)
+        self._changed()
+        return ids
+
+    def _on_bundle(self, report: dict) -> None:
+        if not report.get("ok"):
+            self._warn(report.get("error", "the bundle failed"))
+        elif report.get("export"):
+            self.verify_result.setText(f"Exported {report['conversations']} conversations with "
+                                       f"{report['contexts']} saved contexts.")
+        else:
+            rebuilt = report.get("rebuilt", {})
+            text = f"Saved context used for {len(report.get('used', []))} conversation(s)"
+            if rebuilt:
+                reasons = ", ".join(sorted(set(rebuilt.values())))
+                text += f"; {len(rebuilt)} will be rebuilt when opened ({reasons})"
+            self.verify_result.setText(text + ".")
+            self.check_contexts(full=False)
 
     def _warn(self, message: str) -> None:
         box = QMessageBox(QMessageBox.Icon.Warning, "Hearth", message, QMessageBox.StandardButton.Ok, self)

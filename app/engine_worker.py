@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -44,6 +45,7 @@ class EngineWorker(QObject):
     # saved-context management (the browser)
     checkpoint_progress = Signal(int, int)  # checked, total
     checkpoint_report = Signal(object)  # {"full", "items": {conversation: {status, reason, tokens, bytes}}, "bytes", "budget"}
+    bundle_done = Signal(object)  # export: {"ok", "conversations", "contexts"}; import: {"ok", "used", "rebuilt"}
 
     def __init__(self, config: AppConfig):
         super().__init__()
@@ -238,6 +240,43 @@ class EngineWorker(QObject):
             self._report_usage()
             self._emit_cache_states()
 
+    @Slot(str, object, object)
+    def export_bundle(self, path: str, document: dict, conversations: list) -> None:
+        """Write conversations with their saved context into one file (the live one is saved first)."""
+        from engine.bundle import write_bundle
+
+        store = self._store()
+        try:
+            if self.sessions is not None and self.sessions.active in conversations:
+                self.sessions.save("switch")
+            contexts = {}
+            if store is not None:
+                for cid in conversations:
+                    entry = store.conversation_entry(cid)
+                    if entry is not None:
+                        contexts[cid] = store.path(entry.name)
+            added = write_bundle(Path(path), document, contexts)
+        except OSError as exc:
+            self.bundle_done.emit({"ok": False, "error": f"the bundle could not be written: {exc.strerror or exc}"})
+            return
+        self.bundle_done.emit({"ok": True, "export": True, "conversations": len(conversations), "contexts": added})
+
+    @Slot(str, object, object)
+    def import_bundle_contexts(self, path: str, entries: dict, owners: dict) -> None:
+        """Install a bundle's saved contexts for their (new) conversations, each only if it verifies
+        against this model; the others are rebuilt when opened."""
+        from engine.bundle import install_contexts
+
+        store = self._store()
+        if store is None:
+            self.bundle_done.emit({"ok": True, "export": False, "used": [], "rebuilt": {
+                owners[k]: "the model is not loaded" for k in entries if k in owners}})
+            return
+        report = install_contexts(Path(path), entries, owners, store, self.sessions.identity,
+                                  self.engine.tokenizer.vocab_size)
+        self.bundle_done.emit({"ok": True, "export": False, **report})
+        self._emit_cache_states()
+
     def _store(self):
         if self.sessions is not None:
             return self.sessions.store
@@ -306,6 +345,8 @@ class EngineHost(QObject):
     request_copy_context = Signal(str, str)
     request_set_budget = Signal(object)  # bytes: may not fit a 32-bit int
     request_reclaim = Signal(object)
+    request_export_bundle = Signal(str, object, object)
+    request_import_bundle = Signal(str, object, object)
 
     def __init__(self, config: AppConfig, parent: QObject | None = None):
         super().__init__(parent)
@@ -324,6 +365,8 @@ class EngineHost(QObject):
         self.request_copy_context.connect(self.worker.copy_context)
         self.request_set_budget.connect(self.worker.set_budget)
         self.request_reclaim.connect(self.worker.reclaim)
+        self.request_export_bundle.connect(self.worker.export_bundle)
+        self.request_import_bundle.connect(self.worker.import_bundle_contexts)
         self.thread.start()
 
     def stop(self, timeout_ms: int = 15000) -> bool:

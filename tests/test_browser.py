@@ -227,3 +227,104 @@ def test_hearth_browse_opens_the_browser(qtbot, config):
     assert w.browser.isVisible() and w.browser.windowTitle().startswith("Saved conversations")
     w.browser.close()
     w.host.stop()
+
+
+# bundles: conversations with their saved context ------------------------------------------------------
+def _chat_with_context(qtbot, w, text: str) -> str:
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    send(qtbot, w, text)
+    wait_idle(qtbot, w)
+    return conv
+
+
+def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
+    from .qt_helpers import on_ui_thread
+
+    w = browser.window_
+    conv = _chat_with_context(qtbot, w, "a bundled chat about owls")
+    type_query(qtbot, browser, "owls")
+    browser.table.selectRow(0)
+    bundle = tmp_path / "owls.hearth"
+    done: list[dict] = []
+    on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
+    browser.export_bundle(str(bundle))
+    qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
+    assert done[-1]["ok"] and done[-1]["contexts"] == 1
+    w.delete_current(confirm=False)  # gone: chat and saved context
+    qtbot.waitUntil(lambda: not (w.config.paths.checkpoints / conversation_file(conv)).exists(), timeout=TIMEOUT)
+    ids = browser.import_bundle(str(bundle))
+    assert ids == [conv]
+    qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
+    assert done[-1]["used"] == [conv] and done[-1]["rebuilt"] == {}
+    reports: list = []
+    on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
+    w.open_conversation(conv)
+    qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
+    report = next(r for c, r in reports if c == conv)
+    assert report["source"] == "disk" and report["prefilled_tokens"] == 0
+
+
+def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtbot, browser, tmp_path, tiny_dir):
+    from engine.bundle import write_bundle
+    from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+    from engine.transfer import to_document
+
+    w = browser.window_
+    conv = _chat_with_context(qtbot, w, "made by another model, supposedly")
+    doc = to_document(w.store, [conv])
+    # The same chat's context, but written by a differently seeded model.
+    from engine.checkpoint.store import CheckpointStore
+    from engine.generation import Engine
+    from engine.model.convert import ensure_converted
+    from engine.session import ChatSessions
+
+    other = Engine.load(ensure_converted(write_synthetic_gguf(tiny_dir / "bundle-other.gguf", SyntheticSpec(seed=9)),
+                                         "int4", tiny_dir / "converted"), "cpu")
+    sessions = ChatSessions(other, CheckpointStore(tmp_path / "other-store"), adaptive=False)
+    sessions.sync(conv, w.store.chat_messages(conv))
+    sessions.save("turn")
+    bundle = tmp_path / "foreign.hearth"
+    write_bundle(bundle, doc, {conv: sessions.store.path(conversation_file(conv))})
+    done: list[dict] = []
+    from .qt_helpers import on_ui_thread
+
+    on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
+    new_ids = browser.import_bundle(str(bundle))
+    assert len(new_ids) == 1 and new_ids[0] != conv  # the id was taken: a copy
+    qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
+    assert done[-1]["used"] == [] and done[-1]["rebuilt"] == {new_ids[0]: "model_mismatch"}
+    assert "rebuilt when opened (model_mismatch)" in browser.verify_result.text()
+    assert not (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists()
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda p: p.write_bytes(b"not a zip"), "not a zip archive"),
+    (lambda p: _zip(p, {"readme.txt": b"hi"}), "no conversations.json"),
+    (lambda p: _zip(p, {"conversations.json": b"{oops"}), "not valid JSON"),
+    (lambda p: _zip(p, {"conversations.json": _doc_bytes(), "../escape.hkv": b"x"}), "unexpected entry"),
+    (lambda p: _zip(p, {"conversations.json": _doc_bytes(), "context/stranger.hkv": b"x"}), "belongs to no conversation"),
+])
+def test_malformed_bundles_import_nothing(qtbot, browser, tmp_path, make, needle):
+    path = tmp_path / "bad.hearth"
+    make(path)
+    assert browser.import_bundle(str(path)) == []
+    qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
+    box = browser.findChildren(QMessageBox, "browserWarning")[-1]
+    assert needle in box.text()
+    box.done(0)
+    assert browser.proxy.rowCount() == 40 and browser.store.get("b1") is None
+
+
+def _zip(path, entries: dict) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+
+
+def _doc_bytes() -> bytes:
+    return json.dumps({"format": "hearth.conversations", "version": 1, "conversations": [
+        {"id": "b1", "title": "t", "system_prompt": "", "settings": {}, "model": "", "created_ms": 1,
+         "updated_ms": 1, "messages": [{"role": "user", "content": "hi", "created_ms": 1}]}]}).encode()
