@@ -49,3 +49,19 @@ def send(qtbot, w: MainWindow, text: str) -> None:
 
 def wait_idle(qtbot, w: MainWindow) -> None:
     qtbot.waitUntil(lambda: not w._streams, timeout=TIMEOUT)
+
+
+def new_chat_with_turn(qtbot, w: MainWindow, text: str, settings: dict | None = None) -> str:
+    """Start a chat in ``w``, send ``text`` and wait for the reply; return the chat's id."""
+    conv = w.new_chat()
+    use_settings(w, settings or {"temperature": 0.0, "max_new_tokens": 8})
+    send(qtbot, w, text)
+    wait_idle(qtbot, w)
+    return conv
+
+
+def flip_byte(path, where: float, mask: int) -> None:
+    """Damage a file in place: XOR one byte at fraction ``where`` of its length."""
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= mask
+    path.write_bytes(bytes(data))

@@ -24,7 +24,7 @@ from engine.checkpoint.store import conversation_file
 from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
 
-from .qt_helpers import TIMEOUT, collect, on_ui_thread, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, collect, flip_byte, on_ui_thread, send, use_settings, wait_idle
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
 
@@ -93,10 +93,7 @@ def test_a_damaged_checkpoint_is_reported_rebuilt_and_answers_like_a_clean_run(q
     send(qtbot, w, "tell me something")
     wait_idle(qtbot, w)
     windows.close(w)
-    path = config.paths.checkpoints / conversation_file(conv)
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x40
-    path.write_bytes(bytes(data))
+    flip_byte(config.paths.checkpoints / conversation_file(conv), 0.5, 0x40)
 
     w = windows(wait_ready=False)  # reopens the last chat, finds the damage, rebuilds
     shown: list[str] = []  # what the banner said when the rebuild started (it is quick on the tiny model)
@@ -377,10 +374,7 @@ def test_a_message_sent_during_a_rebuild_waits_for_it(qtbot, windows, real_confi
     send(qtbot, w, notes)
     wait_idle(qtbot, w)
     windows.close(w)
-    path = real_config.paths.checkpoints / conversation_file(conv)
-    data = bytearray(path.read_bytes())
-    data[len(data) // 3] ^= 0x08
-    path.write_bytes(bytes(data))
+    flip_byte(real_config.paths.checkpoints / conversation_file(conv), 1 / 3, 0x08)
 
     w = windows(real_config, wait_ready=False)
     order: list[str] = []

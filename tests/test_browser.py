@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from engine.checkpoint.store import conversation_file
 
-from .qt_helpers import TIMEOUT, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, new_chat_with_turn, send, wait_idle
 
 TOPICS = ["river delta sediment", "crème brûlée caramel", "C++ templates (SFINAE)", "東京 天気 予報",
           "quantum entanglement", "sourdough starter", "Rust borrow checker", "naïve café résumé"]
@@ -88,10 +88,7 @@ def test_filters_by_model_and_status(qtbot, browser):
 
 def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     w = browser.window_
-    conv = w.new_chat()
-    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
-    send(qtbot, w, "a chat about lighthouses")
-    wait_idle(qtbot, w)
+    conv = new_chat_with_turn(qtbot, w, "a chat about lighthouses")
     w.new_chat()  # move away: the lighthouse chat is saved on disk
     type_query(qtbot, browser, "lighthouses")
     browser.table.selectRow(0)
@@ -164,10 +161,7 @@ def test_a_malformed_import_says_what_is_wrong_and_imports_nothing(qtbot, browse
 
 def test_duplicate_as_branch_copies_messages_and_saved_context(qtbot, browser):
     w = browser.window_
-    conv = w.new_chat()
-    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
-    send(qtbot, w, "the original chat")
-    wait_idle(qtbot, w)
+    conv = new_chat_with_turn(qtbot, w, "the original chat")
     type_query(qtbot, browser, "original")
     browser.table.selectRow(0)
     browser.duplicate_selected()
@@ -182,10 +176,7 @@ def test_verify_all_finds_a_planted_damaged_checkpoint_and_drop_context(qtbot, b
     w = browser.window_
     convs = []
     for text in ("first saved chat", "second saved chat"):
-        convs.append(w.new_chat())
-        use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
-        send(qtbot, w, text)
-        wait_idle(qtbot, w)
+        convs.append(new_chat_with_turn(qtbot, w, text))
     w.new_chat()
     damaged = w.config.paths.checkpoints / conversation_file(convs[0])
     data = bytearray(damaged.read_bytes())
@@ -230,19 +221,11 @@ def test_hearth_browse_opens_the_browser(qtbot, config):
 
 
 # bundles: conversations with their saved context ------------------------------------------------------
-def _chat_with_context(qtbot, w, text: str) -> str:
-    conv = w.new_chat()
-    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
-    send(qtbot, w, text)
-    wait_idle(qtbot, w)
-    return conv
-
-
 def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     from .qt_helpers import on_ui_thread
 
     w = browser.window_
-    conv = _chat_with_context(qtbot, w, "a bundled chat about owls")
+    conv = new_chat_with_turn(qtbot, w, "a bundled chat about owls")
     type_query(qtbot, browser, "owls")
     browser.table.selectRow(0)
     bundle = tmp_path / "owls.hearth"
@@ -271,7 +254,7 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     from engine.transfer import to_document
 
     w = browser.window_
-    conv = _chat_with_context(qtbot, w, "made by another model, supposedly")
+    conv = new_chat_with_turn(qtbot, w, "made by another model, supposedly")
     doc = to_document(w.store, [conv])
     # The same chat's context, but written by a differently seeded model.
     from engine.checkpoint.store import CheckpointStore
