@@ -443,18 +443,19 @@ class ChatSessions:
                 cache.clear(valid, end)  # no unverified bytes linger, even as scratch
             cache.commit(valid)
             return good, problem
-        staged: list[tuple[int, np.ndarray, np.ndarray]] = []  # device memory: stage on the host
+        # Device memory: read every record into one host staging array, verify, then move it to the
+        # device in one copy per buffer (not one per record).
+        shape = (cache.n_layers, cache.n_kv_heads, end, cache.head_dim)
+        keys, values = np.empty(shape, np.float32), np.empty(shape, np.float32)
 
         def blocks(start: int, stop: int) -> list[np.ndarray]:
-            shape = (cache.n_layers, cache.n_kv_heads, stop - start, cache.head_dim)
-            keys, values = np.empty(shape, np.float32), np.empty(shape, np.float32)
-            staged.append((start, keys, values))
-            return [arr[layer, h] for layer in range(cache.n_layers) for arr in (keys, values)
+            return [arr[layer, h, start:stop] for layer in range(cache.n_layers) for arr in (keys, values)
                     for h in range(cache.n_kv_heads)]
 
         good, problem = reader.load_rows(records, blocks)
-        for start, keys, values in staged[:good]:
-            cache.load(keys, values, start)
+        valid = records[good - 1].end if good else 0
+        if valid:
+            cache.load(keys[:, :, :valid], values[:, :, :valid], 0)
         return good, problem
 
     def _discard(self, name: str, conversation: str | None, exc: CheckpointError) -> CheckpointError:

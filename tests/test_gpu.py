@@ -29,3 +29,80 @@ def test_cuda_matches_cpu_prefill_and_decode(cuda_runner, tiny_converted):
     assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.9
     keys, _ = cache.export()
     assert keys.shape[2] == 40
+
+
+# checkpoints across providers (real model: its greedy answers are confident enough to compare) --------
+@pytest.fixture(scope="module")
+def gpu_engine(real_paths):
+    from engine.loader import load_engine
+
+    engine, _, _ = load_engine(real_paths, weights="int4", provider="cuda")
+    if engine.provider != "cuda":
+        pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
+    return engine
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def _turn(engine, root, adaptive=False):
+    from engine.checkpoint.store import CheckpointStore
+    from engine.sampling import SamplingParams
+    from engine.session import ChatSessions
+
+    engine.reset()
+    sessions = ChatSessions(engine, CheckpointStore(root), adaptive=adaptive)
+    return sessions, sessions.generate("c", QUESTION, SamplingParams.greedy_params(), 12)
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_a_checkpoint_saved_on_the_gpu_loads_on_the_cpu(gpu_engine, real_engine, tmp_path):
+    _, on_gpu = _turn(gpu_engine, tmp_path)  # saves the prompt and reply from the GPU's buffers
+    follow = QUESTION + [{"role": "assistant", "content": on_gpu.generation.text},
+                         {"role": "user", "content": "And of Italy?"}]
+    from engine.checkpoint.store import CheckpointStore
+    from engine.sampling import SamplingParams
+    from engine.session import ChatSessions
+
+    real_engine.reset()
+    cpu = ChatSessions(real_engine, CheckpointStore(tmp_path), adaptive=False)
+    turn = cpu.generate("c", follow, SamplingParams.greedy_params(), 12)
+    assert turn.resume.source == "disk" and turn.resume.reason is None
+    assert turn.resume.restored_tokens >= on_gpu.prompt_tokens
+    gpu_engine.reset()
+    again = ChatSessions(gpu_engine, CheckpointStore(tmp_path / "gpu-only"), adaptive=False)
+    reference = again.generate("c", follow, SamplingParams.greedy_params(), 12)
+    assert "Rome" in turn.generation.text and turn.generation.tokens == reference.generation.tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_a_checkpoint_saved_on_the_cpu_loads_on_the_gpu(gpu_engine, real_engine, tmp_path):
+    _, on_cpu = _turn(real_engine, tmp_path)
+    follow = QUESTION + [{"role": "assistant", "content": on_cpu.generation.text},
+                         {"role": "user", "content": "And of Spain?"}]
+    from engine.checkpoint.store import CheckpointStore
+    from engine.sampling import SamplingParams
+    from engine.session import ChatSessions
+
+    gpu_engine.reset()
+    gpu = ChatSessions(gpu_engine, CheckpointStore(tmp_path), adaptive=False)
+    turn = gpu.generate("c", follow, SamplingParams.greedy_params(), 12)
+    assert turn.resume.source == "disk" and turn.resume.restored_tokens >= on_cpu.prompt_tokens
+    assert "Madrid" in turn.generation.text
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_a_long_context_stays_correct_on_the_gpu(gpu_engine, real_engine):
+    rng = np.random.default_rng(11)
+    tokens = rng.integers(100, 40000, 6000).tolist()
+    for e in (gpu_engine, real_engine):
+        e.reset()
+    gpu_logits = gpu_engine.prefill(tokens)
+    cpu_logits = real_engine.prefill(tokens)
+    scale = np.abs(cpu_logits).max()
+    np.testing.assert_allclose(gpu_logits, cpu_logits, atol=0.03 * scale, rtol=0)
+    assert gpu_logits.argmax() == cpu_logits.argmax()
+    assert gpu_engine.cache.capacity == gpu_engine.context_length  # allocated once, never grown

@@ -29,7 +29,13 @@ class KVCache:
         self.capacity = 0
         self.keys: list = []  # OrtValue per layer
         self.values: list = []
-        self._allocate(min(GROWTH_STEP, max_tokens))
+        # On a GPU the whole context is allocated once and never moves: growing would copy every row
+        # through the host, and the memory is there. On the CPU the cache grows in steps (see above).
+        self._allocate(max_tokens if self.on_device else min(GROWTH_STEP, max_tokens))
+
+    @property
+    def on_device(self) -> bool:
+        return self.device != "cpu"
 
     # shape and memory ---------------------------------------------------------------------------
     def _shape(self, capacity: int) -> tuple[int, int, int, int]:
@@ -62,7 +68,7 @@ class KVCache:
         """Make room for ``tokens`` rows in total (in steps of GROWTH_STEP; never past the context)."""
         if tokens > self.max_tokens:
             raise ValueError(f"{tokens} tokens exceed the context of {self.max_tokens}")
-        if tokens <= self.capacity:
+        if tokens <= self.capacity or self.on_device:
             return
         steps = -(-tokens // GROWTH_STEP)
         self._allocate(min(steps * GROWTH_STEP, self.max_tokens))
@@ -76,7 +82,7 @@ class KVCache:
         wanted = min(max(GROWTH_STEP, -(-tokens // GROWTH_STEP) * GROWTH_STEP), self.max_tokens)
         if tokens > self.max_tokens:
             raise ValueError(f"{tokens} tokens exceed the context of {self.max_tokens}")
-        if wanted != self.capacity:
+        if wanted != self.capacity and not self.on_device:
             self._allocate(wanted)
 
     def clear(self, start: int, end: int) -> None:
@@ -86,7 +92,10 @@ class KVCache:
                 buf.numpy()[:, :, start:end, :] = 0
 
     def shrink_to_fit(self) -> None:
-        """Drop capacity far beyond the rows in use (after a cut), since unused rows slow decode."""
+        """Drop capacity far beyond the rows in use (after a cut), since unused rows slow decode.
+        (A GPU cache keeps its one allocation.)"""
+        if self.on_device:
+            return
         wanted = min(max(GROWTH_STEP, -(-self.length // GROWTH_STEP) * GROWTH_STEP), self.max_tokens)
         if wanted < self.capacity:
             self._allocate(wanted)

@@ -1,0 +1,147 @@
+"""GPU benchmark (not a test): the default model on CUDA — prefill and decode speed at several
+contexts, decode as a fraction of the memory-bandwidth limit, and resuming from disk against a GPU
+prefill of the same conversation, with the adaptive choice checked on both sides.
+
+    python bench/gpu.py [--data-dir DIR] [--contexts 1024,8000] [--bandwidth-tb-s 4.8]
+
+Decode at a context fills the KV cache with random rows (speed depends on the cache's size, not its
+values). Bytes per decoded token = the weights (the converted model's data file) + the K and V rows
+read at that context. Prints a table and writes bench/results/gpu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+_spec = importlib.util.spec_from_file_location("bench_resume", ROOT / "bench" / "resume.py")
+bench_resume = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_resume)
+
+
+def prefill_speed(engine, n: int, rng) -> float:
+    engine.reset()
+    tokens = rng.integers(100, 40000, n).tolist()
+    t = time.perf_counter()
+    engine.prefill(tokens)
+    return n / (time.perf_counter() - t)
+
+
+def decode_speed(engine, context: int, rng, steps: int = 64) -> float:
+    cfg = engine.runner.config
+    fill = min(context, cfg.context_length - steps - 1)
+    shape = (cfg.n_layers, cfg.n_head_kv, fill, cfg.head_dim)
+    engine.reset()
+    engine.import_kv(rng.integers(100, 40000, fill).tolist(), rng.standard_normal(shape, np.float32),
+                     rng.standard_normal(shape, np.float32))
+    engine.runner.forward([5], engine.cache)  # warm-up at this size
+    t = time.perf_counter()
+    for _ in range(steps):
+        engine.runner.forward([5], engine.cache)
+    return steps / (time.perf_counter() - t)
+
+
+def resume_vs_prefill(engine, size: int, workdir: Path) -> dict:
+    """A conversation of ``size`` tokens: GPU prefill from nothing vs restoring its checkpoint, and
+    what the adaptive choice picks."""
+    from engine.checkpoint.store import CheckpointStore
+    from engine.session import ChatSessions
+
+    msgs = bench_resume.conversation_of(engine, size)
+    store_dir = workdir / f"gpu-{size}"
+    engine.reset()
+    s = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
+    t = time.perf_counter()
+    _, prompt, _ = s.sync("c", msgs)
+    cold_ms = (time.perf_counter() - t) * 1000
+    s.save("turn")
+    follow = msgs + [{"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Thanks!"}]
+    best = None
+    for _ in range(3):
+        engine.reset()
+        r = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
+        t = time.perf_counter()
+        _, _, rep = r.sync("c", follow)
+        ttft = (time.perf_counter() - t) * 1000
+        if best is None or ttft < best[0]:
+            best = (ttft, rep)
+    engine.reset()
+    cold = ChatSessions(engine, CheckpointStore(workdir / f"gpu-cold-{size}"), adaptive=False)
+    t = time.perf_counter()
+    cold.sync("c", follow)
+    cold_follow_ms = (time.perf_counter() - t) * 1000
+    engine.reset()
+    adaptive = ChatSessions(engine, CheckpointStore(store_dir), adaptive=True)
+    adaptive.throughput.prefill_tps = len(prompt) / (cold_ms / 1000)  # as measured just now
+    adaptive.throughput.read_bps = best[1].restored_tokens * 46084 / (best[1].restore_ms / 1000)
+    _, _, chosen = adaptive.sync("c", follow)
+    resume_ms, rep = best
+    faster = "disk" if resume_ms < cold_follow_ms else "prefill"
+    picked = "disk" if chosen.source == "disk" else "prefill"
+    return {"tokens": len(prompt), "gpu_prefill_ttft_ms": cold_follow_ms, "resume_ttft_ms": resume_ms,
+            "restore_ms": rep.restore_ms, "faster": faster, "adaptive_picked": picked,
+            "adaptive_estimates_ms": [chosen.restore_estimate_ms, chosen.prefill_estimate_ms],
+            "adaptive_correct": faster == picked}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir")
+    ap.add_argument("--weights", default="int4")
+    ap.add_argument("--contexts", default="1024,8000")
+    ap.add_argument("--resume-sizes", default="512,2048,8000")
+    ap.add_argument("--bandwidth-tb-s", type=float, default=4.8)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.json"))
+    args = ap.parse_args()
+
+    from engine.loader import load_engine
+    from engine.paths import resolve_paths
+
+    engine, converted, load_ms = load_engine(resolve_paths(args.data_dir).ensure(), weights=args.weights,
+                                             provider="cuda")
+    if engine.provider != "cuda":
+        sys.exit(f"CUDA is not usable here: {engine.runner.provider_note}")
+    engine.prefill_chunk = 2048
+    rng = np.random.default_rng(0)
+    prefill_speed(engine, 256, rng)  # warm-up
+    cfg = engine.runner.config
+    weight_bytes = sum(p.stat().st_size for p in converted.onnx_path.parent.iterdir() if p.is_file())
+    rows = []
+    for ctx in (int(x) for x in args.contexts.split(",")):
+        pre = prefill_speed(engine, min(ctx, cfg.context_length - 1), rng)
+        dec = decode_speed(engine, ctx, rng)
+        kv_bytes = 2 * cfg.n_layers * cfg.n_head_kv * min(ctx, cfg.context_length) * cfg.head_dim * 4
+        per_token = weight_bytes + kv_bytes
+        rows.append({"context": ctx, "prefill_tok_s": pre, "decode_tok_s": dec, "bytes_per_token": per_token,
+                     "bandwidth_fraction": dec * per_token / (args.bandwidth_tb_s * 1e12)})
+    with tempfile.TemporaryDirectory(prefix="hearth-gpu-") as tmp:
+        resumes = [resume_vs_prefill(engine, int(n), Path(tmp)) for n in args.resume_sizes.split(",")]
+
+    print(f"{'context':>8} {'prefill tok/s':>14} {'decode tok/s':>13} {'MB/token':>9} {'of bandwidth':>13}")
+    for r in rows:
+        print(f"{r['context']:>8} {r['prefill_tok_s']:>14.0f} {r['decode_tok_s']:>13.1f} "
+              f"{r['bytes_per_token'] / 1e6:>9.1f} {r['bandwidth_fraction'] * 100:>12.2f}%")
+    print(f"{'tokens':>8} {'GPU prefill TTFT ms':>20} {'resume TTFT ms':>15} {'restore ms':>11} {'faster':>8} {'adaptive':>9}")
+    for r in resumes:
+        print(f"{r['tokens']:>8} {r['gpu_prefill_ttft_ms']:>20.1f} {r['resume_ttft_ms']:>15.1f} "
+              f"{r['restore_ms']:>11.1f} {r['faster']:>8} {r['adaptive_picked']:>9}")
+    result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "weights": converted.precision,
+              "load_ms": load_ms, "weight_bytes": weight_bytes, "rows": rows, "resume": resumes}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
