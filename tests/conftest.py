@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from app.config import AppConfig
-from app.main_window import MainWindow
 from engine.generation import Engine
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
@@ -89,7 +87,9 @@ def real_model_home(real_home, tmp_path) -> Path:
 
 # the desktop window on the tiny model ------------------------------------------------------------------
 @pytest.fixture
-def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted) -> AppConfig:
+def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted):
+    from app.config import AppConfig  # imported here: the GPU machine runs the engine tests without Qt
+
     tiny_converted("int4")  # converted once per session; every data dir shares it
     home = tmp_path / "home"
     home.mkdir()
@@ -100,10 +100,12 @@ def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted) -> AppConfig:
 class Windows:
     """Opens windows on one config and closes them (saving, stopping the engine thread) at the end."""
 
-    def __init__(self, qtbot, config: AppConfig):
+    def __init__(self, qtbot, config):
         self.qtbot, self.config, self.open = qtbot, config, []
 
-    def __call__(self, config: AppConfig | None = None, wait_ready: bool = True) -> MainWindow:
+    def __call__(self, config=None, wait_ready: bool = True):
+        from app.main_window import MainWindow
+
         w = MainWindow(config or self.config)
         self.open.append(w)
         w.show()
@@ -111,7 +113,7 @@ class Windows:
             self.qtbot.waitUntil(lambda: w.engine_info is not None, timeout=WINDOW_TIMEOUT)
         return w
 
-    def close(self, w: MainWindow) -> None:
+    def close(self, w) -> None:
         w.close()
         self.open.remove(w)
 
