@@ -43,8 +43,8 @@ def decode_speed(engine, context: int, rng, steps: int = 64) -> float:
     fill = min(context, cfg.context_length - steps - 1)
     shape = (cfg.n_layers, cfg.n_head_kv, fill, cfg.head_dim)
     engine.reset()
-    engine.import_kv(rng.integers(100, 40000, fill).tolist(), rng.standard_normal(shape, np.float32),
-                     rng.standard_normal(shape, np.float32))
+    engine.import_kv(rng.integers(100, 40000, fill).tolist(), rng.standard_normal(shape).astype(engine.cache.dtype),
+                     rng.standard_normal(shape).astype(engine.cache.dtype))
     engine.runner.forward([5], engine.cache)  # warm-up at this size
     t = time.perf_counter()
     for _ in range(steps):
@@ -84,7 +84,7 @@ def resume_vs_prefill(engine, size: int, workdir: Path) -> dict:
     engine.reset()
     adaptive = ChatSessions(engine, CheckpointStore(store_dir), adaptive=True)
     adaptive.throughput.prefill_tps = len(prompt) / (cold_ms / 1000)  # as measured just now
-    adaptive.throughput.read_bps = best[1].restored_tokens * 46084 / (best[1].restore_ms / 1000)
+    adaptive.throughput.read_bps = best[1].restored_tokens * s.identity.shape.payload_bytes(1) / (best[1].restore_ms / 1000)
     _, _, chosen = adaptive.sync("c", follow)
     resume_ms, rep = best
     faster = "disk" if resume_ms < cold_follow_ms else "prefill"
@@ -98,7 +98,7 @@ def resume_vs_prefill(engine, size: int, workdir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir")
-    ap.add_argument("--weights", default="int4")
+    ap.add_argument("--weights", default="int4", help="int4 runs as gpu-int4 (fp16) on CUDA")
     ap.add_argument("--contexts", default="1024,8000")
     ap.add_argument("--resume-sizes", default="512,2048,8000")
     ap.add_argument("--bandwidth-tb-s", type=float, default=4.8)
@@ -121,7 +121,7 @@ def main() -> None:
     for ctx in (int(x) for x in args.contexts.split(",")):
         pre = prefill_speed(engine, min(ctx, cfg.context_length - 1), rng)
         dec = decode_speed(engine, ctx, rng)
-        kv_bytes = 2 * cfg.n_layers * cfg.n_head_kv * min(ctx, cfg.context_length) * cfg.head_dim * 4
+        kv_bytes = 2 * cfg.n_layers * cfg.n_head_kv * min(ctx, cfg.context_length) * cfg.head_dim * engine.cache.dtype.itemsize
         per_token = weight_bytes + kv_bytes
         rows.append({"context": ctx, "prefill_tok_s": pre, "decode_tok_s": dec, "bytes_per_token": per_token,
                      "bandwidth_fraction": dec * per_token / (args.bandwidth_tb_s * 1e12)})

@@ -15,6 +15,7 @@ from engine.paths import HearthPaths
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
+GPU_VARIANT = {"int4": "gpu-int4"}  # what a precision runs as on CUDA
 
 
 def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
@@ -44,4 +45,11 @@ def load_engine(
     gguf = resolve_gguf(paths, model)
     converted = ensure_converted(gguf, weights, paths.converted, progress=convert_progress)
     engine = Engine.load(converted, provider, threads)
+    if engine.provider == "cuda" and weights in GPU_VARIANT:
+        # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
+        # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
+        # fingerprint, so saved context carries over.
+        log.info("running %s as %s on CUDA", weights, GPU_VARIANT[weights])
+        converted = ensure_converted(gguf, GPU_VARIANT[weights], paths.converted, progress=convert_progress)
+        engine = Engine.load(converted, "cuda", threads)
     return engine, converted, (time.perf_counter() - start) * 1000

@@ -436,17 +436,18 @@ class ChatSessions:
         cache = self.engine.cache
         end = records[-1].end
         cache.fit_for_overwrite(end)
-        if cache.host_blocks(0, 0) is not None:  # host memory: read straight into the cache
+        file_dtype = np.dtype(reader.header.shape.dtype)
+        if file_dtype == cache.dtype and cache.host_blocks(0, 0) is not None:  # read straight into the cache
             good, problem = reader.load_rows(records, cache.host_blocks)
             valid = records[good - 1].end if good else 0
             if valid < end:
                 cache.clear(valid, end)  # no unverified bytes linger, even as scratch
             cache.commit(valid)
             return good, problem
-        # Device memory: read every record into one host staging array, verify, then move it to the
-        # device in one copy per buffer (not one per record).
+        # Device memory, or another element type: read every record into one host staging array in the
+        # file's dtype, verify, then load it (converting) in one copy per buffer, not one per record.
         shape = (cache.n_layers, cache.n_kv_heads, end, cache.head_dim)
-        keys, values = np.empty(shape, np.float32), np.empty(shape, np.float32)
+        keys, values = np.empty(shape, file_dtype), np.empty(shape, file_dtype)
 
         def blocks(start: int, stop: int) -> list[np.ndarray]:
             return [arr[layer, h, start:stop] for layer in range(cache.n_layers) for arr in (keys, values)

@@ -36,9 +36,10 @@ def test_cuda_matches_cpu_prefill_and_decode(cuda_runner, tiny_converted):
 def gpu_engine(real_paths):
     from engine.loader import load_engine
 
-    engine, _, _ = load_engine(real_paths, weights="int4", provider="cuda")
+    engine, converted, _ = load_engine(real_paths, weights="int4", provider="cuda")
     if engine.provider != "cuda":
         pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
+    assert converted.precision == "gpu-int4" and engine.cache.dtype == np.float16  # fp16 on the GPU
     return engine
 
 
@@ -103,6 +104,6 @@ def test_a_long_context_stays_correct_on_the_gpu(gpu_engine, real_engine):
     gpu_logits = gpu_engine.prefill(tokens)
     cpu_logits = real_engine.prefill(tokens)
     scale = np.abs(cpu_logits).max()
-    np.testing.assert_allclose(gpu_logits, cpu_logits, atol=0.03 * scale, rtol=0)
+    np.testing.assert_allclose(gpu_logits, cpu_logits, atol=0.05 * scale, rtol=0)  # fp16 vs fp32
     assert gpu_logits.argmax() == cpu_logits.argmax()
     assert gpu_engine.cache.capacity == gpu_engine.context_length  # allocated once, never grown

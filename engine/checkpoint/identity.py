@@ -13,14 +13,14 @@ from engine.text.tokenizer import Tokenizer
 
 
 def build_identity(model_key: str, label: str, tokenizer: Tokenizer, template: ChatTemplate,
-                   config: LlamaConfig) -> Identity:
+                   config: LlamaConfig, kv_dtype: str = "float32") -> Identity:
     """The model fingerprint covers the GGUF's hash, the precision and the converter version (so the
     weights and the graph); the tokenizer fingerprint covers the vocabulary, merges, pre-tokenizer,
     special ids and the chat template, which together decide the ids a conversation becomes."""
     tok = hashlib.sha256(tokenizer.fingerprint)
     for part in (template.source, template.bos_token, template.eos_token):
         tok.update(b"\xff" + part.encode("utf-8"))
-    shape = KVShape(config.n_layers, config.n_head_kv, config.head_dim, config.context_length, "float32")
+    shape = KVShape(config.n_layers, config.n_head_kv, config.head_dim, config.context_length, kv_dtype)
     return Identity(hashlib.sha256(model_key.encode()).digest(), tok.digest(), shape, label)
 
 
@@ -29,7 +29,8 @@ def engine_identity(engine: Engine) -> Identity:
         key, label = engine.model.fingerprint, f"{engine.model.gguf_path.stem} {engine.model.precision}"
     else:  # an engine built by hand from an ONNX file: its path is the best identity there is
         key, label = str(engine.runner.path.resolve()), engine.runner.path.stem
-    return build_identity(key, label, engine.tokenizer, engine.template, engine.runner.config)
+    return build_identity(key, label, engine.tokenizer, engine.template, engine.runner.config,
+                          engine.runner.kv_dtype.name)
 
 
 def gguf_identity(gguf_path: Path, precision: str) -> tuple[Identity, int]:
@@ -41,6 +42,10 @@ def gguf_identity(gguf_path: Path, precision: str) -> tuple[Identity, int]:
     gguf = GGUFModel(gguf_path)
     tokenizer = Tokenizer.from_gguf(gguf)
     template = Engine.template_for(gguf, tokenizer)
-    key = model_fingerprint(gguf_digest(gguf_path), precision)
-    identity = build_identity(key, f"{Path(gguf_path).stem} {precision}", tokenizer, template, gguf.config())
+    from engine.model.precision import get_precision
+
+    prec = get_precision(precision)
+    key = model_fingerprint(gguf_digest(gguf_path), prec.weights_id)
+    identity = build_identity(key, f"{Path(gguf_path).stem} {precision}", tokenizer, template, gguf.config(),
+                              prec.compute)
     return identity, tokenizer.vocab_size

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +80,8 @@ class CheckpointReader:
         if h.tokenizer_fp != identity.tokenizer_fp:
             raise CheckpointError(Reason.TOKENIZER_MISMATCH, "made with another tokenizer or chat template "
                                   f"({h.tokenizer_fp.hex()[:12]} ≠ {identity.tokenizer_fp.hex()[:12]})")
-        if h.shape != identity.shape:
+        # The element type may differ (an fp16 GPU cache and an fp32 CPU one): rows are converted on load.
+        if replace(h.shape, dtype=identity.shape.dtype) != identity.shape:
             raise CheckpointError(Reason.LAYOUT, f"KV shape {h.shape} does not match the model's {identity.shape}")
 
     # records ----------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ class ConvertedModel:
     @property
     def fingerprint(self) -> str:
         """Changes whenever the converted weights or graph would change."""
-        return model_fingerprint(self.gguf_sha256, self.precision, self.converter_version)
+        return model_fingerprint(self.gguf_sha256, get_precision(self.precision).weights_id, self.converter_version)
 
 
 def model_fingerprint(gguf_sha256: str, precision: str, converter_version: int = CONVERTER_VERSION) -> str:

@@ -5,8 +5,8 @@ Per layer: SkipSimplifiedLayerNormalization → one fused QKV projection → Gro
 SkipSimplifiedLayerNormalization → fused gate/up projection → SiLU·up → down projection.
 
 Graph inputs:  input_ids int64 [batch, seq]; seqlens_k int32 [batch] (tokens in the cache after this
-call, minus one); total_sequence_length int32 scalar; past_key_values.{i}.key/.value float32
-[batch, kv_heads, capacity, head_dim].
+call, minus one); total_sequence_length int32 scalar; past_key_values.{i}.key/.value float32 (float16
+for an fp16-compute precision) [batch, kv_heads, capacity, head_dim].
 Graph outputs: logits float32 [batch, seq or 1, vocab]; present.{i}.key/.value, the same shape as
 past. Binding one buffer as both past and present lets the cache be updated in place.
 """
@@ -43,6 +43,10 @@ class _LlamaGraph:
     def __init__(self, model: GGUFModel, cfg: LlamaConfig, precision: Precision, w: OnnxWriter):
         self.model, self.cfg, self.precision, self.w = model, cfg, precision, w
         self._blocksums: dict[str, str] = {}
+        # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
+        self.half = precision.compute == "float16"
+        self.np_dtype = np.float16 if self.half else np.float32
+        self.onnx_dtype = TensorProto.FLOAT16 if self.half else TensorProto.FLOAT
 
     # building blocks ----------------------------------------------------------------------------
     def _dense_initializer(self, name: str, rows: np.ndarray) -> str:
@@ -50,8 +54,8 @@ class _LlamaGraph:
         kn = np.ascontiguousarray(rows.T)
         if self.precision.dense_dtype == "float16":
             stored = self.w.constant(name, kn.astype(np.float16))
-            return self.w.op1("Cast", [stored], to=TensorProto.FLOAT)
-        return self.w.constant(name, kn.astype(np.float32))
+            return stored if self.half else self.w.op1("Cast", [stored], to=TensorProto.FLOAT)
+        return self.w.constant(name, kn.astype(self.np_dtype))
 
     def _blocksum(self, x: str, k: int) -> str:
         if x not in self._blocksums:
@@ -66,7 +70,7 @@ class _LlamaGraph:
         if isinstance(layer, np.ndarray):
             return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
         blob = self.w.constant(name + ".qweight", layer.blob)
-        scales = self.w.constant(name + ".scales", layer.scales)
+        scales = self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype))  # must match the input
         named_y = named if layer.correction is None else {}  # with a correction, the Add is last
         y = self.w.op(
             "MatMulNBits", [x, blob, scales], domain=MS, **named_y,
@@ -74,7 +78,7 @@ class _LlamaGraph:
         )[0]
         if layer.correction is None:
             return y
-        corr = self.w.constant(name + ".q4_1_offset", layer.correction)
+        corr = self.w.constant(name + ".q4_1_offset", layer.correction.astype(self.np_dtype))
         return self.w.op("Add", [y, self.w.op1("MatMul", [self._blocksum(x, layer.k), corr])], **named)[0]
 
     def fused(self, names: list[str], heads: list[int | None]) -> weights.Layer | list[weights.Layer]:
@@ -94,7 +98,7 @@ class _LlamaGraph:
         return self.w.op1("Concat", parts, axis=-1)
 
     def norm_weight(self, name: str) -> str:
-        return self.w.constant(name, weights.dense(self.model, name).astype(np.float32).reshape(-1))
+        return self.w.constant(name, weights.dense(self.model, name).astype(self.np_dtype).reshape(-1))
 
     # the model ----------------------------------------------------------------------------------
     def build(self, logits_mode: str, progress: ProgressFn | None) -> None:
@@ -103,7 +107,8 @@ class _LlamaGraph:
         seqlens = w.add_input("seqlens_k", TensorProto.INT32, ["batch"])
         total = w.add_input("total_sequence_length", TensorProto.INT32, [])
         cos, sin = rotary_tables(cfg)
-        cos_name, sin_name = w.constant("rotary.cos", cos), w.constant("rotary.sin", sin)
+        cos_name = w.constant("rotary.cos", cos.astype(self.np_dtype))
+        sin_name = w.constant("rotary.sin", sin.astype(self.np_dtype))
 
         hidden = self.embed(ids)
         residual: str | None = None
@@ -117,8 +122,8 @@ class _LlamaGraph:
                 [cfg.n_head, cfg.n_head_kv, None],
             )
             kv_shape = ["batch", cfg.n_head_kv, "capacity", cfg.head_dim]
-            past_k = w.add_input(f"past_key_values.{i}.key", TensorProto.FLOAT, kv_shape)
-            past_v = w.add_input(f"past_key_values.{i}.value", TensorProto.FLOAT, kv_shape)
+            past_k = w.add_input(f"past_key_values.{i}.key", self.onnx_dtype, kv_shape)
+            past_v = w.add_input(f"past_key_values.{i}.value", self.onnx_dtype, kv_shape)
             present = [f"present.{i}.key", f"present.{i}.value"]
             attn = w.op(
                 "GroupQueryAttention", [qkv, "", "", past_k, past_v, seqlens, total, cos_name, sin_name], 3,
@@ -126,7 +131,7 @@ class _LlamaGraph:
                 num_heads=cfg.n_head, kv_num_heads=cfg.n_head_kv, do_rotary=1, rotary_interleaved=0,
             )[0]
             for name in present:
-                w.add_output(name, TensorProto.FLOAT, kv_shape)
+                w.add_output(name, self.onnx_dtype, kv_shape)
             out = self.linear(attn, p + "attn_output", weights.linear(self.model, p + "attn_output.weight", self.precision))
             normed, residual = self.add_and_norm(out, residual, p + "ffn_norm.weight")
             gate_up = self.fused_linear(normed, p + "ffn_gate_up", [p + "ffn_gate.weight", p + "ffn_up.weight"], [None, None])
@@ -154,21 +159,25 @@ class _LlamaGraph:
             columns = self.w.op1("Gather", [self._head_matrix, ids], axis=1)  # [n_embd, batch, seq]
             return self.w.op1("Transpose", [columns], perm=[1, 2, 0])
         stored = self.w.constant("token_embd.weight", table.astype(self.precision.dense_dtype))
-        if self.precision.dense_dtype != "float32":
-            stored = self.w.op1("Cast", [stored], to=TensorProto.FLOAT)
+        if self.precision.dense_dtype != self.precision.compute:
+            stored = self.w.op1("Cast", [stored], to=self.onnx_dtype)
         return self.w.op1("Gather", [stored, ids], axis=0)
 
     def _head_is_packed(self) -> bool:
         return weights.will_pack(self.model, "token_embd.weight", self.precision)
 
     def head(self, hidden: str) -> None:
+        # Logits always leave the graph as float32: sampling and tests read them the same way.
+        out = "logits.half" if self.half else "logits"
         if not self.cfg.tied_embeddings:
-            self.linear(hidden, "output", weights.linear(self.model, "output.weight", self.precision), out="logits")
+            self.linear(hidden, "output", weights.linear(self.model, "output.weight", self.precision), out=out)
         elif self._head_is_packed():
             layer = weights.linear(self.model, "token_embd.weight", self.precision)
-            self.linear(hidden, "output", layer, out="logits")
+            self.linear(hidden, "output", layer, out=out)
         else:
-            self.w.op("MatMul", [hidden, self._head_matrix], outputs=["logits"])
+            self.w.op("MatMul", [hidden, self._head_matrix], outputs=[out])
+        if self.half:
+            self.w.op("Cast", [out], outputs=["logits"], to=TensorProto.FLOAT)
         self.w.add_output("logits", TensorProto.FLOAT, ["batch", "logit_seq", self.cfg.vocab_size])
 
     def add_and_norm(self, x: str, residual: str | None, weight_name: str) -> tuple[str, str]:
@@ -199,7 +208,7 @@ def build_llama_onnx(
     try:
         _LlamaGraph(model, cfg, precision, writer).build(logits_mode, progress)
         meta = {"hearth.config": json.dumps(cfg.__dict__), "hearth.precision": precision.name,
-                "hearth.logits": logits_mode, **(metadata or {})}
+                "hearth.logits": logits_mode, "hearth.kv_dtype": precision.compute, **(metadata or {})}
         writer.save(out_dir / "model.onnx", meta)
     finally:
         writer.close()

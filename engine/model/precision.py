@@ -13,6 +13,14 @@ class Precision:
     accuracy_level: int  # MatMulNBits: 0 = fp32 activations, 4 = int8 activations per block of 32
     dense_dtype: str  # storage of weights that are not packed
     summary: str
+    compute: str = "float32"  # activations and the KV cache
+    family: str = ""  # what the weights are, for the model fingerprint ("" = the name)
+
+    @property
+    def weights_id(self) -> str:
+        """Precisions that share weights share a fingerprint, so a checkpoint moves between them
+        (the KV rows are converted to the other's dtype on load)."""
+        return self.family or self.name
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -29,6 +37,12 @@ PRECISIONS: dict[str, Precision] = {
         ),
         Precision("fp16", False, False, 0, "float16", "weights dequantized to fp16 on disk, computed in fp32"),
         Precision("fp32", False, False, 0, "float32", "weights dequantized to fp32; largest, the reference"),
+        Precision(
+            "gpu-int4", True, False, 0, "float16",
+            "for CUDA: GGUF 4-bit blocks as-is, fp16 activations and KV cache (ONNX Runtime's CUDA attention "
+            "is fp16 only); shares int4's fingerprint, so saved context moves between them",
+            compute="float16", family="int4",
+        ),
     )
 }
 DEFAULT_PRECISION = "int4"

@@ -21,10 +21,12 @@ GROWTH_STEP = 256
 
 
 class KVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_tokens: int, device: str = "cpu"):
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_tokens: int, device: str = "cpu",
+                 dtype: np.dtype | type = np.float32):
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
         self.max_tokens = max_tokens
         self.device = device
+        self.dtype = np.dtype(dtype)  # float32, or float16 for an fp16-compute model
         self.length = 0
         self.capacity = 0
         self.keys: list = []  # OrtValue per layer
@@ -50,9 +52,9 @@ class KVCache:
 
         shape = self._shape(capacity)
         if self.device == "cpu":
-            area = mmap.mmap(-1, int(np.prod(shape)) * 4)
-            return ort.OrtValue.ortvalue_from_numpy(np.frombuffer(area, dtype=np.float32).reshape(shape))
-        return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.float32, "cuda", 0)
+            area = mmap.mmap(-1, int(np.prod(shape)) * self.dtype.itemsize)
+            return ort.OrtValue.ortvalue_from_numpy(np.frombuffer(area, dtype=self.dtype).reshape(shape))
+        return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), self.dtype.type, "cuda", 0)
 
     def _allocate(self, capacity: int) -> None:
         old_k, old_v, keep = self.keys, self.values, self.length
@@ -160,6 +162,6 @@ class KVCache:
         end = start + keys.shape[2]
         self.reserve(end)
         for i in range(self.n_layers):
-            self._write_rows(self.keys[i], start, keys[i][None].astype(np.float32, copy=False))
-            self._write_rows(self.values[i], start, values[i][None].astype(np.float32, copy=False))
+            self._write_rows(self.keys[i], start, keys[i][None].astype(self.dtype, copy=False))
+            self._write_rows(self.values[i], start, values[i][None].astype(self.dtype, copy=False))
         self.length = end

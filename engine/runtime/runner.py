@@ -74,12 +74,13 @@ class ModelRunner:
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{self.path} was not made by Hearth's converter (no usable metadata)") from exc
         self.precision = meta.get("hearth.precision", "?")
+        self.kv_dtype = np.dtype(np.float16 if meta.get("hearth.kv_dtype") == "float16" else np.float32)
         self.all_logits = meta.get("hearth.logits") == "all"
         self._binding = self.session.io_binding()
 
     def new_cache(self) -> KVCache:
         c = self.config
-        return KVCache(c.n_layers, c.n_head_kv, c.head_dim, c.context_length, device=self.provider)
+        return KVCache(c.n_layers, c.n_head_kv, c.head_dim, c.context_length, device=self.provider, dtype=self.kv_dtype)
 
     def forward(self, token_ids: np.ndarray | list[int], cache: KVCache) -> np.ndarray:
         """Run ``token_ids`` after the cache's rows; return logits [n_positions, vocab] as float32.
