@@ -77,6 +77,7 @@ class ModelRunner:
         self.kv_dtype = np.dtype(np.float16 if meta.get("hearth.kv_dtype") == "float16" else np.float32)
         self.all_logits = meta.get("hearth.logits") == "all"
         self._binding = self.session.io_binding()
+        self._bound: tuple | None = None  # which KV buffers the binding holds
 
     def new_cache(self) -> KVCache:
         c = self.config
@@ -94,17 +95,23 @@ class ModelRunner:
         total = cache.length + n
         cache.reserve(total)
         b = self._binding
-        b.clear_binding_inputs()
-        b.clear_binding_outputs()
+        buffers = (id(cache), cache.capacity, id(cache.keys[0]))
+        if buffers != self._bound:  # the KV buffers are bound once, until they are reallocated
+            b.clear_binding_inputs()
+            b.clear_binding_outputs()
+            b.bind_output("logits", "cpu")  # bound first, so it is output 0 below
+            for i in range(cache.n_layers):
+                b.bind_ortvalue_input(f"past_key_values.{i}.key", cache.keys[i])
+                b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
+                b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
+                b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
+            self._bound = buffers
+        # Binding a name again replaces it (in place): per step only the three small inputs change,
+        # and logits get a fresh output, since their shape follows the number of tokens.
+        b.bind_output("logits", "cpu")
         b.bind_cpu_input("input_ids", ids)
         b.bind_cpu_input("seqlens_k", np.array([total - 1], dtype=np.int32))
         b.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
-        b.bind_output("logits", "cpu")  # bound first, so it is output 0 below
-        for i in range(cache.n_layers):
-            b.bind_ortvalue_input(f"past_key_values.{i}.key", cache.keys[i])
-            b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
-            b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
-            b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
         self.session.run_with_iobinding(b)
         cache.length = total
         # Only the logits: copy_outputs_to_cpu() would also copy every bound KV buffer, whole, while
