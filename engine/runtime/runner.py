@@ -95,8 +95,8 @@ class ModelRunner:
         total = cache.length + n
         cache.reserve(total)
         b = self._binding
-        buffers = (id(cache), cache.capacity, id(cache.keys[0]))
-        if buffers != self._bound:  # the KV buffers are bound once, until they are reallocated
+        # Bound once per set of buffers (not compared by id(): ids of freed objects are reused).
+        if self._bound is None or self._bound[0] is not cache or self._bound[1] != cache.generation:
             b.clear_binding_inputs()
             b.clear_binding_outputs()
             b.bind_output("logits", "cpu")  # bound first, so it is output 0 below
@@ -105,7 +105,7 @@ class ModelRunner:
                 b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
                 b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
                 b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
-            self._bound = buffers
+            self._bound = (cache, cache.generation)
         # Binding a name again replaces it (in place): per step only the three small inputs change,
         # and logits get a fresh output, since their shape follows the number of tokens.
         b.bind_output("logits", "cpu")
