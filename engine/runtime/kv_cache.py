@@ -57,7 +57,6 @@ class KVCache:
         return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), self.dtype.type, "cuda", 0)
 
     def _allocate(self, capacity: int) -> None:
-        self.generation = getattr(self, "generation", 0) + 1  # new buffers: bindings must be redone
         old_k, old_v, keep = self.keys, self.values, self.length
         self.keys = [self._new_buffer(capacity) for _ in range(self.n_layers)]
         self.values = [self._new_buffer(capacity) for _ in range(self.n_layers)]
