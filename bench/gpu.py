@@ -98,7 +98,7 @@ def resume_vs_prefill(engine, size: int, workdir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir")
-    ap.add_argument("--weights", default="int4", help="int4 runs as gpu-int4 (fp16) on CUDA")
+    ap.add_argument("--weights", default="int4", help="int4 runs as int4-half (fp16) on CUDA")
     ap.add_argument("--contexts", default="1024,8000")
     ap.add_argument("--resume-sizes", default="512,2048,8000")
     ap.add_argument("--bandwidth-tb-s", type=float, default=4.8)

@@ -15,7 +15,7 @@ from engine.paths import HearthPaths
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
-GPU_VARIANT = {"int4": "gpu-int4"}  # what a precision runs as on CUDA
+GPU_VARIANT = {"int4": "int4-half"}  # what a precision runs as on CUDA
 
 
 def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""The fp16-compute conversion (gpu-int4, made for CUDA's fp16 attention) and checkpoints that move
+"""The fp16-compute conversion (int4-half, made for CUDA's fp16 attention) and checkpoints that move
 between an fp16 and an fp32 KV cache. Runs on the CPU (ONNX Runtime has fp16 CPU kernels too), so CI
 checks what the GPU machine relies on."""
 
@@ -18,7 +18,7 @@ FOLLOW = MSGS + [{"role": "assistant", "content": "an answer"}, {"role": "user",
 
 def test_fp16_compute_matches_fp32_within_half_precision(tiny_converted):
     full = Engine.load(tiny_converted("int4"), "cpu")
-    half = Engine.load(tiny_converted("gpu-int4"), "cpu")
+    half = Engine.load(tiny_converted("int4-half"), "cpu")
     assert half.cache.dtype == np.float16 and full.cache.dtype == np.float32
     ids = np.random.default_rng(5).integers(0, 300, 60).tolist()
     a, b = full.prefill(ids), half.prefill(ids)
@@ -28,9 +28,9 @@ def test_fp16_compute_matches_fp32_within_half_precision(tiny_converted):
 
 
 def test_int4_and_gpu_int4_share_a_fingerprint_and_nothing_else(tiny_converted):
-    assert tiny_converted("int4").fingerprint == tiny_converted("gpu-int4").fingerprint
+    assert tiny_converted("int4").fingerprint == tiny_converted("int4-half").fingerprint
     assert tiny_converted("int4").fingerprint != tiny_converted("fp32").fingerprint
-    assert tiny_converted("int4").onnx_path != tiny_converted("gpu-int4").onnx_path
+    assert tiny_converted("int4").onnx_path != tiny_converted("int4-half").onnx_path
 
 
 def _save(engine: Engine, root) -> None:
@@ -41,7 +41,7 @@ def _save(engine: Engine, root) -> None:
 
 def test_an_fp16_checkpoint_loads_into_an_fp32_cache_and_back(tiny_converted, tmp_path):
     full = Engine.load(tiny_converted("int4"), "cpu")
-    half = Engine.load(tiny_converted("gpu-int4"), "cpu")
+    half = Engine.load(tiny_converted("int4-half"), "cpu")
     _save(half, tmp_path / "from-half")
     with CheckpointReader(tmp_path / "from-half" / conversation_file("c")) as r:
         assert r.read_header().shape.dtype == "float16"

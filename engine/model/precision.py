@@ -38,9 +38,10 @@ PRECISIONS: dict[str, Precision] = {
         Precision("fp16", False, False, 0, "float16", "weights dequantized to fp16 on disk, computed in fp32"),
         Precision("fp32", False, False, 0, "float32", "weights dequantized to fp32; largest, the reference"),
         Precision(
-            "gpu-int4", True, False, 0, "float16",
-            "for CUDA: GGUF 4-bit blocks as-is, fp16 activations and KV cache (ONNX Runtime's CUDA attention "
-            "is fp16 only); shares int4's fingerprint, so saved context moves between them",
+            "int4-half", True, False, 0, "float16",
+            "GGUF 4-bit blocks as-is, fp16 activations and KV cache: what int4 runs as on CUDA (ONNX Runtime's "
+            "CUDA attention is fp16 only); on the CPU about as fast as int4 with half the saved context; "
+            "shares int4's fingerprint, so saved context moves between them",
             compute="float16", family="int4",
         ),
     )
