@@ -77,6 +77,17 @@ class ModelRunner:
         self.kv_dtype = np.dtype(np.float16 if meta.get("hearth.kv_dtype") == "float16" else np.float32)
         self.all_logits = meta.get("hearth.logits") == "all"
         self._binding = self.session.io_binding()
+        # Decode steps replay a CUDA graph where every node runs on the GPU (the fp16 graphs): 2.4× the
+        # decode speed on an H200, the same tokens (cuda_graph.py). HEARTH_CUDA_GRAPH=0 turns it off.
+        self.graph = None
+        if (self.provider == "cuda" and self.kv_dtype == np.float16 and not self.all_logits
+                and os.environ.get("HEARTH_CUDA_GRAPH", "1") != "0"):
+            from engine.runtime.cuda_graph import GraphDecoder
+
+            try:
+                self.graph = GraphDecoder(self.path, options, self.config.vocab_size)
+            except Exception as exc:  # capture is an optimisation: without it, decode as usual
+                log.warning("CUDA graphs unavailable: %s", str(exc).splitlines()[0][:200])
 
     def new_cache(self) -> KVCache:
         c = self.config
@@ -91,6 +102,8 @@ class ModelRunner:
         n = ids.shape[1]
         if n == 0:
             raise ValueError("forward needs at least one token")
+        if n == 1 and self.graph is not None and cache.length + 1 <= cache.capacity:
+            return self.graph.step(int(ids[0, 0]), cache)
         total = cache.length + n
         cache.reserve(total)
         b = self._binding

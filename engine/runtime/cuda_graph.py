@@ -1,0 +1,65 @@
+"""Decode steps replayed as a CUDA graph (ONNX Runtime's ``enable_cuda_graph``), for CUDA only.
+
+A decode step of a small model is launch-bound: hundreds of tiny kernels. ONNX Runtime can capture
+one run as a CUDA graph and replay it, if every input and output keeps its address between runs. So
+a second session (the same model, graph capture on) gets fixed buffers: the token id and
+``seqlens_k`` on the GPU, ``total_sequence_length`` in host memory, the logits on the GPU, and the
+KV cache's own buffers (allocated once for the whole context on a GPU). Each step writes the new
+values into those buffers in place and replays. Prefill keeps the ordinary session.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from engine.runtime.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
+
+
+class GraphDecoder:
+    def __init__(self, onnx_path: Path, options, vocab_size: int):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(
+            str(onnx_path), options, providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})])
+        self.vocab_size = vocab_size
+        self.cache: KVCache | None = None
+        self.binding = None
+
+    def _bind(self, cache: KVCache) -> None:
+        import onnxruntime as ort
+
+        self.ids = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, 1), np.int64), "cuda", 0)
+        self.seqlens = ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.int32), "cuda", 0)
+        self.total = ort.OrtValue.ortvalue_from_numpy(np.zeros((), np.int32))  # GQA reads it on the host
+        self.logits = ort.OrtValue.ortvalue_from_shape_and_type([1, 1, self.vocab_size], np.float32, "cuda", 0)
+        b = self.session.io_binding()
+        b.bind_ortvalue_input("input_ids", self.ids)
+        b.bind_ortvalue_input("seqlens_k", self.seqlens)
+        b.bind_ortvalue_input("total_sequence_length", self.total)
+        b.bind_ortvalue_output("logits", self.logits)
+        for i in range(cache.n_layers):
+            b.bind_ortvalue_input(f"past_key_values.{i}.key", cache.keys[i])
+            b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
+            b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
+            b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
+        self.binding, self.cache = b, cache
+
+    def step(self, token: int, cache: KVCache) -> np.ndarray:
+        """One decode step; the logits [1, vocab] as float32 on the host."""
+        if cache is not self.cache:
+            self._bind(cache)
+        total = cache.length + 1
+        self.ids.update_inplace(np.array([[token]], np.int64))
+        self.seqlens.update_inplace(np.array([total - 1], np.int32))
+        # A replayed graph keeps the launch parameters of its capture, so the host-side length must
+        # not change: pass the buffer's length (the present tensor's length anyway, with past and
+        # present shared). The tokens actually attended to come from seqlens_k, on the device.
+        self.total.update_inplace(np.array(cache.capacity, np.int32))
+        self.session.run_with_iobinding(self.binding)
+        cache.length = total
+        return self.logits.numpy()[0]
