@@ -92,7 +92,8 @@ class BrowserWindow(QWidget):
         self._undo_timer = QTimer(self)
         self._undo_timer.setSingleShot(True)
         self._undo_timer.timeout.connect(self._purge_trash)
-        self.refresh()
+        self._summaries: dict[str, dict] = {}
+        self.reload()
         self.check_contexts(full=False)
 
     # layout -----------------------------------------------------------------------------------------------
@@ -231,9 +232,15 @@ class BrowserWindow(QWidget):
         outer.addLayout(disk)
 
     # listing ----------------------------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Re-read the per-conversation facts (a grouped query: ~140 ms at 10,000 chats, so not per
+        keystroke) and re-run the search. Called when chats change, here or in the main window."""
+        self._summaries = {s["id"]: s for s in self.store.summaries()}
+        self._refresh_models()
+        self.refresh()
+
     def refresh(self) -> None:
         """Re-run the search with the current text and filters (cheap: on every keystroke)."""
-        self._refresh_models()
         since = until = None
         if self.use_dates.isChecked():
             since = int(self.date_from.dateTime().toSecsSinceEpoch() * 1000)
@@ -248,7 +255,7 @@ class BrowserWindow(QWidget):
         status = STATUSES[self.status_filter.currentIndex()]
         if status != "any":
             hits = [h for h in hits if self.checkpoints.get(h.conversation, {}).get("status", "none") == status]
-        info = {s["id"]: s for s in self.store.summaries()} if hits else {}
+        info = self._summaries
         self.table.setSortingEnabled(False)
         self.model.removeRows(0, self.model.rowCount())
         for h in hits:
@@ -465,12 +472,12 @@ class BrowserWindow(QWidget):
         box.open()  # window-modal, not blocking the event loop
 
     def _changed(self) -> None:
-        self.refresh()
+        self.reload()
         self.conversations_changed.emit()
 
     # saved context --------------------------------------------------------------------------------------------
     def check_contexts(self, full: bool) -> None:
-        ids = [s["id"] for s in self.store.summaries()]
+        ids = list(self._summaries)
         token = CancelToken()
         if full:
             self._verify_cancel = token
@@ -509,6 +516,10 @@ class BrowserWindow(QWidget):
 
     def reclaim(self) -> None:
         self.host.request_reclaim.emit(sorted(self.store.ids()))
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        self.reload()  # chats may have changed in the main window while this was hidden
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self._purge_trash()

@@ -572,6 +572,8 @@ class MainWindow(QMainWindow):
         conv = self.store.get(conversation)
         if conv is not None:
             self.sidebar.upsert(conversation, conv.title, conv.updated_ms, tokens=info["context"])
+        if self.browser is not None and self.browser.isVisible():
+            self.browser.reload()  # its message counts and activity times just changed
         self._update_buttons()
 
     def _on_failed(self, conversation: str, message: str) -> None:
