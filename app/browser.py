@@ -10,10 +10,8 @@ saved context are deleted for good.
 
 from __future__ import annotations
 
-import time
-
-from PySide6.QtCore import QDate, QModelIndex, QRectF, QSortFilterProxyModel, Qt, QTimer, Signal
-from PySide6.QtGui import QStandardItem, QStandardItemModel, QTextDocument
+from PySide6.QtCore import QDate, QModelIndex, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -36,18 +34,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.browser_model import ID_ROLE, ConversationTableModel
 from app.engine_worker import EngineHost
-from app.text import age, count
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.bundle import read_bundle
 from engine.conversations import ConversationError, ConversationStore
 from engine.generation import CancelToken
-from engine.search import search, snippet_html
+from engine.search import fts_query, search, snippet_html
 from engine.transfer import TransferError, export_json, export_markdown, import_json, to_document
 
-COLUMNS = ("Title", "Match", "Created", "Last activity", "Messages", "Tokens", "Model", "Context size", "Context")
-SORT_ROLE = Qt.ItemDataRole.UserRole + 10
-ID_ROLE = Qt.ItemDataRole.UserRole + 11
+MAX_MATCHES = 200  # a search shows the newest matches; refine it to see others
+MAX_LISTED = 1_000_000  # no words: every conversation
 UNDO_SECONDS = 8
 STATUSES = ("any", "valid", "stale", "damaged", "none")
 
@@ -146,13 +143,10 @@ class BrowserWindow(QWidget):
         outer.addWidget(self.undo_bar)
 
         split = QSplitter(Qt.Orientation.Horizontal)
-        self.model = QStandardItemModel(0, len(COLUMNS), self)
-        self.model.setHorizontalHeaderLabels(COLUMNS)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
+        self.model = ConversationTableModel(self)
+        self.proxy = self.model  # what the view shows, in display order (the model sorts itself)
         self.table = QTableView()
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.setSortingEnabled(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
@@ -246,25 +240,21 @@ class BrowserWindow(QWidget):
             since = int(self.date_from.dateTime().toSecsSinceEpoch() * 1000)
             until = int(self.date_to.dateTime().addDays(1).toSecsSinceEpoch() * 1000)
         model = self.model_filter.currentData()
+        text = self.query.text()
+        limit = MAX_MATCHES if fts_query(text) else MAX_LISTED  # a listing is one indexed query
         try:
-            hits = search(self.store, self.query.text(), since_ms=since, until_ms=until, model=model,
-                          limit=10_000)
+            hits = search(self.store, text, since_ms=since, until_ms=until, model=model, limit=limit)
         except ConversationError as exc:
             self.preview_title.setText(f"⚠ {exc}")
             hits = []
         status = STATUSES[self.status_filter.currentIndex()]
         if status != "any":
             hits = [h for h in hits if self.checkpoints.get(h.conversation, {}).get("status", "none") == status]
-        info = self._summaries
-        self.table.setSortingEnabled(False)
-        self.model.removeRows(0, self.model.rowCount())
-        for h in hits:
-            s = info.get(h.conversation)
-            if s is None:
-                continue
-            self.model.appendRow(self._row(s, snippet_html(h.snippet)))
-        self.table.setSortingEnabled(True)
-        self.setWindowTitle(f"Saved conversations ({len(hits)}) — Hearth")
+        rows = [{**s, "snippet": snippet_html(h.snippet), "checkpoint": self.checkpoints.get(h.conversation, {})}
+                for h in hits if (s := self._summaries.get(h.conversation)) is not None]
+        self.model.set_rows(rows)
+        more = "+" if len(hits) == limit and limit == MAX_MATCHES else ""
+        self.setWindowTitle(f"Saved conversations ({len(rows)}{more}) — Hearth")
 
     def _refresh_models(self) -> None:
         current = self.model_filter.currentData()
@@ -279,30 +269,6 @@ class BrowserWindow(QWidget):
         index = self.model_filter.findData(current)
         self.model_filter.setCurrentIndex(max(0, index))
         self.model_filter.blockSignals(False)
-
-    def _row(self, s: dict, snippet: str) -> list[QStandardItem]:
-        ck = self.checkpoints.get(s["id"], {})
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_ms"] / 1000))
-        cells = [
-            (s["title"] or "New chat", (s["title"] or "").lower()),
-            (snippet, snippet),
-            (created, s["created_ms"]),
-            (age(s["updated_ms"]), s["updated_ms"]),
-            (count(s["messages"]), s["messages"]),
-            (count(ck.get("tokens", 0)) if ck.get("tokens") else "", ck.get("tokens", 0)),
-            (s["model"], s["model"]),
-            (f"{ck.get('bytes', 0) / 2**20:.1f} MiB" if ck.get("bytes") else "", ck.get("bytes", 0)),
-            (ck.get("status", "…"), ck.get("status", "")),
-        ]
-        items = []
-        for text, key in cells:
-            item = QStandardItem(text)
-            item.setData(key, SORT_ROLE)
-            item.setData(s["id"], ID_ROLE)
-            items.append(item)
-        if ck.get("reason"):
-            items[-1].setToolTip(ck.get("message") or ck["reason"])
-        return items
 
     def selected_ids(self) -> list[str]:
         rows = {i.row() for i in self.table.selectionModel().selectedRows()}
