@@ -28,7 +28,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from engine.checkpoint.adaptive import Throughput
-from engine.checkpoint.format import CheckpointError, FileHeader, Identity, Reason, RecordInfo
+from engine.checkpoint.format import (
+    LAYOUT_INT8_ROWS,
+    CheckpointError,
+    FileHeader,
+    Identity,
+    Reason,
+    RecordInfo,
+    encoding_layout,
+)
 from engine.checkpoint.identity import engine_identity
 from engine.checkpoint.lock import StoreBusyError
 from engine.checkpoint.reader import CheckpointReader
@@ -119,10 +127,15 @@ def _stamp(path: os.PathLike) -> tuple[int, int]:
 
 class ChatSessions:
     def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity | None = None,
-                 save_align: int = SAVE_ALIGN, adaptive: bool = True):
-        """``adaptive`` False: always restore a usable checkpoint, even when re-reading looks faster."""
+                 save_align: int = SAVE_ALIGN, adaptive: bool = True, kv_encoding: str | None = None):
+        """``adaptive`` False: always restore a usable checkpoint, even when re-reading looks faster.
+        ``kv_encoding``: how new checkpoint files store the KV, "exact" (lossless) or "int8" (a
+        quarter of float32's bytes; see docs/checkpoint-format.md §4b); None takes the store's setting
+        (``store.json``, default "exact"). An existing file keeps its own encoding when appended to."""
         self.engine, self.store = engine, store
         self.adaptive = adaptive
+        self.kv_encoding = store.kv_encoding if kv_encoding is None else kv_encoding
+        encoding_layout(self.kv_encoding)  # ValueError naming the choices
         self.identity = identity or engine_identity(engine)
         self.save_align = save_align
         self.active: str | None = None
@@ -436,7 +449,9 @@ class ChatSessions:
         cache = self.engine.cache
         end = records[-1].end
         cache.fit_for_overwrite(end)
-        file_dtype = np.dtype(reader.header.shape.dtype)
+        # Exact rows are read as they are stored; int8 rows are dequantized into any float dtype.
+        int8 = reader.header.layout == LAYOUT_INT8_ROWS
+        file_dtype = cache.dtype if int8 else np.dtype(reader.header.shape.dtype)
         if file_dtype == cache.dtype and cache.host_blocks(0, 0) is not None:  # read straight into the cache
             good, problem = reader.load_rows(records, cache.host_blocks)
             valid = records[good - 1].end if good else 0
@@ -445,7 +460,8 @@ class ChatSessions:
             cache.commit(valid)
             return good, problem
         # Device memory, or another element type: read every record into one host staging array in the
-        # file's dtype, verify, then load it (converting) in one copy per buffer, not one per record.
+        # file's dtype (the cache's, for int8), verify, then load it (converting) in one copy per
+        # buffer, not one per record.
         shape = (cache.n_layers, cache.n_kv_heads, end, cache.head_dim)
         keys, values = np.empty(shape, file_dtype), np.empty(shape, file_dtype)
 
@@ -548,7 +564,7 @@ class ChatSessions:
             pieces.append(NewRecord(s, tokens[s:e], self._row_blocks(s, e), text_len, text_sha, reason))
             s = e
         if state is None:
-            header, records, written = write_new(path, self.identity, pieces)
+            header, records, written = write_new(path, self.identity, pieces, self.kv_encoding)
         else:
             header, records, written = state.header, list(keep), 0
             for piece in pieces:
@@ -620,7 +636,7 @@ class ChatSessions:
             with self.store.lock.held():
                 header, records, written = write_new(
                     self.store.path(name), self.identity,
-                    [NewRecord(0, tokens, self._row_blocks(0, k), spelled, text_sha, "prefix")])
+                    [NewRecord(0, tokens, self._row_blocks(0, k), spelled, text_sha, "prefix")], self.kv_encoding)
                 self.store.put(Entry(name, None, "prefix", k, spelled, text_sha, written, self.identity.model_fp,
                                      header.created_ms, now_ms(), 0, False))
         except (OSError, StoreBusyError) as exc:

@@ -25,7 +25,15 @@ MAGIC = b"HEARTHKV"
 FORMAT_VERSION = 1
 HEADER_SIZE = 256
 # Payload ABI: token ids (u32 × n), then for each layer K then V, each [kv_heads][n][head_dim].
-LAYOUT_ROWS_V1 = 1
+LAYOUT_ROWS_V1 = 1  # "exact": rows at the KV dtype, bit for bit
+# The same order of rows, each stored as head_dim int8 codes; per layer all codes first, then one
+# float16 scale per (K/V, head, token) row: value = code × scale (docs/checkpoint-format.md §4b).
+LAYOUT_INT8_ROWS = 2
+ENCODINGS = {"exact": LAYOUT_ROWS_V1, "int8": LAYOUT_INT8_ROWS}
+ENCODING_NAMES = {v: k for k, v in ENCODINGS.items()}
+SCALE_DTYPE = np.dtype("<f2")
+SCALE_DTYPE_CODE = 2  # the KV dtype codes below: 2 = float16
+INT8_BITS = 8
 RECORD_MAGIC = b"KVRC"
 RECORD_HEADER_SIZE = 128
 DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f2")}
@@ -33,8 +41,9 @@ DTYPE_CODES = {np.dtype(v).name: k for k, v in DTYPES.items()}
 LABEL_SIZE = 48
 
 # header: magic, version, header size, layout, dtype, flags, reserved, layers, kv heads, head dim,
-# context length, reserved, file id, model fp, tokenizer fp, created ms, label; then its checksum.
-_HEADER = struct.Struct("<8sHHIBBHIIIII16s32s32sQ48s")
+# context length, the encoding's parameters (scale dtype code, code bits, elements per scale; all 0 for
+# the exact layout), file id, model fp, tokenizer fp, created ms, label; then its checksum.
+_HEADER = struct.Struct("<8sHHIBBHIIIIBBH16s32s32sQ48s")
 HEADER_CHECKED = _HEADER.size  # 176: bytes 0..175 are covered by the header checksum at 176
 USAGE_OFFSET = 184  # last used ms, hit count, checksum (seeded with the file id)
 _USAGE = struct.Struct("<QQQ")
@@ -139,6 +148,37 @@ class FileHeader:
     def seed(self) -> int:
         return int.from_bytes(self.file_id[:8], "little")
 
+    @property
+    def encoding(self) -> str:
+        return ENCODING_NAMES[self.layout]
+
+    def layer_bytes(self, n_tokens: int) -> int:
+        """Bytes one layer's rows of ``n_tokens`` tokens take in this file's payload."""
+        return layer_bytes(self.shape, self.layout, n_tokens)
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.shape.n_layers * self.layer_bytes(1)
+
+    def payload_bytes(self, n_tokens: int) -> int:
+        return n_tokens * (4 + self.bytes_per_token)
+
+
+def layer_bytes(shape: KVShape, layout: int, n_tokens: int) -> int:
+    """One layer's rows (K and V, every head) of ``n_tokens`` tokens as stored in ``layout``."""
+    rows = 2 * shape.n_kv_heads * n_tokens
+    if layout == LAYOUT_INT8_ROWS:
+        return rows * (shape.head_dim + SCALE_DTYPE.itemsize)
+    return rows * shape.head_dim * shape.itemsize
+
+
+def encoding_layout(name: str) -> int:
+    """The layout id of an encoding name ("exact" or "int8"); ValueError names the choices."""
+    try:
+        return ENCODINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown KV encoding {name!r}; choose one of: {', '.join(ENCODINGS)}") from None
+
 
 @dataclass
 class RecordInfo:
@@ -189,8 +229,9 @@ def rows_digest(layer_digests: Sequence[int], seed: int) -> int:
 # header ------------------------------------------------------------------------------------------
 def pack_header(h: FileHeader) -> bytes:
     label = h.label.encode("utf-8")[:LABEL_SIZE]
+    params = (SCALE_DTYPE_CODE, INT8_BITS, h.shape.head_dim) if h.layout == LAYOUT_INT8_ROWS else (0, 0, 0)
     body = _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, h.layout, DTYPE_CODES[h.shape.dtype], 0, 0,
-                        h.shape.n_layers, h.shape.n_kv_heads, h.shape.head_dim, h.shape.context_length, 0,
+                        h.shape.n_layers, h.shape.n_kv_heads, h.shape.head_dim, h.shape.context_length, *params,
                         h.file_id, h.model_fp, h.tokenizer_fp, h.created_ms, label)
     out = bytearray(HEADER_SIZE)
     out[:HEADER_CHECKED] = body
@@ -212,16 +253,21 @@ def unpack_header(data: bytes) -> FileHeader:
         raise CheckpointError(Reason.BAD_MAGIC, "not a Hearth checkpoint (wrong magic bytes)")
     if len(data) < HEADER_SIZE:
         raise CheckpointError(Reason.TRUNCATED, f"the header is {len(data)} bytes; it should be {HEADER_SIZE}")
-    (_, version, header_size, layout, dtype_code, _flags, _r0, layers, heads, head_dim, context, _r1,
-     file_id, model_fp, tok_fp, created, label) = _HEADER.unpack_from(data)
+    (_, version, header_size, layout, dtype_code, _flags, _r0, layers, heads, head_dim, context,
+     scale_code, bits, group, file_id, model_fp, tok_fp, created, label) = _HEADER.unpack_from(data)
     if version != FORMAT_VERSION:
         raise CheckpointError(Reason.VERSION, f"format version {version}; this Hearth reads version {FORMAT_VERSION}")
     (stored,) = struct.unpack_from("<Q", data, HEADER_CHECKED)
     if stored != xxh(data[:HEADER_CHECKED], 0):
         raise CheckpointError(Reason.CHECKSUM, "the header checksum does not match (the header is damaged)")
-    if header_size != HEADER_SIZE or layout != LAYOUT_ROWS_V1 or dtype_code not in DTYPES:
+    if header_size != HEADER_SIZE or layout not in ENCODING_NAMES or dtype_code not in DTYPES:
         raise CheckpointError(Reason.LAYOUT, f"unknown payload layout (layout {layout}, dtype code {dtype_code}, "
                                              f"header size {header_size})")
+    # The exact layout leaves these bytes 0 (files written before int8 existed too) and ignores them.
+    if layout == LAYOUT_INT8_ROWS and (scale_code, bits, group) != (SCALE_DTYPE_CODE, INT8_BITS, head_dim):
+        raise CheckpointError(Reason.LAYOUT, f"unsupported int8 encoding: scale dtype code {scale_code}, {bits}-bit "
+                                             f"codes, {group} elements per scale (this Hearth reads float16 "
+                                             f"scales, 8-bit codes, one scale per row of {head_dim})")
     shape = KVShape(layers, heads, head_dim, context, DTYPES[dtype_code].name)
     header = FileHeader(version, layout, shape, file_id, model_fp, tok_fp, created,
                         label.rstrip(b"\0").decode("utf-8", "replace"))

@@ -4,6 +4,10 @@ The order follows the load pipeline: header → identity (fingerprints, then KV 
 (bounds against the header, the model's shape and the file's size) → token ids (their own checksum)
 → rows (read straight into their destination, then checksummed; the caller commits them only after
 they verify). A damaged record ends the usable part of the file: the records before it still load.
+
+An int8 file (layout 2) is read a layer at a time into a reusable scratch buffer, hashed as stored,
+its scales checked, and dequantized into the destination rows (float32 or float16), layers in
+parallel as for exact files.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from engine.checkpoint.format import (
     HEADER_SIZE,
+    LAYOUT_INT8_ROWS,
     RECORD_HEADER_SIZE,
     CheckpointError,
     FileHeader,
@@ -31,6 +36,7 @@ from engine.checkpoint.format import (
     unpack_record_header,
     xxh,
 )
+from engine.checkpoint.int8 import dequantize_into, give_scratch, scales_valid, take_scratch
 
 log = logging.getLogger(__name__)
 READ_THREADS = min(4, os.cpu_count() or 1)
@@ -113,7 +119,7 @@ class CheckpointReader:
         if r.end > shape.context_length:
             raise CheckpointError(Reason.TOO_LARGE, f"record {index} reaches token {r.end}, past the model's "
                                   f"context of {shape.context_length}")
-        expected = shape.payload_bytes(r.n_tokens)
+        expected = self.header.payload_bytes(r.n_tokens)
         if r.payload_bytes != expected:
             reason = Reason.TOO_LARGE if r.payload_bytes > expected else Reason.LAYOUT
             raise CheckpointError(reason, f"record {index} declares {r.payload_bytes} payload bytes; "
@@ -137,41 +143,87 @@ class CheckpointReader:
     def load_rows(self, records: list[RecordInfo], blocks: BlocksFn) -> tuple[int, CheckpointError | None]:
         """Read each record's rows into ``blocks(start, end)`` and verify them; return (records good, problem).
 
-        Layers are read and hashed in parallel (file reads and XXH3 both release the GIL), each
-        layer with one scattered read straight into its destination blocks.
+        Layers are read and hashed in parallel (file reads, XXH3 and numpy's arithmetic release the
+        GIL). An exact file is read with one scattered read per layer straight into its destination
+        blocks, which must have the file's dtype; an int8 file is read per layer into a scratch
+        buffer and dequantized into the blocks, which may be float32 or float16.
         """
-        n_layers = self.header.shape.n_layers
+        h = self.header
+        n_layers = h.shape.n_layers
+        int8 = h.layout == LAYOUT_INT8_ROWS
         with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
             for i, r in enumerate(records):
                 dest = list(blocks(r.start, r.end))
                 per_layer = len(dest) // n_layers
                 offset = r.payload_offset + 4 * r.n_tokens
+                layer_size = h.layer_bytes(r.n_tokens)
                 jobs = []
                 for layer in range(n_layers):
-                    views = [memoryview(b).cast("B") for b in dest[layer * per_layer : (layer + 1) * per_layer]]
-                    jobs.append(pool.submit(self._read_layer, offset, views))
-                    offset += sum(v.nbytes for v in views)
+                    mine = dest[layer * per_layer : (layer + 1) * per_layer]
+                    if int8:
+                        jobs.append(pool.submit(self._read_layer_int8, offset, layer_size, r.n_tokens, mine))
+                    else:
+                        jobs.append(pool.submit(self._read_layer, offset, [memoryview(b).cast("B") for b in mine]))
+                    offset += layer_size
                 try:
-                    digests = [job.result() for job in jobs]
+                    results = [job.result() for job in jobs]
                 except OSError as exc:
                     return i, io_error(self.path, exc)
+                digests = [res if not int8 or res is None else res[0] for res in results]
                 if any(d is None for d in digests):
                     return i, CheckpointError(Reason.TRUNCATED, f"record {r.seq}: rows cut short")
-                if rows_digest(digests, self.header.seed) != r.rows_xxh:
+                if rows_digest(digests, h.seed) != r.rows_xxh:
                     return i, CheckpointError(Reason.CHECKSUM, f"record {r.seq} (tokens {r.start}–{r.end}): "
                                               "the KV rows are damaged (checksum)")
+                bad = [layer for layer, res in enumerate(results) if int8 and not res[1]]
+                if bad:
+                    return i, self._bad_scales(r, bad[0])
         return len(records), None
+
+    def _bad_scales(self, r: RecordInfo, layer: int) -> CheckpointError:
+        return CheckpointError(Reason.LAYOUT, f"record {r.seq} (tokens {r.start}–{r.end}), layer {layer}: an int8 "
+                               "row scale is negative, infinite or NaN (the writer stores only finite, "
+                               "non-negative float16 scales)")
+
+    def _read_into(self, offset: int, views: list[memoryview]) -> int:
+        if hasattr(os, "preadv"):
+            return os.preadv(self._fh.fileno(), views, offset)
+        with open(self.path, "rb", buffering=0) as fh:  # one handle per call: threads share no position
+            fh.seek(offset)
+            return sum(fh.readinto(v) or 0 for v in views)
 
     def _read_layer(self, offset: int, views: list[memoryview]) -> int | None:
         """Read one layer's rows at ``offset`` into ``views``; its digest, or None if the file ends early."""
-        want = sum(v.nbytes for v in views)
-        if hasattr(os, "preadv"):
-            got = os.preadv(self._fh.fileno(), views, offset)
-        else:  # no scattered reads here: one handle per call, so threads do not share a position
-            with open(self.path, "rb", buffering=0) as fh:
-                fh.seek(offset)
-                got = sum(fh.readinto(v) or 0 for v in views)
-        return layer_digest(views, self.header.seed) if got == want else None
+        got = self._read_into(offset, views)
+        return layer_digest(views, self.header.seed) if got == sum(v.nbytes for v in views) else None
+
+    def _split_int8(self, buf: np.ndarray, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """(codes [2·heads, n, head_dim] int8, scales [2·heads, n] float16) viewed in one layer's bytes."""
+        shape = self.header.shape
+        rows = 2 * shape.n_kv_heads
+        n_codes = rows * n_tokens * shape.head_dim
+        codes = buf[:n_codes].view(np.int8).reshape(rows, n_tokens, shape.head_dim)
+        scales = buf[n_codes : n_codes + 2 * rows * n_tokens].view("<f2").reshape(rows, n_tokens)
+        return codes, scales
+
+    def _read_layer_int8(self, offset: int, size: int, n_tokens: int,
+                         dest: list[np.ndarray]) -> tuple[int, bool] | None:
+        """Read one int8 layer (``size`` bytes, bounded by the record, which fits in the file) into a
+        scratch buffer and dequantize it into ``dest``: (digest, scales valid), or None if the file
+        ends early. Rows with invalid scales are left unwritten (the caller clears failed rows)."""
+        buf = take_scratch(size)
+        try:
+            view = memoryview(buf)[:size]
+            if self._read_into(offset, [view]) != size:
+                return None
+            digest = layer_digest([view], self.header.seed)
+            codes, scales = self._split_int8(buf, n_tokens)
+            ok = scales_valid(scales)
+            if ok:
+                dequantize_into(codes, scales, dest)
+            return digest, ok
+        finally:
+            give_scratch(buf, READ_THREADS)
 
     def verify_all(self, vocab_size: int) -> tuple[list[RecordInfo], CheckpointError | None]:
         """Full check without a model: every record's tokens and rows, one layer at a time."""
@@ -182,16 +234,22 @@ class CheckpointReader:
                 self.read_tokens(r, vocab_size)
             except CheckpointError as exc:
                 return records[:i], exc
-            layer_bytes = 2 * shape.n_kv_heads * r.n_tokens * shape.head_dim * shape.itemsize
-            buffer = memoryview(bytearray(layer_bytes))  # bounded: the record already fits in the file
-            offset, digests = r.payload_offset + 4 * r.n_tokens, []
-            for _ in range(shape.n_layers):
+            layer_bytes = self.header.layer_bytes(r.n_tokens)
+            raw = np.empty(layer_bytes, np.uint8)  # bounded: the record already fits in the file
+            buffer = memoryview(raw)
+            offset, digests, bad = r.payload_offset + 4 * r.n_tokens, [], None
+            for layer in range(shape.n_layers):
                 digest = self._read_layer(offset, [buffer])
                 if digest is None:
                     return records[:i], CheckpointError(Reason.TRUNCATED, f"record {r.seq}: rows cut short")
                 digests.append(digest)
+                if self.header.layout == LAYOUT_INT8_ROWS and bad is None and not scales_valid(
+                        self._split_int8(raw, r.n_tokens)[1]):
+                    bad = layer
                 offset += layer_bytes
             if rows_digest(digests, self.header.seed) != r.rows_xxh:
                 return records[:i], CheckpointError(Reason.CHECKSUM, f"record {r.seq} (tokens {r.start}–{r.end}): "
                                                     "the KV rows are damaged (checksum)")
+            if bad is not None:
+                return records[:i], self._bad_scales(r, bad)
         return records, problem

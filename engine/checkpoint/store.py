@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.checkpoint.format import CheckpointError
+from engine.checkpoint.format import CheckpointError, encoding_layout
 from engine.checkpoint.lock import StoreLock
 from engine.checkpoint.reader import CheckpointReader
 from engine.fsutil import atomic_write
@@ -32,6 +32,7 @@ from engine.fsutil import atomic_write
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_BYTES = 2 << 30
+DEFAULT_KV_ENCODING = "exact"  # lossless; "int8" is a quarter of float32's bytes (docs/checkpoint-format.md §4b)
 SUFFIX = ".hkv"
 HALF_LIFE_HOURS = 24 * 7
 _SCHEMA = """
@@ -87,6 +88,7 @@ class CheckpointStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.budget_bytes = budget_bytes if budget_bytes is not None else self._saved_budget()
+        self.kv_encoding = self._saved_encoding()
         self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)
         self._db_lock = threading.RLock()
         self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
@@ -97,22 +99,46 @@ class CheckpointStore:
             self.remove_stale_temp_files()
             self.reconcile()
 
-    def _saved_budget(self) -> int:
+    def _settings(self) -> dict:
         try:
-            value = json.loads((self.root / "store.json").read_text()).get("budget_bytes")
-            if isinstance(value, int) and value > 0:
-                return value
-        except (OSError, ValueError, AttributeError):
-            pass
-        return DEFAULT_BUDGET_BYTES
+            saved = json.loads((self.root / "store.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
+    def _save_setting(self, key: str, value: object) -> None:
+        """Update one key of ``store.json``, keeping the others (written atomically)."""
+        settings = self._settings()
+        settings[key] = value
+        with atomic_write(self.root / "store.json") as fh:
+            fh.write(json.dumps(settings).encode())
+
+    def _saved_budget(self) -> int:
+        value = self._settings().get("budget_bytes")
+        return value if isinstance(value, int) and value > 0 else DEFAULT_BUDGET_BYTES
+
+    def _saved_encoding(self) -> str:
+        value = self._settings().get("kv_encoding", DEFAULT_KV_ENCODING)
+        try:
+            encoding_layout(value)
+        except (ValueError, TypeError):
+            log.warning("store.json names an unknown KV encoding %r; using %s", value, DEFAULT_KV_ENCODING)
+            return DEFAULT_KV_ENCODING
+        return value
 
     def set_budget(self, budget_bytes: int) -> None:
         """Change the budget and remember it for later runs (then evict down to it)."""
         if budget_bytes <= 0:
             raise ValueError("the checkpoint budget must be positive")
         self.budget_bytes = budget_bytes
-        with atomic_write(self.root / "store.json") as fh:
-            fh.write(json.dumps({"budget_bytes": budget_bytes}).encode())
+        self._save_setting("budget_bytes", budget_bytes)
+
+    def set_kv_encoding(self, encoding: str) -> None:
+        """Choose how new checkpoint files store the KV ("exact" or "int8") and remember it. Files
+        already written keep their encoding (appends included) until they are rewritten."""
+        encoding_layout(encoding)  # ValueError naming the choices
+        self.kv_encoding = encoding
+        self._save_setting("kv_encoding", encoding)
 
     def close(self) -> None:
         with self._db_lock:

@@ -1,5 +1,10 @@
 """Writing checkpoints: a new file atomically, or one more record appended to an existing file.
 
+A file's encoding (its layout id: ``exact`` rows at the KV dtype, or ``int8`` codes with a float16
+scale per row) is chosen when the file is created and kept by every later append, so the records of
+one file never mix encodings. The int8 writer quantizes each layer (in a small thread pool) before
+the record is written; checksums cover the encoded bytes as stored.
+
 A new file goes through ``atomic_write`` (temp file, fsync, rename, fsync the directory). An append
 first cuts the file back to the last record worth keeping, then writes the record header and its
 rows and fsyncs. A crash mid-append leaves a torn tail that the reader detects (the declared payload
@@ -13,6 +18,7 @@ import os
 import secrets
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -21,11 +27,12 @@ import numpy as np
 
 from engine.checkpoint.format import (
     HEADER_SIZE,
-    LAYOUT_ROWS_V1,
+    LAYOUT_INT8_ROWS,
     USAGE_OFFSET,
     FileHeader,
     Identity,
     RecordInfo,
+    encoding_layout,
     layer_digest,
     pack_header,
     pack_record_header,
@@ -33,7 +40,10 @@ from engine.checkpoint.format import (
     rows_digest,
     xxh,
 )
+from engine.checkpoint.int8 import quantize_layer
 from engine.fsutil import atomic_write
+
+QUANTIZE_THREADS = min(4, os.cpu_count() or 1)
 
 
 @dataclass
@@ -56,31 +66,44 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def new_header(identity: Identity) -> FileHeader:
-    return FileHeader(1, LAYOUT_ROWS_V1, identity.shape, secrets.token_bytes(16), identity.model_fp,
+def new_header(identity: Identity, encoding: str = "exact") -> FileHeader:
+    return FileHeader(1, encoding_layout(encoding), identity.shape, secrets.token_bytes(16), identity.model_fp,
                       identity.tokenizer_fp, now_ms(), identity.label, now_ms(), 0)
+
+
+def encode_layers(header: FileHeader, blocks: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+    """A record's rows grouped by layer, as the file stores them: the row blocks themselves for the
+    exact layout; [codes, scales] per layer for int8 (quantized in parallel: numpy releases the GIL)."""
+    per_layer = len(blocks) // header.shape.n_layers
+    layers = [list(blocks[i : i + per_layer]) for i in range(0, len(blocks), per_layer)]
+    if header.layout != LAYOUT_INT8_ROWS:
+        return layers
+    with ThreadPoolExecutor(max_workers=QUANTIZE_THREADS) as pool:
+        return [list(encoded) for encoded in pool.map(quantize_layer, layers)]
 
 
 def _write_record(fh: BinaryIO, header: FileHeader, seq: int, chain: int, offset: int, rec: NewRecord) -> RecordInfo:
     token_bytes = np.asarray(rec.tokens, dtype="<u4").tobytes()
-    per_layer = len(rec.blocks) // header.shape.n_layers
-    layers = [rec.blocks[i : i + per_layer] for i in range(0, len(rec.blocks), per_layer)]
-    rows = rows_digest([layer_digest(blocks, header.seed) for blocks in layers], header.seed)
-    payload = len(token_bytes) + sum(memoryview(b).nbytes for b in rec.blocks)
+    layers = encode_layers(header, rec.blocks)
+    rows = rows_digest([layer_digest(stored, header.seed) for stored in layers], header.seed)
+    payload = len(token_bytes) + sum(memoryview(b).nbytes for stored in layers for b in stored)
     info = RecordInfo(seq, rec.start, rec.end, rec.text_len, rec.text_sha, now_ms(), rec.reason, payload,
                       xxh(token_bytes, header.seed), rows, 0, offset)
     packed = pack_record_header(info, chain)
     info.header_xxh = int.from_bytes(packed[-8:], "little")
     fh.write(packed)
     fh.write(token_bytes)
-    for block in rec.blocks:
-        fh.write(memoryview(block).cast("B"))
+    for stored in layers:
+        for block in stored:
+            fh.write(memoryview(block).cast("B"))
     return info
 
 
-def write_new(path: Path, identity: Identity, records: Sequence[NewRecord]) -> tuple[FileHeader, list[RecordInfo], int]:
-    """Create ``path`` atomically with ``records``; return (header, record infos, bytes written)."""
-    header = new_header(identity)
+def write_new(path: Path, identity: Identity, records: Sequence[NewRecord],
+              encoding: str = "exact") -> tuple[FileHeader, list[RecordInfo], int]:
+    """Create ``path`` atomically with ``records`` in ``encoding`` ("exact" or "int8"); return
+    (header, record infos, bytes written)."""
+    header = new_header(identity, encoding)
     infos: list[RecordInfo] = []
     with atomic_write(path) as fh:
         fh.write(pack_header(header))
@@ -93,7 +116,8 @@ def write_new(path: Path, identity: Identity, records: Sequence[NewRecord]) -> t
 
 
 def append(path: Path, header: FileHeader, keep: Sequence[RecordInfo], rec: NewRecord) -> tuple[RecordInfo, int]:
-    """Cut ``path`` after the records in ``keep`` and append ``rec``; return (its info, bytes written)."""
+    """Cut ``path`` after the records in ``keep`` and append ``rec`` in the file's own encoding;
+    return (its info, bytes written)."""
     offset = keep[-1].end_offset if keep else HEADER_SIZE
     chain = keep[-1].header_xxh if keep else header.seed
     with open(path, "r+b") as fh:
