@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     gc = ksub.add_parser("gc", parents=[common], help="remove leftovers and orphans; evict down to the budget")
     gc.add_argument("--budget-mb", type=int, help="set (and remember) the store's budget")
     gc.set_defaults(func=lambda a: _store_command("cmd_kv_gc", a))
+    enc = ksub.add_parser("encoding", parents=[common], help="show or set how new checkpoints store the KV")
+    enc.add_argument("name", nargs="?", help="exact (lossless, the default) or int8 (a quarter of float32's bytes)")
+    enc.set_defaults(func=lambda a: _store_command("cmd_kv_encoding", a))
 
     tok = sub.add_parser("tokenize", parents=[common], help="token ids of TEXT (no special tokens added)")
     tok.add_argument("text")

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.checkpoint.format import CheckpointError
+from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
@@ -97,12 +97,13 @@ def describe(path: Path) -> dict:
         with CheckpointReader(path) as reader:
             h = reader.read_header()
             out["size"] = reader.size
-            out["header"] = {"version": h.version, "layout": h.layout, "dtype": h.shape.dtype,
+            out["header"] = {"version": h.version, "layout": h.layout, "encoding": h.encoding, "dtype": h.shape.dtype,
                              "layers": h.shape.n_layers, "kv_heads": h.shape.n_kv_heads, "head_dim": h.shape.head_dim,
                              "context_length": h.shape.context_length, "model": h.label,
                              "model_fingerprint": h.model_fp.hex(), "tokenizer_fingerprint": h.tokenizer_fp.hex(),
                              "file_id": h.file_id.hex(), "created_ms": h.created_ms, "last_used_ms": h.last_used_ms,
-                             "hits": h.hits, "bytes_per_token": h.shape.bytes_per_token}
+                             "hits": h.hits, "bytes_per_token": h.bytes_per_token,
+                             "exact_bytes_per_token": h.shape.bytes_per_token}
             records, problem = reader.scan()
             out["records"] = [{"seq": r.seq, "start": r.start, "end": r.end, "text_len": r.text_len,
                                "text_sha256": r.text_sha.hex(), "saved_ms": r.saved_ms, "reason": r.reason,
@@ -127,6 +128,8 @@ def cmd_kv_inspect(args: argparse.Namespace) -> int:
         if h:
             lines.append(f"  model {h['model']}  {h['layers']} layers × {h['kv_heads']} KV heads × {h['head_dim']} "
                          f"({h['dtype']}), {h['bytes_per_token']} bytes/token")
+            how = ("int8 codes, a float16 scale per row" if h["encoding"] == "int8" else f"exact {h['dtype']} rows")
+            lines.append(f"  encoding {h['encoding']} (layout {h['layout']}: {how})")
         lines += [f"  record {r['seq']}: tokens {r['start']}–{r['end']} ({r['reason']}), text {r['text_len']} bytes"
                   for r in info.get("records", [])]
         if info["problem"]:
@@ -167,6 +170,20 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
     lines.append(f"{len(results)} checked, {len(damaged)} damaged, {payload['stale']} stale")
     _emit(args, payload, "\n".join(lines))
     return 1 if damaged else 0
+
+
+def cmd_kv_encoding(args: argparse.Namespace) -> int:
+    """Show, or set and remember, the encoding new checkpoint files get (existing files keep theirs)."""
+    _, store = open_stores(args)
+    if args.name is not None:
+        if args.name not in ENCODINGS:
+            raise PromptError(f"unknown KV encoding {args.name!r}; choose one of: {', '.join(ENCODINGS)}")
+        store.set_kv_encoding(args.name)
+    note = "new checkpoints are stored as " + store.kv_encoding + (
+        " (lossless)" if store.kv_encoding == "exact" else " (about a quarter of float32's bytes; see "
+        "docs/checkpoint-format.md §4b for its accuracy)")
+    _emit(args, {"store": str(store.root), "kv_encoding": store.kv_encoding, "choices": list(ENCODINGS)}, note)
+    return 0
 
 
 def cmd_kv_gc(args: argparse.Namespace) -> int:
