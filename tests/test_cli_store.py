@@ -89,6 +89,24 @@ def test_kv_ls_inspect_verify_gc(home, tiny_gguf):
     assert json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["budget"] == 64 << 20
 
 
+def test_kv_encoding_is_remembered_and_inspect_shows_it(home, tiny_gguf):
+    shown = json.loads(run_cli("kv", "encoding", "--json", home=home).stdout)
+    assert shown["kv_encoding"] == "exact" and shown["choices"] == ["exact", "int8"]
+    assert run_cli("kv", "encoding", "int8", home=home).returncode == 0
+    assert "int8" in run_cli("kv", "encoding", home=home).stdout
+    assert chat(home, "--conversation", "a", "--message", "hi", model=tiny_gguf).returncode == 0
+    path = home / "checkpoints" / conversation_file("a")
+    info = json.loads(run_cli("kv", "inspect", str(path), "--json", home=home).stdout)
+    h = info["header"]
+    assert h["encoding"] == "int8" and h["layout"] == 2 and info["problem"] is None
+    assert h["bytes_per_token"] == h["layers"] * 2 * h["kv_heads"] * (h["head_dim"] + 2) < h["exact_bytes_per_token"]
+    assert "encoding int8" in run_cli("kv", "inspect", str(path), home=home).stdout
+    ok = run_cli("kv", "verify", "--all", "--json", "--model", str(tiny_gguf), home=home)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["damaged"] == 0
+    again = json.loads(chat(home, "--conversation", "a", "--message", "more", model=tiny_gguf).stdout)
+    assert again["resume"]["source"] == "disk" and again["resume"]["reason"] is None
+
+
 def test_kv_verify_marks_another_models_checkpoint_stale(home, tiny_gguf, tiny_dir):
     from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 
@@ -115,6 +133,7 @@ def test_kv_inspect_of_a_foreign_file_names_the_problem(home, tmp_path):
     (["kv", "inspect", "/nonexistent/file.hkv"], "no such file"),
     (["kv", "verify"], "--all"),
     (["kv", "gc", "--budget-mb", "0"], "--budget-mb must be positive"),
+    (["kv", "encoding", "fp4"], "unknown KV encoding 'fp4'; choose one of: exact, int8"),
 ])
 def test_bad_input_gets_one_clear_error(home, args, needle):
     assert_clean_error(run_cli(*args, home=home), needle)
