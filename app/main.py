@@ -19,14 +19,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="a GGUF file to use instead of the default model")
     parser.add_argument("--terminal", action="store_true", help="chat in the terminal instead of a window")
     parser.add_argument("--browse", action="store_true", help="open the saved-conversation browser too")
+    parser.add_argument("--self-test", action="store_true",
+                        help="open the window, run one chat turn, save, restore and verify its context, print a report "
+                             "and exit (in a throwaway data dir unless --data-dir is given)")
+    parser.add_argument("--startup-probe", action="store_true",
+                        help="print when the window became interactive and the model ready (JSON), then exit")
     parser.add_argument("--debug", action="store_true", help="debug logging")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    modes = [flag for flag, on in (("--self-test", args.self_test), ("--startup-probe", args.startup_probe),
+                                   ("--terminal", args.terminal), ("--browse", args.browse)) if on]
+    if len(modes) > 1 and modes[0] in ("--self-test", "--startup-probe"):
+        parser.error(f"{modes[0]} cannot be combined with {', '.join(modes[1:])}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.self_test:
+        from app.self_test import run_self_test
+
+        return run_self_test(args.data_dir, model=args.model, weights=args.weights, provider=args.provider)
     from app.config import AppConfig
 
     try:
@@ -35,13 +49,13 @@ def main(argv: list[str] | None = None) -> int:
             from engine.terminal_chat import run_terminal_chat
 
             return run_terminal_chat(config.paths, weights=args.weights, provider=args.provider, model=args.model)
-        return run_window(config, browse=args.browse)
+        return run_window(config, browse=args.browse, probe=args.startup_probe)
     except HearthError as exc:
         print(f"hearth: error: {exc}", file=sys.stderr)
         return 1
 
 
-def run_window(config, browse: bool = False) -> int:
+def run_window(config, browse: bool = False, probe: bool = False) -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
@@ -71,6 +85,10 @@ def run_window(config, browse: bool = False) -> int:
     window.show()
     if browse:
         window.show_browser()
+    if probe:
+        from app.startup_probe import StartupProbe
+
+        StartupProbe(app, window)
     return app.exec()
 
 

@@ -9,26 +9,52 @@ from pathlib import Path
 
 from engine.errors import ModelFileError
 from engine.generation import Engine
-from engine.model.convert import ConvertedModel, ensure_converted
+from engine.model.convert import ConvertedModel, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
-from engine.paths import HearthPaths
+from engine.model.precision import get_precision
+from engine.paths import HearthPaths, bundled_model_dir
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
 GPU_VARIANT = {"int4": "int4-half"}  # what a precision runs as on CUDA
 
 
+def find_default_gguf(paths: HearthPaths) -> Path | None:
+    """The default model's GGUF: the copy installed in the data dir, else the one a packaged build
+    ships (``engine.paths.bundled_model_dir``), else None."""
+    entry = default_model()
+    path = installed_path(entry, paths.models)
+    if path.exists():
+        return path
+    bundled = bundled_model_dir()
+    if bundled is not None and installed_path(entry, bundled / "models").is_file():
+        return installed_path(entry, bundled / "models")
+    return None
+
+
 def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
-    """An explicit GGUF path, or the installed default model (with a hint when it is missing)."""
+    """An explicit GGUF path, or the default model (with a hint when it is missing)."""
     if model is not None:
         path = Path(model).expanduser()
         if not path.exists():
             raise ModelFileError(f"model file not found: {path}")
         return path
-    path = installed_path(default_model(), paths.models)
-    if not path.exists():
+    path = find_default_gguf(paths)
+    if path is None:
         raise ModelFileError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")
     return path
+
+
+def converted_root(paths: HearthPaths, gguf: Path, weights: str) -> Path:
+    """Where to find (or make) the conversion of ``gguf`` at ``weights``: the bundled model directory
+    when it holds exactly that conversion, complete (it is read-only: nothing is converted there);
+    else the data dir's conversion cache."""
+    bundled = bundled_model_dir()
+    if bundled is not None:
+        root = bundled / "converted"
+        if (conversion_dir(root, gguf_digest(gguf), get_precision(weights).name) / "complete.json").is_file():
+            return root
+    return paths.converted
 
 
 def load_engine(
@@ -43,13 +69,14 @@ def load_engine(
     """(engine, the conversion it runs, load time in ms including any conversion)."""
     start = time.perf_counter()
     gguf = resolve_gguf(paths, model)
-    converted = ensure_converted(gguf, weights, paths.converted, progress=convert_progress)
+    converted = ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
     engine = Engine.load(converted, provider, threads)
     if engine.provider == "cuda" and weights in GPU_VARIANT:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
         # fingerprint, so saved context carries over.
         log.info("running %s as %s on CUDA", weights, GPU_VARIANT[weights])
-        converted = ensure_converted(gguf, GPU_VARIANT[weights], paths.converted, progress=convert_progress)
+        variant = GPU_VARIANT[weights]
+        converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), progress=convert_progress)
         engine = Engine.load(converted, "cuda", threads)
     return engine, converted, (time.perf_counter() - start) * 1000

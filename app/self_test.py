@@ -1,0 +1,256 @@
+"""``hearth --self-test``: prove an installed Hearth works, end to end, without touching user data.
+
+It opens the real window (offscreen works: ``QT_QPA_PLATFORM=offscreen``), waits for the model,
+sends one message through the composer and waits for the reply, closes the window (which saves the
+live context), then loads the model again outside the window and checks the saved context the way a
+later launch would: a full verification of the file (every checksum, the model and tokenizer
+fingerprints), a restore through ``ChatSessions``, and the restored context's next-token logits
+against a cold prefill of the same prompt. It prints one line per step and exits 0, or 1 with the
+step that failed and why.
+
+Everything happens in a throwaway data dir (removed afterwards) unless ``--data-dir`` is given. The
+self-test never downloads anything: with no model it fails and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import HearthError
+
+log = logging.getLogger(__name__)
+
+PROMPT = "Say hello in one short sentence."
+SETTINGS = {"temperature": 0.0, "max_new_tokens": 16}
+STEP_TIMEOUT_S = 180.0
+LOGIT_TOLERANCE = 1e-2  # restored vs cold logits; chunking changes float sums by ~1e-5
+
+
+class SelfTestFailed(Exception):
+    """A step failed; the message says what was expected and what happened."""
+
+    def __init__(self, step: str, message: str):
+        super().__init__(message)
+        self.step = step
+
+
+@dataclass
+class SelfTestReport:
+    data_dir: Path
+    throwaway: bool
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (step, what was seen)
+
+    def ok(self, step: str, detail: str) -> None:
+        self.lines.append((step, detail))
+        log.info("self-test %s: %s", step, detail)
+
+    def render(self) -> str:
+        kind = "throwaway, removed afterwards" if self.throwaway else "kept"
+        out = ["Hearth self-test", f"  data dir   {self.data_dir} ({kind})"]
+        out += [f"  ok  {step:<10} {detail}" for step, detail in self.lines]
+        return "\n".join(out)
+
+
+def run_self_test(data_dir: str | None = None, *, model: str | None = None, weights: str = "int4",
+                  provider: str = "auto") -> int:
+    """Run every step; print the report. 0 when all passed, 1 (with the failing step on stderr) otherwise."""
+    throwaway = data_dir is None
+    root = Path(tempfile.mkdtemp(prefix="hearth-self-test-")) if throwaway else Path(data_dir).expanduser()
+    report = SelfTestReport(root.resolve(), throwaway)
+    try:
+        run_steps(report, model=model, weights=weights, provider=provider)
+    except SelfTestFailed as exc:
+        print(report.render())
+        print(f"hearth: self-test FAILED at {exc.step}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if throwaway:
+            shutil.rmtree(root, ignore_errors=True)
+    print(report.render())
+    print("self-test passed")
+    return 0
+
+
+def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provider: str) -> None:
+    from app.config import AppConfig
+    from engine.loader import resolve_gguf
+    from engine.paths import bundled_model_dir, resolve_paths
+
+    try:
+        paths = resolve_paths(report.data_dir).ensure()
+    except OSError as exc:
+        raise SelfTestFailed("data dir", f"cannot use {report.data_dir}: {exc.strerror or exc}") from None
+    try:
+        gguf = resolve_gguf(paths, model)
+        bundled = bundled_model_dir()
+    except HearthError as exc:
+        raise SelfTestFailed("model", f"no model to test with ({exc}); a packaged build ships one, from source "
+                                      "set HEARTH_BUNDLED_MODEL or pass --data-dir with the model fetched") from None
+    where = "bundled" if bundled is not None and gguf.is_relative_to(bundled) else "installed"
+    report.ok("model", f"{gguf.name} ({where}: {gguf.parent})")
+    config = AppConfig(paths, model, weights, provider)
+    conversation = window_turn(config, report)
+    verify_and_restore(config, conversation, report)
+
+
+# the window ------------------------------------------------------------------------------------------------
+def _wait(condition: Callable[[], bool], timeout_s: float, step: str, what: str,
+          failure: Callable[[], str | None] = lambda: None) -> None:
+    """Run the event loop until ``condition`` holds; fail on timeout or when ``failure`` returns a message."""
+    from PySide6.QtWidgets import QApplication
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        problem = failure()
+        if problem:
+            raise SelfTestFailed(step, problem)
+        if time.monotonic() > deadline:
+            raise SelfTestFailed(step, f"timed out after {timeout_s:.0f} s waiting for {what}")
+        QApplication.processEvents()
+        time.sleep(0.005)
+
+
+def window_turn(config, report: SelfTestReport) -> str:
+    """Open the window, wait for the model, send one message, wait for the reply, close (saving). Returns
+    the conversation's id."""
+    from PySide6.QtCore import QObject, Slot
+    from PySide6.QtWidgets import QApplication
+
+    from app.single_instance import SingleInstance
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Hearth")
+    if SingleInstance(config.paths.data).already_running():
+        raise SelfTestFailed("window", f"Hearth is already running on {config.paths.data}; close it or use another "
+                                       "--data-dir")
+    from app.main_window import MainWindow
+
+    class Seen(QObject):  # lives on the UI thread: the worker's signals arrive queued
+        def __init__(self) -> None:
+            super().__init__()
+            self.failure: str | None = None
+            self.turns: list[tuple[str, dict]] = []
+
+        @Slot(str)
+        def setup_failed(self, message: str) -> None:
+            self.failure = f"the model could not be loaded: {message}"
+
+        @Slot()
+        def needs_model(self) -> None:
+            self.failure = "the window found no model"
+
+        @Slot(str, str)
+        def failed(self, conversation: str, message: str) -> None:
+            self.failure = f"the engine failed: {message}"
+
+        @Slot(str, object)
+        def turn_finished(self, conversation: str, info: dict) -> None:
+            self.turns.append((conversation, info))
+
+    seen = Seen()
+    started = time.perf_counter()
+    window = MainWindow(config)
+    worker = window.worker
+    worker.setup_failed.connect(seen.setup_failed)
+    worker.needs_model.connect(seen.needs_model)
+    worker.failed.connect(seen.failed)
+    worker.turn_finished.connect(seen.turn_finished)
+    try:
+        window.show()
+        _wait(lambda: window.isVisible() and window.windowHandle() is not None and window.windowHandle().isExposed(),
+              30, "window", "the window to be shown")
+        shown_ms = (time.perf_counter() - started) * 1000
+        _wait(lambda: window.engine_info is not None, STEP_TIMEOUT_S, "window", "the model to load",
+              lambda: seen.failure)
+        info = window.engine_info
+        note = f"; {info['note']}" if info.get("note") else ""
+        report.ok("window", f"shown in {shown_ms:.0f} ms; {info['model']} {info['weights']} on {info['provider']} "
+                            f"ready in {(time.perf_counter() - started):.1f} s{note}")
+
+        conversation = window.new_chat()
+        window.store.rename(conversation, "Self-test")
+        window.store.set_settings(conversation, SETTINGS)
+        window.composer.setPlainText(PROMPT)
+        window.composer.submit()  # what Enter does
+        if window.composer.toPlainText():
+            raise SelfTestFailed("chat turn", "the composer did not send the message")
+        turn_started = time.perf_counter()
+        _wait(lambda: any(c == conversation for c, _ in seen.turns), STEP_TIMEOUT_S, "chat turn", "the reply",
+              lambda: seen.failure)
+        turn = next(i for c, i in seen.turns if c == conversation)
+        stored = window.store.messages(conversation)
+        if [m.role for m in stored] != ["user", "assistant"] or not stored[1].content.strip():
+            raise SelfTestFailed("chat turn", f"expected the message and a non-empty reply stored, got "
+                                              f"{[(m.role, m.content[:40]) for m in stored]}")
+        reply = " ".join(stored[1].content.split())
+        speed = turn["timings"].get("decode_tokens_per_s") or 0.0
+        report.ok("chat turn", f"“{reply[:60]}{'…' if len(reply) > 60 else ''}” ({turn['stop_reason']}, "
+                               f"{(time.perf_counter() - turn_started):.1f} s, {speed:.0f} tokens/s)")
+        save = turn.get("save") or {}
+        if not save.get("ok"):
+            raise SelfTestFailed("save", f"the turn's context was not saved: {save.get('error') or save or 'no save'}")
+        report.ok("save", f"{save['tokens']} tokens, {save['bytes_written']:,} bytes in {save['elapsed_ms']:.0f} ms")
+    finally:
+        window.close()  # saves the window state and what is live; stops the engine thread
+    stopped = not window.host.thread.isRunning()
+    window.deleteLater()
+    if not stopped:
+        raise SelfTestFailed("close", "the engine thread did not stop when the window closed")
+    return conversation
+
+
+# the saved context, as a later launch sees it -------------------------------------------------------------
+def verify_and_restore(config, conversation: str, report: SelfTestReport) -> None:
+    """Verify the conversation's checkpoint fully, restore it into a freshly loaded engine, and check the
+    restored context's next-token logits against a cold prefill of the same prompt."""
+    import numpy as np
+
+    from engine.checkpoint.identity import engine_identity
+    from engine.checkpoint.status import VALID, checkpoint_status
+    from engine.checkpoint.store import CheckpointStore, conversation_file
+    from engine.conversations import ConversationStore
+    from engine.loader import load_engine
+    from engine.session import DISK, ChatSessions
+
+    paths = config.paths
+    path = paths.checkpoints / conversation_file(conversation)
+    if not path.is_file():
+        raise SelfTestFailed("verify", f"no saved context at {path}")
+    try:
+        engine, _, load_ms = load_engine(paths, model=config.model, weights=config.weights, provider=config.provider)
+    except HearthError as exc:
+        raise SelfTestFailed("verify", f"the model could not be loaded again: {exc}") from None
+    status, problem, tokens = checkpoint_status(path, engine_identity(engine), engine.tokenizer.vocab_size, full=True)
+    if status != VALID:
+        raise SelfTestFailed("verify", f"the saved context is {status}: {problem}")
+    report.ok("verify", f"{path.name}: {tokens} tokens, every checksum and fingerprint valid")
+
+    store = ConversationStore(paths.conversations_db)
+    try:
+        messages = store.chat_messages(conversation)
+    finally:
+        store.close()
+    checkpoints = CheckpointStore(paths.checkpoints)
+    try:
+        sessions = ChatSessions(engine, checkpoints)
+        restored, prompt, resume = sessions.sync(conversation, messages)
+        if resume.source != DISK or resume.restored_tokens <= 0:
+            raise SelfTestFailed("restore", f"expected the context from disk, got {resume.source} "
+                                            f"({resume.reason or 'no reason'}: {resume.message})")
+        engine.reset()
+        cold, _ = engine.sync(prompt)
+    finally:
+        checkpoints.close()
+    diff = float(np.max(np.abs(np.asarray(restored, np.float32) - np.asarray(cold, np.float32))))
+    if diff > LOGIT_TOLERANCE or int(np.argmax(restored)) != int(np.argmax(cold)):
+        raise SelfTestFailed("restore", f"the restored context predicts differently from a cold prefill "
+                                        f"(max logit difference {diff:.3g})")
+    report.ok("restore", f"{resume.restored_tokens} tokens from disk in {resume.restore_ms:.0f} ms (model loaded "
+                         f"in {load_ms:.0f} ms); next-token logits match a cold prefill (max diff {diff:.1g})")
