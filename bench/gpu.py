@@ -3,10 +3,14 @@ contexts, decode as a fraction of the memory-bandwidth limit, and resuming from 
 prefill of the same conversation, with the adaptive choice checked on both sides.
 
     python bench/gpu.py [--data-dir DIR] [--contexts 1024,8000] [--bandwidth-tb-s 4.8]
+    python bench/gpu.py --context-length 32768 --contexts 1024,8000,32000   # the default model re-headed to 32k
+    python bench/gpu.py --synthetic llama3-8b --contexts 1024,8000,32000    # random Q4_0 blocks, Llama-3-8B's shape
 
 Decode at a context fills the KV cache with random rows (speed depends on the cache's size, not its
-values). Bytes per decoded token = the weights (the converted model's data file) + the K and V rows
-read at that context. Prints a table and writes bench/results/gpu.json.
+values). Bytes per decoded token = the weights read per token (the converted model's data file less
+an embedding table that is only gathered from) + the K and V rows read at that context. A synthetic
+model is written with the converter's own GGUF path (engine/model/synthetic.py) on the machine that
+runs the benchmark. Prints a table and writes bench/results/gpu.json.
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ _spec.loader.exec_module(bench_resume)
 
 
 def prefill_speed(engine, n: int, rng) -> float:
-    engine.reset()
-    tokens = rng.integers(100, 40000, n).tolist()
-    t = time.perf_counter()
-    engine.prefill(tokens)
-    return n / (time.perf_counter() - t)
+    """Tokens/s of a prefill of ``n`` tokens, the second of two: the first meets new shapes (kernel
+    tuning, memory arena growth), which a long-running app pays once."""
+    tokens = rng.integers(100, 1000, n).tolist()
+    for _ in range(2):
+        engine.reset()
+        t = time.perf_counter()
+        engine.prefill(tokens)
+        elapsed = time.perf_counter() - t
+    return n / elapsed
 
 
 def decode_speed(engine, context: int, rng, steps: int = 64) -> float:
@@ -43,13 +51,65 @@ def decode_speed(engine, context: int, rng, steps: int = 64) -> float:
     fill = min(context, cfg.context_length - steps - 1)
     shape = (cfg.n_layers, cfg.n_head_kv, fill, cfg.head_dim)
     engine.reset()
-    engine.import_kv(rng.integers(100, 40000, fill).tolist(), rng.standard_normal(shape).astype(engine.cache.dtype),
+    engine.import_kv(rng.integers(100, 1000, fill).tolist(), rng.standard_normal(shape).astype(engine.cache.dtype),
                      rng.standard_normal(shape).astype(engine.cache.dtype))
     engine.runner.forward([5], engine.cache)  # warm-up at this size
     t = time.perf_counter()
     for _ in range(steps):
         engine.runner.forward([5], engine.cache)
     return steps / (time.perf_counter() - t)
+
+
+def generate_speed(engine, context: int, rng, steps: int = 128) -> float:
+    """Tokens/s of the whole greedy loop (forward, sampling, detokenizing) after ``context`` tokens."""
+    from engine.sampling import SamplingParams
+
+    engine.reset()
+    prompt = rng.integers(100, 1000, context).tolist()
+    result = engine.generate(prompt, SamplingParams(greedy=True), max_new_tokens=steps)
+    return result.timings.decode_tokens_per_s
+
+
+def weights_read_per_token(onnx_path: Path, tied: bool) -> int:
+    """Bytes of initializers a decode step reads: all of them, less an untied embedding table
+    (a step gathers one row of it)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    total = 0
+    for init in model.graph.initializer:
+        length = next((int(e.value) for e in init.external_data if e.key == "length"), len(init.raw_data))
+        if tied or init.name != "token_embd.weight":
+            total += length
+    return total
+
+
+def model_file(args, paths) -> str | None:
+    """The GGUF to run: the default, a synthetic one written here, or either re-headed to a longer context."""
+    from engine.loader import resolve_gguf
+
+    if args.synthetic:
+        from dataclasses import replace
+
+        from engine.model.synthetic import LLAMA3_8B_SHAPE, write_synthetic_gguf
+
+        spec = replace(LLAMA3_8B_SHAPE, context_length=args.context_length or LLAMA3_8B_SHAPE.context_length)
+        path = paths.models / f"synthetic-{args.synthetic}-{spec.context_length}.gguf"
+        if not path.exists():
+            t = time.perf_counter()
+            write_synthetic_gguf(path.with_suffix(".partial"), spec).rename(path)
+            print(f"wrote {path.name} ({path.stat().st_size / 2**30:.2f} GiB) in {time.perf_counter() - t:.0f} s",
+                  file=sys.stderr)
+        return str(path)
+    source = resolve_gguf(paths, args.model)
+    if not args.context_length:
+        return str(source)
+    from tests.gguf_edit import rewrite_gguf
+
+    path = paths.models / f"{source.stem}-ctx{args.context_length}.gguf"
+    if not path.exists():
+        rewrite_gguf(source, path, values={"llama.context_length": args.context_length})
+    return str(path)
 
 
 def resume_vs_prefill(engine, size: int, workdir: Path) -> dict:
@@ -98,25 +158,29 @@ def resume_vs_prefill(engine, size: int, workdir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir")
-    ap.add_argument("--weights", default="int4", help="int4 runs as int4-half (fp16) on CUDA")
+    ap.add_argument("--model", help="a GGUF (default: the installed default model)")
+    ap.add_argument("--synthetic", choices=["llama3-8b"], help="write and run a random model of this shape")
+    ap.add_argument("--context-length", type=int, help="run the model with this context length (re-headed copy)")
+    ap.add_argument("--weights", default="int4", help="int4 runs as int4-cuda-dense or int4-cuda on CUDA (engine/loader.py)")
     ap.add_argument("--contexts", default="1024,8000")
-    ap.add_argument("--resume-sizes", default="512,2048,8000")
+    ap.add_argument("--resume-sizes", default="512,2048,8000", help="'' to skip")
     ap.add_argument("--bandwidth-tb-s", type=float, default=4.8)
+    ap.add_argument("--loop", action="store_true", help="also time the whole greedy generation loop at 1k")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.json"))
     args = ap.parse_args()
 
     from engine.loader import load_engine
     from engine.paths import resolve_paths
 
-    engine, converted, load_ms = load_engine(resolve_paths(args.data_dir).ensure(), weights=args.weights,
-                                             provider="cuda")
+    paths = resolve_paths(args.data_dir).ensure()
+    engine, converted, load_ms = load_engine(paths, model=model_file(args, paths), weights=args.weights, provider="cuda")
     if engine.provider != "cuda":
         sys.exit(f"CUDA is not usable here: {engine.runner.provider_note}")
     engine.prefill_chunk = 2048
     rng = np.random.default_rng(0)
     prefill_speed(engine, 256, rng)  # warm-up
     cfg = engine.runner.config
-    weight_bytes = sum(p.stat().st_size for p in converted.onnx_path.parent.iterdir() if p.is_file())
+    weight_bytes = weights_read_per_token(converted.onnx_path, cfg.tied_embeddings)
     rows = []
     for ctx in (int(x) for x in args.contexts.split(",")):
         pre = prefill_speed(engine, min(ctx, cfg.context_length - 1), rng)
@@ -125,19 +189,25 @@ def main() -> None:
         per_token = weight_bytes + kv_bytes
         rows.append({"context": ctx, "prefill_tok_s": pre, "decode_tok_s": dec, "bytes_per_token": per_token,
                      "bandwidth_fraction": dec * per_token / (args.bandwidth_tb_s * 1e12)})
+        print(f"context {ctx}: prefill {pre:.0f} tok/s, decode {dec:.1f} tok/s", file=sys.stderr, flush=True)
+    loop = generate_speed(engine, 1024, rng) if args.loop else None
     with tempfile.TemporaryDirectory(prefix="hearth-gpu-") as tmp:
-        resumes = [resume_vs_prefill(engine, int(n), Path(tmp)) for n in args.resume_sizes.split(",")]
+        resumes = [resume_vs_prefill(engine, int(n), Path(tmp)) for n in args.resume_sizes.split(",") if n]
 
     print(f"{'context':>8} {'prefill tok/s':>14} {'decode tok/s':>13} {'MB/token':>9} {'of bandwidth':>13}")
     for r in rows:
         print(f"{r['context']:>8} {r['prefill_tok_s']:>14.0f} {r['decode_tok_s']:>13.1f} "
               f"{r['bytes_per_token'] / 1e6:>9.1f} {r['bandwidth_fraction'] * 100:>12.2f}%")
+    if loop is not None:
+        print(f"whole greedy loop at 1k (forward + sampling + detokenizing): {loop:.1f} tok/s")
     print(f"{'tokens':>8} {'GPU prefill TTFT ms':>20} {'resume TTFT ms':>15} {'restore ms':>11} {'faster':>8} {'adaptive':>9}")
     for r in resumes:
         print(f"{r['tokens']:>8} {r['gpu_prefill_ttft_ms']:>20.1f} {r['resume_ttft_ms']:>15.1f} "
               f"{r['restore_ms']:>11.1f} {r['faster']:>8} {r['adaptive_picked']:>9}")
     result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "weights": converted.precision,
-              "load_ms": load_ms, "weight_bytes": weight_bytes, "rows": rows, "resume": resumes}
+              "load_ms": load_ms, "weight_bytes_per_token": weight_bytes, "rows": rows, "resume": resumes,
+              "generate_loop_tok_s": loop, "model": converted.gguf_path.name,
+              "context_length": cfg.context_length}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)

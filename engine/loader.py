@@ -16,7 +16,17 @@ from engine.paths import HearthPaths, bundled_model_dir
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
-GPU_VARIANT = {"int4": "int4-half"}  # what a precision runs as on CUDA
+# A model below this size runs int4 as dense fp16 on CUDA: its decode step is launch-bound (hundreds
+# of tiny kernels), and one cuBLAS GEMV per matrix beats a 4-bit kernel plus offsets. A larger model is
+# bandwidth-bound, and the 4-bit blocks read a quarter of the bytes (bench/gpu_variants.py, docs/cuda.md).
+DENSE_ON_CUDA_BELOW_BYTES = 1 << 30
+
+
+def cuda_variant(weights: str, gguf: Path) -> str | None:
+    """What ``weights`` runs as on CUDA (same fingerprint, fp16 compute), or None to run it as is."""
+    if weights != "int4":
+        return None
+    return "int4-cuda-dense" if gguf.stat().st_size < DENSE_ON_CUDA_BELOW_BYTES else "int4-cuda"
 
 
 def find_default_gguf(paths: HearthPaths) -> Path | None:
@@ -71,12 +81,12 @@ def load_engine(
     gguf = resolve_gguf(paths, model)
     converted = ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
     engine = Engine.load(converted, provider, threads)
-    if engine.provider == "cuda" and weights in GPU_VARIANT:
+    variant = cuda_variant(weights, gguf) if engine.provider == "cuda" else None
+    if variant:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
         # fingerprint, so saved context carries over.
-        log.info("running %s as %s on CUDA", weights, GPU_VARIANT[weights])
-        variant = GPU_VARIANT[weights]
+        log.info("running %s as %s on CUDA", weights, variant)
         converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), progress=convert_progress)
         engine = Engine.load(converted, "cuda", threads)
     return engine, converted, (time.perf_counter() - start) * 1000

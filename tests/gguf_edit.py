@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 
 
-def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | None = None) -> Path:
-    """``add`` maps tensor names to (raw bytes array, GGMLQuantizationType)."""
+def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | None = None,
+                 values: dict | None = None) -> Path:
+    """``add`` maps tensor names to (raw bytes array, GGMLQuantizationType); ``values`` replaces
+    scalar metadata values, keeping their types."""
     import gguf
 
     reader = gguf.GGUFReader(src)
@@ -19,7 +21,7 @@ def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | N
         if field.types[0] == gguf.GGUFValueType.ARRAY:
             writer.add_array(key, field.contents())
         else:
-            writer.add_key_value(key, field.contents(), field.types[0])
+            writer.add_key_value(key, (values or {}).get(key, field.contents()), field.types[0])
     for t in reader.tensors:
         if t.name not in drop:
             writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)

@@ -39,7 +39,7 @@ def gpu_engine(real_paths):
     engine, converted, _ = load_engine(real_paths, weights="int4", provider="cuda")
     if engine.provider != "cuda":
         pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
-    assert converted.precision == "int4-half" and engine.cache.dtype == np.float16  # fp16 on the GPU
+    assert converted.precision == "int4-cuda-dense" and engine.cache.dtype == np.float16  # fp16 on the GPU
     return engine
 
 

@@ -58,3 +58,30 @@ def test_an_fp16_checkpoint_loads_into_an_fp32_cache_and_back(tiny_converted, tm
         cold = ChatSessions(engine, CheckpointStore(root / "cold"), adaptive=False)
         reference = cold.generate("c", FOLLOW, SamplingParams.greedy_params(), 8)
         assert turn.generation.tokens[:3] == reference.generation.tokens[:3]  # converted rows, same answer
+
+
+def test_the_cuda_forms_compute_the_int4_model(tiny_converted):
+    """What int4 runs as on CUDA (zero points, or dense fp16) is the same model as int4 within fp16
+    precision, with the same fingerprint; checked here on the CPU, which runs both forms too."""
+    full = Engine.load(tiny_converted("int4"), "cpu")
+    ids = np.random.default_rng(6).integers(0, 300, 60).tolist()
+    expected = full.prefill(ids)
+    for form in ("int4-cuda", "int4-cuda-dense"):
+        assert tiny_converted(form).fingerprint == tiny_converted("int4").fingerprint
+        got = Engine.load(tiny_converted(form), "cpu").prefill(ids)
+        # 2% of the logit range: fp16 zero points and fp16 accumulation on the CPU's fp16 kernels (on an
+        # H200 both forms stay within 0.06 of the exact model's logits, bench/gpu_variants.py).
+        np.testing.assert_allclose(got, expected, atol=0.02 * np.abs(expected).max(), rtol=0)
+        assert got.argmax() == expected.argmax()
+
+
+def test_the_cuda_form_depends_on_the_model_size(tmp_path):
+    from engine.loader import DENSE_ON_CUDA_BELOW_BYTES, cuda_variant
+
+    small, large = tmp_path / "small.gguf", tmp_path / "large.gguf"
+    small.write_bytes(b"GGUF")
+    with open(large, "wb") as fh:
+        fh.truncate(DENSE_ON_CUDA_BELOW_BYTES)  # sparse: no real gigabyte written
+    assert cuda_variant("int4", small) == "int4-cuda-dense"
+    assert cuda_variant("int4", large) == "int4-cuda"
+    assert cuda_variant("fp32", small) is None and cuda_variant("int4-fast", large) is None

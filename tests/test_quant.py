@@ -53,3 +53,23 @@ def test_unpermute_inverts_llama_cpp_permutation():
     # llama.cpp's convert script: reshape(heads, 2, d/2, ...).swapaxes(1, 2)
     gguf_rows = hf.reshape(heads, 2, head_dim // 2, 2).swapaxes(1, 2).reshape(hf.shape)
     np.testing.assert_array_equal(unpermute_heads(gguf_rows, heads), hf)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1"])
+def test_zero_point_form_is_the_same_weights(type_name):
+    """int4-cuda stores Q4_1 offsets as float zero points: d·(q − zp) must equal d·q + m, flat
+    blocks (d = 0, every weight m) included."""
+    import gguf
+    from gguf import quants
+
+    from engine.model.quant import _unpack_nibbles_onnx
+
+    w = np.random.default_rng(2).standard_normal((8, 128)).astype(np.float32)
+    w[3, 32:64] = 0.75  # a constant block: Q4_1 stores d = 0, m = 0.75
+    packed = pack_rows(type_name, quants.quantize(w, gguf.GGMLQuantizationType[type_name]), 8, 128)
+    blob, scales, zero_points = packed.with_zero_points()
+    q = _unpack_nibbles_onnx(blob).astype(np.float32)
+    rebuilt = ((q - zero_points.reshape(8, 4, 1)) * scales.reshape(8, 4, 1)).reshape(8, 128)
+    np.testing.assert_allclose(rebuilt, packed.dequantize(), atol=1e-6, rtol=0)
+    if type_name == "Q4_1":
+        assert np.allclose(rebuilt[3, 32:64], 0.75)

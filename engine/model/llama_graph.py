@@ -69,14 +69,22 @@ class _LlamaGraph:
         named = {"outputs": [out]} if out else {}
         if isinstance(layer, np.ndarray):
             return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
-        blob = self.w.constant(name + ".qweight", layer.blob)
-        scales = self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype))  # must match the input
-        named_y = named if layer.correction is None else {}  # with a correction, the Add is last
+        inputs = [x]
+        if layer.correction is not None and self.precision.q4_1_form == "zero_point":
+            blob, scales, zero_points = layer.with_zero_points()
+            inputs += [self.w.constant(name + ".qweight", blob), self.w.constant(name + ".scales", scales.astype(self.np_dtype)),
+                       self.w.constant(name + ".zero_points", zero_points.astype(self.np_dtype))]
+            layer_correction = None
+        else:
+            inputs += [self.w.constant(name + ".qweight", layer.blob),
+                       self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype))]  # must match the input
+            layer_correction = layer.correction
+        named_y = named if layer_correction is None else {}  # with a correction, the Add is last
         y = self.w.op(
-            "MatMulNBits", [x, blob, scales], domain=MS, **named_y,
+            "MatMulNBits", inputs, domain=MS, **named_y,
             K=layer.k, N=layer.n, bits=layer.bits, block_size=BLOCK, accuracy_level=self.precision.accuracy_level,
         )[0]
-        if layer.correction is None:
+        if layer_correction is None:
             return y
         corr = self.w.constant(name + ".q4_1_offset", layer.correction.astype(self.np_dtype))
         return self.w.op("Add", [y, self.w.op1("MatMul", [self._blocksum(x, layer.k), corr])], **named)[0]

@@ -15,6 +15,7 @@ class Precision:
     summary: str
     compute: str = "float32"  # activations and the KV cache
     family: str = ""  # what the weights are, for the model fingerprint ("" = the name)
+    q4_1_form: str = "branch"  # Q4_1 offsets: "branch" (blocksum side branch) or "zero_point" (float zero points)
 
     @property
     def weights_id(self) -> str:
@@ -42,6 +43,18 @@ PRECISIONS: dict[str, Precision] = {
             "GGUF 4-bit blocks as-is, fp16 activations and KV cache: what int4 runs as on CUDA (ONNX Runtime's "
             "CUDA attention is fp16 only); on the CPU about as fast as int4 with half the saved context; "
             "shares int4's fingerprint, so saved context moves between them",
+            compute="float16", family="int4",
+        ),
+        Precision(
+            "int4-cuda", True, False, 0, "float32",
+            "for CUDA: GGUF 4-bit blocks as-is, fp16 activations and KV cache, Q4_1 offsets as float zero points "
+            "(no side branch: 1.4× int4-half's decode on an H200; slow on the CPU); what a large int4 model runs as",
+            compute="float16", family="int4", q4_1_form="zero_point",
+        ),
+        Precision(
+            "int4-cuda-dense", False, False, 0, "float16",
+            "for CUDA: the int4 weights dequantized to dense fp16, fp16 activations and KV cache; a small model's "
+            "decode step is launch-bound and runs 1.65× faster so; what a small int4 model runs as",
             compute="float16", family="int4",
         ),
     )

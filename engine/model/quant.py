@@ -38,6 +38,25 @@ class PackedWeight:
     scales: np.ndarray  # float32 [N * K/32]
     correction: np.ndarray | None  # float32 [K/32, N] for Q4_1; None when exact without it
 
+    def with_zero_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(blob, scales, float zero points) giving the same weights with no correction branch.
+
+        A Q4_1 block w = d·q + m is d·(q − zp) with zp = −m/d. A block with d = 0 is the constant m:
+        its nibbles become 0 and it is stored as scale m, zero point −1.
+        """
+        nb = self.k // BLOCK
+        if self.correction is None:
+            return self.blob, self.scales, np.full(self.n * nb, 8.0, np.float32)
+        d = self.scales.reshape(self.n, nb)
+        m = self.correction.T - 8.0 * d  # [n, nb]
+        flat = d == 0
+        safe = np.where(flat, 1.0, d)
+        zp = np.where(flat, -1.0, -m / safe).astype(np.float32)
+        scales = np.where(flat, m, d).astype(np.float32)
+        blob = self.blob.copy()
+        blob[flat] = 0
+        return blob, scales.reshape(-1), zp.reshape(-1)
+
     def dequantize(self) -> np.ndarray:
         """fp32 [N, K]; used by tests and by precisions that want dense weights."""
         nb = self.k // BLOCK

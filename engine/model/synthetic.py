@@ -33,10 +33,22 @@ class SyntheticSpec:
     embedding_type: str = "Q8_0"
     seed: int = 0
     architecture: str = "llama"
+    vocab_size: int = 0  # 0: just the small vocabulary; larger pads it with unused tokens
+    tied: bool = True  # False: a separate output.weight, as Llama-3 has
+    random_blocks: bool = False  # quantized weights as random blocks (fast at any size; for speed only)
 
 
-def _vocabulary() -> tuple[list[str], list[str], list[int]]:
-    """Byte tokens, a few merges, then ChatML specials; token types 1 = normal, 3 = control."""
+# Llama-3-8B's dimensions, for speed measurements: 32 layers, 4096 wide, 32 query and 8 KV heads,
+# 14,336 FFN, 128,256 vocabulary, untied head; every matrix random Q4_0 blocks.
+LLAMA3_8B_SHAPE = SyntheticSpec(
+    n_layers=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, context_length=32768, rope_base=500000.0,
+    weight_type="Q4_0", embedding_type="Q4_0", vocab_size=128256, tied=False, random_blocks=True,
+)
+
+
+def _vocabulary(size: int = 0) -> tuple[list[str], list[str], list[int]]:
+    """Byte tokens, a few merges, unused padding up to ``size``, then ChatML specials; token types
+    1 = normal, 3 = control."""
     alphabet = byte_to_char()
     tokens = [alphabet[b] for b in range(256)]
     merges: list[str] = []
@@ -52,6 +64,7 @@ def _vocabulary() -> tuple[list[str], list[str], list[int]]:
                     tokens.append(merged)
                     known.add(merged)
                 current = merged
+    tokens += [f"<|unused{i}|>" for i in range(max(0, size - len(tokens) - len(SPECIAL_TOKENS)))]
     types = [1] * len(tokens) + [3] * len(SPECIAL_TOKENS)
     return tokens + SPECIAL_TOKENS, merges, types
 
@@ -61,7 +74,7 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     from gguf import quants
 
     rng = np.random.default_rng(spec.seed)
-    tokens, merges, types = _vocabulary()
+    tokens, merges, types = _vocabulary(spec.vocab_size)
     vocab = len(tokens)
     head_dim = spec.n_embd // spec.n_head
     writer = gguf.GGUFWriter(str(path), spec.architecture)
@@ -95,26 +108,46 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
             qtype = gguf.GGMLQuantizationType[type_name]
             writer.add_tensor(name, quants.quantize(rows, qtype), raw_dtype=qtype)
 
-    def matrix(n: int, k: int, scale: float) -> np.ndarray:
-        return rng.standard_normal((n, k)).astype(np.float32) * scale
+    def add_matrix(name: str, n: int, k: int, scale: float, type_name: str) -> None:
+        if spec.random_blocks and type_name in _RANDOM_BLOCK_TYPES:
+            qtype = gguf.GGMLQuantizationType[type_name]
+            writer.add_tensor(name, random_blocks(rng, type_name, n, k, scale), raw_dtype=qtype)
+        else:
+            add(name, rng.standard_normal((n, k)).astype(np.float32) * scale, type_name)
 
     kv = spec.n_head_kv * head_dim
-    add("token_embd.weight", matrix(vocab, spec.n_embd, 1.0), spec.embedding_type)
+    add_matrix("token_embd.weight", vocab, spec.n_embd, 1.0, spec.embedding_type)
     for i in range(spec.n_layers):
         p = f"blk.{i}."
         add(p + "attn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
-        add(p + "attn_q.weight", matrix(spec.n_embd, spec.n_embd, 0.3), spec.weight_type)
-        add(p + "attn_k.weight", matrix(kv, spec.n_embd, 0.3), spec.weight_type)
-        add(p + "attn_v.weight", matrix(kv, spec.n_embd, 0.3), spec.weight_type)
-        add(p + "attn_output.weight", matrix(spec.n_embd, spec.n_embd, 0.1), spec.weight_type)
+        add_matrix(p + "attn_q.weight", spec.n_embd, spec.n_embd, 0.3, spec.weight_type)
+        add_matrix(p + "attn_k.weight", kv, spec.n_embd, 0.3, spec.weight_type)
+        add_matrix(p + "attn_v.weight", kv, spec.n_embd, 0.3, spec.weight_type)
+        add_matrix(p + "attn_output.weight", spec.n_embd, spec.n_embd, 0.1, spec.weight_type)
         add(p + "ffn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
-        add(p + "ffn_gate.weight", matrix(spec.n_ff, spec.n_embd, 0.2), spec.weight_type)
-        add(p + "ffn_up.weight", matrix(spec.n_ff, spec.n_embd, 0.2), spec.weight_type)
-        add(p + "ffn_down.weight", matrix(spec.n_embd, spec.n_ff, 0.1), spec.weight_type)
+        add_matrix(p + "ffn_gate.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
+        add_matrix(p + "ffn_up.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
+        add_matrix(p + "ffn_down.weight", spec.n_embd, spec.n_ff, 0.1, spec.weight_type)
     add("output_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
+    if not spec.tied:
+        add_matrix("output.weight", vocab, spec.n_embd, 0.3, spec.weight_type)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+_RANDOM_BLOCK_TYPES = {"Q4_0": (18, 8.0), "Q8_0": (34, 128.0)}  # bytes per block, |q| range
+
+
+def random_blocks(rng: np.random.Generator, type_name: str, n: int, k: int, scale: float) -> np.ndarray:
+    """``n`` rows of random ``type_name`` blocks, scaled so a row's output has about ``scale``'s
+    spread for unit inputs: random bytes for the quants, a fixed positive fp16 scale per block."""
+    block_bytes, q_range = _RANDOM_BLOCK_TYPES[type_name]
+    nb = k // 32
+    raw = np.frombuffer(rng.bytes(n * nb * block_bytes), np.uint8).reshape(n, nb, block_bytes).copy()
+    d = np.float16(scale / (q_range * 0.58 * np.sqrt(k)))  # uniform quants: std ≈ 0.58 · range
+    raw[:, :, 0:2] = np.frombuffer(d.tobytes(), np.uint8)
+    return raw.reshape(n, nb * block_bytes)
