@@ -31,10 +31,10 @@ def quantize_layer(blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
     ``[blocks, n, head_dim]``, scales float16 ``[blocks, n]``). Non-finite values (a cache that is
     already broken) are clamped first so that every scale written is finite."""
     x = np.stack(blocks).astype(np.float32, copy=False)  # a new array either way: scaled in place below
-    absmax = np.maximum(x.max(axis=-1), -x.min(axis=-1)) if x.size else np.zeros(x.shape[:-1], np.float32)
+    absmax = _absmax(x)
     if not np.isfinite(absmax).all():
         x = np.nan_to_num(x, nan=0.0, posinf=_F16_MAX, neginf=-_F16_MAX)
-        absmax = np.maximum(x.max(axis=-1), -x.min(axis=-1))
+        absmax = _absmax(x)
     scales = np.minimum(absmax * (1.0 / MAX_CODE), _F16_MAX).astype(SCALE_DTYPE)
     exact = scales.astype(np.float32)  # quantize against the scale the reader will see
     inverse = np.divide(1.0, exact, out=np.zeros_like(exact), where=exact > 0)
@@ -42,6 +42,13 @@ def quantize_layer(blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
     np.rint(x, out=x)
     np.clip(x, -MAX_CODE, MAX_CODE, out=x)
     return x.astype(np.int8), scales
+
+
+def _absmax(x: np.ndarray) -> np.ndarray:
+    """max |x| over the last axis (one reduction over a temporary: about twice as fast as max and min)."""
+    if not x.size:
+        return np.zeros(x.shape[:-1], np.float32)
+    return np.abs(x).max(axis=-1)
 
 
 def scales_valid(scales: np.ndarray) -> bool:
