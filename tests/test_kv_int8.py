@@ -439,3 +439,35 @@ def test_int8_restore_matches_exact_on_the_real_model(real_engine, tmp_path):
         assert same[margin > 2 * delta.max()].all(), f"prompt {i}: a clear top-1 changed"
         agreed, total = agreed + int(same.sum()), total + same.size
     assert agreed >= 0.95 * total  # measured 65 of 66 (the one flip: a 0.003 margin)
+
+
+# across providers (run on the GPU machine; skips cleanly elsewhere) ------------------------------------------
+@pytest.fixture(scope="module")
+def cuda_engine(real_paths):
+    from engine.loader import load_engine
+
+    engine, _, _ = load_engine(real_paths, weights="int4", provider="cuda")
+    if engine.provider != "cuda":
+        pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
+    return engine
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_int8_checkpoints_move_between_the_gpu_and_the_cpu(cuda_engine, real_engine, tmp_path):
+    """int8 saved from the GPU's fp16 cache loads into the CPU's fp32 cache, and the other way round
+    (the GPU restores through host staging rows in its own dtype)."""
+    question = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    for writer, reader in ((cuda_engine, real_engine), (real_engine, cuda_engine)):
+        root = tmp_path / writer.provider
+        writer.reset()
+        first = ChatSessions(writer, CheckpointStore(root), adaptive=False, kv_encoding="int8")
+        said = first.generate("c", question, GREEDY, 12)
+        assert read_file(root / CONV)[0].encoding == "int8"
+        follow = question + [{"role": "assistant", "content": said.generation.text},
+                             {"role": "user", "content": "And of Italy?"}]
+        reader.reset()
+        turn = ChatSessions(reader, CheckpointStore(root), adaptive=False).generate("c", follow, GREEDY, 12)
+        assert turn.resume.source == DISK and turn.resume.reason is None
+        assert turn.resume.restored_tokens >= said.prompt_tokens
+        assert "Rome" in turn.generation.text
