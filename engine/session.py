@@ -459,9 +459,19 @@ class ChatSessions:
                 cache.clear(valid, end)  # no unverified bytes linger, even as scratch
             cache.commit(valid)
             return good, problem
-        # Device memory, or another element type: read every record into one host staging array in the
-        # file's dtype (the cache's, for int8), verify, then load it (converting) in one copy per
-        # buffer, not one per record.
+        if file_dtype == cache.dtype and cache.on_device:
+            # GPU memory: read every record into one host staging array in the cache's own order and
+            # dtype, verify, then move the verified rows of all layers in one copy.
+            stage = cache.staging(end)
+            good, problem = reader.load_rows(records, lambda start, stop: [
+                stage[layer, kv, h, start:stop] for layer in range(cache.n_layers) for kv in (0, 1)
+                for h in range(cache.n_kv_heads)])
+            valid = records[good - 1].end if good else 0
+            if valid:
+                cache.load_staged(stage[:, :, :, :valid], 0)
+            return good, problem
+        # Another element type: read every record into one host staging array in the file's dtype,
+        # verify, then load it (converting) in one copy per buffer, not one per record.
         shape = (cache.n_layers, cache.n_kv_heads, end, cache.head_dim)
         keys, values = np.empty(shape, file_dtype), np.empty(shape, file_dtype)
 

@@ -43,10 +43,7 @@ class GraphDecoder:
         b.bind_ortvalue_input("total_sequence_length", self.total)
         b.bind_ortvalue_output("logits", self.logits)
         for i in range(cache.n_layers):
-            b.bind_ortvalue_input(f"past_key_values.{i}.key", cache.keys[i])
-            b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
-            b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
-            b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
+            cache.bind_layer(b, i)
         self.binding, self.cache = b, cache
 
     def step(self, token: int, cache: KVCache) -> np.ndarray:

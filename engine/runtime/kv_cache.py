@@ -9,8 +9,11 @@ of the kept tokens would produce.
 On the CPU, buffers grow in steps of 256 rows, to use memory in proportion to the conversation
 (a full 8k-token cache of the default model is 377 MB). A step's cost does not depend on the
 capacity: 59.2 tok/s at 460 tokens in 512-, 2,048- and 8,192-row buffers alike, measured once the
-runner stopped copying whole outputs (see docs/benchmarks.md). On a GPU the whole context is
-allocated once.
+runner stopped copying whole outputs (see docs/benchmarks.md).
+
+On a GPU the whole context is allocated once, as one buffer [layers, 2 (K, V), heads, capacity,
+head_dim] whose per-layer slices are bound by address, and rows move between it and the host in one
+strided copy for all layers (cuda_copy.py), through a pinned staging array in the checkpoint's order.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ class KVCache:
         self.dtype = np.dtype(dtype)  # float32, or float16 for an fp16-compute model
         self.length = 0
         self.capacity = 0
-        self.keys: list = []  # OrtValue per layer
+        self.keys: list = []  # OrtValue per layer (CPU)
         self.values: list = []
+        self.arena = None  # one OrtValue for every layer (GPU)
+        self._stage: np.ndarray | None = None  # pinned host rows, reused between restores (GPU)
         # On a GPU the whole context is allocated once and never moves: growing would copy every row
         # through the host, and the memory is there. On the CPU the cache grows in steps (see above).
         self._allocate(max_tokens if self.on_device else min(GROWTH_STEP, max_tokens))
@@ -59,6 +64,13 @@ class KVCache:
         return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), self.dtype.type, "cuda", 0)
 
     def _allocate(self, capacity: int) -> None:
+        if self.on_device:
+            import onnxruntime as ort
+
+            shape = [self.n_layers, 2, self.n_kv_heads, capacity, self.head_dim]
+            self.arena = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.dtype.type, "cuda", 0)
+            self.capacity = capacity
+            return
         old_k, old_v, keep = self.keys, self.values, self.length
         self.keys = [self._new_buffer(capacity) for _ in range(self.n_layers)]
         self.values = [self._new_buffer(capacity) for _ in range(self.n_layers)]
@@ -104,17 +116,81 @@ class KVCache:
         if wanted < self.capacity:
             self._allocate(wanted)
 
+    # binding ------------------------------------------------------------------------------------
+    def bind_layer(self, binding, layer: int) -> None:
+        """Bind layer ``layer``'s keys and values as both the past inputs and the present outputs."""
+        names = ((f"past_key_values.{layer}.key", f"present.{layer}.key"),
+                 (f"past_key_values.{layer}.value", f"present.{layer}.value"))
+        if not self.on_device:
+            for (past, present), buf in zip(names, (self.keys[layer], self.values[layer]), strict=True):
+                binding.bind_ortvalue_input(past, buf)
+                binding.bind_ortvalue_output(present, buf)
+            return
+        shape = [1, self.n_kv_heads, self.capacity, self.head_dim]
+        for kv, (past, present) in enumerate(names):
+            address = self._device_address(layer, kv, 0)
+            binding.bind_input(past, "cuda", 0, self.dtype.type, shape, address)
+            binding.bind_output(present, "cuda", 0, self.dtype.type, shape, address)
+
+    def _device_address(self, layer: int, kv: int, row: int) -> int:
+        head_block = self.capacity * self.head_dim
+        return self.arena.data_ptr() + (((layer * 2 + kv) * self.n_kv_heads) * head_block + row * self.head_dim) * \
+            self.dtype.itemsize
+
+    # rows in and out on a GPU: one strided copy for every layer, key, value and head -------------
+    def staging(self, n: int) -> np.ndarray:
+        """A host array [layers, 2, heads, n, head_dim] to gather rows in before ``load_staged``
+        (pinned and reused when the CUDA runtime is at hand). Its contents are scratch."""
+        from engine.runtime.cuda_copy import cuda_runtime
+
+        shape = (self.n_layers, 2, self.n_kv_heads, n, self.head_dim)
+        runtime = cuda_runtime() if self.on_device else None
+        if runtime is None:
+            return np.empty(shape, self.dtype)
+        if self._stage is None or self._stage.size < int(np.prod(shape)):
+            self._stage = None
+            self._stage = runtime.pinned((int(np.prod(shape)),), self.dtype)
+        return self._stage[: int(np.prod(shape))].reshape(shape)
+
+    def load_staged(self, stage: np.ndarray, start: int = 0) -> None:
+        """Rows [start, start + n) from a staging array; the length becomes their end."""
+        from engine.runtime.cuda_copy import cuda_runtime
+
+        n = stage.shape[3]
+        expected = (self.n_layers, 2, self.n_kv_heads, n, self.head_dim)
+        if stage.shape != expected or stage.dtype != self.dtype:
+            raise ValueError(f"staged rows are {stage.shape} {stage.dtype}, expected {expected} {self.dtype}")
+        if not 0 <= start <= self.length or start + n > self.capacity:
+            raise ValueError(f"cannot write rows [{start}, {start + n}) into a cache of {self.length}/{self.capacity}")
+        runtime = cuda_runtime() if self.on_device else None
+        if runtime is None:
+            self.load(stage[:, 0], stage[:, 1], start)
+            return
+        row = self.head_dim * self.dtype.itemsize
+        stage = np.ascontiguousarray(stage)
+        runtime.copy_rows(self._device_address(0, 0, start), self.capacity * row, stage.ctypes.data, n * row,
+                          n * row, self.n_layers * 2 * self.n_kv_heads, to_device=True)
+        self.length = start + n
+
+    def _device_rows(self, start: int, end: int) -> np.ndarray:
+        """Rows [start, end) of every buffer, as a new host array [layers, 2, heads, n, head_dim]."""
+        from engine.runtime.cuda_copy import cuda_runtime
+
+        runtime = cuda_runtime()
+        if runtime is None:
+            return np.array(self.arena.numpy()[:, :, :, start:end, :])  # the whole cache comes across
+        n, row = end - start, self.head_dim * self.dtype.itemsize
+        out = np.empty((self.n_layers, 2, self.n_kv_heads, n, self.head_dim), self.dtype)
+        runtime.copy_rows(out.ctypes.data, n * row, self._device_address(0, 0, start), self.capacity * row,
+                          n * row, self.n_layers * 2 * self.n_kv_heads, to_device=False)
+        return out
+
     # rows in and out ----------------------------------------------------------------------------
     def _read_rows(self, value, start: int, end: int) -> np.ndarray:
         return np.array(value.numpy()[:, :, start:end, :])  # .numpy() is a view on CPU: copy out
 
     def _write_rows(self, value, start: int, rows: np.ndarray) -> None:
-        if self.device == "cpu":
-            value.numpy()[:, :, start : start + rows.shape[2], :] = rows
-        else:  # no partial device writes through the Python API: read, patch, write back
-            full = value.numpy()
-            full[:, :, start : start + rows.shape[2], :] = rows
-            value.update_inplace(full)
+        value.numpy()[:, :, start : start + rows.shape[2], :] = rows
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` rows; exact for causal attention (see the module docstring)."""
@@ -127,6 +203,9 @@ class KVCache:
         end = self.length if end is None else end
         if not 0 <= start <= end <= self.length:
             raise ValueError(f"rows [{start}, {end}) are outside the {self.length} cached tokens")
+        if self.on_device:
+            rows = self._device_rows(start, end)
+            return rows[:, 0], rows[:, 1]
         keys = np.stack([self._read_rows(v, start, end)[0] for v in self.keys])
         values = np.stack([self._read_rows(v, start, end)[0] for v in self.values])
         return keys, values
@@ -163,7 +242,25 @@ class KVCache:
             raise ValueError(f"cannot write at row {start} of a cache holding {self.length}")
         end = start + keys.shape[2]
         self.reserve(end)
+        if self.on_device:
+            self._load_device(keys, values, start)
+            return
         for i in range(self.n_layers):
             self._write_rows(self.keys[i], start, keys[i][None].astype(self.dtype, copy=False))
             self._write_rows(self.values[i], start, values[i][None].astype(self.dtype, copy=False))
         self.length = end
+
+    def _load_device(self, keys: np.ndarray, values: np.ndarray, start: int) -> None:
+        from engine.runtime.cuda_copy import cuda_runtime
+
+        if cuda_runtime() is not None:
+            stage = self.staging(keys.shape[2])
+            stage[:, 0], stage[:, 1] = keys, values  # converting the dtype if it differs
+            self.load_staged(stage, start)
+            return
+        # Without the runtime library: the whole cache out, patched, and back.
+        full = self.arena.numpy()
+        full[:, 0, :, start : start + keys.shape[2]] = keys
+        full[:, 1, :, start : start + keys.shape[2]] = values
+        self.arena.update_inplace(full)
+        self.length = start + keys.shape[2]

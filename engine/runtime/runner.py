@@ -117,10 +117,7 @@ class ModelRunner:
         b.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
         b.bind_output("logits", "cpu")  # bound first, so it is output 0 below
         for i in range(cache.n_layers):
-            b.bind_ortvalue_input(f"past_key_values.{i}.key", cache.keys[i])
-            b.bind_ortvalue_input(f"past_key_values.{i}.value", cache.values[i])
-            b.bind_ortvalue_output(f"present.{i}.key", cache.keys[i])
-            b.bind_ortvalue_output(f"present.{i}.value", cache.values[i])
+            cache.bind_layer(b, i)
         self.session.run_with_iobinding(b)
         cache.length = total
         # Only the logits: copy_outputs_to_cpu() would also copy every bound KV buffer, whole, while
