@@ -31,6 +31,32 @@ def test_cuda_matches_cpu_prefill_and_decode(cuda_runner, tiny_converted):
     assert keys.shape[2] == 40
 
 
+@pytest.mark.gpu
+def test_gpu_rows_move_for_all_layers_in_one_copy(cuda_runner):
+    """The cache is one device buffer; rows go in and out with one strided copy, leaving the rows
+    around them alone."""
+    from engine.runtime.cuda_copy import cuda_runtime
+
+    assert cuda_runtime() is not None  # else rows would move as whole buffers
+    cache = cuda_runner.new_cache()
+    rng = np.random.default_rng(7)
+    shape = (cache.n_layers, cache.n_kv_heads, 50, cache.head_dim)
+    keys, values = (rng.standard_normal(shape).astype(cache.dtype) for _ in range(2))
+    cache.load(keys, values, 0)
+    patch_k, patch_v = (rng.standard_normal(shape).astype(cache.dtype)[:, :, :10] for _ in range(2))
+    cache.truncate(20)
+    cache.load(patch_k, patch_v, 20)
+    got_k, got_v = cache.export()
+    assert cache.length == 30 and got_k.shape[2] == 30
+    np.testing.assert_array_equal(got_k[:, :, :20], keys[:, :, :20])
+    np.testing.assert_array_equal(got_v[:, :, 20:], patch_v)
+    stage = cache.staging(5)
+    stage[...] = 1.5
+    cache.truncate(30)
+    cache.load_staged(stage, 30)
+    assert (cache.export(30, 35)[0] == 1.5).all() and cache.length == 35
+
+
 # checkpoints across providers (real model: its greedy answers are confident enough to compare) --------
 @pytest.fixture(scope="module")
 def gpu_engine(real_paths):
