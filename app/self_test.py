@@ -186,7 +186,7 @@ def window_turn(config, report: SelfTestReport) -> str:
               lambda: seen.failure)
         turn = next(i for c, i in seen.turns if c == conversation)
         stored = window.store.messages(conversation)
-        if [m.role for m in stored] != ["user", "assistant"] or not stored[1].content.strip():
+        if [m.role for m in stored] != ["user", "assistant"] or stored[0].content != PROMPT or not stored[1].content.strip():
             raise SelfTestFailed("chat turn", f"expected the message and a non-empty reply stored, got "
                                               f"{[(m.role, m.content[:40]) for m in stored]}")
         reply = " ".join(stored[1].content.split())

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build Hearth's Linux packages: the PyInstaller one-folder bundle with the converted model, a .deb and a .tar.gz.
+#
+#   packaging/build.sh            (what `make package` runs; VARIANT=gpu for the GPU build)
+#
+# Environment: VARIANT (cpu|gpu, default cpu), PKG_VENV (the build venv, default build/venv-$VARIANT; created and
+# filled from packaging/requirements-$VARIANT.txt when missing), PYTHON (the interpreter that creates it,
+# default python3), MODEL_FROM (a data dir that already holds the model and its conversion; by default the
+# staging script looks in $HEARTH_HOME, .test-cache/home and the user cache, else fetches and converts).
+# Outputs: dist/hearth[-gpu]_<version>_<arch>.deb, dist/hearth[-gpu]-<version>-linux-<machine>.tar.gz and
+# dist/pyinstaller/hearth/ (the bundle). Intermediate files go to build/.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+VARIANT="${VARIANT:-cpu}"
+PKG_VENV="${PKG_VENV:-build/venv-$VARIANT}"
+PYTHON="${PYTHON:-python3}"
+case "$VARIANT" in
+  cpu) WEIGHTS="int4"; NAME="hearth" ;;
+  gpu) WEIGHTS="int4 int4-half"; NAME="hearth-gpu" ;;  # int4 runs as int4-half on CUDA: ship both
+  *) echo "build.sh: error: VARIANT must be cpu or gpu, not '$VARIANT'" >&2; exit 2 ;;
+esac
+for tool in fakeroot dpkg-deb readelf xz; do
+  command -v "$tool" >/dev/null || { echo "build.sh: error: '$tool' is missing (apt install fakeroot dpkg-dev binutils xz-utils)" >&2; exit 1; }
+done
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
+step() { printf '\n== %s (%(%T)T)\n' "$1" -1; }
+
+step "build venv $PKG_VENV"
+if [ ! -x "$PKG_VENV/bin/pyinstaller" ]; then
+  "$PYTHON" -m venv "$PKG_VENV"
+  "$PKG_VENV/bin/pip" install -q --upgrade pip
+  "$PKG_VENV/bin/pip" install -q -r "packaging/requirements-$VARIANT.txt"
+fi
+PY="$PKG_VENV/bin/python"
+
+step "stage the model ($WEIGHTS)"
+# shellcheck disable=SC2086
+"$PY" packaging/stage_model.py "build/model-$VARIANT" --weights $WEIGHTS ${MODEL_FROM:+--from "$MODEL_FROM"}
+
+step "icons"
+"$PY" packaging/render_icons.py build/icons
+
+step "PyInstaller"
+rm -rf dist/pyinstaller/hearth
+HEARTH_PKG_VARIANT="$VARIANT" "$PKG_VENV/bin/pyinstaller" --noconfirm --log-level WARN \
+  --distpath dist/pyinstaller --workpath "build/pyinstaller-$VARIANT" packaging/hearth.spec
+BUNDLE="dist/pyinstaller/hearth"
+cp -a "build/model-$VARIANT" "$BUNDLE/_internal/model"  # -a keeps the GGUF's mtime, which its hash sidecar records
+chmod -R u=rwX,go=rX "$BUNDLE"
+
+step "smoke test of the bundle"
+QT_QPA_PLATFORM=offscreen "$BUNDLE/hearth" --help >/dev/null
+"$BUNDLE/hearth-cli" tokenize "Hello" --data-dir "build/smoke-home" >/dev/null
+rm -rf build/smoke-home
+
+step ".deb"
+DEB="$(VERSION="$VERSION" NAME="$NAME" VARIANT="$VARIANT" packaging/make_deb.sh "$BUNDLE" build/icons)"
+
+step ".tar.gz"
+ARCHIVE="dist/$NAME-$VERSION-linux-$(uname -m).tar.gz"
+STAGE="build/tar/$NAME-$VERSION"
+rm -rf build/tar && mkdir -p "$STAGE"
+cp -a "$BUNDLE/." "$STAGE/"
+mkdir -p "$STAGE/share/applications" "$STAGE/share/icons"
+cp -a build/icons "$STAGE/share/icons/hicolor"
+sed "s|^Exec=.*|Exec=hearth %U|; s|^TryExec=.*|TryExec=hearth|" packaging/linux/hearth.desktop > "$STAGE/share/applications/hearth.desktop"
+cp packaging/linux/README-tarball.txt "$STAGE/README.txt"
+tar -C build/tar -czf "$ARCHIVE" "$NAME-$VERSION"
+
+step "done"
+ls -l "$DEB" "$ARCHIVE"
