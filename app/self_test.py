@@ -179,8 +179,6 @@ def window_turn(config, report: SelfTestReport) -> str:
         window.store.set_settings(conversation, SETTINGS)
         window.composer.setPlainText(PROMPT)
         window.composer.submit()  # what Enter does
-        if window.composer.toPlainText():
-            raise SelfTestFailed("chat turn", "the composer did not send the message")
         turn_started = time.perf_counter()
         _wait(lambda: any(c == conversation for c, _ in seen.turns), STEP_TIMEOUT_S, "chat turn", "the reply",
               lambda: seen.failure)

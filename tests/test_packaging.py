@@ -1,0 +1,303 @@
+"""The packaged build's pieces that run from source: the bundled read-only model directory, the model
+staging, ``hearth --self-test`` and ``hearth --startup-probe``.
+
+The PyInstaller build, the .deb and its install test take minutes and are not part of this suite:
+``make package`` then ``sudo packaging/test-install.sh`` (see packaging/README.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import HearthError, ModelFileError
+from engine.paths import BUNDLED_MODEL_ENV, bundled_model_dir, resolve_paths
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "packaging" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tree_state(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and mtime: proof that nothing was written there."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def run_hearth(*args: str, env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in (BUNDLED_MODEL_ENV, "HEARTH_HOME")}
+    full_env.update({"QT_QPA_PLATFORM": "offscreen", **(env or {})})
+    return subprocess.run([sys.executable, "-m", "app.main", *args], capture_output=True, text=True, cwd=REPO,
+                          env=full_env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def bundle(real_home, tmp_path_factory) -> Path:
+    """The default model staged exactly as a packaged build ships it (from the test cache: no network)."""
+    stage_model = load_script("stage_model")
+    return stage_model.stage(tmp_path_factory.mktemp("bundle") / "model", ["int4"], explicit_from=str(real_home))
+
+
+# where the bundled model is found -----------------------------------------------------------------------------
+def test_no_bundled_model_when_running_from_source(monkeypatch):
+    monkeypatch.delenv(BUNDLED_MODEL_ENV, raising=False)
+    assert not getattr(sys, "frozen", False)
+    assert bundled_model_dir() is None
+
+
+def test_the_environment_names_the_bundled_model(monkeypatch, tmp_path):
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(tmp_path))
+    assert bundled_model_dir() == tmp_path.resolve()
+
+
+def test_a_frozen_build_looks_in_model_inside_its_bundle(monkeypatch, tmp_path):
+    monkeypatch.delenv(BUNDLED_MODEL_ENV, raising=False)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    assert bundled_model_dir() is None  # a build without a model: the user fetches it as with pip
+    (tmp_path / "model").mkdir()
+    assert bundled_model_dir() == tmp_path / "model"
+
+
+def test_a_bundled_model_dir_that_does_not_exist_is_a_clear_error(monkeypatch, tmp_path):
+    from engine.loader import resolve_gguf
+
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(ModelFileError, match=f"{BUNDLED_MODEL_ENV}=.*nowhere is not a directory"):
+        bundled_model_dir()
+    with pytest.raises(ModelFileError, match="is not a directory"):
+        resolve_gguf(resolve_paths(tmp_path / "home").ensure())
+
+
+@pytest.mark.real_model
+def test_the_engine_runs_the_bundled_model_without_converting_or_writing_there(bundle, monkeypatch, tmp_path):
+    from engine.loader import find_default_gguf, load_engine, resolve_gguf
+
+    before = tree_state(bundle)
+    assert oct(bundle.joinpath("models").stat().st_mode & 0o777) == "0o755"
+    assert all(p.stat().st_mode & 0o004 for p in bundle.rglob("*"))  # readable by every user
+    paths = resolve_paths(tmp_path / "home").ensure()
+    monkeypatch.delenv(BUNDLED_MODEL_ENV, raising=False)
+    assert find_default_gguf(paths) is None
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(bundle))
+    assert resolve_gguf(paths) == bundle / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    engine, converted, _ = load_engine(paths, weights="int4", provider="cpu")
+    assert converted.onnx_path.is_relative_to(bundle)
+    assert engine.generate(engine.prompt_tokens([{"role": "user", "content": "Hi"}]), max_new_tokens=2).tokens
+    assert list(paths.converted.iterdir()) == []  # nothing converted into the data dir
+    assert tree_state(bundle) == before  # and nothing written into the bundle (not even the hash sidecar)
+
+
+def test_staging_from_a_dir_without_the_model_says_so(tmp_path):
+    stage_model = load_script("stage_model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(HearthError, match="does not hold SmolLM2-135M-Instruct.Q4_1.gguf"):
+        stage_model.stage(tmp_path / "out", ["int4"], explicit_from=str(tmp_path / "empty"))
+    proc = subprocess.run([sys.executable, str(REPO / "packaging" / "stage_model.py"), str(tmp_path / "out"),
+                           "--from", str(tmp_path / "empty")], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith("stage_model: error: ") and "does not hold" in proc.stderr
+
+
+def test_icons_render_at_every_hicolor_size(qapp, tmp_path):  # qapp: a QApplication, not the script's own
+    render_icons = load_script("render_icons")
+    made = render_icons.render(tmp_path)
+    from PySide6.QtGui import QImage
+
+    for n in render_icons.SIZES:
+        image = QImage(str(tmp_path / f"{n}x{n}" / "apps" / "hearth.png"))
+        assert (image.width(), image.height()) == (n, n)
+        assert image.pixelColor(n // 2, n // 2).alpha() == 255 and image.pixelColor(0, 0).alpha() == 0
+    assert (tmp_path / "scalable" / "apps" / "hearth.svg") in made
+    assert render_icons.main([]) == 2
+
+
+# hearth --self-test ---------------------------------------------------------------------------------------------
+@pytest.mark.real_model
+def test_self_test_passes_on_the_bundled_model_in_a_throwaway_dir(bundle, tmp_path):
+    before = tree_state(bundle)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = run_hearth("--self-test", "--provider", "cpu", env={BUNDLED_MODEL_ENV: str(bundle), "TMPDIR": str(scratch)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    for step in ("model", "window", "chat turn", "save", "verify", "restore"):
+        assert f"  ok  {step}" in out
+    assert "(bundled: " in out and "throwaway, removed afterwards" in out and out.rstrip().endswith("self-test passed")
+    assert "tokens from disk" in out and "next-token logits match a cold prefill" in out
+    # The throwaway data dir is gone. (ONNX Runtime's telemetry SDK leaves its own "$TMPDIR/.ses" file.)
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("hearth")] == []
+    assert tree_state(bundle) == before
+
+
+@pytest.mark.real_model
+def test_self_test_with_a_data_dir_uses_it_and_keeps_the_conversation(real_model_home):
+    from engine.conversations import ConversationStore
+
+    proc = run_hearth("--self-test", "--provider", "cpu", "--data-dir", str(real_model_home))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "(installed: " in proc.stdout and "(kept)" in proc.stdout
+    store = ConversationStore(real_model_home / "conversations.sqlite3")
+    try:
+        [conv] = store.list()
+        assert conv.title == "Self-test" and [m.role for m in store.messages(conv.id)] == ["user", "assistant"]
+    finally:
+        store.close()
+
+
+def test_self_test_without_a_model_fails_and_says_why(tmp_path):
+    proc = run_hearth("--self-test", "--data-dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "hearth: self-test FAILED at model: no model to test with" in proc.stderr
+    assert "the default model is not installed" in proc.stderr and "HEARTH_BUNDLED_MODEL" in proc.stderr
+    assert not (tmp_path / "conversations.sqlite3").exists()  # it stopped before opening anything
+
+
+def test_self_test_with_a_broken_model_fails_at_the_window(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + bytes(64))
+    proc = run_hearth("--self-test", "--model", str(bad), "--provider", "cpu")
+    assert proc.returncode == 1
+    assert "self-test FAILED at window: the model could not be loaded: broken.gguf" in proc.stderr
+
+
+def test_self_test_on_a_data_dir_that_is_a_file_fails(tmp_path, capsys):
+    from app.self_test import run_self_test
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    assert run_self_test(str(not_a_dir)) == 1
+    assert "self-test FAILED at data dir: cannot use" in capsys.readouterr().err
+
+
+def test_self_test_refuses_a_data_dir_another_hearth_has_open(qapp, tmp_path, tiny_gguf, capsys):
+    from app.self_test import run_self_test
+    from app.single_instance import SingleInstance
+
+    running = SingleInstance(resolve_paths(tmp_path).data)
+    assert running.listen()
+    try:
+        assert run_self_test(str(tmp_path), model=str(tiny_gguf), provider="cpu") == 1
+    finally:
+        running.close()
+    assert "self-test FAILED at window: Hearth is already running on" in capsys.readouterr().err
+
+
+def test_self_test_cannot_be_combined_with_other_modes():
+    from app.main import main
+
+    for other in ("--terminal", "--browse", "--startup-probe"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--self-test", other])
+        assert exc.value.code == 2
+
+
+def test_waiting_fails_with_the_reported_problem_or_on_timeout(qapp):
+    from app.self_test import SelfTestFailed, _wait
+
+    with pytest.raises(SelfTestFailed, match="timed out after 0 s waiting for nothing") as exc:
+        _wait(lambda: False, 0.05, "step", "nothing")
+    assert exc.value.step == "step"
+    with pytest.raises(SelfTestFailed, match="^boom$"):
+        _wait(lambda: False, 30, "step", "nothing", lambda: "boom")
+
+
+# the checks after the window closed, on the tiny model: what a damaged or mismatched saved context gives ------------
+@pytest.fixture
+def saved_turn(tmp_path, tiny_gguf, tiny_dir, tiny_converted):
+    """A data dir with one stored conversation and its saved context (made through the engine APIs)."""
+    from app.config import AppConfig
+    from engine.checkpoint.store import CheckpointStore
+    from engine.conversations import ConversationStore
+    from engine.loader import load_engine
+    from engine.sampling import SamplingParams
+    from engine.session import ChatSessions
+
+    tiny_converted("int4")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    config = AppConfig(resolve_paths(home).ensure(), model=str(tiny_gguf), weights="int4", provider="cpu")
+    store = ConversationStore(config.paths.conversations_db)
+    conv = store.create().id
+    store.append(conv, "user", "hello there")
+    engine, _, _ = load_engine(config.paths, model=str(tiny_gguf), weights="int4", provider="cpu")
+    checkpoints = CheckpointStore(config.paths.checkpoints)
+    turn = ChatSessions(engine, checkpoints).generate(conv, store.chat_messages(conv), SamplingParams(temperature=0.0),
+                                                      max_new_tokens=6)
+    store.append(conv, "assistant", turn.generation.text)
+    checkpoints.close()
+    store.close()
+    return config, conv
+
+
+def test_verify_and_restore_pass_on_a_good_saved_context(saved_turn):
+    from app.self_test import SelfTestReport, verify_and_restore
+
+    config, conv = saved_turn
+    report = SelfTestReport(config.paths.data, throwaway=False)
+    verify_and_restore(config, conv, report)
+    assert [step for step, _ in report.lines] == ["verify", "restore"]
+
+
+def test_a_damaged_saved_context_fails_verification(saved_turn):
+    from app.self_test import SelfTestFailed, SelfTestReport, verify_and_restore
+    from engine.checkpoint.store import conversation_file
+
+    from .qt_helpers import flip_byte
+
+    config, conv = saved_turn
+    flip_byte(config.paths.checkpoints / conversation_file(conv), 0.7, 0x10)
+    with pytest.raises(SelfTestFailed, match="the saved context is damaged") as exc:
+        verify_and_restore(config, conv, SelfTestReport(config.paths.data, throwaway=False))
+    assert exc.value.step == "verify"
+
+
+def test_a_saved_context_that_no_longer_matches_the_conversation_fails_the_restore(saved_turn):
+    from app.self_test import SelfTestFailed, SelfTestReport, verify_and_restore
+    from engine.conversations import ConversationStore
+
+    config, conv = saved_turn
+    store = ConversationStore(config.paths.conversations_db)
+    store.edit(conv, store.messages(conv)[0].seq, "a different first message")
+    store.close()
+    with pytest.raises(SelfTestFailed, match="expected the context from disk, got") as exc:
+        verify_and_restore(config, conv, SelfTestReport(config.paths.data, throwaway=False))
+    assert exc.value.step == "restore"
+
+
+def test_no_saved_context_fails_verification(saved_turn):
+    from app.self_test import SelfTestFailed, SelfTestReport, verify_and_restore
+
+    config, _ = saved_turn
+    with pytest.raises(SelfTestFailed, match="no saved context at"):
+        verify_and_restore(config, "never-saved", SelfTestReport(config.paths.data, throwaway=False))
+
+
+# hearth --startup-probe -----------------------------------------------------------------------------------------
+def test_startup_probe_reports_the_window_before_the_model(tmp_path, tiny_gguf):
+    proc = run_hearth("--startup-probe", "--data-dir", str(tmp_path), "--model", str(tiny_gguf), "--provider", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["probe"] == "startup" and data["error"] is None
+    assert data["process_start_unix"] <= data["window_interactive_unix"] <= data["model_ready_unix"]
+    assert 0 < data["window_interactive_ms"] <= data["model_ready_ms"]
+
+
+def test_startup_probe_with_a_model_that_cannot_load_exits_1(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + bytes(64))
+    proc = run_hearth("--startup-probe", "--data-dir", str(tmp_path / "home"), "--model", str(bad), "--provider", "cpu")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["model_ready_unix"] is None and "broken.gguf" in data["error"]
+    assert "hearth: startup probe: " in proc.stderr
