@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine.errors import ModelFileError
 from engine.generation import Engine
-from engine.model.convert import ConvertedModel, conversion_dir, ensure_converted, gguf_digest
+from engine.model.convert import CONVERTER_VERSION, ConvertedModel, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
 from engine.model.precision import get_precision
 from engine.paths import HearthPaths, bundled_model_dir
@@ -67,6 +67,41 @@ def converted_root(paths: HearthPaths, gguf: Path, weights: str) -> Path:
     return paths.converted
 
 
+def bundled_conversion(weights: str) -> ConvertedModel | None:
+    """The default model converted at ``weights`` as a packaged build ships it, or None.
+
+    Such a build need not ship the GGUF (its weights would be in the package twice): beside the
+    conversion it ships ``tokenizer/<name>.gguf``, the GGUF's metadata without its tensors, which is all
+    an engine reads from it (vocabulary, merges, chat template). The fingerprint is the full GGUF's
+    pinned SHA-256, so saved context moves between a packaged install and a pip install.
+    """
+    bundled = bundled_model_dir()
+    if bundled is None:
+        return None
+    entry = default_model()
+    precision = get_precision(weights).name
+    folder = conversion_dir(bundled / "converted", entry.gguf_sha256, precision)
+    tokenizer = bundled / "tokenizer" / entry.filename
+    if not ((folder / "complete.json").is_file() and tokenizer.is_file()):
+        return None
+    return ConvertedModel(folder / "model.onnx", tokenizer, entry.gguf_sha256, precision, CONVERTER_VERSION)
+
+
+def default_model_available(paths: HearthPaths, weights: str) -> bool:
+    """Whether the default model can run at ``weights`` without a download."""
+    return find_default_gguf(paths) is not None or bundled_conversion(weights) is not None
+
+
+def _conversion(paths: HearthPaths, gguf: Path | None, weights: str, progress: ProgressFn | None) -> ConvertedModel:
+    if gguf is not None:
+        return ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=progress)
+    converted = bundled_conversion(weights)
+    if converted is None:
+        raise ModelFileError(f"the default model is not installed in {paths.models} (this build ships it converted, but "
+                             f"not for {weights}); run 'hearth-cli model fetch' first")
+    return converted
+
+
 def load_engine(
     paths: HearthPaths,
     *,
@@ -78,10 +113,15 @@ def load_engine(
 ) -> tuple[Engine, ConvertedModel, float]:
     """(engine, the conversion it runs, load time in ms including any conversion)."""
     start = time.perf_counter()
-    gguf = resolve_gguf(paths, model)
-    converted = ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
+    gguf = resolve_gguf(paths, model) if model is not None else find_default_gguf(paths)
+    if gguf is None and bundled_model_dir() is None:
+        resolve_gguf(paths)  # says the default model is not installed and what to do
+    converted = _conversion(paths, gguf, weights, convert_progress)
     engine = Engine.load(converted, provider, threads)
-    variant = cuda_variant(weights, gguf) if engine.provider == "cuda" else None
+    variant = cuda_variant(weights, gguf) if engine.provider == "cuda" and gguf is not None else None
+    if engine.provider == "cuda" and gguf is None and weights == "int4":
+        # A CPU bundle without the GGUF: nothing to build the CUDA variant from (the GPU build ships the GGUF).
+        log.warning("running %s as is on CUDA: fetch the model ('hearth-cli model fetch') for its CUDA variant", weights)
     if variant:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and

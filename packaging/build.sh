@@ -17,8 +17,11 @@ VARIANT="${VARIANT:-cpu}"
 PKG_VENV="${PKG_VENV:-build/venv-$VARIANT}"
 PYTHON="${PYTHON:-python3}"
 case "$VARIANT" in
-  cpu) WEIGHTS="int4"; NAME="hearth" ;;
-  gpu) WEIGHTS="int4 int4-half"; NAME="hearth-gpu" ;;  # int4 runs as int4-half on CUDA: ship both
+  # The CPU build ships the int4 conversion and the GGUF's metadata (tokenizer, template), not the GGUF's weights.
+  cpu) WEIGHTS="int4"; STAGE_FLAGS=""; NAME="hearth" ;;
+  # On CUDA int4 runs as int4-cuda-dense (engine/loader.py: cuda_variant): ship both, and the GGUF so any
+  # other precision or CUDA variant can still be converted offline.
+  gpu) WEIGHTS="int4 int4-cuda-dense"; STAGE_FLAGS="--full-gguf"; NAME="hearth-gpu" ;;
   *) echo "build.sh: error: VARIANT must be cpu or gpu, not '$VARIANT'" >&2; exit 2 ;;
 esac
 for tool in fakeroot dpkg-deb readelf xz; do
@@ -37,7 +40,7 @@ PY="$PKG_VENV/bin/python"
 
 step "stage the model ($WEIGHTS)"
 # shellcheck disable=SC2086
-"$PY" packaging/stage_model.py "build/model-$VARIANT" --weights $WEIGHTS ${MODEL_FROM:+--from "$MODEL_FROM"}
+"$PY" packaging/stage_model.py "build/model-$VARIANT" --weights $WEIGHTS $STAGE_FLAGS ${MODEL_FROM:+--from "$MODEL_FROM"}
 
 step "icons"
 "$PY" packaging/render_icons.py build/icons
@@ -47,7 +50,13 @@ rm -rf dist/pyinstaller/hearth
 HEARTH_PKG_VARIANT="$VARIANT" "$PKG_VENV/bin/pyinstaller" --noconfirm --log-level WARN \
   --distpath dist/pyinstaller --workpath "build/pyinstaller-$VARIANT" packaging/hearth.spec
 BUNDLE="dist/pyinstaller/hearth"
-cp -a "build/model-$VARIANT" "$BUNDLE/_internal/model"  # -a keeps the GGUF's mtime, which its hash sidecar records
+cp -a "build/model-$VARIANT" "$BUNDLE/_internal/model"  # -a keeps a shipped GGUF's mtime, which its hash sidecar records
+# The interpreter and its own extension modules carry debug symbols (~18 MB). Only these are stripped: stripping
+# auditwheel-patched wheel libraries (numpy's OpenBLAS) breaks them, and the wheels' Qt and ORT come stripped.
+if [ "$(uname -s)" = Linux ]; then
+  find "$BUNDLE/_internal" -maxdepth 1 -name 'libpython3*.so*' -type f -exec strip --strip-unneeded {} +
+  find "$BUNDLE/_internal/python3"*/lib-dynload -name '*.so' -type f -exec strip --strip-unneeded {} + 2>/dev/null || true
+fi
 chmod -R u=rwX,go=rX "$BUNDLE"
 
 step "smoke test of the bundle"

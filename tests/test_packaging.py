@@ -82,20 +82,68 @@ def test_a_bundled_model_dir_that_does_not_exist_is_a_clear_error(monkeypatch, t
 @pytest.mark.real_model
 def test_the_engine_runs_the_bundled_model_without_converting_or_writing_there(bundle, monkeypatch, tmp_path):
     from engine.loader import find_default_gguf, load_engine, resolve_gguf
+    from engine.model.convert import model_fingerprint
+    from engine.model.fetch import default_model
+    from engine.model.precision import get_precision
 
+    entry = default_model()
     before = tree_state(bundle)
-    assert oct(bundle.joinpath("models").stat().st_mode & 0o777) == "0o755"
+    assert sorted(p.name for p in bundle.iterdir()) == ["converted", "tokenizer"]  # no GGUF weights twice
+    assert (bundle / "tokenizer" / entry.filename).stat().st_size < 4 << 20
     assert all(p.stat().st_mode & 0o004 for p in bundle.rglob("*"))  # readable by every user
     paths = resolve_paths(tmp_path / "home").ensure()
-    monkeypatch.delenv(BUNDLED_MODEL_ENV, raising=False)
-    assert find_default_gguf(paths) is None
     monkeypatch.setenv(BUNDLED_MODEL_ENV, str(bundle))
-    assert resolve_gguf(paths) == bundle / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert find_default_gguf(paths) is None
+    with pytest.raises(ModelFileError, match="not installed"):  # commands that need the GGUF's weights say so
+        resolve_gguf(paths)
     engine, converted, _ = load_engine(paths, weights="int4", provider="cpu")
-    assert converted.onnx_path.is_relative_to(bundle)
+    assert converted.onnx_path.is_relative_to(bundle) and converted.gguf_path == bundle / "tokenizer" / entry.filename
+    # the same fingerprint as a conversion of the full GGUF: saved context moves between the two installs
+    assert converted.fingerprint == model_fingerprint(entry.gguf_sha256, get_precision("int4").weights_id)
     assert engine.generate(engine.prompt_tokens([{"role": "user", "content": "Hi"}]), max_new_tokens=2).tokens
     assert list(paths.converted.iterdir()) == []  # nothing converted into the data dir
-    assert tree_state(bundle) == before  # and nothing written into the bundle (not even the hash sidecar)
+    assert tree_state(bundle) == before  # and nothing written into the bundle
+
+
+@pytest.mark.real_model
+def test_a_precision_the_bundle_lacks_asks_for_the_full_model(bundle, monkeypatch, tmp_path):
+    from engine.loader import default_model_available, load_engine
+
+    paths = resolve_paths(tmp_path / "home").ensure()
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(bundle))
+    assert default_model_available(paths, "int4") and not default_model_available(paths, "fp32")
+    with pytest.raises(ModelFileError, match=r"not installed .*\(this build ships it converted, but not for fp32\); "
+                                             r"run 'hearth-cli model fetch' first"):
+        load_engine(paths, weights="fp32", provider="cpu")
+    assert list(paths.converted.iterdir()) == []
+
+
+@pytest.mark.real_model
+def test_a_fetched_gguf_still_uses_the_bundled_conversion(bundle, monkeypatch, real_model_home):
+    from engine.loader import load_engine
+
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(bundle))
+    paths = resolve_paths(real_model_home).ensure()
+    _, converted, _ = load_engine(paths, weights="int4", provider="cpu")
+    assert converted.gguf_path.is_relative_to(real_model_home) and converted.onnx_path.is_relative_to(bundle)
+
+
+@pytest.mark.real_model
+def test_a_full_gguf_bundle_ships_the_gguf_with_a_valid_hash_sidecar(real_home, monkeypatch, tmp_path):
+    from engine.loader import find_default_gguf
+    from engine.model.convert import gguf_digest
+    from engine.model.fetch import default_model
+
+    stage_model = load_script("stage_model")
+    out = stage_model.stage(tmp_path / "model", ["int4"], explicit_from=str(real_home), full_gguf=True)
+    gguf = out / "models" / default_model().filename
+    assert gguf.stat().st_mtime_ns % 1_000_000_000 == 0  # whole seconds survive dpkg and tar
+    sidecar = json.loads(gguf.with_name(gguf.name + ".sha256.json").read_text())
+    assert sidecar["stamp"]["mtime_ns"] == gguf.stat().st_mtime_ns
+    before = tree_state(out)
+    assert gguf_digest(gguf) == default_model().gguf_sha256 and tree_state(out) == before  # no rehash, no write
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(out))
+    assert find_default_gguf(resolve_paths(tmp_path / "home")) == gguf
 
 
 def test_staging_from_a_dir_without_the_model_says_so(tmp_path):
