@@ -144,7 +144,7 @@ def test_a_conversation_from_hearth_cli_opens_in_the_window(qtbot, windows, conf
     w = windows(wait_ready=False)
     reports = collect(w.worker.resumed)
     assert w.current == "from-cli"  # the only chat: opened at start
-    qtbot.waitUntil(lambda: bool(reports), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: bool(reports) and not w.transcript._backlog, timeout=TIMEOUT)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
     assert w.transcript.messages[0].text == "written in the terminal"
     conv, report = reports[-1]
@@ -190,6 +190,7 @@ def test_restart_restores_the_list_the_last_chat_and_the_layout(qtbot, windows):
     windows.close(w)
     again = windows()
     assert again.current == first and again.sidebar.count() == 2
+    qtbot.waitUntil(lambda: not again.transcript._backlog, timeout=TIMEOUT)  # older messages render in turns
     assert [m.text for m in again.transcript.messages][0] == "the first"
     assert again.splitter.sizes()[0] == sizes[0]  # the list keeps its width (the window's size is the WM's)
     assert again.settings.value("geometry") is not None

@@ -92,6 +92,8 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     w.new_chat()  # move away: the lighthouse chat is saved on disk
     type_query(qtbot, browser, "lighthouses")
     browser.table.selectRow(0)
+    # Older messages render a few per event-loop turn; on a busy machine the first may not be in yet.
+    qtbot.waitUntil(lambda: not browser.preview._backlog, timeout=TIMEOUT)
     assert [m.text for m in browser.preview.messages][0] == "a chat about lighthouses"
     reports = []
     from .qt_helpers import on_ui_thread

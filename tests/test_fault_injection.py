@@ -28,15 +28,10 @@ from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.generation import Engine
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
-from engine.sampling import SamplingParams
 from engine.session import DISK, REBUILT, ChatSessions
 from engine.text.chat_template import ChatTemplate
+from tests.dialogues import GREEDY, SYSTEM, TURN1, TURN2, TURN3
 
-GREEDY = SamplingParams.greedy_params()
-SYSTEM = {"role": "system", "content": "You are a careful assistant. Answer briefly."}
-TURN1 = [SYSTEM, {"role": "user", "content": "first question here"}]
-TURN2 = TURN1 + [{"role": "assistant", "content": "first answer"}, {"role": "user", "content": "second one"}]
-TURN3 = TURN2 + [{"role": "assistant", "content": "second answer"}, {"role": "user", "content": "third"}]
 OTHER = [SYSTEM, {"role": "user", "content": "another chat entirely"}]
 OTHER2 = OTHER + [{"role": "assistant", "content": "sure"}, {"role": "user", "content": "more of it"}]
 CONV = conversation_file("c")

@@ -34,14 +34,9 @@ from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import DAMAGED, checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.generation import Engine
-from engine.sampling import SamplingParams
 from engine.session import DISK, LIVE, REBUILT, ChatSessions
+from tests.dialogues import GREEDY, TURN1, TURN2, TURN3
 
-GREEDY = SamplingParams.greedy_params()
-SYSTEM = {"role": "system", "content": "You are a careful assistant. Answer briefly."}
-TURN1 = [SYSTEM, {"role": "user", "content": "first question here"}]
-TURN2 = TURN1 + [{"role": "assistant", "content": "first answer"}, {"role": "user", "content": "second one"}]
-TURN3 = TURN2 + [{"role": "assistant", "content": "second answer"}, {"role": "user", "content": "third"}]
 CONV = conversation_file("c")
 STEP = 1 / 254 * (1 + 2**-10)  # half a code step of the row's absmax, plus float16's rounding of the scale
 
