@@ -18,9 +18,12 @@ strided copy for all layers (cuda_copy.py), through a pinned staging array in th
 
 from __future__ import annotations
 
+import logging
 import mmap
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 GROWTH_STEP = 256
 
@@ -141,7 +144,7 @@ class KVCache:
     def staging(self, n: int) -> np.ndarray:
         """A host array [layers, 2, heads, n, head_dim] to gather rows in before ``load_staged``
         (pinned and reused when the CUDA runtime is at hand). Its contents are scratch."""
-        from engine.runtime.cuda_copy import cuda_runtime
+        from engine.runtime.cuda_copy import CudaError, cuda_runtime
 
         shape = (self.n_layers, 2, self.n_kv_heads, n, self.head_dim)
         runtime = cuda_runtime() if self.on_device else None
@@ -149,7 +152,11 @@ class KVCache:
             return np.empty(shape, self.dtype)
         if self._stage is None or self._stage.size < int(np.prod(shape)):
             self._stage = None
-            self._stage = runtime.pinned((int(np.prod(shape)),), self.dtype)
+            try:
+                self._stage = runtime.pinned((int(np.prod(shape)),), self.dtype)
+            except CudaError as exc:  # page-locked memory is limited; pageable memory only copies slower
+                log.warning("no pinned staging memory (%s); using ordinary memory", exc)
+                return np.empty(shape, self.dtype)
         return self._stage[: int(np.prod(shape))].reshape(shape)
 
     def load_staged(self, stage: np.ndarray, start: int = 0) -> None:
