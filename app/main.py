@@ -67,6 +67,11 @@ def run_window(config, browse: bool = False, probe: bool = False) -> int:
     app.setApplicationName("Hearth")
     app.setOrganizationName("Hearth")
     app.setDesktopFileName("hearth")
+    from importlib.resources import files
+
+    from PySide6.QtGui import QIcon
+
+    app.setWindowIcon(QIcon.fromTheme("hearth", QIcon(str(files("resources") / "hearth.svg"))))
     instance = SingleInstance(config.paths.data)
     if instance.already_running():
         print(f"hearth: already running for {config.paths.data}; brought its window to the front", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Packaged-build benchmark (not a test): package sizes, installed size, and start-up time to an interactive window.
 
-    python bench/package.py [--exe /opt/hearth/hearth] [--runs 5] [--install] [--no-source]
+    python bench/package.py [--exe /opt/hearth/hearth] [--runs 5] [--install] [--no-source] [--platform xcb]
 
 Sizes come from dist/ (the newest hearth_*.deb and hearth-*.tar.gz) and the installed tree. Start-up runs
 ``hearth --startup-probe`` offscreen in a fresh data dir and takes the time from just before launching the
@@ -8,7 +8,9 @@ process to (a) the first event-loop turn after the window was shown (interactive
 ready; the model loads on the engine thread behind the window. Each run is done twice: "cold" after dropping
 the page cache (root only: ``echo 3 > /proc/sys/vm/drop_caches``; skipped, and said so, where that is not
 allowed) and "warm" right after. ``--install`` installs the .deb first and removes it afterwards (root).
-``--no-source`` skips the comparison run from the source tree. Prints a table; writes bench/results/package.json.
+``--no-source`` skips the comparison run from the source tree. ``--platform xcb`` runs on an X server instead
+of offscreen: ``$DISPLAY``, else an ``Xvfb`` started for the run. Prints a table; writes
+bench/results/package[-xcb].json.
 Targets: window interactive within 1 s; the CPU .deb under 250 MB.
 """
 
@@ -52,7 +54,7 @@ def probe(command: list[str], cold: bool, extra_env: dict[str, str]) -> dict:
     """One launch: milliseconds from just before exec to the interactive window and to the model ready."""
     dropped = drop_page_cache() if cold else False
     with tempfile.TemporaryDirectory(prefix="hearth-bench-") as home:
-        env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", **extra_env}
+        env = {**os.environ, **extra_env}
         launched = time.time()
         proc = subprocess.run([*command, "--startup-probe", "--data-dir", home], capture_output=True, text=True,
                               env=env, cwd=ROOT, timeout=300)
@@ -80,11 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--install", action="store_true", help="apt install the newest dist/hearth_*.deb first, remove after")
     parser.add_argument("--no-source", action="store_true", help="skip the run from the source tree")
+    parser.add_argument("--platform", choices=["offscreen", "xcb"], default="offscreen")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     deb, tarball = newest("hearth_*.deb"), newest("hearth-*.tar.gz")
     installed_here = False
+    xvfb = None
+    platform_env = {"QT_QPA_PLATFORM": args.platform}
+    if args.platform == "xcb" and not os.environ.get("DISPLAY"):
+        try:
+            xvfb = subprocess.Popen(["Xvfb", ":87", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            parser.error("--platform xcb needs $DISPLAY or Xvfb (apt install xvfb)")
+        time.sleep(1.0)
+        platform_env["DISPLAY"] = ":87"
     if args.install:
         if deb is None:
             parser.error("no dist/hearth_*.deb to install; run 'make package' first")
@@ -102,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                         "cores": os.cpu_count(), "os": platform.platform(), "python": platform.python_version()},
             "command": "python bench/package.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "exe": str(exe),
+            "platform": args.platform,
             "sizes": {
                 "deb_bytes": deb.stat().st_size if deb else None, "deb": deb.name if deb else None,
                 "tar_gz_bytes": tarball.stat().st_size if tarball else None, "tar_gz": tarball.name if tarball else None,
@@ -110,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             },
             "startup": {},
         }
-        targets = {"installed": ([str(exe)], {})}
+        targets = {"installed": ([str(exe)], platform_env)}
         if not args.no_source:  # the same model, read from the bundle, run by the source tree's Python
             targets["source"] = ([sys.executable, "-m", "app.main"],
-                                 {"HEARTH_BUNDLED_MODEL": str(exe.resolve().parent / "_internal" / "model")})
+                                 {**platform_env, "HEARTH_BUNDLED_MODEL": str(exe.resolve().parent / "_internal" / "model")})
         for name, (command, extra_env) in targets.items():
             runs = []
             for _ in range(args.runs):
@@ -124,9 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if installed_here:
             subprocess.run(["apt-get", "remove", "-y", "hearth"], check=False, capture_output=True)
+        if xvfb is not None:
+            xvfb.terminate()
+            xvfb.wait(10)
 
     s = report["sizes"]
-    print(f"machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['machine']['os']}")
+    print(f"machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['machine']['os']}; "
+          f"Qt platform: {args.platform}")
     print(f"{'what':<40}{'size':>12}")
     for label, key in ((f"{s['deb']}", "deb_bytes"), (f"{s['tar_gz']}", "tar_gz_bytes"),
                        (f"installed ({exe.resolve().parent})", "installed_bytes"), ("  of which the model", "model_bytes")):
@@ -140,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<40}{cache:>6}{i['median']:>9.0f} ms ({i['min']:.0f}–{i['max']:.0f}){m['median']:>9.0f} ms "
                   f"({m['min']:.0f}–{m['max']:.0f})")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "package.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {RESULTS / 'package.json'}")
+    out = RESULTS / ("package.json" if args.platform == "offscreen" else f"package-{args.platform}.json")
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {out}")
     return 0
 
 

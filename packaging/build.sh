@@ -61,7 +61,7 @@ chmod -R u=rwX,go=rX "$BUNDLE"
 
 step "smoke test of the bundle"
 QT_QPA_PLATFORM=offscreen "$BUNDLE/hearth" --help >/dev/null
-"$BUNDLE/hearth-cli" tokenize "Hello" --data-dir "build/smoke-home" >/dev/null
+"$BUNDLE/hearth-cli" generate --prompt "Hello" --max-new-tokens 2 --greedy --provider cpu --data-dir "build/smoke-home" >/dev/null
 rm -rf build/smoke-home
 
 step ".deb"
