@@ -9,7 +9,7 @@
 # 5. apt remove  6. check /opt/hearth, /usr/bin/hearth*, the desktop entry and the icons are gone, the system
 # directories are as before, and the user's conversation is still there.
 # Needs root and a machine where installing a package is fine (CI containers, a VM). Not run by CI: building
-# the package takes ~8 minutes. Exits 0 only when every check passed.
+# the package takes about 7 minutes. Exits 0 only when every check passed.
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
