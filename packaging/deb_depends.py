@@ -1,8 +1,9 @@
 """The Debian packages a PyInstaller bundle needs from the system, read from its ELF files.
 
 Every ELF file's DT_NEEDED entries (``readelf -d``) that the bundle does not itself provide are resolved
-with ``ldconfig -p`` and mapped to their package with ``dpkg -S``. Libraries needed only by optional Qt
-plugins (the GTK platform theme, which Qt skips when GTK is absent) become Recommends, not Depends.
+with ``ldconfig -p`` and mapped to their package with ``dpkg -S``. Libraries needed only by optional parts (the
+GTK platform theme, which Qt skips when GTK is absent; the GPU build's CUDA providers) become Recommends when a
+package provides them, and are left out otherwise.
 
     python packaging/deb_depends.py BUNDLE_DIR     →  prints "Depends: …" and "Recommends: …"
 """
@@ -14,7 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-OPTIONAL = ("platformthemes/libqgtk3.so",)  # loaded only when GTK is on the desktop
+OPTIONAL = (
+    "platformthemes/libqgtk3.so",  # loaded only when GTK is on the desktop
+    # onnxruntime-gpu's providers: CUDA 13 and cuDNN 9 come from NVIDIA's repository, not Debian's (README.md)
+    "libonnxruntime_providers_cuda.so", "libonnxruntime_providers_tensorrt.so",
+)
 # essential on every Debian system (dpkg itself needs it)
 IMPLICIT = {"libc6"}
 

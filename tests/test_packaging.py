@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -349,3 +350,29 @@ def test_startup_probe_with_a_model_that_cannot_load_exits_1(tmp_path):
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     assert data["model_ready_unix"] is None and "broken.gguf" in data["error"]
     assert "hearth: startup probe: " in proc.stderr
+
+
+# the .deb's dependencies, read from ELF files ------------------------------------------------------------------
+needs_dpkg = pytest.mark.skipif(not all(map(shutil.which, ("dpkg", "readelf", "ldconfig"))),
+                                reason="needs a Debian system with binutils")
+
+
+@needs_dpkg
+def test_deb_depends_names_the_packages_of_the_libraries_a_bundle_needs(tmp_path):
+    deb_depends = load_script("deb_depends")
+    shutil.copy("/usr/bin/xz", tmp_path / "xz")  # an ELF that needs liblzma.so.5 and libc
+    (tmp_path / "libbundled.so").write_bytes(b"not an ELF")
+    required, recommended, missing = deb_depends.depends(tmp_path)
+    assert "liblzma5" in required and "libc6" not in required and recommended == [] and missing == []
+
+
+@needs_dpkg
+def test_deb_depends_refuses_a_library_no_package_provides(tmp_path, capsys):
+    deb_depends = load_script("deb_depends")
+    elf = bytearray(Path("/usr/bin/xz").read_bytes())
+    at = elf.index(b"liblzma.so.5\x00")
+    elf[at:at + 12] = b"libnope.so.5"  # the same length: the ELF stays well-formed, its NEEDED entry names nothing
+    (tmp_path / "xz").write_bytes(bytes(elf))
+    assert deb_depends.main([str(tmp_path)]) == 1
+    assert "no installed package provides libnope.so.5" in capsys.readouterr().err
+    assert deb_depends.main([str(tmp_path / "missing")]) == 2
