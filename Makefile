@@ -14,9 +14,12 @@ package:
 test-install:
 	packaging/test-install.sh
 
-## bench-package: sizes and cold start of the installed build → bench/results/package.json
+## bench-package: sizes and cold start of the installed build → bench/results/package.json (root: installs the
+## .deb for the measurement and removes it; the source-tree comparison runs on the dev venv's Python)
+BENCH_PYTHON ?= .venv/bin/python
+BENCH_ARGS ?= --install
 bench-package:
-	$(PYTHON) bench/package.py
+	$(BENCH_PYTHON) bench/package.py $(BENCH_ARGS)
 
 clean-package:
 	rm -rf build/pyinstaller-* build/deb build/tar build/icons build/model-* dist/pyinstaller dist/hearth*.deb dist/hearth*.tar.gz
