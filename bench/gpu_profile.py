@@ -10,6 +10,7 @@ bench/results/gpu_profile.json.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections import defaultdict
@@ -30,10 +31,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_profile.json"))
     args = ap.parse_args()
 
-    import onnxruntime as ort
-
     from engine.loader import load_engine
     from engine.paths import resolve_paths
+
+    ort = importlib.import_module("onnxruntime")  # after the engine, which turns ONNX Runtime's telemetry off
 
     engine, converted, _ = load_engine(resolve_paths(args.data_dir).ensure(), weights=args.weights, provider="cuda")
     options = ort.SessionOptions()

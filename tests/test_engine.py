@@ -156,3 +156,23 @@ def test_real_model_knows_the_capital_of_france(real_engine):
     assert "Paris" in r.text
     assert r.stop_reason == "eos"
     assert not set(r.tokens) & real_engine.tokenizer.specials.stop
+
+
+def test_onnx_runtime_telemetry_is_off(tiny_converted, tmp_path):
+    """ONNX Runtime's telemetry (1.29+) writes a device id under ~/.cache/Microsoft and sends events;
+    importing the engine opts out, so running a model leaves nothing there."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    env["HOME"] = str(tmp_path)
+    code = ("import sys; from engine.generation import Engine; from engine.model.convert import ConvertedModel; "
+            "from pathlib import Path; e = Engine.load(ConvertedModel(Path(sys.argv[1]), Path(sys.argv[2]), 'x', 'int4', 1), "
+            "'cpu'); e.prefill([5, 6, 7])")
+    converted = tiny_converted("int4")
+    proc = subprocess.run([sys.executable, "-c", code, str(converted.onnx_path), str(converted.gguf_path)],
+                          capture_output=True, text=True, env=env, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / ".cache" / "Microsoft").exists()
