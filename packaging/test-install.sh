@@ -82,6 +82,7 @@ say "\$ hearth-cli chat --conversation install-test --message 'Hello'   (user da
 check "hearth-cli chat stores a conversation in ~/.local/share/hearth" \
   as_user hearth-cli chat --conversation install-test --message Hello --max-new-tokens 4 --greedy
 check "the conversation database exists" test -f "$USER_HOME/.local/share/hearth/conversations.sqlite3"
+check "ONNX Runtime wrote no telemetry device id (ORT_DISABLE_TELEMETRY)" test ! -e "$USER_HOME/.cache/Microsoft"
 
 say "== as root (any write under /opt/hearth would show up as a leftover below)"
 root_out="$(cd / && env -i HOME="$USER_HOME.root" PATH=/usr/bin:/bin QT_QPA_PLATFORM=offscreen hearth --self-test 2>&1)" \
