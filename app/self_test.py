@@ -80,7 +80,7 @@ def run_self_test(data_dir: str | None = None, *, model: str | None = None, weig
 
 def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provider: str) -> None:
     from app.config import AppConfig
-    from engine.loader import bundled_conversion, find_default_gguf, resolve_gguf
+    from engine.loader import locate_model
     from engine.paths import bundled_model_dir, resolve_paths
 
     try:
@@ -88,10 +88,7 @@ def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provid
     except OSError as exc:
         raise SelfTestFailed("data dir", f"cannot use {report.data_dir}: {exc.strerror or exc}") from None
     try:
-        gguf = resolve_gguf(paths, model) if model is not None else find_default_gguf(paths)
-        shipped = bundled_conversion(weights) if gguf is None else None
-        if gguf is None and shipped is None:
-            resolve_gguf(paths)  # raises: says the default model is not installed
+        gguf, shipped = locate_model(paths, model, weights)
         bundled = bundled_model_dir()
     except HearthError as exc:
         raise SelfTestFailed("model", f"no model to test with ({exc}); a packaged build ships one, from source "

@@ -92,14 +92,21 @@ def default_model_available(paths: HearthPaths, weights: str) -> bool:
     return find_default_gguf(paths) is not None or bundled_conversion(weights) is not None
 
 
-def _conversion(paths: HearthPaths, gguf: Path | None, weights: str, progress: ProgressFn | None) -> ConvertedModel:
+def locate_model(paths: HearthPaths, model: str | Path | None, weights: str) -> tuple[Path | None, ConvertedModel | None]:
+    """(the GGUF to run, else None; the bundled conversion to run when there is no GGUF, else None).
+
+    Raises ModelFileError saying what to do when there is neither.
+    """
+    gguf = resolve_gguf(paths, model) if model is not None else find_default_gguf(paths)
     if gguf is not None:
-        return ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=progress)
-    converted = bundled_conversion(weights)
-    if converted is None:
+        return gguf, None
+    if bundled_model_dir() is None:
+        resolve_gguf(paths)  # says the default model is not installed and what to do
+    shipped = bundled_conversion(weights)
+    if shipped is None:
         raise ModelFileError(f"the default model is not installed in {paths.models} (this build ships it converted, but "
                              f"not for {weights}); run 'hearth-cli model fetch' first")
-    return converted
+    return None, shipped
 
 
 def load_engine(
@@ -113,10 +120,8 @@ def load_engine(
 ) -> tuple[Engine, ConvertedModel, float]:
     """(engine, the conversion it runs, load time in ms including any conversion)."""
     start = time.perf_counter()
-    gguf = resolve_gguf(paths, model) if model is not None else find_default_gguf(paths)
-    if gguf is None and bundled_model_dir() is None:
-        resolve_gguf(paths)  # says the default model is not installed and what to do
-    converted = _conversion(paths, gguf, weights, convert_progress)
+    gguf, shipped = locate_model(paths, model, weights)
+    converted = shipped or ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
     engine = Engine.load(converted, provider, threads)
     variant = cuda_variant(weights, gguf) if engine.provider == "cuda" and gguf is not None else None
     if engine.provider == "cuda" and gguf is None and weights == "int4":
