@@ -65,3 +65,23 @@ def test_missing_tensor_is_reported(tmp_path):
     with pytest.raises(ModelFileError, match="blk.1.ffn_up.weight"):
         ensure_converted(tmp_path / "holey.gguf", "int4", tmp_path / "converted")
     assert not list((tmp_path / "converted").glob(".convert-*"))  # nothing half-built is left
+
+
+def test_a_random_block_model_of_a_large_shape_converts_and_runs(tmp_path):
+    """The speed-benchmark models (Llama-3-8B's layout, scaled down here): random Q4_0 blocks, an untied
+    head and a vocabulary padded past the small one go through the real converter and run."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from engine.generation import Engine
+    from engine.model.synthetic import LLAMA3_8B_SHAPE
+
+    spec = replace(LLAMA3_8B_SHAPE, n_layers=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, vocab_size=1000,
+                   context_length=128)
+    engine = Engine.load(ensure_converted(write_synthetic_gguf(tmp_path / "m.gguf", spec), "int4", tmp_path / "c"), "cpu")
+    cfg = engine.runner.config
+    assert (cfg.vocab_size, cfg.tied_embeddings, cfg.n_head_kv) == (1000, False, 2)
+    assert engine.tokenizer.vocab_size == 1000
+    logits = engine.prefill(list(range(40, 80)))
+    assert logits.shape == (1000,) and np.isfinite(logits).all() and np.ptp(logits) > 0
