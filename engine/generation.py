@@ -11,7 +11,6 @@ generation stops with ``stop_reason == "context_full"`` when the window fills up
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,26 +25,13 @@ from engine.sampling import Sampler, SamplingParams
 from engine.text.chat_template import ChatTemplate
 from engine.text.stream import StreamDecoder
 from engine.text.tokenizer import Tokenizer
+from engine.types import CancelToken
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]  # (tokens done, tokens total)
 TextFn = Callable[[str], None]
 DEFAULT_PREFILL_CHUNK = 512
-
-
-class CancelToken:
-    """Set from any thread; the engine checks it before every forward pass."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
 
 
 @dataclass

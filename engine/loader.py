@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.errors import ModelFileError
+from engine.errors import ModelFileError, ModelNotInstalledError
 from engine.generation import Engine
 from engine.model.convert import CONVERTER_VERSION, ConvertedModel, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
@@ -51,7 +51,7 @@ def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
         return path
     path = find_default_gguf(paths)
     if path is None:
-        raise ModelFileError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")
+        raise ModelNotInstalledError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")
     return path
 
 
@@ -104,7 +104,7 @@ def locate_model(paths: HearthPaths, model: str | Path | None, weights: str) -> 
         resolve_gguf(paths)  # says the default model is not installed and what to do
     shipped = bundled_conversion(weights)
     if shipped is None:
-        raise ModelFileError(f"the default model is not installed in {paths.models} (this build ships it converted, but "
+        raise ModelNotInstalledError(f"the default model is not installed in {paths.models} (this build ships it converted, but "
                              f"not for {weights}); run 'hearth-cli model fetch' first")
     return None, shipped
 

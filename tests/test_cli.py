@@ -180,9 +180,15 @@ def test_terminal_chat_session(tmp_path, tiny_gguf):
 
     reused = [int(n) for n in re.findall(r"(\d+) tokens reused", out)]
     assert reused[0] == 0 and reused[1] > 10  # the second turn resumes from the live KV cache
-    assert "Commands:" in out and "(system prompt set; conversation cleared)" in out
+    assert "Commands:" in out and "(system prompt set)" in out
     assert "(!) the conversation is" in out  # a too-long message is refused, the chat goes on
     assert "Traceback" not in proc.stderr
+    # talk's conversation is stored like any other: both turns, the refused message not among them
+    listed = json.loads(run_cli("conversations", "ls", "--data-dir", str(tmp_path), "--json").stdout)["conversations"]
+    assert len(listed) == 1 and listed[0]["messages"] == 4 and listed[0]["tokens"] > 10
+    shown = json.loads(run_cli("conversations", "show", listed[0]["id"], "--data-dir", str(tmp_path), "--json").stdout)
+    assert [m["content"] for m in shown["messages"] if m["role"] == "user"] == ["hello world", "the end"]
+    assert shown["system_prompt"] == "be brief"
 
 
 def test_model_convert_json(tmp_path, tiny_gguf):
