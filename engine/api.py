@@ -75,10 +75,10 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
-    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES", "ConversationStore",
-    "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json", "export_markdown", "fts_query",
-    "import_json", "open_conversations", "read_bundle", "resolve_paths", "search", "snippet_html", "title_from",
-    "to_document",
+    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
+    "ConversationStore", "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json",
+    "export_markdown", "fts_query", "import_json", "open_conversations", "read_bundle", "resolve_paths",
+    "run_terminal_chat", "search", "snippet_html", "title_from", "to_document",
 ]
 
 
@@ -92,6 +92,13 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
     from engine.bundle import read_bundle as read
 
     return read(path)
+
+
+def run_terminal_chat(paths: HearthPaths, **options) -> int:
+    """The terminal front end (``hearth --terminal``, ``hearth-cli talk``); returns the exit code."""
+    from engine.terminal_chat import run_terminal_chat as run
+
+    return run(paths, **options)
 
 
 def default_model_title() -> str:
