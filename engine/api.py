@@ -336,7 +336,10 @@ class Hearth:
             started = time.perf_counter()
             logits, prompt, _ = sessions.sync(
                 conversation, messages, lambda d, t: emit(Progress(conversation, ProgressPhase.REBUILD, d, t)), cancel)
-            emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, None))
+            # Save now, so "saved again" is true when the banner says it (the second restore inside sync
+            # found the bad file gone and saw a cold start, which it does not save by itself).
+            saved = _save(sessions.save("rebuild")) if logits is not None else None
+            emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, saved))
         return resume
 
     def forget(self, conversation: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import threading
 import time
@@ -24,6 +25,12 @@ from engine.types import Conversation, Message
 ROLES = ("system", "user", "assistant")
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 TITLE_CHARS = 60
+LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 
 MIGRATIONS: list[str] = [
     # 1: conversations and their messages
@@ -160,15 +167,30 @@ class ConversationStore:
                     raise self._failure(exc) from None
                 raise
 
+    def _out_of_space(self) -> bool:
+        """SQLite reports a write past the file size limit (EFBIG) as a plain I/O error: tell it apart."""
+        try:
+            if shutil.disk_usage(self.path.parent).free < LOW_SPACE_BYTES:
+                return True
+        except OSError:
+            return False
+        if resource is not None:
+            return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+        return False
+
     def _failure(self, exc: sqlite3.DatabaseError) -> ConversationError:
         """The database error in plain words: a full disk says so."""
         code = getattr(exc, "sqlite_errorcode", None)
         if code is not None and code & 0xFF == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
             return DiskFullError(f"the disk holding {self.path.parent} is full, so the conversation could not be saved "
                                  "(everything stored before is kept); free some space and try again")
+        if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR and self._out_of_space():
+            return DiskFullError(f"the disk holding {self.path.parent} is full (or the file size limit was reached), so "
+                                 "the conversation could not be saved (everything stored before is kept); free some "
+                                 "space and try again")
         if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
-            return DiskFullError(f"the conversation database {self.path} could not be written ({exc}); the disk may be "
-                                 "full or failing (everything stored before is kept)")
+            return ConversationError(f"the conversation database {self.path} could not be written ({exc}); the disk "
+                                     "may be failing (everything stored before is kept)")
         if code is not None and code & 0xFF == sqlite3.SQLITE_BUSY:
             return ConversationError(f"the conversation database {self.path} is locked by another program; try again")
         return ConversationError(f"the conversation database failed: {exc}")

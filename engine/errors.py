@@ -53,3 +53,7 @@ class ModelNotLoadedError(HearthError):
 
 class TransferError(ConversationError):
     """An import file that is not a valid Hearth export; the message says where and what."""
+
+
+class CheckpointStoreError(HearthError):
+    """The saved-context store (its index) cannot be opened; saved context is a cache, text is safe."""
