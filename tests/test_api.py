@@ -35,7 +35,7 @@ from engine.types import (
     TurnRequest,
 )
 
-from .test_cli import assert_clean_error, run_cli
+from .test_cli import assert_clean_error
 
 GREEDY = SamplingParams.greedy_params()
 
@@ -248,7 +248,7 @@ def test_two_concurrent_chats_on_one_new_conversation_never_interleave(tiny_home
         (home / "converted").symlink_to(tiny_home / "converted")
         procs = [_chat(home, tiny_gguf, f"first {attempt}"), _chat(home, tiny_gguf, f"second {attempt}")]
         outs = [p.communicate(timeout=600) for p in procs]
-        for p, (out, err) in zip(procs, outs, strict=True):
+        for p, (_out, err) in zip(procs, outs, strict=True):
             assert p.returncode == 0, err
         replies = [json.loads(out) for out, _ in outs]
         stored = ConversationStore(home / "conversations.sqlite3").messages("shared")

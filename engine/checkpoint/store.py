@@ -27,8 +27,8 @@ from pathlib import Path
 from engine.checkpoint.format import CheckpointError, encoding_layout
 from engine.checkpoint.lock import StoreLock
 from engine.checkpoint.reader import CheckpointReader
-from engine.fsutil import atomic_write
 from engine.errors import CheckpointStoreError
+from engine.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
