@@ -80,12 +80,15 @@ def test_non_gguf_file(tmp_path):
     assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(bad)), "not a GGUF file")
 
 
-@pytest.mark.parametrize("keep", [3, 100, 2000, -64])
-def test_truncated_gguf(tmp_path, tiny_gguf, keep):
+@pytest.mark.parametrize(("keep", "needle"), [(3, "not a GGUF file"), (100, "damaged or truncated"),
+                                              (2000, "damaged or truncated"), (-64, "damaged or truncated")])
+def test_truncated_gguf(tmp_path, tiny_gguf, keep, needle):
+    """Cut inside the magic, the header, the metadata, and the last tensor's data (keep < 0)."""
     data = tiny_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(data[:keep] if keep > 0 else data[:keep])
-    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(cut), "--data-dir", str(tmp_path)))
+    cut.write_bytes(data[:keep])
+    assert len(cut.read_bytes()) < len(data)
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(cut), "--data-dir", str(tmp_path)), needle)
 
 
 def test_unsupported_architecture(tmp_path):
