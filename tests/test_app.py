@@ -45,9 +45,9 @@ def test_send_streams_the_reply_and_saves_the_turn(qtbot, windows):
     assert [m.role for m in stored] == ["user", "assistant"] and stored[0].content == "hello there"
     assert stored[1].content == w.transcript.messages[-1].text
     assert (w.config.paths.checkpoints / conversation_file(conv)).exists()
-    assert "tokens from scratch" in w.status_resume.text()
+    assert "tokens from scratch" in w.status.resume.text()
     assert w.sidebar.currentItem().text() == "hello there"  # titled from the first message
-    qtbot.waitUntil(lambda: w.sidebar.currentItem().data(Qt.ItemDataRole.UserRole + 2) == "live")
+    qtbot.waitUntil(lambda: w.sidebar.badge(conv) == "live")
 
 
 def test_shift_enter_adds_a_line_instead_of_sending(qtbot, windows):
@@ -74,14 +74,14 @@ def test_switching_chats_and_back_resumes_from_disk_without_prefill(qtbot, windo
     w.sidebar.setCurrentItem(w.sidebar.item_for(a))
     qtbot.waitUntil(lambda: any(c == a for c, _ in reports), timeout=TIMEOUT)
     report = next(r for c, r in reports if c == a)
-    assert report["source"] == "disk" and report["prefilled_tokens"] == 0
-    assert report["restored_tokens"] > 10
-    assert "resumed" in w.status_resume.text() and "from disk" in w.status_resume.text()
+    assert report.source == "disk" and report.prefilled_tokens == 0
+    assert report.restored_tokens > 10
+    assert "resumed" in w.status.resume.text() and "from disk" in w.status.resume.text()
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
     send(qtbot, w, "and more")
     wait_idle(qtbot, w)
     turn = [r for c, r in reports if c == a][-1]
-    assert turn["source"] == "live" and turn["reused_tokens"] >= report["restored_tokens"] - 1
+    assert turn.source == "live" and turn.reused_tokens >= report.restored_tokens - 1
     assert b != a
 
 
@@ -144,12 +144,12 @@ def test_a_conversation_from_hearth_cli_opens_in_the_window(qtbot, windows, conf
     w = windows(wait_ready=False)
     reports = collect(w.worker.resumed)
     assert w.current == "from-cli"  # the only chat: opened at start
-    qtbot.waitUntil(lambda: bool(reports) and not w.transcript._backlog, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: bool(reports) and not w.transcript.loading, timeout=TIMEOUT)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
     assert w.transcript.messages[0].text == "written in the terminal"
     conv, report = reports[-1]
-    assert conv == "from-cli" and report["source"] == "disk" and report["prefilled_tokens"] == 0
-    assert report["restored_tokens"] >= cli_tokens - 8  # at least the prompt the CLI saved
+    assert conv == "from-cli" and report.source == "disk" and report.prefilled_tokens == 0
+    assert report.restored_tokens >= cli_tokens - 8  # at least the prompt the CLI saved
 
 
 def test_regenerate_and_edit_prefill_only_what_changed(qtbot, windows):
@@ -163,17 +163,18 @@ def test_regenerate_and_edit_prefill_only_what_changed(qtbot, windows):
     reports = collect(w.worker.resumed)
     w.regenerate()
     wait_idle(qtbot, w)
-    assert reports[-1][1]["source"] == "live" and reports[-1][1]["prefilled_tokens"] == 1
+    assert reports[-1][1].source == "live" and reports[-1][1].prefilled_tokens == 1
     assert len(w.store.messages(w.current)) == 4
-    w.begin_edit(2)  # the second question
+    w.chat.begin_edit(2)  # the second question
     assert w.composer.toPlainText() == "second question" and w.edit_note.isVisible()
     w.composer.setPlainText("a different second question")
     w.composer.submit()
     wait_idle(qtbot, w)
     contents = [m.content for m in w.store.messages(w.current)]
     assert contents[2] == "a different second question" and len(contents) == 4
+    assert [m.text for m in w.transcript.messages][2] == "a different second question"
     edited = reports[-1][1]
-    assert edited["source"] == "live" and 0 < edited["prefilled_tokens"] < edited["reused_tokens"]
+    assert edited.source == "live" and 0 < edited.prefilled_tokens < edited.reused_tokens
 
 
 def test_restart_restores_the_list_the_last_chat_and_the_layout(qtbot, windows):
@@ -190,7 +191,7 @@ def test_restart_restores_the_list_the_last_chat_and_the_layout(qtbot, windows):
     windows.close(w)
     again = windows()
     assert again.current == first and again.sidebar.count() == 2
-    qtbot.waitUntil(lambda: not again.transcript._backlog, timeout=TIMEOUT)  # older messages render in turns
+    qtbot.waitUntil(lambda: not again.transcript.loading, timeout=TIMEOUT)  # older messages render in turns
     assert [m.text for m in again.transcript.messages][0] == "the first"
     assert again.splitter.sizes()[0] == sizes[0]  # the list keeps its width (the window's size is the WM's)
     assert again.settings.value("geometry") is not None
@@ -217,9 +218,11 @@ def test_bad_stored_settings_give_a_readable_error_not_a_crash(qtbot, windows):
     w.new_chat()
     use_settings(w, {"temperature": "warm"})
     send(qtbot, w, "hello")
-    qtbot.waitUntil(lambda: "settings are not valid" in w.status_resume.text(), timeout=TIMEOUT)
-    assert w.store.messages(w.current)[0].content == "hello"  # the message is kept
-    assert w.send_button.isEnabled()
+    qtbot.waitUntil(lambda: "settings are not valid" in w.status.resume.text(), timeout=TIMEOUT)
+    # Refused before it was stored: the message goes back to the composer, nothing half-sent stays.
+    assert w.composer.toPlainText() == "hello" and w.store.messages(w.current) == []
+    assert w.transcript.entries() == [] and w.transcript.messages == []
+    assert w.send_button.isEnabled() and not w.turns.running()
 
 
 def test_find_in_chat(qtbot, windows):
@@ -229,11 +232,11 @@ def test_find_in_chat(qtbot, windows):
     wait_idle(qtbot, w)
     qtbot.keyClick(w, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert w.find_bar.isVisible()
-    qtbot.keyClicks(w.find_edit, "zebra")
-    assert w.find_count.text().endswith("match") or "match" in w.find_count.text()
+    qtbot.keyClicks(w.find_bar.edit, "zebra")
+    assert w.find_bar.count.text() == "1 match"
     assert w.transcript.messages[0].body.textCursor().selectedText() == "zebra"
-    w.find_edit.setText("no-such-thing-anywhere")
-    assert w.find_count.text() == "no matches"
+    w.find_bar.edit.setText("no-such-thing-anywhere")
+    assert w.find_bar.count.text() == "no matches"
 
 
 def test_a_second_launch_raises_the_first(qtbot, tmp_path):
@@ -252,10 +255,31 @@ def test_first_run_offline_shows_the_error_and_retry(qtbot, tmp_path, monkeypatc
     cfg = AppConfig(resolve_paths(tmp_path / "fresh").ensure(), model=None, provider="cpu")
     w = MainWindow(cfg)
     qtbot.addWidget(w)
-    qtbot.waitUntil(lambda: w.setup_dialog is not None and w.setup_dialog.retry.isVisible(), timeout=TIMEOUT)
-    assert w.setup_dialog.error.text()  # says what failed
-    assert "could not be set up" in w.setup_dialog.stage.text()
+    qtbot.waitUntil(lambda: w.setup.dialog is not None and w.setup.dialog.isVisible(), timeout=TIMEOUT)
+    dialog = w.setup.dialog
+    # The failure is what the test waits for; Retry and the error come with it, never before.
+    qtbot.waitUntil(lambda: "could not be set up" in dialog.stage.text(), timeout=TIMEOUT)
+    assert dialog.retry.isVisible() and dialog.error.isVisible()
+    assert "cannot reach the package index" in dialog.error.text()  # says what failed
     w.host.stop()
+
+
+def test_the_setup_dialog_offers_retry_only_after_a_failure(qtbot):
+    """A QDialogButtonBox re-shows the buttons it lays out: a Retry kept there was visible, with no error,
+    before any attempt had failed (the race a busy machine exposed)."""
+    from app.model_setup import ModelSetupDialog
+    from engine.types import SetupProgress, SetupStage
+
+    dialog = ModelSetupDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    assert not dialog.retry.isVisible() and not dialog.error.isVisible()
+    dialog.on_failed("offline")
+    assert dialog.retry.isVisible() and dialog.error.text() == "offline"
+    dialog.on_progress(SetupProgress(SetupStage.DOWNLOAD, 1 << 20, 3 << 31))  # retried: more than 2**31 bytes
+    assert not dialog.retry.isVisible() and not dialog.error.isVisible()
+    assert dialog.stage.text() == "Downloading… 1 of 6144 MiB" and dialog.progress.maximum() == 6144
 
 
 def test_model_output_html_is_shown_as_text_and_code_is_formatted(qapp):
@@ -301,7 +325,7 @@ def test_stop_during_decoding_keeps_what_was_written(qtbot, windows, real_config
     w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 400})
     send(qtbot, w, "Write a long story about a lighthouse keeper.")
-    qtbot.waitUntil(lambda: len(w._streams.get(w.current, "")) > 20, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: len(w.turns.turn(w.current).reply) > 20, timeout=TIMEOUT)
     assert w.stop_button.isEnabled()
     qtbot.keyClick(w, Qt.Key.Key_Escape)
     wait_idle(qtbot, w)
@@ -326,12 +350,13 @@ def test_stop_during_a_long_prefill_and_resume_later(qtbot, windows, real_config
     w.stop()
     wait_idle(qtbot, w)
     assert w.store.messages(w.current)[0].content == long_text  # the message is kept
-    assert reports[-1][1]["prefilled_tokens"] < 3000  # stopped part-way through ~3,400 tokens
+    assert [m.role for m in w.store.messages(w.current)] == ["user"]  # and no reply: none was written
+    assert reports[-1][1].prefilled_tokens < 3000  # stopped part-way through ~3,400 tokens
     w.regenerate()  # nothing to regenerate: the last message is the user's
     w.composer.setPlainText("Summarize that.")
     w.composer.submit()
     wait_idle(qtbot, w)
-    assert reports[-1][1]["reused_tokens"] > 0  # what was read before the stop was kept
+    assert reports[-1][1].reused_tokens > 0  # what was read before the stop was kept
 
 
 def test_a_model_that_cannot_load_says_why_and_offers_retry(qtbot, tmp_path):
@@ -347,10 +372,12 @@ def test_a_model_that_cannot_load_says_why_and_offers_retry(qtbot, tmp_path):
     box = w.findChildren(QMessageBox)[0]
     assert "could not be loaded" in box.text() and "broken.gguf" in box.text()
     assert box.button(QMessageBox.StandardButton.Retry) is not None
-    assert w.status_model.text() == "The model could not be loaded"
+    assert w.status.model.text() == "The model could not be loaded"
     w.composer.setPlainText("typed while broken")
     w.composer.submit()  # the message is kept even though no model can answer it
-    assert w.store.messages(w.current)[0].content == "typed while broken"
+    qtbot.waitUntil(lambda: "not loaded" in w.status.resume.text(), timeout=TIMEOUT)
+    assert [m.content for m in w.store.messages(w.current)] == ["typed while broken"]
+    assert w.transcript.entries()[0][1:] == ("user", "typed while broken")  # shown as stored
     box.done(QMessageBox.StandardButton.Close)
     w.host.stop()
 
