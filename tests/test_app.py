@@ -24,7 +24,7 @@ from engine.checkpoint.store import conversation_file
 from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
 
-from .qt_helpers import TIMEOUT, collect, flip_byte, on_ui_thread, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, collect, flip_byte, new_chat_with_turn, on_ui_thread, send, use_settings, wait_idle
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
 
@@ -197,6 +197,193 @@ def test_restart_restores_the_list_the_last_chat_and_the_layout(qtbot, windows):
     assert again.settings.value("geometry") is not None
 
 
+# turns added elsewhere, the turn rule ------------------------------------------------------------------
+def cli_chat(config, model, conversation: str, message: str, *extra: str) -> list[str]:
+    """A real ``hearth-cli chat`` on the window's data dir (greedy, short replies)."""
+    return [sys.executable, "-m", "engine.cli", "chat", "--conversation", conversation, "--message", message,
+            "--data-dir", str(config.paths.data), "--model", str(model), "--provider", "cpu", "--greedy",
+            "--max-new-tokens", "8", *extra]
+
+
+def shown(w: MainWindow) -> list[tuple[str, str]]:
+    """(role, text) of the stored messages the transcript shows."""
+    return [(role, text) for _, role, text in w.transcript.entries()]
+
+
+def stored(w: MainWindow, conversation: str) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in w.store.messages(conversation)]
+
+
+def test_the_window_shows_turns_and_chats_hearth_cli_added(qtbot, windows, config, tiny_gguf):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "from the window")
+    proc = subprocess.run(cli_chat(config, tiny_gguf, conv, "from the terminal", "--json"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cli_reply = json.loads(proc.stdout)["reply"]
+    qtbot.waitUntil(lambda: len(shown(w)) == 4, timeout=TIMEOUT)  # the window looks every second
+    assert shown(w) == stored(w, conv) and shown(w)[2:] == [("user", "from the terminal"), ("assistant", cli_reply)]
+    assert [m.text for m in w.transcript.messages][2:] == ["from the terminal", cli_reply]  # drawn, not only listed
+
+    # Another turn, and a new chat, from the terminal; then a message typed at once, before the window's
+    # timer could have looked: sending looks first, so the terminal's turn shows above the new message.
+    proc = subprocess.run(cli_chat(config, tiny_gguf, conv, "terminal again", "--json"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert subprocess.run(cli_chat(config, tiny_gguf, "made-in-terminal", "a new chat"), capture_output=True,
+                          timeout=300).returncode == 0
+    w.composer.setPlainText("window again")
+    w.composer.submit()
+    assert shown(w)[-2:] == [("user", "terminal again"), ("assistant", json.loads(proc.stdout)["reply"])]
+    assert w.transcript.pending_message is w.transcript.messages[-2]  # then the new message, not stored yet
+    assert w.sidebar.item_for("made-in-terminal") is not None and w.current == conv
+    wait_idle(qtbot, w)
+    assert [role for role, _ in stored(w, conv)] == ["user", "assistant"] * 4
+    assert [text for role, text in stored(w, conv) if role == "user"] == [
+        "from the window", "from the terminal", "terminal again", "window again"]
+    assert shown(w) == stored(w, conv)
+
+
+def full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is full: whoever writes to it next blocks until the reader drains it."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    for size in (65536, 4096, 1):
+        try:
+            while True:
+                os.write(write_fd, b"x" * size)
+        except BlockingIOError:
+            pass
+    os.set_blocking(write_fd, True)
+    return read_fd, write_fd
+
+
+def test_a_message_sent_while_hearth_cli_answers_the_same_chat_is_answered_after_it(qtbot, windows, config,
+                                                                                  tiny_gguf):
+    import threading
+
+    w = windows()
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    # The CLI stores its message under the chat's turn lock, then blocks writing its first streamed piece to
+    # a full pipe: it holds the turn for as long as this test wants, on any machine.
+    read_fd, write_fd = full_pipe()
+    proc = subprocess.Popen(cli_chat(config, tiny_gguf, conv, "from the terminal"), stdout=write_fd,
+                            stderr=subprocess.PIPE)
+    os.close(write_fd)
+    output: list[bytes] = []
+    try:
+        qtbot.waitUntil(lambda: w.store.messages(conv) != [] or proc.poll() is not None, timeout=TIMEOUT)
+        assert stored(w, conv) == [("user", "from the terminal")], proc.stderr.read() if proc.poll() else ""
+        waiting = collect(w.worker.waiting)
+        send(qtbot, w, "from the window")
+        qtbot.waitUntil(lambda: bool(waiting), timeout=TIMEOUT)  # the window's turn waits for the terminal's
+        assert "another Hearth process" in w.status.resume.text()
+        assert w.transcript.pending_message.text == "from the window"
+        assert "waiting" in w.transcript.pending_message.note.text()
+        assert stored(w, conv) == [("user", "from the terminal")]  # not stored while the other turn runs
+        assert w.stop_button.isEnabled() and not w.send_button.isEnabled()
+    finally:
+        drain = threading.Thread(target=lambda: output.extend(iter(lambda: os.read(read_fd, 65536), b"")))
+        drain.start()
+        qtbot.waitUntil(lambda: proc.poll() is not None, timeout=TIMEOUT)
+        drain.join()
+        os.close(read_fd)
+    assert proc.returncode == 0, proc.stderr.read()
+    wait_idle(qtbot, w)
+    messages = stored(w, conv)
+    assert [role for role, _ in messages] == ["user", "assistant", "user", "assistant"]  # no interleaving
+    assert messages[0][1] == "from the terminal" and messages[2][1] == "from the window"
+    assert messages[1][1] and messages[1][1] in b"".join(output).decode()  # the terminal's reply, stored first
+    assert shown(w) == messages and w.transcript.pending_message is None
+
+
+def test_a_failed_checkpoint_save_keeps_the_reply_and_says_so(qtbot, windows, config):
+    w = windows()
+    conv = w.new_chat()
+    use_settings(w, GREEDY)
+    checkpoints = config.paths.checkpoints
+    moved = checkpoints.with_name("checkpoints-away")
+    finished = collect(w.worker.turn_finished)
+    if os.geteuid() != 0:
+        checkpoints.chmod(0o500)  # no new files there
+    else:  # root writes through permissions: a plain file where the directory was makes every open fail
+        checkpoints.rename(moved)
+        checkpoints.write_text("not a directory")
+    try:
+        send(qtbot, w, "keep my reply")
+        wait_idle(qtbot, w)
+    finally:
+        if os.geteuid() != 0:
+            checkpoints.chmod(0o700)
+        else:
+            checkpoints.unlink()
+            moved.rename(checkpoints)
+    (_, turn), = finished
+    assert turn.save is not None and not turn.save.ok and turn.save.error
+    assert stored(w, conv) == [("user", "keep my reply"), ("assistant", turn.reply)] and turn.reply
+    assert turn.reply_seq == w.store.messages(conv)[1].seq
+    assert shown(w) == stored(w, conv)
+    assert "context not saved: could not save" in w.transcript.messages[-1].note.text()
+    assert not (checkpoints / conversation_file(conv)).exists()
+
+
+def test_a_message_too_long_for_the_context_is_refused_and_given_back(qtbot, windows):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "a short first message")
+    before = stored(w, conv)
+    long_text = " ".join(f"word{i}" for i in range(600))  # far past the tiny model's 256 tokens
+    w.composer.setPlainText(long_text)
+    w.composer.submit()
+    assert w.transcript.pending_message.text == long_text  # shown at once, pending
+    w.composer.setPlainText("typed meanwhile")
+    qtbot.waitUntil(lambda: not w.turns.running(), timeout=TIMEOUT)
+    assert "context window holds 256" in w.status.resume.text()
+    assert w.composer.toPlainText() == long_text + "\ntyped meanwhile"
+    assert w.transcript.pending_message is None and shown(w) == before == stored(w, conv)
+    assert len(w.transcript.messages) == 2 and w.send_button.isEnabled()
+
+
+def test_a_message_sent_while_the_model_loads_waits_and_is_answered(qtbot, windows):
+    w = windows(wait_ready=False)
+    conv = w.new_chat()
+    use_settings(w, GREEDY)
+    assert w.model_info is None
+    w.composer.setPlainText("are you there yet?")
+    w.composer.submit()
+    assert w.status.resume.text() == "Waiting for the model…" and w.transcript.pending_message is not None
+    wait_idle(qtbot, w)
+    assert w.model_info is not None
+    assert [role for role, _ in stored(w, conv)] == ["user", "assistant"] and shown(w) == stored(w, conv)
+
+
+def test_the_app_imports_only_the_engine_api():
+    """app/ uses the engine through engine.api, engine.types and engine.errors only — imports inside
+    functions included (the same check as `grep -rhoE "^\\s*(from|import) engine[.a-z_]*" app/`)."""
+    import ast
+    import re
+
+    allowed = {"engine.api", "engine.types", "engine.errors"}
+    found: dict[str, set[str]] = {}
+    app_dir = Path(__file__).resolve().parent.parent / "app"
+    for path in sorted(app_dir.rglob("*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "engine"]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name == "engine" or name.startswith("engine."):
+                    found.setdefault(name, set()).add(path.name)
+        for line in re.findall(r"^\s*(?:from|import) (engine[.a-z_]*)", source, re.MULTILINE):
+            found.setdefault(line, set()).add(path.name)
+    assert {"engine.api", "engine.types", "engine.errors"} <= set(found)  # the check saw the imports
+    assert {name: files for name, files in found.items() if name not in allowed} == {}
+
+
 # dialogs, find, bad input ------------------------------------------------------------------------------
 def test_settings_dialog_refuses_bad_values_and_keeps_good_ones(qtbot):
     dialog = ChatSettingsDialog("Be brief.", {"temperature": 0.5})
@@ -288,14 +475,64 @@ def test_model_output_html_is_shown_as_text_and_code_is_formatted(qapp):
     assert 'class="code"' in html and "python" in html and "print(" in html
 
 
-def test_window_uses_no_files_outside_its_data_dir(qtbot, windows, config):
-    w = windows()
-    w.new_chat()
-    send(qtbot, w, "where do files go?")
-    wait_idle(qtbot, w)
-    windows.close(w)
-    names = {p.name for p in Path(config.paths.data).iterdir()}
-    assert {"conversations.sqlite3", "checkpoints", "window.ini"} <= names
+WINDOW_SESSION = """
+import sys, time
+from PySide6.QtWidgets import QApplication
+from app.config import AppConfig
+from app.main_window import MainWindow
+from engine.api import resolve_paths
+
+app = QApplication([])
+w = MainWindow(AppConfig(resolve_paths(sys.argv[1]).ensure(), model=sys.argv[2], weights="int4", provider="cpu"))
+w.show()
+
+def until(condition):
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        app.processEvents()
+        time.sleep(0.005)
+
+until(lambda: w.model_info is not None)
+conv = w.new_chat()
+w.store.set_settings(conv, {"temperature": 0.0, "max_new_tokens": 8})
+w.composer.setPlainText("where do files go?")
+w.composer.submit()
+until(lambda: not w.turns.running() and len(w.store.messages(conv)) == 2)
+w.close()
+print(conv)
+"""
+
+
+def test_window_uses_no_files_outside_its_data_dir(tmp_path, tiny_gguf, tiny_dir, tiny_converted):
+    """A window session (start, one turn, close) in its own process, with HOME, every XDG dir and TMPDIR
+    pointing at empty dirs: afterwards those are still empty, and the data dir holds exactly what it should."""
+    from engine.turn_lock import TurnLock
+
+    tiny_converted("int4")
+    home, tmp, data = tmp_path / "home", tmp_path / "tmp", tmp_path / "data"
+    for d in (home, tmp, data):
+        d.mkdir()
+    (data / "converted").symlink_to(tiny_dir / "converted")  # the tiny model's conversion, shared
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "HEARTH_"))}
+    env.update(HOME=str(home), TMPDIR=str(tmp), QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(home / ".config"),
+               XDG_CACHE_HOME=str(home / ".cache"), XDG_DATA_HOME=str(home / ".local/share"),
+               XDG_STATE_HOME=str(home / ".local/state"), XDG_RUNTIME_DIR=str(home / "run"))
+    proc = subprocess.run([sys.executable, "-c", WINDOW_SESSION, str(data), str(tiny_gguf)], capture_output=True,
+                          text=True, env=env, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    conv = proc.stdout.split()[-1]
+
+    def files(root: Path) -> set[str]:
+        found = {p.relative_to(root) for p in root.rglob("*")}
+        return {str(p) for p in found if p.parts[0] != "converted" or len(p.parts) == 1}  # not the shared model
+
+    assert files(home) == set() and files(tmp) == set()
+    lock = TurnLock(data / "locks", conv).path.name
+    assert files(data) == {
+        "conversations.sqlite3", "window.ini", "models", "locks", f"locks/{lock}", "converted",
+        "checkpoints", f"checkpoints/{conversation_file(conv)}", "checkpoints/index.sqlite3",
+        "checkpoints/store.lock", "checkpoints/throughput.json"}
 
 
 def test_the_installed_pyside_counts_references_on_emit():
