@@ -29,3 +29,7 @@ class PromptError(HearthError):
 
 class ProviderError(HearthError):
     """An execution provider was asked for and cannot be used."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message  # why, in a few words, for a fallback note
