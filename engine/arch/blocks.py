@@ -1,9 +1,10 @@
 """The blocks every architecture's graph is built from, on ONNX Runtime's fused transformer ops.
 
-An architecture's ``build(g)`` (engine/arch/llama.py) strings them together: inputs → embedding →
-per layer (norms, linears, GroupQueryAttention, MLP) → final norm → logits. Each block reads the GGUF
-tensors it needs in the form the precision asks for (packed 4-bit blocks or dense rows) and writes
-them into the graph; the graph's inputs and outputs are named by engine/arch/io_names.py.
+An architecture's ``build(g)`` (engine/arch/__init__.py says what a module provides) strings them
+together: inputs → embedding → per layer (norms, linears, GroupQueryAttention, MLP) → final norm →
+logits. Each block reads the GGUF tensors it needs in the form the precision asks for (packed 4-bit
+blocks or dense rows) and writes them into the graph; the graph's inputs and outputs are named by
+engine/arch/io_names.py. Nothing here is particular to one architecture.
 """
 
 from __future__ import annotations
