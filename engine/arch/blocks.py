@@ -34,7 +34,8 @@ class Graph:
         self.model, self.cfg, self.precision, self.w = model, cfg, precision, writer
         self.logits_mode, self.progress = logits_mode, progress
         self._blocksums: dict[str, str] = {}
-        self._head_matrix = ""
+        self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
+        self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
         # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
         self.half = precision.compute == "float16"
         self.np_dtype = np.float16 if self.half else np.float32
