@@ -191,3 +191,36 @@ def test_auto_on_a_gpu_loads_the_cuda_variant_alone(tmp_path, tiny_gguf):
         pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
     assert converted.precision == "int4-cuda-dense" and made == [converted.onnx_path.parent.name]
     assert sessions == 1 + (engine.runner.graph is not None)  # the model's session, and the decode graph's
+
+
+# the shared blocks ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["int4", "fp32"])
+def test_linear_blocks_add_a_bias_in_either_weight_form(tmp_path, tiny_gguf, precision):
+    """Biases (which the next architectures have) on one linear and on fused ones, against numpy."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from engine.arch.blocks import Graph
+    from engine.model.onnx_writer import OnnxWriter
+    from engine.model.precision import get_precision
+    from engine.model.weights import dense
+
+    model = GGUFModel(tiny_gguf)
+    writer = OnnxWriter(tmp_path / "model.onnx.data")
+    g = Graph(model, model.config(), get_precision(precision), writer)
+    names = [f"blk.0.attn_{t}.weight" for t in "qkv"]
+    rng = np.random.default_rng(3)
+    biases = {names[0]: rng.standard_normal(64).astype(np.float32), names[2]: rng.standard_normal(32).astype(np.float32)}
+    x = writer.add_input("x", TensorProto.FLOAT, [1, 3, 64])  # [batch, seq, k]
+    one = g.linear(x, "q", g.weight(names[0]), biases[names[0]], out="one")
+    fused = g.fused_linear(x, "qkv", {n: g.weight(n) for n in names}, biases)
+    writer.add_output(one, TensorProto.FLOAT, [1, 3, 64])
+    writer.add_output(fused, TensorProto.FLOAT, [1, 3, 128])
+    writer.save(tmp_path / "model.onnx", {})
+    writer.close()
+    xs = rng.standard_normal((1, 3, 64)).astype(np.float32)
+    got_one, got_fused = ort.InferenceSession(str(tmp_path / "model.onnx")).run(None, {"x": xs})
+    rows = np.concatenate([dense(model, n) for n in names])
+    expected = xs @ rows.T + np.concatenate([biases[names[0]], np.zeros(32, np.float32), biases[names[2]]])
+    np.testing.assert_allclose(got_fused, expected, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got_one, expected[..., :64], atol=1e-4, rtol=1e-4)
