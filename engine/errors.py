@@ -30,6 +30,10 @@ class PromptError(HearthError):
 class ProviderError(HearthError):
     """An execution provider was asked for and cannot be used."""
 
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message  # why, in a few words, for a fallback note
+
 
 class ModelNotInstalledError(ModelFileError):
     """The default model is not installed (and no packaged copy is there): fetch it first."""

@@ -69,11 +69,13 @@ class Engine:
         self.tokens: list[int] = []
 
     @classmethod
-    def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None) -> Engine:
+    def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None, *,
+             cpu_fallback: bool = True) -> Engine:
+        """``cpu_fallback=False``: CUDA or a ProviderError (for a conversion made for CUDA)."""
         gguf = GGUFModel(converted.gguf_path)
         tokenizer = Tokenizer.from_gguf(gguf)
         template = cls.template_for(gguf, tokenizer)
-        runner = ModelRunner(converted.onnx_path, provider, threads)
+        runner = ModelRunner(converted.onnx_path, provider, threads, cpu_fallback=cpu_fallback)
         return cls(runner, tokenizer, template, converted)
 
     @staticmethod

@@ -82,6 +82,7 @@ def test_a_bundled_model_dir_that_does_not_exist_is_a_clear_error(monkeypatch, t
 
 @pytest.mark.real_model
 def test_the_engine_runs_the_bundled_model_without_converting_or_writing_there(bundle, monkeypatch, tmp_path):
+    from engine.arch import llama
     from engine.loader import find_default_gguf, load_engine, resolve_gguf
     from engine.model.convert import model_fingerprint
     from engine.model.fetch import default_model
@@ -100,7 +101,8 @@ def test_the_engine_runs_the_bundled_model_without_converting_or_writing_there(b
     engine, converted, _ = load_engine(paths, weights="int4", provider="cpu")
     assert converted.onnx_path.is_relative_to(bundle) and converted.gguf_path == bundle / "tokenizer" / entry.filename
     # the same fingerprint as a conversion of the full GGUF: saved context moves between the two installs
-    assert converted.fingerprint == model_fingerprint(entry.gguf_sha256, get_precision("int4").weights_id)
+    assert converted.fingerprint == model_fingerprint(entry.gguf_sha256, get_precision("int4").weights_id, llama.NAME,
+                                                      llama.GRAPH_VERSION)
     assert engine.generate(engine.prompt_tokens([{"role": "user", "content": "Hi"}]), max_new_tokens=2).tokens
     assert list(paths.converted.iterdir()) == []  # nothing converted into the data dir
     assert tree_state(bundle) == before  # and nothing written into the bundle
