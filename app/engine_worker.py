@@ -235,8 +235,12 @@ class EngineWorker(QObject):
             self.stopped.emit()
 
     def _emit_cache_states(self) -> None:
-        if self._loaded():  # before a model is loaded every saved context would look stale
+        if not self._loaded():  # before a model is loaded every saved context would look stale
+            return
+        try:
             self.cache_states.emit(self.hearth.context_states())
+        except (HearthError, OSError) as exc:  # the badges wait for the next report; the turn's result stands
+            log.warning("could not list the saved contexts: %s", exc)
 
 
 class EngineHost(QObject):
