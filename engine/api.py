@@ -29,7 +29,7 @@ import numpy as np
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id, title_from
-from engine.errors import ModelNotLoadedError, PromptError
+from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS
 from engine.paths import HearthPaths, resolve_paths
 from engine.runtime.providers import PROVIDER_CHOICES
@@ -236,7 +236,7 @@ class Hearth:
             raise PromptError("the longest reply must be at least 1 token")
         if request.user_message is not None and not request.user_message.strip():
             raise PromptError("the message is empty: write something to say")
-        with self._turn_lock(cid, emit):
+        with self._turn_lock(cid, emit, cancel):
             user_seq = self._store_message(request, create)
             convs = self.conversations
             emit(Accepted(cid, user_seq, tuple(convs.messages(cid))))
@@ -251,8 +251,14 @@ class Hearth:
         with self._turn_lock(check_id(request.conversation), _noop):
             return self._store_message(request, create)
 
-    def _turn_lock(self, cid: str, emit: EventSink):
-        return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(on_wait=lambda: emit(Waiting(cid)))
+    def _turn_lock(self, cid: str, emit: EventSink, cancel: CancelToken | None = None):
+        def give_up() -> HearthError | None:
+            if cancel is not None and cancel.cancelled:
+                return TurnCancelledError(f"stopped while conversation {cid} was busy in another Hearth process; "
+                                          "nothing was stored")
+            return None
+
+        return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(lambda: emit(Waiting(cid)), give_up)
 
     def _store_message(self, request: TurnRequest, create: bool) -> int | None:
         convs, cid = self.conversations, request.conversation

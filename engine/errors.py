@@ -61,3 +61,7 @@ class TransferError(ConversationError):
 
 class CheckpointStoreError(HearthError):
     """The saved-context store (its index) cannot be opened; saved context is a cache, text is safe."""
+
+
+class TurnCancelledError(HearthError):
+    """The user stopped a turn while it waited for another process's turn on the conversation."""

@@ -17,7 +17,14 @@ import pytest
 from engine.api import Hearth, open_conversations, resolve_paths
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore
-from engine.errors import ConversationBusyError, DiskFullError, ModelNotInstalledError, ModelNotLoadedError, PromptError
+from engine.errors import (
+    ConversationBusyError,
+    DiskFullError,
+    ModelNotInstalledError,
+    ModelNotLoadedError,
+    PromptError,
+    TurnCancelledError,
+)
 from engine.turn_lock import TurnLock
 from engine.types import (
     Accepted,
@@ -33,6 +40,7 @@ from engine.types import (
     StopReason,
     Token,
     TurnRequest,
+    Waiting,
 )
 
 from .test_cli import assert_clean_error
@@ -272,6 +280,25 @@ def test_a_busy_conversation_times_out_with_a_clear_message(tiny_home, tiny_gguf
         with TurnLock(paths.turn_locks, "x", 0.2).held(), TurnLock(paths.turn_locks, "x", 0.2).held():
             pass
     assert open_conversations(paths).get("shared") is None  # it never got to store anything
+
+
+def test_stop_ends_a_wait_for_a_busy_conversation(hearth):
+    """Stop (the window's Esc) ends a turn still waiting for another process's turn: nothing stored."""
+    import threading
+
+    hearth.conversations.create("busy")
+    cancel = CancelToken()
+    waits = []
+
+    def on_event(event) -> None:
+        if isinstance(event, Waiting):
+            waits.append(event)
+            threading.Timer(0.2, cancel.cancel).start()
+
+    with TurnLock(hearth.paths.turn_locks, "busy", timeout_s=5).held():
+        with pytest.raises(TurnCancelledError, match="stopped while conversation busy"):
+            hearth.run_turn(TurnRequest("busy", "hello", GREEDY, 4), on_event, cancel)
+    assert waits and hearth.conversations.messages("busy") == []
 
 
 def _limit_file_size(limit: int):

@@ -55,8 +55,10 @@ class StoreLock:
                               f"(waited {self.timeout_s:g} s)")
 
     @contextmanager
-    def held(self, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-        """Hold the lock; ``on_wait`` is called once if another process holds it now."""
+    def held(self, on_wait: Callable[[], None] | None = None,
+             give_up: Callable[[], HearthError | None] | None = None) -> Iterator[None]:
+        """Hold the lock; ``on_wait`` is called once if another process holds it now; while waiting,
+        ``give_up`` returning an error stops the wait with it (a user's Stop)."""
         with self._local:
             if self._depth == 0:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -66,9 +68,10 @@ class StoreLock:
                     if not waited and on_wait is not None:
                         on_wait()
                     waited = True
-                    if time.monotonic() >= deadline:
+                    reason = give_up() if give_up is not None else None
+                    if reason is not None or time.monotonic() >= deadline:
                         os.close(fd)
-                        raise self.busy_error()
+                        raise reason or self.busy_error()
                     time.sleep(0.02)
                 self._fd = fd
             self._depth += 1
