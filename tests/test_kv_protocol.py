@@ -224,3 +224,25 @@ def test_the_staged_path_moves_only_verified_rows(tmp_path):
     for got, expected in zip(fresh.export(), cache.export(0, records[1].end), strict=True):
         np.testing.assert_array_equal(got, expected)
     assert_cleared(fresh, records[1].end, END)  # the failed record never left the staging array
+
+
+class Stray:
+    """A row source that asks for rows it was not given (before the ones it should fill)."""
+
+    dtype = np.dtype(np.float32)
+
+    def fill(self, blocks: BlocksFn) -> int:
+        for block in blocks(0, 5):
+            block[...] = 7.0
+        return 5
+
+
+def test_a_source_cannot_touch_committed_rows():
+    cache = filled_cache(np.float32)
+    before = cache.export(0, 40)
+    with pytest.raises(ValueError, match="outside"):
+        cache.write_rows(40, END, Stray())
+    assert cache.length == 40
+    for got, expected in zip(cache.export(), before, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert_cleared(cache, 40, END)

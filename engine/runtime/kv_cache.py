@@ -26,7 +26,7 @@ import mmap
 
 import numpy as np
 
-from engine.runtime.kv_protocol import RowSource
+from engine.runtime.kv_protocol import BlocksFn, RowSource
 
 log = logging.getLogger(__name__)
 
@@ -314,14 +314,22 @@ class KVCache:
         return self._write_converted(start, end, source, np.dtype(source.dtype))
 
     @staticmethod
-    def _verified_end(valid: int, start: int, end: int) -> int:
+    def _fill(source: RowSource, blocks: BlocksFn, start: int, end: int) -> int:
+        """``source.fill`` with blocks of rows [start, end) only (committed rows are never handed out);
+        where the verified rows end."""
+        def within(s: int, e: int):
+            if not start <= s <= e <= end:
+                raise ValueError(f"a row source asked for rows [{s}, {e}) outside [{start}, {end})")
+            return blocks(s, e)
+
+        valid = source.fill(within)
         if not start <= valid <= end:
             raise ValueError(f"a row source verified up to {valid}, outside the rows [{start}, {end}) it filled")
         return valid
 
     def _write_in_place(self, start: int, end: int, source: RowSource) -> int:
         try:
-            valid = self._verified_end(source.fill(self.host_blocks), start, end)
+            valid = self._fill(source, self.host_blocks, start, end)
         except BaseException:
             self.clear(start, end)
             raise
@@ -332,8 +340,7 @@ class KVCache:
 
     def _write_staged(self, start: int, end: int, source: RowSource) -> int:
         stage = self.staging(end - start)  # its contents are scratch; only verified rows leave it
-        valid = self._verified_end(source.fill(
-            lambda s, e: self._blocks_of(stage[:, :, :, s - start : e - start])), start, end)
+        valid = self._fill(source, lambda s, e: self._blocks_of(stage[:, :, :, s - start : e - start]), start, end)
         if valid > start:
             self.load_staged(stage[:, :, :, : valid - start], start)
         return valid
@@ -346,7 +353,7 @@ class KVCache:
             return [arr[layer, h, s - start : e - start] for layer in range(self.n_layers) for arr in (keys, values)
                     for h in range(self.n_kv_heads)]
 
-        valid = self._verified_end(source.fill(blocks), start, end)
+        valid = self._fill(source, blocks, start, end)
         if valid > start:
             self.load(keys[:, :, : valid - start], values[:, :, : valid - start], start)
         return valid
