@@ -37,11 +37,28 @@ from PySide6.QtWidgets import (
 from app.browser_model import ID_ROLE, ConversationTableModel
 from app.engine_worker import EngineHost
 from app.transcript import TranscriptView, copy_to_clipboard
-from engine.bundle import read_bundle
-from engine.conversations import ConversationError, ConversationStore
-from engine.generation import CancelToken
-from engine.search import fts_query, search, snippet_html
-from engine.transfer import TransferError, export_json, export_markdown, import_json, to_document
+from engine.api import (
+    ConversationStore,
+    export_json,
+    export_markdown,
+    fts_query,
+    import_json,
+    read_bundle,
+    search,
+    snippet_html,
+    to_document,
+)
+from engine.errors import ConversationError, HearthError, TransferError
+from engine.types import (
+    BundleExported,
+    BundleImported,
+    CancelToken,
+    ContextHealth,
+    ContextReport,
+    ContextStatus,
+    GcReport,
+    StoreUsage,
+)
 
 MAX_MATCHES = 200  # a search shows the newest matches; refine it to see others
 MAX_LISTED = 1_000_000  # no words: every conversation
@@ -78,17 +95,19 @@ class BrowserWindow(QWidget):
         self.setWindowTitle("Saved conversations — Hearth")
         self.setAccessibleName("Saved conversations")
         self.resize(1150, 720)
-        self.checkpoints: dict[str, dict] = {}
-        self.usage = (0, 0)
+        self.checkpoints: dict[str, ContextStatus] = {}  # from the engine thread's last check
+        self.usage = StoreUsage(0, 0)
         self._trash: list[str] = []
         self._verify_cancel: CancelToken | None = None
         self._build()
         host.worker.checkpoint_report.connect(self._on_report)
         host.worker.checkpoint_progress.connect(self._on_verify_progress)
+        host.worker.usage.connect(self._on_usage)
+        host.worker.reclaimed.connect(self._on_reclaimed)
         host.worker.bundle_done.connect(self._on_bundle)
-        self._undo_timer = QTimer(self)
-        self._undo_timer.setSingleShot(True)
-        self._undo_timer.timeout.connect(self._purge_trash)
+        self.undo_timer = QTimer(self)  # when it fires, the deleted chats go for good
+        self.undo_timer.setSingleShot(True)
+        self.undo_timer.timeout.connect(self._purge_trash)
         self._summaries: dict[str, dict] = {}
         self.reload()
         self.check_contexts(full=False)
@@ -249,12 +268,16 @@ class BrowserWindow(QWidget):
             hits = []
         status = STATUSES[self.status_filter.currentIndex()]
         if status != "any":
-            hits = [h for h in hits if self.checkpoints.get(h.conversation, {}).get("status", "none") == status]
-        rows = [{**s, "snippet": snippet_html(h.snippet), "checkpoint": self.checkpoints.get(h.conversation, {})}
+            hits = [h for h in hits if self._health(h.conversation) == status]
+        rows = [{**s, "snippet": snippet_html(h.snippet), "checkpoint": self.checkpoints.get(h.conversation)}
                 for h in hits if (s := self._summaries.get(h.conversation)) is not None]
         self.model.set_rows(rows)
         more = "+" if len(hits) == limit and limit == MAX_MATCHES else ""
         self.setWindowTitle(f"Saved conversations ({len(rows)}{more}) — Hearth")
+
+    def _health(self, conversation: str) -> str:
+        status = self.checkpoints.get(conversation)
+        return status.health if status is not None else ContextHealth.NONE
 
     def _refresh_models(self) -> None:
         current = self.model_filter.currentData()
@@ -315,11 +338,11 @@ class BrowserWindow(QWidget):
         self._trash = ids
         self.undo_label.setText(f"Deleted {len(ids)} chat{'s' if len(ids) != 1 else ''}.")
         self.undo_bar.show()
-        self._undo_timer.start(UNDO_SECONDS * 1000)
+        self.undo_timer.start(UNDO_SECONDS * 1000)
         self._changed()
 
     def undo_delete(self) -> None:
-        self._undo_timer.stop()
+        self.undo_timer.stop()
         if self._trash:
             self.store.untrash(self._trash)
             self._trash = []
@@ -327,7 +350,7 @@ class BrowserWindow(QWidget):
         self.undo_bar.hide()
 
     def _purge_trash(self) -> None:
-        self._undo_timer.stop()
+        self.undo_timer.stop()
         ids, self._trash = self._trash, []
         self.undo_bar.hide()
         if ids:
@@ -348,7 +371,7 @@ class BrowserWindow(QWidget):
         if ids:
             self.host.request_drop_context.emit(ids)
             for cid in ids:
-                self.checkpoints[cid] = {"status": "none", "tokens": 0, "bytes": 0}
+                self.checkpoints[cid] = ContextStatus(cid, ContextHealth.NONE)
             self.refresh()
 
     def export_selected(self, path: str | None, kind: str) -> int:
@@ -417,18 +440,17 @@ class BrowserWindow(QWidget):
         self._changed()
         return ids
 
-    def _on_bundle(self, report: dict) -> None:
-        if not report.get("ok"):
-            self._warn(report.get("error", "the bundle failed"))
-        elif report.get("export"):
-            self.verify_result.setText(f"Exported {report['conversations']} conversations with "
-                                       f"{report['contexts']} saved contexts.")
+    def _on_bundle(self, result: BundleExported | BundleImported | HearthError) -> None:
+        if isinstance(result, HearthError):
+            self._warn(str(result))
+        elif isinstance(result, BundleExported):
+            self.verify_result.setText(f"Exported {result.conversations} conversations with "
+                                       f"{result.contexts} saved contexts.")
         else:
-            rebuilt = report.get("rebuilt", {})
-            text = f"Saved context used for {len(report.get('used', []))} conversation(s)"
-            if rebuilt:
-                reasons = ", ".join(sorted(set(rebuilt.values())))
-                text += f"; {len(rebuilt)} will be rebuilt when opened ({reasons})"
+            text = f"Saved context used for {len(result.used)} conversation(s)"
+            if result.rebuilt:
+                reasons = ", ".join(sorted(set(result.rebuilt.values())))
+                text += f"; {len(result.rebuilt)} will be rebuilt when opened ({reasons})"
             self.verify_result.setText(text + ".")
             self.check_contexts(full=False)
 
@@ -460,22 +482,28 @@ class BrowserWindow(QWidget):
         self.verify_bar.setRange(0, total)
         self.verify_bar.setValue(done)
 
-    def _on_report(self, report: dict) -> None:
-        self.checkpoints.update(report["items"])
-        self.usage = (report["bytes"], report["budget"])
-        self.usage_label.setText(f"Saved context: {report['bytes'] / 2**20:,.1f} MiB of "
-                                 f"{report['budget'] / 2**20:,.0f} MiB")
-        if not self.budget.hasFocus():
-            self.budget.setValue(min(self.budget.maximum(), report["budget"] >> 20))
-        if report["full"]:
+    def _on_report(self, report: ContextReport) -> None:
+        self.checkpoints.update(report.items)
+        self._on_usage(StoreUsage(report.bytes, report.budget))
+        if report.full:
             self.verify_bar.hide()
-            found = [i["status"] for i in report["items"].values()]
-            damaged = found.count("damaged")
+            found = [status.health for status in report.items.values()]
+            damaged = found.count(ContextHealth.DAMAGED)
             self.verify_result.setText(
-                f"Checked {len(found)}: {found.count('valid')} valid, {found.count('stale')} stale, "
-                f"{damaged} damaged, {found.count('none')} without saved context"
+                f"Checked {len(found)}: {found.count(ContextHealth.VALID)} valid, {found.count(ContextHealth.STALE)} "
+                f"stale, {damaged} damaged, {found.count(ContextHealth.NONE)} without saved context"
                 + (" — damaged ones are rebuilt when opened." if damaged else "."))
         self.refresh()
+
+    def _on_usage(self, usage: StoreUsage) -> None:
+        self.usage = usage
+        self.usage_label.setText(f"Saved context: {usage.bytes / 2**20:,.1f} MiB of {usage.budget / 2**20:,.0f} MiB")
+        if not self.budget.hasFocus():
+            self.budget.setValue(min(self.budget.maximum(), usage.budget >> 20))
+
+    def _on_reclaimed(self, report: GcReport) -> None:
+        removed = report.temp_files + len(report.orphans) + len(report.evicted)
+        self.verify_result.setText(f"Reclaimed space: removed {removed} saved-context file{'s' if removed != 1 else ''}.")
 
     def apply_budget(self) -> None:
         self.host.request_set_budget.emit(self.budget.value() << 20)

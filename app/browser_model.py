@@ -8,13 +8,17 @@ import time
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
 from app.text import age, count
+from engine.types import ContextHealth, ContextStatus
 
 COLUMNS = ("Title", "Match", "Created", "Last activity", "Messages", "Tokens", "Model", "Context size", "Context")
 ID_ROLE = Qt.ItemDataRole.UserRole + 11
 
 
-def _ck(row: dict) -> dict:
-    return row["checkpoint"]
+def _ck(row: dict) -> ContextStatus:
+    return row["checkpoint"] or _UNCHECKED
+
+
+_UNCHECKED = ContextStatus("", ContextHealth.NONE)  # before the first check comes back: shown as "…"
 
 
 # per column: (text shown, sort key)
@@ -24,17 +28,17 @@ _CELLS = (
     (lambda r: time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_ms"] / 1000)), lambda r: r["created_ms"]),
     (lambda r: age(r["updated_ms"]), lambda r: r["updated_ms"]),
     (lambda r: count(r["messages"]), lambda r: r["messages"]),
-    (lambda r: count(_ck(r).get("tokens", 0)) if _ck(r).get("tokens") else "", lambda r: _ck(r).get("tokens", 0)),
+    (lambda r: count(_ck(r).tokens) if _ck(r).tokens else "", lambda r: _ck(r).tokens),
     (lambda r: r["model"], lambda r: r["model"]),
-    (lambda r: f"{_ck(r)['bytes'] / 2**20:.1f} MiB" if _ck(r).get("bytes") else "", lambda r: _ck(r).get("bytes", 0)),
-    (lambda r: _ck(r).get("status", "…"), lambda r: _ck(r).get("status", "")),
+    (lambda r: f"{_ck(r).bytes / 2**20:.1f} MiB" if _ck(r).bytes else "", lambda r: _ck(r).bytes),
+    (lambda r: str(r["checkpoint"].health) if r["checkpoint"] else "…", lambda r: _ck(r).health if r["checkpoint"] else ""),
 )
 
 
 class ConversationTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.rows: list[dict] = []  # id, title, snippet (HTML), created_ms, updated_ms, messages, model, checkpoint
+        self.rows: list[dict] = []  # store summaries + snippet (HTML) + checkpoint (ContextStatus or None)
         self._sorted: tuple[int, Qt.SortOrder] | None = None
 
     def set_rows(self, rows: list[dict]) -> None:
@@ -64,7 +68,7 @@ class ConversationTableModel(QAbstractTableModel):
         if role == ID_ROLE:
             return row["id"]
         if role == Qt.ItemDataRole.ToolTipRole and index.column() == len(COLUMNS) - 1:
-            return _ck(row).get("message") or _ck(row).get("reason")
+            return _ck(row).message or _ck(row).reason
         return None
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.model.precision import DEFAULT_PRECISION
-from engine.paths import HearthPaths, resolve_paths
+from engine.api import DEFAULT_PRECISION, HearthPaths, resolve_paths
 
 
 @dataclass(frozen=True)

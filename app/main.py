@@ -6,9 +6,8 @@ import argparse
 import logging
 import sys
 
+from engine.api import DEFAULT_PRECISION, PRECISIONS, PROVIDER_CHOICES
 from engine.errors import HearthError
-from engine.model.precision import DEFAULT_PRECISION, PRECISIONS
-from engine.runtime.providers import PROVIDER_CHOICES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = AppConfig.from_args(args.data_dir, args.model, args.weights, args.provider)
         if args.terminal:
-            from engine.terminal_chat import run_terminal_chat
+            from engine.api import run_terminal_chat
 
             return run_terminal_chat(config.paths, weights=args.weights, provider=args.provider, model=args.model)
         return run_window(config, browse=args.browse, probe=args.startup_probe)

@@ -4,7 +4,7 @@ It opens the real window (offscreen works: ``QT_QPA_PLATFORM=offscreen``), waits
 sends one message through the composer and waits for the reply, closes the window (which saves the
 live context), then loads the model again outside the window and checks the saved context the way a
 later launch would: a full verification of the file (every checksum, the model and tokenizer
-fingerprints), a restore through ``ChatSessions``, and the restored context's next-token logits
+fingerprints), a restore through the engine API (``Hearth.check_restore``), and the restored context's next-token logits
 against a cold prefill of the same prompt. It prints one line per step and exits 0, or 1 with the
 step that failed and why.
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import HearthError
+from engine.types import Finished
 
 log = logging.getLogger(__name__)
 
@@ -80,24 +81,18 @@ def run_self_test(data_dir: str | None = None, *, model: str | None = None, weig
 
 def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provider: str) -> None:
     from app.config import AppConfig
-    from engine.loader import locate_model
-    from engine.paths import bundled_model_dir, resolve_paths
+    from engine.api import Hearth, resolve_paths
 
     try:
         paths = resolve_paths(report.data_dir).ensure()
     except OSError as exc:
         raise SelfTestFailed("data dir", f"cannot use {report.data_dir}: {exc.strerror or exc}") from None
     try:
-        gguf, shipped = locate_model(paths, model, weights)
-        bundled = bundled_model_dir()
+        source = Hearth(paths, model=model, weights=weights, provider=provider).locate_model()
     except HearthError as exc:
         raise SelfTestFailed("model", f"no model to test with ({exc}); a packaged build ships one, from source "
                                       "set HEARTH_BUNDLED_MODEL or pass --data-dir with the model fetched") from None
-    if shipped is not None:
-        report.ok("model", f"{shipped.gguf_path.stem}, converted for {shipped.precision} (bundled: {bundled})")
-    else:
-        where = "bundled" if bundled is not None and gguf.is_relative_to(bundled) else "installed"
-        report.ok("model", f"{gguf.name} ({where}: {gguf.parent})")
+    report.ok("model", source.description)
     config = AppConfig(paths, model, weights, provider)
     conversation = window_turn(config, report)
     verify_and_restore(config, conversation, report)
@@ -139,7 +134,7 @@ def window_turn(config, report: SelfTestReport) -> str:
         def __init__(self) -> None:
             super().__init__()
             self.failure: str | None = None
-            self.turns: list[tuple[str, dict]] = []
+            self.turns: list[Finished] = []
 
         @Slot(str)
         def setup_failed(self, message: str) -> None:
@@ -149,13 +144,13 @@ def window_turn(config, report: SelfTestReport) -> str:
         def needs_model(self) -> None:
             self.failure = "the window found no model"
 
-        @Slot(str, str)
-        def failed(self, conversation: str, message: str) -> None:
-            self.failure = f"the engine failed: {message}"
+        @Slot(str, object)
+        def failed(self, conversation: str, error: Exception) -> None:
+            self.failure = f"the engine failed: {error}"
 
         @Slot(str, object)
-        def turn_finished(self, conversation: str, info: dict) -> None:
-            self.turns.append((conversation, info))
+        def turn_finished(self, conversation: str, finished: Finished) -> None:
+            self.turns.append(finished)
 
     seen = Seen()
     started = time.perf_counter()
@@ -164,17 +159,18 @@ def window_turn(config, report: SelfTestReport) -> str:
     worker.setup_failed.connect(seen.setup_failed)
     worker.needs_model.connect(seen.needs_model)
     worker.failed.connect(seen.failed)
+    worker.turn_failed.connect(seen.failed)
     worker.turn_finished.connect(seen.turn_finished)
     try:
         window.show()
         _wait(lambda: window.isVisible() and window.windowHandle() is not None and window.windowHandle().isExposed(),
               30, "window", "the window to be shown")
         shown_ms = (time.perf_counter() - started) * 1000
-        _wait(lambda: window.engine_info is not None, STEP_TIMEOUT_S, "window", "the model to load",
+        _wait(lambda: window.model_info is not None, STEP_TIMEOUT_S, "window", "the model to load",
               lambda: seen.failure)
-        info = window.engine_info
-        note = f"; {info['note']}" if info.get("note") else ""
-        report.ok("window", f"shown in {shown_ms:.0f} ms; {info['model']} {info['weights']} on {info['provider']} "
+        info = window.model_info
+        note = f"; {info.note}" if info.note else ""
+        report.ok("window", f"shown in {shown_ms:.0f} ms; {info.name} {info.weights} on {info.provider} "
                             f"ready in {(time.perf_counter() - started):.1f} s{note}")
 
         conversation = window.new_chat()
@@ -183,21 +179,21 @@ def window_turn(config, report: SelfTestReport) -> str:
         window.composer.setPlainText(PROMPT)
         window.composer.submit()  # what Enter does
         turn_started = time.perf_counter()
-        _wait(lambda: any(c == conversation for c, _ in seen.turns), STEP_TIMEOUT_S, "chat turn", "the reply",
-              lambda: seen.failure)
-        turn = next(i for c, i in seen.turns if c == conversation)
+        _wait(lambda: any(t.conversation == conversation for t in seen.turns), STEP_TIMEOUT_S, "chat turn",
+              "the reply", lambda: seen.failure)
+        turn = next(t for t in seen.turns if t.conversation == conversation)
         stored = window.store.messages(conversation)
         if [m.role for m in stored] != ["user", "assistant"] or stored[0].content != PROMPT or not stored[1].content.strip():
             raise SelfTestFailed("chat turn", f"expected the message and a non-empty reply stored, got "
                                               f"{[(m.role, m.content[:40]) for m in stored]}")
         reply = " ".join(stored[1].content.split())
-        speed = turn["timings"].get("decode_tokens_per_s") or 0.0
-        report.ok("chat turn", f"“{reply[:60]}{'…' if len(reply) > 60 else ''}” ({turn['stop_reason']}, "
-                               f"{(time.perf_counter() - turn_started):.1f} s, {speed:.0f} tokens/s)")
-        save = turn.get("save") or {}
-        if not save.get("ok"):
-            raise SelfTestFailed("save", f"the turn's context was not saved: {save.get('error') or save or 'no save'}")
-        report.ok("save", f"{save['tokens']} tokens, {save['bytes_written']:,} bytes in {save['elapsed_ms']:.0f} ms")
+        report.ok("chat turn", f"“{reply[:60]}{'…' if len(reply) > 60 else ''}” ({turn.stop_reason}, "
+                               f"{(time.perf_counter() - turn_started):.1f} s, {turn.timings.decode_tokens_per_s:.0f} "
+                               "tokens/s)")
+        save = turn.save
+        if save is None or not save.ok:
+            raise SelfTestFailed("save", f"the turn's context was not saved: {save.error if save else 'no save'}")
+        report.ok("save", f"{save.tokens} tokens, {save.bytes_written:,} bytes in {save.elapsed_ms:.0f} ms")
     finally:
         window.close()  # saves the window state and what is live; stops the engine thread
     stopped = not window.host.thread.isRunning()
@@ -209,49 +205,33 @@ def window_turn(config, report: SelfTestReport) -> str:
 
 # the saved context, as a later launch sees it -------------------------------------------------------------
 def verify_and_restore(config, conversation: str, report: SelfTestReport) -> None:
-    """Verify the conversation's checkpoint fully, restore it into a freshly loaded engine, and check the
+    """Verify the conversation's saved context fully, restore it into a freshly loaded model, and check the
     restored context's next-token logits against a cold prefill of the same prompt."""
-    import numpy as np
+    from engine.api import Hearth
+    from engine.types import ContextHealth, ResumeSource
 
-    from engine.checkpoint.identity import engine_identity
-    from engine.checkpoint.status import VALID, checkpoint_status
-    from engine.checkpoint.store import CheckpointStore, conversation_file
-    from engine.conversations import ConversationStore
-    from engine.loader import load_engine
-    from engine.session import DISK, ChatSessions
-
-    paths = config.paths
-    path = paths.checkpoints / conversation_file(conversation)
-    if not path.is_file():
-        raise SelfTestFailed("verify", f"no saved context at {path}")
+    hearth = Hearth(config.paths, model=config.model, weights=config.weights, provider=config.provider)
     try:
-        engine, _, load_ms = load_engine(paths, model=config.model, weights=config.weights, provider=config.provider)
-    except HearthError as exc:
-        raise SelfTestFailed("verify", f"the model could not be loaded again: {exc}") from None
-    status, problem, tokens = checkpoint_status(path, engine_identity(engine), engine.tokenizer.vocab_size, full=True)
-    if status != VALID:
-        raise SelfTestFailed("verify", f"the saved context is {status}: {problem}")
-    report.ok("verify", f"{path.name}: {tokens} tokens, every checksum and fingerprint valid")
-
-    store = ConversationStore(paths.conversations_db)
-    try:
-        messages = store.chat_messages(conversation)
+        try:
+            info = hearth.load()
+        except HearthError as exc:
+            raise SelfTestFailed("verify", f"the model could not be loaded again: {exc}") from None
+        status = hearth.context_status(conversation, full=True)
+        if status.health == ContextHealth.NONE:
+            raise SelfTestFailed("verify", f"no saved context for {conversation} in {config.paths.checkpoints}")
+        if status.health != ContextHealth.VALID:
+            raise SelfTestFailed("verify", f"the saved context is {status.health}: {status.message}")
+        report.ok("verify", f"{status.tokens} tokens ({status.bytes:,} bytes), every checksum and fingerprint valid")
+        check = hearth.check_restore(conversation)
     finally:
-        store.close()
-    checkpoints = CheckpointStore(paths.checkpoints)
-    try:
-        sessions = ChatSessions(engine, checkpoints)
-        restored, prompt, resume = sessions.sync(conversation, messages)
-        if resume.source != DISK or resume.restored_tokens <= 0:
-            raise SelfTestFailed("restore", f"expected the context from disk, got {resume.source} "
-                                            f"({resume.reason or 'no reason'}: {resume.message})")
-        engine.reset()
-        cold, _ = engine.sync(prompt)
-    finally:
-        checkpoints.close()
-    diff = float(np.max(np.abs(np.asarray(restored, np.float32) - np.asarray(cold, np.float32))))
-    if diff > LOGIT_TOLERANCE or int(np.argmax(restored)) != int(np.argmax(cold)):
+        hearth.close()
+    resume = check.resume
+    if resume.source != ResumeSource.DISK or resume.restored_tokens <= 0:
+        raise SelfTestFailed("restore", f"expected the context from disk, got {resume.source} "
+                                        f"({resume.reason or 'no reason'}: {resume.message})")
+    if check.max_logit_diff > LOGIT_TOLERANCE or not check.same_next_token:
         raise SelfTestFailed("restore", f"the restored context predicts differently from a cold prefill "
-                                        f"(max logit difference {diff:.3g})")
+                                        f"(max logit difference {check.max_logit_diff:.3g})")
     report.ok("restore", f"{resume.restored_tokens} tokens from disk in {resume.restore_ms:.0f} ms (model loaded "
-                         f"in {load_ms:.0f} ms); next-token logits match a cold prefill (max diff {diff:.1g})")
+                         f"in {info.load_ms:.0f} ms); next-token logits match a cold prefill (max diff "
+                         f"{check.max_logit_diff:.1g})")

@@ -14,17 +14,33 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.engine_worker import sampling_from_settings
 from engine.errors import HearthError
-from engine.sampling import SamplingParams
-
-DEFAULT_MAX_NEW_TOKENS = 512
+from engine.types import DEFAULT_MAX_NEW_TOKENS, SamplingParams
 
 
 def default_settings() -> dict:
     d = SamplingParams()
     return {"temperature": d.temperature, "top_p": d.top_p, "top_k": d.top_k, "min_p": d.min_p,
             "repeat_penalty": d.repetition_penalty, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "seed": None}
+
+
+def turn_settings(settings: dict) -> tuple[SamplingParams, int]:
+    """A chat's stored settings (from this dialog, defaults filled in) as the engine's sampling parameters
+    and the longest reply; a bad value raises HearthError saying so."""
+    values = {**default_settings(), **settings}
+    try:
+        seed = values["seed"]
+        params = SamplingParams(temperature=float(values["temperature"]), top_k=int(values["top_k"]),
+                                top_p=float(values["top_p"]), min_p=float(values["min_p"]),
+                                repetition_penalty=float(values["repeat_penalty"]),
+                                seed=None if seed is None else int(seed))
+        max_new_tokens = int(values["max_new_tokens"])
+    except (TypeError, ValueError) as exc:
+        raise HearthError(f"this chat's settings are not valid ({exc}); fix them in Chat settings") from None
+    params.validate()
+    if max_new_tokens < 1:
+        raise HearthError("this chat's longest reply must be at least 1 token; fix it in Chat settings")
+    return params, max_new_tokens
 
 
 class ChatSettingsDialog(QDialog):
@@ -104,7 +120,7 @@ class ChatSettingsDialog(QDialog):
                     "repeat_penalty": self.repeat.value(), "max_new_tokens": self.max_new.value(),
                     "seed": int(seed_text) if seed_text else None}
         try:
-            sampling_from_settings(settings)
+            turn_settings(settings)
         except HearthError as exc:
             raise ValueError(str(exc)) from None
         return self.system.toPlainText(), settings

@@ -7,6 +7,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from app.text import age, count
+from engine.types import ContextBadge, ContextState
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 SUBTITLE_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -101,25 +102,55 @@ class ConversationList(QListWidget):
         self._refresh(item)
         return item
 
-    def set_badges(self, states: dict[str, dict]) -> None:
-        """``states``: conversation → {"badge", "tokens"}; conversations not named get "none" (unless
-        rebuilding) and keep the token count they had."""
+    def sync(self, rows: list[tuple[str, str, int]]) -> None:
+        """Show exactly ``rows`` (id, title, last activity), in that order, keeping each item's badge and
+        token count and the current item, without a selection signal (the window decides what to show
+        when its chat is gone)."""
+        items = {self.item(i).data(ID_ROLE): self.item(i) for i in range(self.count())}
+        current = self.currentItem()
+        self.blockSignals(True)
+        try:
+            if list(items) != [r[0] for r in rows]:
+                while self.count():
+                    self.takeItem(0)
+                for cid, _, _ in rows:
+                    if cid not in items:
+                        items[cid] = QListWidgetItem()
+                        items[cid].setData(ID_ROLE, cid)
+                    self.addItem(items[cid])
+                if current is not None and current.data(ID_ROLE) in {r[0] for r in rows}:
+                    self.setCurrentItem(current)
+            for cid, title, updated_ms in rows:
+                item = items[cid]
+                if item.data(Qt.ItemDataRole.DisplayRole) != (title or "New chat") or item.data(UPDATED_ROLE) != updated_ms:
+                    item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
+                    item.setData(UPDATED_ROLE, updated_ms)
+                    self._refresh(item)
+        finally:
+            self.blockSignals(False)
+
+    def set_badges(self, states: dict[str, ContextState]) -> None:
+        """Conversations not named get "none" (unless rebuilding) and keep the token count they had."""
         for i in range(self.count()):
             item = self.item(i)
             cid = item.data(ID_ROLE)
-            if item.data(BADGE_ROLE) == "rebuilding" and cid not in states:
+            if item.data(BADGE_ROLE) == ContextBadge.REBUILDING and cid not in states:
                 continue
-            state = states.get(cid, {})
-            item.setData(BADGE_ROLE, state.get("badge", "none"))
-            if state.get("tokens"):
-                item.setData(TOKENS_ROLE, state["tokens"])
+            state = states.get(cid)
+            item.setData(BADGE_ROLE, str(state.badge if state else ContextBadge.NONE))
+            if state is not None and state.tokens:
+                item.setData(TOKENS_ROLE, state.tokens)
             self._refresh(item)
 
-    def set_badge(self, conversation: str, badge: str) -> None:
+    def set_badge(self, conversation: str, badge: ContextBadge) -> None:
         item = self.item_for(conversation)
         if item is not None:
-            item.setData(BADGE_ROLE, badge)
+            item.setData(BADGE_ROLE, str(badge))
             self._refresh(item)
+
+    def badge(self, conversation: str) -> str | None:
+        item = self.item_for(conversation)
+        return item.data(BADGE_ROLE) if item is not None else None
 
     def _refresh(self, item: QListWidgetItem) -> None:
         tokens = item.data(TOKENS_ROLE)

@@ -56,7 +56,7 @@ class StartupProbe(QObject):
         self.interactive = time.time()
 
     @Slot(object)
-    def on_ready(self, _info: dict) -> None:
+    def on_ready(self, _info: object) -> None:  # ModelInfo
         self.finish(time.time())
 
     @Slot(str)

@@ -1,8 +1,10 @@
-"""Small wordings the window shows: ages, counts, and how a turn started."""
+"""Small wordings the window shows: ages, counts, how a turn started and ended, the model."""
 
 from __future__ import annotations
 
 import time
+
+from engine.types import Finished, ModelInfo, Resume, ResumeSource, StopReason
 
 
 def count(n: int) -> str:
@@ -32,21 +34,39 @@ def duration(ms: float) -> str:
     return f"{int(ms // 60_000)} min {int(ms % 60_000 // 1000)} s"
 
 
-def resume_summary(report: dict) -> str:
+def resume_summary(resume: Resume) -> str:
     """How a turn started, e.g. 'resumed 1,843 tokens from disk in 41 ms · re-reading would take ≈ 19 s'."""
-    source = report.get("source")
-    reused, prefilled = report.get("reused_tokens", 0), report.get("prefilled_tokens", 0)
-    estimate = report.get("prefill_estimate_ms")
-    if source == "disk":
-        text = f"resumed {count(report.get('restored_tokens', reused))} tokens from disk in {duration(report['restore_ms'])}"
-        if estimate:
-            text += f" · re-reading would take ≈ {duration(estimate)}"
-    elif source == "live":
+    source, reused, prefilled = resume.source, resume.reused_tokens, resume.prefilled_tokens
+    if source == ResumeSource.DISK:
+        text = f"resumed {count(resume.restored_tokens or reused)} tokens from disk in {duration(resume.restore_ms)}"
+        if resume.prefill_estimate_ms:
+            text += f" · re-reading would take ≈ {duration(resume.prefill_estimate_ms)}"
+    elif source == ResumeSource.LIVE:
         text = f"continued from memory ({count(reused)} tokens kept)"
-    elif source == "rebuilt":
-        text = f"rebuilt: {report.get('plain') or report.get('reason')}"
+    elif source == ResumeSource.REBUILT:
+        text = f"rebuilt: {resume.plain or resume.reason}"
     else:
         return f"read {count(prefilled)} tokens from scratch" if prefilled else "started from scratch"
     if prefilled:
         text += f" · read {count(prefilled)} new tokens"
     return text
+
+
+STOP_NOTES = {StopReason.CANCELLED: "stopped", StopReason.LENGTH: "reached the length limit",
+              StopReason.CONTEXT_FULL: "the context window is full"}
+
+
+def turn_note(finished: Finished) -> str:
+    """The small note beside a finished reply: why it ended (unless it simply ended), and a failed save."""
+    parts = [STOP_NOTES[finished.stop_reason]] if finished.stop_reason in STOP_NOTES else []
+    if finished.save is not None and not finished.save.ok:
+        parts.append(f"context not saved: {finished.save.error or 'unknown error'}")
+    return " · ".join(parts)
+
+
+def model_label(info: ModelInfo) -> str:
+    return f"{info.name} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
+
+
+def context_label(used: int, limit: int) -> str:
+    return f"Context {count(used)} / {count(limit)}"

@@ -29,6 +29,7 @@ ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
 STREAM_RENDER_MS = 50
 RENDER_BUDGET_MS = 5.0  # UI work per event-loop turn when filling in a long chat; layout and paint follow
 GRAVEYARD_BATCH = 12
+UNSTORED = -1  # the seq of a message shown but not (yet) stored: a pending message, a reply being written
 
 
 class MessageBody(QTextBrowser):
@@ -131,7 +132,8 @@ class TranscriptView(QScrollArea):
         self.setWidget(inner)
         self.messages: list[MessageWidget] = []
         self._streaming: MessageWidget | None = None
-        self._pending: str | None = None
+        self._pending: str | None = None  # streamed text not yet rendered
+        self.pending_message: MessageWidget | None = None  # the user's message until the engine stores it
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(STREAM_RENDER_MS)
         self._render_timer.timeout.connect(self._flush)
@@ -154,7 +156,7 @@ class TranscriptView(QScrollArea):
     # content ------------------------------------------------------------------------------------------
     def clear(self) -> None:
         self._render_timer.stop()
-        self._streaming, self._pending = None, None
+        self._streaming, self._pending, self.pending_message = None, None, None
         for w in self.messages:
             w.hide()
         self._graveyard.extend(self.messages)
@@ -186,6 +188,18 @@ class TranscriptView(QScrollArea):
             self.scroll_to_bottom()
         if self._backlog:
             self._chores.start()
+
+    @property
+    def loading(self) -> bool:
+        """Older messages are still being rendered, a few per event-loop turn."""
+        return bool(self._backlog)
+
+    def entries(self) -> list[tuple[int, str, str]]:
+        """The stored messages shown, (seq, role, text) oldest first: not the pending message, not a reply
+        being written or one that failed. The window compares this with the store to notice turns added
+        elsewhere."""
+        shown = [(w.seq, w.role, w.text) for w in self.messages if w.seq != UNSTORED]
+        return self._backlog + shown
 
     def finish_loading(self) -> None:
         """Render everything still pending now (before a search over the whole chat)."""
@@ -224,15 +238,50 @@ class TranscriptView(QScrollArea):
             w.regenerate_button.setVisible(w.role == "assistant" and i == len(self.messages) - 1
                                            and self._streaming is None and not self.read_only)
 
-    def begin_stream(self, seq: int) -> MessageWidget:
-        w = self.add(seq, "assistant", "")
-        self._streaming, self._pending = w, ""
+    def add_pending(self, text: str, note: str) -> MessageWidget:
+        """The user's message, shown at once while the engine has not stored it yet."""
+        self.pending_message = self.add(UNSTORED, "user", text)
+        self.pending_message.set_note(note)
+        return self.pending_message
+
+    def confirm_pending(self, seq: int) -> None:
+        """The engine stored the pending message as ``seq``."""
+        if self.pending_message is not None:
+            self.pending_message.seq = seq
+            self.pending_message.set_note("")
+            self.pending_message = None
+
+    def remove(self, w: MessageWidget | None) -> None:
+        if w is None or w not in self.messages:
+            return
+        if w is self._streaming:
+            self._render_timer.stop()
+            self._streaming, self._pending = None, None
+        if w is self.pending_message:
+            self.pending_message = None
+        self.messages.remove(w)
+        w.hide()
+        self._graveyard.append(w)
+        self._chores.start()
+        self.empty_hint.setVisible(not self.messages)
+        self._update_regenerate()
+
+    def begin_stream(self, text: str = "") -> MessageWidget:
+        """An empty reply to stream into (or one already ``text`` long, when switching back to a chat)."""
+        w = self.add(UNSTORED, "assistant", "")
+        self._streaming, self._pending = w, text
+        if text:
+            self._render_timer.start()
         self._update_regenerate()
         return w
 
     @property
     def streaming(self) -> bool:
         return self._streaming is not None
+
+    @property
+    def stream_widget(self) -> MessageWidget | None:
+        return self._streaming
 
     def stream(self, piece: str) -> None:
         if self._streaming is None:
@@ -241,9 +290,11 @@ class TranscriptView(QScrollArea):
         if not self._render_timer.isActive():
             self._render_timer.start()
 
-    def end_stream(self, text: str, note: str = "") -> None:
+    def end_stream(self, text: str, note: str = "", seq: int = UNSTORED) -> None:
+        """The reply is done: its final text, a note (why it stopped, a failed save) and its stored seq."""
         self._render_timer.stop()
         if self._streaming is not None:
+            self._streaming.seq = seq
             self._streaming.set_text(text)
             self._streaming.set_note(note)
         self._streaming, self._pending = None, None

@@ -61,20 +61,32 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "ui_stall.json"))
     args = ap.parse_args()
 
-    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtCore import QEventLoop, QObject, QTimer, Slot
     from PySide6.QtWidgets import QApplication
 
     from app.config import AppConfig
     from app.main_window import MainWindow
-    from engine.paths import resolve_paths
+    from engine.api import resolve_paths
 
     _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
+
+    class Opened(QObject):  # a QObject: the worker's signal reaches it on the UI thread
+        def __init__(self):
+            super().__init__()
+            self.ids: list[str] = []
+
+        @Slot(str, object)
+        def on_resumed(self, conversation: str, _resume: object) -> None:
+            self.ids.append(conversation)
+
     tmp = Path(tempfile.mkdtemp(prefix="hearth-ui-"))
     for sub in ("models", "converted"):
         (tmp / sub).symlink_to(Path(args.data_dir).resolve() / sub)
     window = MainWindow(AppConfig(resolve_paths(tmp).ensure(), weights="int4", provider="cpu"))
     window.show()
     probe = Probe()
+    opened = Opened()  # conversations the engine reported live (restored or rebuilt), on the UI thread
+    window.worker.resumed.connect(opened.on_resumed)
 
     def wait_until(cond, timeout_s: float = 600) -> None:
         deadline = time.monotonic() + timeout_s
@@ -86,7 +98,7 @@ def main() -> None:
             loop.exec()
 
     probe.enter("model load")
-    wait_until(lambda: window.engine_info is not None)
+    wait_until(lambda: window.model_info is not None)
 
     # A chat with a long history (60 messages, no saved context) to open, render and continue.
     many = window.store.create(title="Sixty messages", settings={"temperature": 0.0, "max_new_tokens": 96})
@@ -97,16 +109,15 @@ def main() -> None:
     window.sidebar.upsert(many.id, many.title, many.updated_ms)
     probe.enter("open a 60-message chat")
     window.sidebar.setCurrentItem(window.sidebar.item_for(many.id))
-    wait_until(lambda: window.worker.sessions.active == many.id or not window.transcript._backlog)
-    wait_until(lambda: not window.transcript._backlog)
+    wait_until(lambda: not window.transcript.loading)
     probe.enter("idle")
 
     probe.enter("prefill: reading the whole history")
     window.composer.setPlainText("Summarize all of that in one line.")
     window.composer.submit()
-    wait_until(lambda: window._streams.get(many.id))
+    wait_until(lambda: not window.turns.running(many.id) or window.turns.turn(many.id).reply)
     probe.enter("decoding, streaming, saving the turn")
-    wait_until(lambda: many.id not in window._streams)
+    wait_until(lambda: not window.turns.running(many.id))
     probe.enter("idle")
 
     # Pasting pages of text: the window shows it, the engine reads it.
@@ -116,15 +127,16 @@ def main() -> None:
     probe.enter("paste a 3k-token message and read it")
     window.composer.setPlainText(text)
     window.composer.submit()
-    wait_until(lambda: paste not in window._streams)
+    wait_until(lambda: not window.turns.running(paste))
     probe.enter("idle")
 
     probe.enter("switch: save one chat, restore another from disk")
+    opened.ids.clear()
     window.sidebar.setCurrentItem(window.sidebar.item_for(many.id))
-    wait_until(lambda: window.worker.sessions.active == many.id and window.status_resume.text().startswith("resumed"))
-    wait_until(lambda: not window.transcript._backlog)
+    wait_until(lambda: many.id in opened.ids and window.status.resume.text().startswith("resumed"))
+    wait_until(lambda: not window.transcript.loading)
     probe.enter("idle")
-    resumed = window.status_resume.text()
+    resumed = window.status.resume.text()
     window.close()
 
     rows = [{"phase": p, "worst_stall_ms": round(ms, 2), "ticks": probe.ticks.get(p, 0),

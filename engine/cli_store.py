@@ -1,4 +1,4 @@
-"""``hearth-cli chat`` and ``hearth-cli kv``: stored conversations and their checkpoints, headless.
+"""``hearth-cli chat``, ``conversations`` and ``kv``: stored conversations and their checkpoints, headless.
 
 ``chat`` appends a message to a stored conversation (creating it), resumes it from its checkpoint,
 replies, saves the reply and the new rows. ``kv`` lists, inspects, verifies and garbage-collects the
@@ -9,70 +9,118 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
+from engine.api import Hearth
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
-from engine.cli import Progress, _emit, _paths, sampling_from_args
+from engine.cli_common import Progress, data_paths, emit, sampling_from_args
 from engine.conversations import ConversationStore, check_id
-from engine.errors import HearthError, PromptError
+from engine.errors import ConversationError, HearthError, PromptError
+from engine.types import ConversationSummary, Token, TurnRequest, Waiting
 
 
 def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
-    paths = _paths(args)
+    paths = data_paths(args)
     return ConversationStore(paths.conversations_db), CheckpointStore(paths.checkpoints)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from engine.loader import load_engine
-    from engine.session import ChatSessions
-
     check_id(args.conversation)
     if not args.message.strip():
         raise PromptError("--message is empty: write something to say")
     params = sampling_from_args(args)
     if args.max_new_tokens < 1:
         raise PromptError("--max-new-tokens must be at least 1")
-    convs, store = open_stores(args)
-    conv = convs.get(args.conversation) or convs.create(args.conversation, system_prompt=args.system or "")
-    if args.system is not None and args.system != conv.system_prompt:
-        convs.set_system_prompt(conv.id, args.system)
-    convs.append(conv.id, "user", args.message)  # the text is safe before any model work starts
-    engine, converted, load_ms = load_engine(_paths(args), model=args.model, weights=args.weights,
-                                             provider=args.provider, convert_progress=Progress("converting"))
-    sessions = ChatSessions(engine, store)
+    hearth = Hearth(data_paths(args), model=args.model, weights=args.weights, provider=args.provider,
+                    turn_wait_s=args.wait)
+    try:
+        return _chat(args, hearth, params)
+    finally:
+        hearth.close()
+
+
+def _chat(args: argparse.Namespace, hearth: Hearth, params) -> int:
+    request = TurnRequest(args.conversation, args.message, params, args.max_new_tokens, args.system)
+    try:
+        model = hearth.load(Progress("converting").setup)
+    except HearthError:
+        hearth.store_message(request, create=True)  # no model to answer: still keep what was typed
+        raise
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-    turn = sessions.generate(conv.id, convs.chat_messages(conv.id), params, args.max_new_tokens, on_text=stream)
-    result = turn.generation
-    if result.text or result.tokens:
-        convs.append(conv.id, "assistant", result.text)
-        convs.set_model(conv.id, f"{converted.gguf_path.stem} {converted.precision}")
-    resume = turn.resume
+
+    def on_event(event) -> None:
+        if isinstance(event, Waiting):
+            sys.stderr.write(f"waiting: conversation {event.conversation} is busy in another Hearth process…\n")
+        elif isinstance(event, Token) and stream is not None:
+            stream(event.text)
+
+    turn = hearth.run_turn(request, on_event, create=True)
+    resume = turn.resume.as_dict()
     payload = {
-        "conversation": conv.id,
-        "reply": result.text,
-        "tokens": result.tokens,
-        "stop_reason": result.stop_reason,
-        "resume": {k: resume.as_dict()[k] for k in ("source", "reason", "reused_tokens", "prefilled_tokens",
-                                                    "elapsed_ms", "restored_tokens", "restore_estimate_ms",
-                                                    "prefill_estimate_ms", "message")},
+        "conversation": turn.conversation,
+        "reply": turn.reply,
+        "tokens": list(turn.tokens),
+        "stop_reason": str(turn.stop_reason),
+        "resume": {k: resume[k] for k in ("source", "reason", "reused_tokens", "prefilled_tokens", "elapsed_ms",
+                                          "restored_tokens", "restore_estimate_ms", "prefill_estimate_ms", "message")},
         "save": turn.save.as_dict() if turn.save else None,
-        "context": {"tokens": len(engine.tokens), "limit": engine.context_length},
-        "provider": engine.provider,
-        "weights": converted.precision,
-        "timings": {**result.timings.as_dict(), "load_ms": round(load_ms, 3)},
+        "context": {"tokens": turn.context_tokens, "limit": turn.context_limit},
+        "provider": model.provider,
+        "weights": model.weights,
+        "timings": turn.timings.as_dict(),
     }
     if args.json:
-        _emit(args, payload, "")
+        emit(args, payload, "")
     else:
         print()
-        how = resume.source + (f" ({resume.plain})" if resume.reason else "")
-        sys.stderr.write(f"[{resume.reused_tokens} tokens reused ({how}), {resume.prefilled_tokens} prefilled "
-                         f"in {resume.elapsed_ms:.0f} ms; {len(result.tokens)} new tokens, {result.stop_reason}]\n")
+        r = turn.resume
+        how = r.source + (f" ({r.plain})" if r.reason else "")
+        sys.stderr.write(f"[{r.reused_tokens} tokens reused ({how}), {r.prefilled_tokens} prefilled "
+                         f"in {r.elapsed_ms:.0f} ms; {len(turn.tokens)} new tokens, {turn.stop_reason}]\n")
         if turn.save and not turn.save.ok:
             sys.stderr.write(f"warning: {turn.save.error}\n")
+    return 0
+
+
+# conversations ---------------------------------------------------------------------------------------
+def _summary_json(s: ConversationSummary) -> dict:
+    return {"id": s.id, "title": s.title, "messages": s.messages, "tokens": s.tokens, "created_ms": s.created_ms,
+            "last_activity_ms": s.updated_ms, "model": s.model}
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def cmd_conversations_ls(args: argparse.Namespace) -> int:
+    rows = Hearth(data_paths(args)).conversation_summaries()
+    lines = [f"{s.id:<34} {_when(s.updated_ms)}  {s.messages:>4} msg {s.tokens:>7} tok  {s.model or '-':<28} "
+             f"{s.title or '(untitled)'}" for s in rows]
+    lines.append(f"{len(rows)} conversation(s)")
+    emit(args, {"conversations": [_summary_json(s) for s in rows]}, "\n".join(lines))
+    return 0
+
+
+def cmd_conversations_show(args: argparse.Namespace) -> int:
+    hearth = Hearth(data_paths(args))
+    conv = hearth.conversations.get(args.id)
+    if conv is None:
+        raise ConversationError(f"no conversation {args.id!r} (list them with 'hearth-cli conversations ls')")
+    summary = hearth.conversation_summaries([conv.id])[0]
+    messages = hearth.conversations.messages(conv.id)
+    payload = {**_summary_json(summary), "message_count": len(messages), "system_prompt": conv.system_prompt,
+               "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "created_ms": m.created_ms}
+                            for m in messages]}
+    lines = [f"{conv.title or '(untitled)'}  [{conv.id}]  {len(messages)} messages, {summary.tokens} tokens of saved "
+             f"context, last activity {_when(conv.updated_ms)}" + (f", model {conv.model}" if conv.model else "")]
+    if conv.system_prompt:
+        lines.append(f"\n[system]\n{conv.system_prompt}")
+    lines += [f"\n[{m.role}]\n{m.content}" for m in messages]
+    emit(args, payload, "\n".join(lines))
     return 0
 
 
@@ -86,7 +134,7 @@ def cmd_kv_ls(args: argparse.Namespace) -> int:
     lines = [f"{e['name']}  {e['kind']:<12} {e['tokens']:>7} tok {e['bytes'] / 2**20:>8.1f} MiB  "
              f"{e['conversation'] or ''}" for e in entries]
     lines.append(f"{len(entries)} checkpoint(s), {payload['bytes'] / 2**20:.1f} MiB of {store.budget_bytes / 2**20:.0f} MiB")
-    _emit(args, payload, "\n".join(lines))
+    emit(args, payload, "\n".join(lines))
     return 0
 
 
@@ -121,7 +169,7 @@ def cmd_kv_inspect(args: argparse.Namespace) -> int:
         raise HearthError(f"no such file: {path}")
     info = describe(path)
     if args.json:
-        _emit(args, info, "")
+        emit(args, info, "")
     else:
         h = info.get("header", {})
         lines = [str(path)]
@@ -134,7 +182,7 @@ def cmd_kv_inspect(args: argparse.Namespace) -> int:
                   for r in info.get("records", [])]
         if info["problem"]:
             lines.append(f"  problem: {info['problem']['reason']}: {info['problem']['message']}")
-        _emit(args, info, "\n".join(lines))
+        emit(args, info, "\n".join(lines))
     return 0
 
 
@@ -158,7 +206,7 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
         raise PromptError("name checkpoint files to verify, or use --all")
     identity, vocab = None, None
     try:
-        identity, vocab = gguf_identity(resolve_gguf(_paths(args), args.model), args.weights)
+        identity, vocab = gguf_identity(resolve_gguf(data_paths(args), args.model), args.weights)
     except HearthError as exc:  # no model installed: check structure and checksums only
         sys.stderr.write(f"note: {exc}; checking structure and checksums only\n")
     results = [verify_file(p, identity, vocab) for p in files]
@@ -168,7 +216,7 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
     lines = [f"{r['status']:<8} {r['path']}" + (f"  ({r['reason']}: {r['message']})" if r["reason"] else "")
              for r in results]
     lines.append(f"{len(results)} checked, {len(damaged)} damaged, {payload['stale']} stale")
-    _emit(args, payload, "\n".join(lines))
+    emit(args, payload, "\n".join(lines))
     return 1 if damaged else 0
 
 
@@ -182,7 +230,7 @@ def cmd_kv_encoding(args: argparse.Namespace) -> int:
     note = "new checkpoints are stored as " + store.kv_encoding + (
         " (lossless)" if store.kv_encoding == "exact" else " (about a quarter of float32's bytes; see "
         "docs/checkpoint-format.md §4b for its accuracy)")
-    _emit(args, {"store": str(store.root), "kv_encoding": store.kv_encoding, "choices": list(ENCODINGS)}, note)
+    emit(args, {"store": str(store.root), "kv_encoding": store.kv_encoding, "choices": list(ENCODINGS)}, note)
     return 0
 
 
@@ -193,7 +241,7 @@ def cmd_kv_gc(args: argparse.Namespace) -> int:
             raise PromptError("--budget-mb must be positive")
         store.set_budget(args.budget_mb << 20)
     report = store.gc(live_conversations=convs.ids())
-    _emit(args, report, f"removed {report['temp_files']} temp file(s), {len(report['orphans'])} orphan(s), "
+    emit(args, report, f"removed {report['temp_files']} temp file(s), {len(report['orphans'])} orphan(s), "
                         f"evicted {len(report['evicted'])}; {report['bytes'] / 2**20:.1f} MiB of "
                         f"{report['budget'] / 2**20:.0f} MiB used")
     return 0

@@ -10,20 +10,27 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import HearthError
+from engine.errors import ConversationError, DiskFullError
+from engine.types import Conversation, Message
 
 ROLES = ("system", "user", "assistant")
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 TITLE_CHARS = 60
+LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 
 MIGRATIONS: list[str] = [
     # 1: conversations and their messages
@@ -84,32 +91,6 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class ConversationError(HearthError):
-    """A conversation that does not exist, a bad id or message, or an unusable database."""
-
-
-@dataclass
-class Conversation:
-    id: str
-    title: str
-    system_prompt: str
-    settings: dict = field(default_factory=dict)
-    model: str = ""
-    created_ms: int = 0
-    updated_ms: int = 0
-
-
-@dataclass
-class Message:
-    seq: int
-    role: str
-    content: str
-    created_ms: int = 0
-
-    def as_chat(self) -> dict:
-        return {"role": self.role, "content": self.content}
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -158,11 +139,61 @@ class ConversationStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads and single statements (autocommit)."""
         with self._lock:
             try:
                 yield self._db
             except sqlite3.DatabaseError as exc:
-                raise ConversationError(f"the conversation database failed: {exc}") from None
+                raise self._failure(exc) from None
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it is stored, or none of it (and the error says why)."""
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                # SQLite may already have rolled back (a COMMIT that hit a full disk does): a second
+                # ROLLBACK would raise "no transaction is active" and hide the real error.
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(exc, sqlite3.DatabaseError):
+                    raise self._failure(exc) from None
+                raise
+
+    def _out_of_space(self) -> bool:
+        """SQLite reports a write past the file size limit (EFBIG) as a plain I/O error: tell it apart."""
+        try:
+            if shutil.disk_usage(self.path.parent).free < LOW_SPACE_BYTES:
+                return True
+        except OSError:
+            return False
+        if resource is not None:
+            return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+        return False
+
+    def _failure(self, exc: sqlite3.DatabaseError) -> ConversationError:
+        """The database error in plain words: a full disk says so."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+            return DiskFullError(f"the disk holding {self.path.parent} is full, so the conversation could not be saved "
+                                 "(everything stored before is kept); free some space and try again")
+        if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR and self._out_of_space():
+            return DiskFullError(f"the disk holding {self.path.parent} is full (or the file size limit was reached), so "
+                                 "the conversation could not be saved (everything stored before is kept); free some "
+                                 "space and try again")
+        if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
+            return ConversationError(f"the conversation database {self.path} could not be written ({exc}); the disk "
+                                     "may be failing (everything stored before is kept)")
+        if code is not None and code & 0xFF == sqlite3.SQLITE_BUSY:
+            return ConversationError(f"the conversation database {self.path} is locked by another program; try again")
+        return ConversationError(f"the conversation database failed: {exc}")
 
     def read(self, sql: str, args: tuple | dict = ()) -> list[tuple]:
         """A read-only query for modules built on the store (search); raises ConversationError."""
@@ -175,13 +206,23 @@ class ConversationStore:
         cid = check_id(conversation_id) if conversation_id is not None else uuid.uuid4().hex
         t = now_ms()
         conv = Conversation(cid, title, system_prompt, settings or {}, model, t, t)
-        with self._tx() as db:
+        with self._write() as db:
             try:
                 db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, updated_ms) "
                            "VALUES (?,?,?,?,?,?,?)", (cid, title, system_prompt, json.dumps(conv.settings), model, t, t))
             except sqlite3.IntegrityError:
                 raise ConversationError(f"conversation {cid!r} already exists") from None
         return conv
+
+    def ensure(self, conversation_id: str, system_prompt: str = "") -> Conversation:
+        """The conversation, created when it does not exist: two processes doing this at once both get
+        it, and neither fails (INSERT OR IGNORE, then read)."""
+        cid = check_id(conversation_id)
+        t = now_ms()
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO conversations (id, title, system_prompt, settings, model, created_ms, "
+                       "updated_ms) VALUES (?, '', ?, '{}', '', ?, ?)", (cid, system_prompt, t, t))
+        return self.require(cid)
 
     def get(self, conversation_id: str) -> Conversation | None:
         with self._tx() as db:
@@ -239,38 +280,26 @@ class ConversationStore:
 
     def purge(self, ids: list[str]) -> None:
         """Delete for good (messages go with them); the caller deletes their checkpoints."""
-        with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("DELETE FROM conversations WHERE id = ?", [(i,) for i in ids])
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._write() as db:
+            db.executemany("DELETE FROM conversations WHERE id = ?", [(i,) for i in ids])
 
     def insert_full(self, conversations: list[dict]) -> list[str]:
         """Insert whole conversations (already validated) in one transaction: all or nothing. Each
         keeps its id unless that id is taken (then it gets a new one); returns the ids used."""
         used: list[str] = []
-        with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for c in conversations:
-                    cid = c.get("id")
-                    if not cid or db.execute("SELECT 1 FROM conversations WHERE id = ?", (cid,)).fetchone():
-                        cid = uuid.uuid4().hex
-                    db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, "
-                               "updated_ms) VALUES (?,?,?,?,?,?,?)",
-                               (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
-                                c["created_ms"], c["updated_ms"]))
-                    db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
-                                   "VALUES (?,?,?,?,?)", [(cid, i, m["role"], m["content"], m["created_ms"])
-                                                         for i, m in enumerate(c["messages"])])
-                    used.append(cid)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._write() as db:
+            for c in conversations:
+                cid = c.get("id")
+                if not cid or db.execute("SELECT 1 FROM conversations WHERE id = ?", (cid,)).fetchone():
+                    cid = uuid.uuid4().hex
+                db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, "
+                           "updated_ms) VALUES (?,?,?,?,?,?,?)",
+                           (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
+                            c["created_ms"], c["updated_ms"]))
+                db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
+                               "VALUES (?,?,?,?,?)", [(cid, i, m["role"], m["content"], m["created_ms"])
+                                                     for i, m in enumerate(c["messages"])])
+                used.append(cid)
         return used
 
     def duplicate(self, conversation_id: str, upto_seq: int | None = None) -> Conversation:
@@ -279,15 +308,9 @@ class ConversationStore:
         msgs = [m for m in self.messages(conversation_id) if upto_seq is None or m.seq <= upto_seq]
         copy = self.create(title=f"{src.title or 'New chat'} (branch)", system_prompt=src.system_prompt,
                            settings=src.settings, model=src.model)
-        with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
-                               [(copy.id, i, m.role, m.content, m.created_ms) for i, m in enumerate(msgs)])
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._write() as db:
+            db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
+                           [(copy.id, i, m.role, m.content, m.created_ms) for i, m in enumerate(msgs)])
         return copy
 
     @staticmethod
@@ -337,36 +360,40 @@ class ConversationStore:
         if not isinstance(content, str):
             raise ConversationError("message content must be text")
         t = now_ms()
-        with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                conv = db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-                if conv is None:
-                    raise ConversationError(f"no conversation {conversation_id!r}")
-                seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE conversation_id = ?",
-                                 (conversation_id,)).fetchone()[0]
-                db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
-                           (conversation_id, seq, role, content, t))
-                title = conv[0] or (title_from(content) if role == "user" else "")
-                db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._write() as db:
+            conv = db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if conv is None:
+                raise ConversationError(f"no conversation {conversation_id!r}")
+            seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE conversation_id = ?",
+                             (conversation_id,)).fetchone()[0]
+            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
+                       (conversation_id, seq, role, content, t))
+            title = conv[0] or (title_from(content) if role == "user" else "")
+            db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
         return Message(seq, role, content, t)
 
     def truncate(self, conversation_id: str, seq: int) -> int:
         """Delete messages from ``seq`` on (editing or regenerating); return how many went."""
-        with self._tx() as db:
-            n = db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq)).rowcount
-            db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
+        with self._write() as db:
+            return self._truncate(db, conversation_id, seq)
+
+    @staticmethod
+    def _truncate(db: sqlite3.Connection, conversation_id: str, seq: int) -> int:
+        n = db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq)).rowcount
+        db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
         return n
 
     def edit(self, conversation_id: str, seq: int, content: str) -> None:
-        """Replace message ``seq`` and drop everything after it (the replies no longer follow)."""
-        with self._tx() as db:
+        """Replace message ``seq`` and drop everything after it (the replies no longer follow), at once."""
+        with self._write() as db:
             cur = db.execute("UPDATE messages SET content = ? WHERE conversation_id = ? AND seq = ?",
                              (content, conversation_id, seq))
-        if cur.rowcount == 0:
-            raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
-        self.truncate(conversation_id, seq + 1)
+            if cur.rowcount == 0:
+                raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
+            self._truncate(db, conversation_id, seq + 1)
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (another process, or another store object) commits: a
+        cheap way for the window to notice turns added by ``hearth-cli`` or the server."""
+        with self._tx() as db:
+            return int(db.execute("PRAGMA data_version").fetchone()[0])

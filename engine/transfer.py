@@ -13,16 +13,13 @@ import json
 import time
 from pathlib import Path
 
-from engine.conversations import ID_PATTERN, ROLES, ConversationError, ConversationStore
+from engine.conversations import ID_PATTERN, ROLES, ConversationStore
+from engine.errors import TransferError
 from engine.fsutil import atomic_write
 
 FORMAT, VERSION = "hearth.conversations", 1
 MAX_IMPORT_BYTES = 1 << 30  # a bigger file is refused before it is read
 MAX_CONVERSATIONS = 1_000_000
-
-
-class TransferError(ConversationError):
-    """An import file that is not a valid Hearth export; the message says where and what."""
 
 
 def to_document(store: ConversationStore, ids: list[str]) -> dict:

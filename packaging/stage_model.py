@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from engine.errors import HearthError  # noqa: E402
 from engine.fsutil import sha256_file  # noqa: E402
-from engine.model.convert import conversion_dir, ensure_converted, gguf_digest  # noqa: E402
+from engine.model.convert import cached_conversion, conversion_dir, ensure_converted, gguf_digest  # noqa: E402
 from engine.model.fetch import default_model, fetch_model, installed_path  # noqa: E402
 from engine.model.precision import PRECISIONS, get_precision  # noqa: E402
 from engine.paths import resolve_paths  # noqa: E402
@@ -102,7 +102,7 @@ def stage(out: Path, weights: list[str], explicit_from: str | None = None, wheel
         final = conversion_dir(converted, entry.gguf_sha256, precision)
         for home in homes:
             src = conversion_dir(home / "converted", entry.gguf_sha256, precision)
-            if (src / "complete.json").is_file():
+            if cached_conversion(src, source, entry.gguf_sha256, precision) is not None:  # complete, current graph
                 shutil.copytree(src, final)
                 log.info("%s conversion from %s", precision, src)
                 break

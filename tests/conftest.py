@@ -110,7 +110,7 @@ class Windows:
         self.open.append(w)
         w.show()
         if wait_ready:
-            self.qtbot.waitUntil(lambda: w.engine_info is not None, timeout=WINDOW_TIMEOUT)
+            self.qtbot.waitUntil(lambda: w.model_info is not None, timeout=WINDOW_TIMEOUT)
         return w
 
     def close(self, w) -> None:

@@ -8,9 +8,9 @@ import numpy as np
 
 
 def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | None = None,
-                 values: dict | None = None) -> Path:
+                 values: dict | None = None, new_values: dict | None = None) -> Path:
     """``add`` maps tensor names to (raw bytes array, GGMLQuantizationType); ``values`` replaces
-    scalar metadata values, keeping their types."""
+    scalar metadata values, keeping their types; ``new_values`` adds metadata: key → (value, GGUFValueType)."""
     import gguf
 
     reader = gguf.GGUFReader(src)
@@ -22,6 +22,8 @@ def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | N
             writer.add_array(key, field.contents())
         else:
             writer.add_key_value(key, (values or {}).get(key, field.contents()), field.types[0])
+    for key, (value, kind) in (new_values or {}).items():
+        writer.add_key_value(key, value, kind)
     for t in reader.tensors:
         if t.name not in drop:
             writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)

@@ -32,7 +32,8 @@ def on_ui_thread(signal, fn) -> None:
 
 
 def collect(signal) -> list:
-    """Record a worker signal's (conversation, payload) arguments as the UI thread sees them."""
+    """Record a worker signal's (conversation, payload) arguments as the UI thread sees them (the payload is
+    the engine API's typed object: Resume, Finished, ...)."""
     seen: list = []
     on_ui_thread(signal, lambda *args: seen.append(args))
     return seen
@@ -48,7 +49,8 @@ def send(qtbot, w: MainWindow, text: str) -> None:
 
 
 def wait_idle(qtbot, w: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not w._streams, timeout=TIMEOUT)
+    """Until no turn is in flight in any chat."""
+    qtbot.waitUntil(lambda: not w.turns.running(), timeout=TIMEOUT)
 
 
 def new_chat_with_turn(qtbot, w: MainWindow, text: str, settings: dict | None = None) -> str:

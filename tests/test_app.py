@@ -24,7 +24,7 @@ from engine.checkpoint.store import conversation_file
 from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
 
-from .qt_helpers import TIMEOUT, collect, flip_byte, on_ui_thread, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, collect, flip_byte, new_chat_with_turn, on_ui_thread, send, use_settings, wait_idle
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
 
@@ -45,9 +45,9 @@ def test_send_streams_the_reply_and_saves_the_turn(qtbot, windows):
     assert [m.role for m in stored] == ["user", "assistant"] and stored[0].content == "hello there"
     assert stored[1].content == w.transcript.messages[-1].text
     assert (w.config.paths.checkpoints / conversation_file(conv)).exists()
-    assert "tokens from scratch" in w.status_resume.text()
+    assert "tokens from scratch" in w.status.resume.text()
     assert w.sidebar.currentItem().text() == "hello there"  # titled from the first message
-    qtbot.waitUntil(lambda: w.sidebar.currentItem().data(Qt.ItemDataRole.UserRole + 2) == "live")
+    qtbot.waitUntil(lambda: w.sidebar.badge(conv) == "live")
 
 
 def test_shift_enter_adds_a_line_instead_of_sending(qtbot, windows):
@@ -74,14 +74,14 @@ def test_switching_chats_and_back_resumes_from_disk_without_prefill(qtbot, windo
     w.sidebar.setCurrentItem(w.sidebar.item_for(a))
     qtbot.waitUntil(lambda: any(c == a for c, _ in reports), timeout=TIMEOUT)
     report = next(r for c, r in reports if c == a)
-    assert report["source"] == "disk" and report["prefilled_tokens"] == 0
-    assert report["restored_tokens"] > 10
-    assert "resumed" in w.status_resume.text() and "from disk" in w.status_resume.text()
+    assert report.source == "disk" and report.prefilled_tokens == 0
+    assert report.restored_tokens > 10
+    assert "resumed" in w.status.resume.text() and "from disk" in w.status.resume.text()
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
     send(qtbot, w, "and more")
     wait_idle(qtbot, w)
     turn = [r for c, r in reports if c == a][-1]
-    assert turn["source"] == "live" and turn["reused_tokens"] >= report["restored_tokens"] - 1
+    assert turn.source == "live" and turn.reused_tokens >= report.restored_tokens - 1
     assert b != a
 
 
@@ -144,12 +144,12 @@ def test_a_conversation_from_hearth_cli_opens_in_the_window(qtbot, windows, conf
     w = windows(wait_ready=False)
     reports = collect(w.worker.resumed)
     assert w.current == "from-cli"  # the only chat: opened at start
-    qtbot.waitUntil(lambda: bool(reports) and not w.transcript._backlog, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: bool(reports) and not w.transcript.loading, timeout=TIMEOUT)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
     assert w.transcript.messages[0].text == "written in the terminal"
     conv, report = reports[-1]
-    assert conv == "from-cli" and report["source"] == "disk" and report["prefilled_tokens"] == 0
-    assert report["restored_tokens"] >= cli_tokens - 8  # at least the prompt the CLI saved
+    assert conv == "from-cli" and report.source == "disk" and report.prefilled_tokens == 0
+    assert report.restored_tokens >= cli_tokens - 8  # at least the prompt the CLI saved
 
 
 def test_regenerate_and_edit_prefill_only_what_changed(qtbot, windows):
@@ -163,17 +163,18 @@ def test_regenerate_and_edit_prefill_only_what_changed(qtbot, windows):
     reports = collect(w.worker.resumed)
     w.regenerate()
     wait_idle(qtbot, w)
-    assert reports[-1][1]["source"] == "live" and reports[-1][1]["prefilled_tokens"] == 1
+    assert reports[-1][1].source == "live" and reports[-1][1].prefilled_tokens == 1
     assert len(w.store.messages(w.current)) == 4
-    w.begin_edit(2)  # the second question
+    w.chat.begin_edit(2)  # the second question
     assert w.composer.toPlainText() == "second question" and w.edit_note.isVisible()
     w.composer.setPlainText("a different second question")
     w.composer.submit()
     wait_idle(qtbot, w)
     contents = [m.content for m in w.store.messages(w.current)]
     assert contents[2] == "a different second question" and len(contents) == 4
+    assert [m.text for m in w.transcript.messages][2] == "a different second question"
     edited = reports[-1][1]
-    assert edited["source"] == "live" and 0 < edited["prefilled_tokens"] < edited["reused_tokens"]
+    assert edited.source == "live" and 0 < edited.prefilled_tokens < edited.reused_tokens
 
 
 def test_restart_restores_the_list_the_last_chat_and_the_layout(qtbot, windows):
@@ -190,10 +191,194 @@ def test_restart_restores_the_list_the_last_chat_and_the_layout(qtbot, windows):
     windows.close(w)
     again = windows()
     assert again.current == first and again.sidebar.count() == 2
-    qtbot.waitUntil(lambda: not again.transcript._backlog, timeout=TIMEOUT)  # older messages render in turns
+    qtbot.waitUntil(lambda: not again.transcript.loading, timeout=TIMEOUT)  # older messages render in turns
     assert [m.text for m in again.transcript.messages][0] == "the first"
     assert again.splitter.sizes()[0] == sizes[0]  # the list keeps its width (the window's size is the WM's)
     assert again.settings.value("geometry") is not None
+
+
+# turns added elsewhere, the turn rule ------------------------------------------------------------------
+def cli_chat(config, model, conversation: str, message: str, *extra: str) -> list[str]:
+    """A real ``hearth-cli chat`` on the window's data dir (greedy, short replies)."""
+    return [sys.executable, "-m", "engine.cli", "chat", "--conversation", conversation, "--message", message,
+            "--data-dir", str(config.paths.data), "--model", str(model), "--provider", "cpu", "--greedy",
+            "--max-new-tokens", "8", *extra]
+
+
+def shown(w: MainWindow) -> list[tuple[str, str]]:
+    """(role, text) of the stored messages the transcript shows."""
+    return [(role, text) for _, role, text in w.transcript.entries()]
+
+
+def stored(w: MainWindow, conversation: str) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in w.store.messages(conversation)]
+
+
+def test_the_window_shows_turns_and_chats_hearth_cli_added(qtbot, windows, config, tiny_gguf):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "from the window")
+    proc = subprocess.run(cli_chat(config, tiny_gguf, conv, "from the terminal", "--json"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cli_reply = json.loads(proc.stdout)["reply"]
+    qtbot.waitUntil(lambda: len(shown(w)) == 4, timeout=TIMEOUT)  # the window looks every second
+    assert shown(w) == stored(w, conv) and shown(w)[2:] == [("user", "from the terminal"), ("assistant", cli_reply)]
+    assert [m.text for m in w.transcript.messages][2:] == ["from the terminal", cli_reply]  # drawn, not only listed
+
+    # Another turn, and a new chat, from the terminal; then a message typed at once, before the window's
+    # timer could have looked: sending looks first, so the terminal's turn shows above the new message.
+    proc = subprocess.run(cli_chat(config, tiny_gguf, conv, "terminal again", "--json"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert subprocess.run(cli_chat(config, tiny_gguf, "made-in-terminal", "a new chat"), capture_output=True,
+                          timeout=300).returncode == 0
+    w.composer.setPlainText("window again")
+    w.composer.submit()
+    assert shown(w)[-2:] == [("user", "terminal again"), ("assistant", json.loads(proc.stdout)["reply"])]
+    assert w.transcript.pending_message is w.transcript.messages[-2]  # then the new message, not stored yet
+    assert w.sidebar.item_for("made-in-terminal") is not None and w.current == conv
+    wait_idle(qtbot, w)
+    assert [role for role, _ in stored(w, conv)] == ["user", "assistant"] * 4
+    assert [text for role, text in stored(w, conv) if role == "user"] == [
+        "from the window", "from the terminal", "terminal again", "window again"]
+    assert shown(w) == stored(w, conv)
+
+
+def full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is full: whoever writes to it next blocks until the reader drains it."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    for size in (65536, 4096, 1):
+        try:
+            while True:
+                os.write(write_fd, b"x" * size)
+        except BlockingIOError:
+            pass
+    os.set_blocking(write_fd, True)
+    return read_fd, write_fd
+
+
+def test_a_message_sent_while_hearth_cli_answers_the_same_chat_is_answered_after_it(qtbot, windows, config,
+                                                                                  tiny_gguf):
+    import threading
+
+    w = windows()
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    # The CLI stores its message under the chat's turn lock, then blocks writing its first streamed piece to
+    # a full pipe: it holds the turn for as long as this test wants, on any machine.
+    read_fd, write_fd = full_pipe()
+    proc = subprocess.Popen(cli_chat(config, tiny_gguf, conv, "from the terminal"), stdout=write_fd,
+                            stderr=subprocess.PIPE)
+    os.close(write_fd)
+    output: list[bytes] = []
+    try:
+        qtbot.waitUntil(lambda: w.store.messages(conv) != [] or proc.poll() is not None, timeout=TIMEOUT)
+        assert stored(w, conv) == [("user", "from the terminal")], proc.stderr.read() if proc.poll() else ""
+        waiting = collect(w.worker.waiting)
+        send(qtbot, w, "from the window")
+        qtbot.waitUntil(lambda: bool(waiting), timeout=TIMEOUT)  # the window's turn waits for the terminal's
+        assert "another Hearth process" in w.status.resume.text()
+        assert w.transcript.pending_message.text == "from the window"
+        assert "waiting" in w.transcript.pending_message.note.text()
+        assert stored(w, conv) == [("user", "from the terminal")]  # not stored while the other turn runs
+        assert w.stop_button.isEnabled() and not w.send_button.isEnabled()
+    finally:
+        drain = threading.Thread(target=lambda: output.extend(iter(lambda: os.read(read_fd, 65536), b"")))
+        drain.start()
+        qtbot.waitUntil(lambda: proc.poll() is not None, timeout=TIMEOUT)
+        drain.join()
+        os.close(read_fd)
+    assert proc.returncode == 0, proc.stderr.read()
+    wait_idle(qtbot, w)
+    messages = stored(w, conv)
+    assert [role for role, _ in messages] == ["user", "assistant", "user", "assistant"]  # no interleaving
+    assert messages[0][1] == "from the terminal" and messages[2][1] == "from the window"
+    assert messages[1][1] and messages[1][1] in b"".join(output).decode()  # the terminal's reply, stored first
+    assert shown(w) == messages and w.transcript.pending_message is None
+
+
+def test_a_failed_checkpoint_save_keeps_the_reply_and_says_so(qtbot, windows, config):
+    w = windows()
+    conv = w.new_chat()
+    use_settings(w, GREEDY)
+    checkpoints = config.paths.checkpoints
+    moved = checkpoints.with_name("checkpoints-away")
+    finished = collect(w.worker.turn_finished)
+    # A plain file where the checkpoints directory was: every open there fails, for root too (a read-only
+    # directory would not stop root, which the tests may run as), so one way serves every user.
+    checkpoints.rename(moved)
+    checkpoints.write_text("not a directory")
+    try:
+        send(qtbot, w, "keep my reply")
+        wait_idle(qtbot, w)
+    finally:
+        checkpoints.unlink()
+        moved.rename(checkpoints)
+    qtbot.waitUntil(lambda: bool(finished), timeout=TIMEOUT)  # the recorder hears of it after the window
+    (_, turn), = finished
+    assert turn.save is not None and not turn.save.ok and turn.save.error
+    assert stored(w, conv) == [("user", "keep my reply"), ("assistant", turn.reply)] and turn.reply
+    assert turn.reply_seq == w.store.messages(conv)[1].seq
+    assert shown(w) == stored(w, conv)
+    assert "context not saved: could not save" in w.transcript.messages[-1].note.text()
+    assert not (checkpoints / conversation_file(conv)).exists()
+
+
+def test_a_message_too_long_for_the_context_is_refused_and_given_back(qtbot, windows):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "a short first message")
+    before = stored(w, conv)
+    long_text = " ".join(f"word{i}" for i in range(600))  # far past the tiny model's 256 tokens
+    w.composer.setPlainText(long_text)
+    w.composer.submit()
+    assert w.transcript.pending_message.text == long_text  # shown at once, pending
+    w.composer.setPlainText("typed meanwhile")
+    qtbot.waitUntil(lambda: not w.turns.running(), timeout=TIMEOUT)
+    assert "context window holds 256" in w.status.resume.text()
+    assert w.composer.toPlainText() == long_text + "\ntyped meanwhile"
+    assert w.transcript.pending_message is None and shown(w) == before == stored(w, conv)
+    assert len(w.transcript.messages) == 2 and w.send_button.isEnabled()
+
+
+def test_a_message_sent_while_the_model_loads_waits_and_is_answered(qtbot, windows):
+    w = windows(wait_ready=False)
+    conv = w.new_chat()
+    use_settings(w, GREEDY)
+    assert w.model_info is None
+    w.composer.setPlainText("are you there yet?")
+    w.composer.submit()
+    assert w.status.resume.text() == "Waiting for the model…" and w.transcript.pending_message is not None
+    wait_idle(qtbot, w)
+    assert w.model_info is not None
+    assert [role for role, _ in stored(w, conv)] == ["user", "assistant"] and shown(w) == stored(w, conv)
+
+
+def test_the_app_imports_only_the_engine_api():
+    """app/ uses the engine through engine.api, engine.types and engine.errors only — imports inside
+    functions included (the same check as `grep -rhoE "^\\s*(from|import) engine[.a-z_]*" app/`)."""
+    import ast
+    import re
+
+    allowed = {"engine.api", "engine.types", "engine.errors"}
+    found: dict[str, set[str]] = {}
+    app_dir = Path(__file__).resolve().parent.parent / "app"
+    for path in sorted(app_dir.rglob("*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "engine"]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name == "engine" or name.startswith("engine."):
+                    found.setdefault(name, set()).add(path.name)
+        for line in re.findall(r"^\s*(?:from|import) (engine[.a-z_]*)", source, re.MULTILINE):
+            found.setdefault(line, set()).add(path.name)
+    assert {"engine.api", "engine.types", "engine.errors"} <= set(found)  # the check saw the imports
+    assert {name: files for name, files in found.items() if name not in allowed} == {}
 
 
 # dialogs, find, bad input ------------------------------------------------------------------------------
@@ -217,9 +402,11 @@ def test_bad_stored_settings_give_a_readable_error_not_a_crash(qtbot, windows):
     w.new_chat()
     use_settings(w, {"temperature": "warm"})
     send(qtbot, w, "hello")
-    qtbot.waitUntil(lambda: "settings are not valid" in w.status_resume.text(), timeout=TIMEOUT)
-    assert w.store.messages(w.current)[0].content == "hello"  # the message is kept
-    assert w.send_button.isEnabled()
+    qtbot.waitUntil(lambda: "settings are not valid" in w.status.resume.text(), timeout=TIMEOUT)
+    # Refused before it was stored: the message goes back to the composer, nothing half-sent stays.
+    assert w.composer.toPlainText() == "hello" and w.store.messages(w.current) == []
+    assert w.transcript.entries() == [] and w.transcript.messages == []
+    assert w.send_button.isEnabled() and not w.turns.running()
 
 
 def test_find_in_chat(qtbot, windows):
@@ -229,11 +416,11 @@ def test_find_in_chat(qtbot, windows):
     wait_idle(qtbot, w)
     qtbot.keyClick(w, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert w.find_bar.isVisible()
-    qtbot.keyClicks(w.find_edit, "zebra")
-    assert w.find_count.text().endswith("match") or "match" in w.find_count.text()
+    qtbot.keyClicks(w.find_bar.edit, "zebra")
+    assert w.find_bar.count.text() == "1 match"
     assert w.transcript.messages[0].body.textCursor().selectedText() == "zebra"
-    w.find_edit.setText("no-such-thing-anywhere")
-    assert w.find_count.text() == "no matches"
+    w.find_bar.edit.setText("no-such-thing-anywhere")
+    assert w.find_bar.count.text() == "no matches"
 
 
 def test_a_second_launch_raises_the_first(qtbot, tmp_path):
@@ -252,10 +439,31 @@ def test_first_run_offline_shows_the_error_and_retry(qtbot, tmp_path, monkeypatc
     cfg = AppConfig(resolve_paths(tmp_path / "fresh").ensure(), model=None, provider="cpu")
     w = MainWindow(cfg)
     qtbot.addWidget(w)
-    qtbot.waitUntil(lambda: w.setup_dialog is not None and w.setup_dialog.retry.isVisible(), timeout=TIMEOUT)
-    assert w.setup_dialog.error.text()  # says what failed
-    assert "could not be set up" in w.setup_dialog.stage.text()
+    qtbot.waitUntil(lambda: w.setup.dialog is not None and w.setup.dialog.isVisible(), timeout=TIMEOUT)
+    dialog = w.setup.dialog
+    # The failure is what the test waits for; Retry and the error come with it, never before.
+    qtbot.waitUntil(lambda: "could not be set up" in dialog.stage.text(), timeout=TIMEOUT)
+    assert dialog.retry.isVisible() and dialog.error.isVisible()
+    assert "cannot reach the package index" in dialog.error.text()  # says what failed
     w.host.stop()
+
+
+def test_the_setup_dialog_offers_retry_only_after_a_failure(qtbot):
+    """A QDialogButtonBox re-shows the buttons it lays out: a Retry kept there was visible, with no error,
+    before any attempt had failed (the race a busy machine exposed)."""
+    from app.model_setup import ModelSetupDialog
+    from engine.types import SetupProgress, SetupStage
+
+    dialog = ModelSetupDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    assert not dialog.retry.isVisible() and not dialog.error.isVisible()
+    dialog.on_failed("offline")
+    assert dialog.retry.isVisible() and dialog.error.text() == "offline"
+    dialog.on_progress(SetupProgress(SetupStage.DOWNLOAD, 1 << 20, 3 << 31))  # retried: more than 2**31 bytes
+    assert not dialog.retry.isVisible() and not dialog.error.isVisible()
+    assert dialog.stage.text() == "Downloading… 1 of 6144 MiB" and dialog.progress.maximum() == 6144
 
 
 def test_model_output_html_is_shown_as_text_and_code_is_formatted(qapp):
@@ -264,14 +472,64 @@ def test_model_output_html_is_shown_as_text_and_code_is_formatted(qapp):
     assert 'class="code"' in html and "python" in html and "print(" in html
 
 
-def test_window_uses_no_files_outside_its_data_dir(qtbot, windows, config):
-    w = windows()
-    w.new_chat()
-    send(qtbot, w, "where do files go?")
-    wait_idle(qtbot, w)
-    windows.close(w)
-    names = {p.name for p in Path(config.paths.data).iterdir()}
-    assert {"conversations.sqlite3", "checkpoints", "window.ini"} <= names
+WINDOW_SESSION = """
+import sys, time
+from PySide6.QtWidgets import QApplication
+from app.config import AppConfig
+from app.main_window import MainWindow
+from engine.api import resolve_paths
+
+app = QApplication([])
+w = MainWindow(AppConfig(resolve_paths(sys.argv[1]).ensure(), model=sys.argv[2], weights="int4", provider="cpu"))
+w.show()
+
+def until(condition):
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        app.processEvents()
+        time.sleep(0.005)
+
+until(lambda: w.model_info is not None)
+conv = w.new_chat()
+w.store.set_settings(conv, {"temperature": 0.0, "max_new_tokens": 8})
+w.composer.setPlainText("where do files go?")
+w.composer.submit()
+until(lambda: not w.turns.running() and len(w.store.messages(conv)) == 2)
+w.close()
+print(conv)
+"""
+
+
+def test_window_uses_no_files_outside_its_data_dir(tmp_path, tiny_gguf, tiny_dir, tiny_converted):
+    """A window session (start, one turn, close) in its own process, with HOME, every XDG dir and TMPDIR
+    pointing at empty dirs: afterwards those are still empty, and the data dir holds exactly what it should."""
+    from engine.turn_lock import TurnLock
+
+    tiny_converted("int4")
+    home, tmp, data = tmp_path / "home", tmp_path / "tmp", tmp_path / "data"
+    for d in (home, tmp, data):
+        d.mkdir()
+    (data / "converted").symlink_to(tiny_dir / "converted")  # the tiny model's conversion, shared
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "HEARTH_"))}
+    env.update(HOME=str(home), TMPDIR=str(tmp), QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(home / ".config"),
+               XDG_CACHE_HOME=str(home / ".cache"), XDG_DATA_HOME=str(home / ".local/share"),
+               XDG_STATE_HOME=str(home / ".local/state"), XDG_RUNTIME_DIR=str(home / "run"))
+    proc = subprocess.run([sys.executable, "-c", WINDOW_SESSION, str(data), str(tiny_gguf)], capture_output=True,
+                          text=True, env=env, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    conv = proc.stdout.split()[-1]
+
+    def files(root: Path) -> set[str]:
+        found = {p.relative_to(root) for p in root.rglob("*")}
+        return {str(p) for p in found if p.parts[0] != "converted" or len(p.parts) == 1}  # not the shared model
+
+    assert files(home) == set() and files(tmp) == set()
+    lock = TurnLock(data / "locks", conv).path.name
+    assert files(data) == {
+        "conversations.sqlite3", "window.ini", "models", "locks", f"locks/{lock}", "converted",
+        "checkpoints", f"checkpoints/{conversation_file(conv)}", "checkpoints/index.sqlite3",
+        "checkpoints/store.lock", "checkpoints/throughput.json"}
 
 
 def test_the_installed_pyside_counts_references_on_emit():
@@ -301,7 +559,7 @@ def test_stop_during_decoding_keeps_what_was_written(qtbot, windows, real_config
     w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 400})
     send(qtbot, w, "Write a long story about a lighthouse keeper.")
-    qtbot.waitUntil(lambda: len(w._streams.get(w.current, "")) > 20, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: len(w.turns.turn(w.current).reply) > 20, timeout=TIMEOUT)
     assert w.stop_button.isEnabled()
     qtbot.keyClick(w, Qt.Key.Key_Escape)
     wait_idle(qtbot, w)
@@ -326,12 +584,13 @@ def test_stop_during_a_long_prefill_and_resume_later(qtbot, windows, real_config
     w.stop()
     wait_idle(qtbot, w)
     assert w.store.messages(w.current)[0].content == long_text  # the message is kept
-    assert reports[-1][1]["prefilled_tokens"] < 3000  # stopped part-way through ~3,400 tokens
+    assert [m.role for m in w.store.messages(w.current)] == ["user"]  # and no reply: none was written
+    assert reports[-1][1].prefilled_tokens < 3000  # stopped part-way through ~3,400 tokens
     w.regenerate()  # nothing to regenerate: the last message is the user's
     w.composer.setPlainText("Summarize that.")
     w.composer.submit()
     wait_idle(qtbot, w)
-    assert reports[-1][1]["reused_tokens"] > 0  # what was read before the stop was kept
+    assert reports[-1][1].reused_tokens > 0  # what was read before the stop was kept
 
 
 def test_a_model_that_cannot_load_says_why_and_offers_retry(qtbot, tmp_path):
@@ -347,10 +606,12 @@ def test_a_model_that_cannot_load_says_why_and_offers_retry(qtbot, tmp_path):
     box = w.findChildren(QMessageBox)[0]
     assert "could not be loaded" in box.text() and "broken.gguf" in box.text()
     assert box.button(QMessageBox.StandardButton.Retry) is not None
-    assert w.status_model.text() == "The model could not be loaded"
+    assert w.status.model.text() == "The model could not be loaded"
     w.composer.setPlainText("typed while broken")
     w.composer.submit()  # the message is kept even though no model can answer it
-    assert w.store.messages(w.current)[0].content == "typed while broken"
+    qtbot.waitUntil(lambda: "not loaded" in w.status.resume.text(), timeout=TIMEOUT)
+    assert [m.content for m in w.store.messages(w.current)] == ["typed while broken"]
+    assert w.transcript.entries()[0][1:] == ("user", "typed while broken")  # shown as stored
     box.done(QMessageBox.StandardButton.Close)
     w.host.stop()
 
@@ -385,7 +646,7 @@ def test_a_message_sent_during_a_rebuild_waits_for_it(qtbot, windows, real_confi
     assert "rebuilding" in w.banner.message.text()
     send(qtbot, w, "Which note came first?")  # while the rebuild runs
     assert w.transcript.messages[-2].text == "Which note came first?"  # shown at once
-    wait_idle(qtbot, w)
+    qtbot.waitUntil(lambda: len(order) == 2, timeout=TIMEOUT)  # the recorder hears of the reply last
     assert order == ["rebuilt", "reply"]
     assert "Rebuilt" in w.banner.message.text()
     assert [m.role for m in w.store.messages(conv)] == ["user", "assistant", "user", "assistant"]

@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from engine.checkpoint.store import conversation_file
+from engine.types import BundleExported, BundleImported
 
 from .qt_helpers import TIMEOUT, new_chat_with_turn, send, wait_idle
 
@@ -93,7 +94,7 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     type_query(qtbot, browser, "lighthouses")
     browser.table.selectRow(0)
     # Older messages render a few per event-loop turn; on a busy machine the first may not be in yet.
-    qtbot.waitUntil(lambda: not browser.preview._backlog, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not browser.preview.loading, timeout=TIMEOUT)
     assert [m.text for m in browser.preview.messages][0] == "a chat about lighthouses"
     reports = []
     from .qt_helpers import on_ui_thread
@@ -103,7 +104,7 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
     assert w.current == conv
     report = next(r for c, r in reports if c == conv)
-    assert report["source"] == "disk" and report["prefilled_tokens"] == 0
+    assert report.source == "disk" and report.prefilled_tokens == 0
 
 
 def test_delete_several_then_undo_then_delete_for_good(qtbot, browser):
@@ -118,8 +119,8 @@ def test_delete_several_then_undo_then_delete_for_good(qtbot, browser):
     assert browser.proxy.rowCount() == 5 and browser.window_.sidebar.item_for(ids[0]) is not None
     browser.table.selectAll()
     browser.delete_selected()
-    browser._undo_timer.setInterval(10)  # let the undo window run out now
-    browser._undo_timer.start()
+    browser.undo_timer.setInterval(10)  # let the undo window run out now
+    browser.undo_timer.start()
     qtbot.waitUntil(lambda: not browser.undo_bar.isVisible(), timeout=TIMEOUT)
     assert all(browser.store.get(i) is None for i in ids)
 
@@ -187,8 +188,9 @@ def test_verify_all_finds_a_planted_damaged_checkpoint_and_drop_context(qtbot, b
     browser.verify_all()
     qtbot.waitUntil(lambda: browser.verify_result.text().startswith("Checked"), timeout=TIMEOUT)
     assert "1 damaged" in browser.verify_result.text() and "1 valid" in browser.verify_result.text()
-    assert browser.checkpoints[convs[0]]["status"] == "damaged"
-    assert browser.checkpoints[convs[0]]["reason"] == "checksum"
+    assert browser.checkpoints[convs[0]].health == "damaged"
+    assert browser.checkpoints[convs[0]].reason == "checksum"
+    assert browser.checkpoints[convs[1]].health == "valid" and browser.checkpoints[convs[1]].tokens > 0
     browser.status_filter.setCurrentIndex(3)
     assert browser.ids_shown() == [convs[0]]
     browser.table.selectRow(0)
@@ -209,6 +211,7 @@ def test_budget_and_reclaim_space(qtbot, browser):
     stray.write_bytes(b"HEARTHKV" + bytes(300))  # saved context of no conversation
     browser.reclaim()
     qtbot.waitUntil(lambda: not stray.exists(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: browser.verify_result.text().startswith("Reclaimed space"), timeout=TIMEOUT)
 
 
 def test_hearth_browse_opens_the_browser(qtbot, config):
@@ -231,23 +234,23 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     type_query(qtbot, browser, "owls")
     browser.table.selectRow(0)
     bundle = tmp_path / "owls.hearth"
-    done: list[dict] = []
+    done: list = []
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
     browser.export_bundle(str(bundle))
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
-    assert done[-1]["ok"] and done[-1]["contexts"] == 1
+    assert isinstance(done[-1], BundleExported) and (done[-1].conversations, done[-1].contexts) == (1, 1)
     w.delete_current(confirm=False)  # gone: chat and saved context
     qtbot.waitUntil(lambda: not (w.config.paths.checkpoints / conversation_file(conv)).exists(), timeout=TIMEOUT)
     ids = browser.import_bundle(str(bundle))
     assert ids == [conv]
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
-    assert done[-1]["used"] == [conv] and done[-1]["rebuilt"] == {}
+    assert isinstance(done[-1], BundleImported) and done[-1].used == (conv,) and done[-1].rebuilt == {}
     reports: list = []
     on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
     w.open_conversation(conv)
     qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
     report = next(r for c, r in reports if c == conv)
-    assert report["source"] == "disk" and report["prefilled_tokens"] == 0
+    assert report.source == "disk" and report.prefilled_tokens == 0
 
 
 def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtbot, browser, tmp_path, tiny_dir):
@@ -271,14 +274,14 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     sessions.save("turn")
     bundle = tmp_path / "foreign.hearth"
     write_bundle(bundle, doc, {conv: sessions.store.path(conversation_file(conv))})
-    done: list[dict] = []
+    done: list = []
     from .qt_helpers import on_ui_thread
 
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
     new_ids = browser.import_bundle(str(bundle))
     assert len(new_ids) == 1 and new_ids[0] != conv  # the id was taken: a copy
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
-    assert done[-1]["used"] == [] and done[-1]["rebuilt"] == {new_ids[0]: "model_mismatch"}
+    assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "model_mismatch"}
     assert "rebuilt when opened (model_mismatch)" in browser.verify_result.text()
     assert not (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists()
 

@@ -80,12 +80,15 @@ def test_non_gguf_file(tmp_path):
     assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(bad)), "not a GGUF file")
 
 
-@pytest.mark.parametrize("keep", [3, 100, 2000, -64])
-def test_truncated_gguf(tmp_path, tiny_gguf, keep):
+@pytest.mark.parametrize(("keep", "needle"), [(3, "not a GGUF file"), (100, "damaged or truncated"),
+                                              (2000, "damaged or truncated"), (-64, "damaged or truncated")])
+def test_truncated_gguf(tmp_path, tiny_gguf, keep, needle):
+    """Cut inside the magic, the header, the metadata, and the last tensor's data (keep < 0)."""
     data = tiny_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(data[:keep] if keep > 0 else data[:keep])
-    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(cut), "--data-dir", str(tmp_path)))
+    cut.write_bytes(data[:keep])
+    assert len(cut.read_bytes()) < len(data)
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(cut), "--data-dir", str(tmp_path)), needle)
 
 
 def test_unsupported_architecture(tmp_path):
@@ -180,9 +183,15 @@ def test_terminal_chat_session(tmp_path, tiny_gguf):
 
     reused = [int(n) for n in re.findall(r"(\d+) tokens reused", out)]
     assert reused[0] == 0 and reused[1] > 10  # the second turn resumes from the live KV cache
-    assert "Commands:" in out and "(system prompt set; conversation cleared)" in out
+    assert "Commands:" in out and "(system prompt set)" in out
     assert "(!) the conversation is" in out  # a too-long message is refused, the chat goes on
     assert "Traceback" not in proc.stderr
+    # talk's conversation is stored like any other: both turns, the refused message not among them
+    listed = json.loads(run_cli("conversations", "ls", "--data-dir", str(tmp_path), "--json").stdout)["conversations"]
+    assert len(listed) == 1 and listed[0]["messages"] == 4 and listed[0]["tokens"] > 10
+    shown = json.loads(run_cli("conversations", "show", listed[0]["id"], "--data-dir", str(tmp_path), "--json").stdout)
+    assert [m["content"] for m in shown["messages"] if m["role"] == "user"] == ["hello world", "the end"]
+    assert shown["system_prompt"] == "be brief"
 
 
 def test_model_convert_json(tmp_path, tiny_gguf):

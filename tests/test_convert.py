@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from engine.arch import llama
 from engine.errors import HearthError, ModelFileError
 from engine.model.convert import CONVERTER_VERSION, ensure_converted, gguf_digest
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
@@ -20,7 +21,7 @@ def test_converted_once_then_reused(tmp_path, tiny_gguf):
     calls.clear()
     again = ensure_converted(tiny_gguf, "int4", tmp_path, progress=lambda d, t: calls.append((d, t)))
     assert again == first and calls == [] and first.onnx_path.stat().st_mtime_ns == stamp
-    assert first.fingerprint == f"{gguf_digest(tiny_gguf)}:{CONVERTER_VERSION}:int4"
+    assert first.fingerprint == f"{gguf_digest(tiny_gguf)}:{CONVERTER_VERSION}:llama.{llama.GRAPH_VERSION}:int4"
 
 
 def test_each_precision_and_model_has_its_own_entry(tmp_path, tiny_gguf):

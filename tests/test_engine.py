@@ -168,8 +168,8 @@ def test_onnx_runtime_telemetry_is_off(tiny_converted, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
     env["HOME"] = str(tmp_path)
     code = ("import sys; from engine.generation import Engine; from engine.model.convert import ConvertedModel; "
-            "from pathlib import Path; e = Engine.load(ConvertedModel(Path(sys.argv[1]), Path(sys.argv[2]), 'x', 'int4', 1), "
-            "'cpu'); e.prefill([5, 6, 7])")
+            "from pathlib import Path; e = Engine.load(ConvertedModel(Path(sys.argv[1]), Path(sys.argv[2]), 'x', 'int4', 2, "
+            "'llama', 1), 'cpu'); e.prefill([5, 6, 7])")
     converted = tiny_converted("int4")
     proc = subprocess.run([sys.executable, "-c", code, str(converted.onnx_path), str(converted.gguf_path)],
                           capture_output=True, text=True, env=env, timeout=120,

@@ -82,6 +82,7 @@ def test_a_bundled_model_dir_that_does_not_exist_is_a_clear_error(monkeypatch, t
 
 @pytest.mark.real_model
 def test_the_engine_runs_the_bundled_model_without_converting_or_writing_there(bundle, monkeypatch, tmp_path):
+    from engine.arch import llama
     from engine.loader import find_default_gguf, load_engine, resolve_gguf
     from engine.model.convert import model_fingerprint
     from engine.model.fetch import default_model
@@ -100,7 +101,8 @@ def test_the_engine_runs_the_bundled_model_without_converting_or_writing_there(b
     engine, converted, _ = load_engine(paths, weights="int4", provider="cpu")
     assert converted.onnx_path.is_relative_to(bundle) and converted.gguf_path == bundle / "tokenizer" / entry.filename
     # the same fingerprint as a conversion of the full GGUF: saved context moves between the two installs
-    assert converted.fingerprint == model_fingerprint(entry.gguf_sha256, get_precision("int4").weights_id)
+    assert converted.fingerprint == model_fingerprint(entry.gguf_sha256, get_precision("int4").weights_id, llama.NAME,
+                                                      llama.GRAPH_VERSION)
     assert engine.generate(engine.prompt_tokens([{"role": "user", "content": "Hi"}]), max_new_tokens=2).tokens
     assert list(paths.converted.iterdir()) == []  # nothing converted into the data dir
     assert tree_state(bundle) == before  # and nothing written into the bundle
@@ -263,29 +265,24 @@ def test_waiting_fails_with_the_reported_problem_or_on_timeout(qapp):
 # the checks after the window closed, on the tiny model: what a damaged or mismatched saved context gives ------------
 @pytest.fixture
 def saved_turn(tmp_path, tiny_gguf, tiny_dir, tiny_converted):
-    """A data dir with one stored conversation and its saved context (made through the engine APIs)."""
+    """A data dir with one stored conversation and its saved context (one turn through the engine API)."""
     from app.config import AppConfig
-    from engine.checkpoint.store import CheckpointStore
-    from engine.conversations import ConversationStore
-    from engine.loader import load_engine
-    from engine.sampling import SamplingParams
-    from engine.session import ChatSessions
+    from engine.api import Hearth
+    from engine.types import SamplingParams, TurnRequest
 
     tiny_converted("int4")
     home = tmp_path / "home"
     home.mkdir()
     (home / "converted").symlink_to(tiny_dir / "converted")
     config = AppConfig(resolve_paths(home).ensure(), model=str(tiny_gguf), weights="int4", provider="cpu")
-    store = ConversationStore(config.paths.conversations_db)
-    conv = store.create().id
-    store.append(conv, "user", "hello there")
-    engine, _, _ = load_engine(config.paths, model=str(tiny_gguf), weights="int4", provider="cpu")
-    checkpoints = CheckpointStore(config.paths.checkpoints)
-    turn = ChatSessions(engine, checkpoints).generate(conv, store.chat_messages(conv), SamplingParams(temperature=0.0),
-                                                      max_new_tokens=6)
-    store.append(conv, "assistant", turn.generation.text)
-    checkpoints.close()
-    store.close()
+    hearth = Hearth(config.paths, model=str(tiny_gguf), weights="int4", provider="cpu")
+    try:
+        hearth.load()
+        conv = hearth.conversations.create().id
+        turn = hearth.run_turn(TurnRequest(conv, "hello there", SamplingParams(temperature=0.0), max_new_tokens=6))
+        assert turn.save is not None and turn.save.ok
+    finally:
+        hearth.close()
     return config, conv
 
 
@@ -296,6 +293,8 @@ def test_verify_and_restore_pass_on_a_good_saved_context(saved_turn):
     report = SelfTestReport(config.paths.data, throwaway=False)
     verify_and_restore(config, conv, report)
     assert [step for step, _ in report.lines] == ["verify", "restore"]
+    assert report.lines[0][1].endswith("every checksum and fingerprint valid")
+    assert "tokens from disk" in report.lines[1][1] and "next-token logits match a cold prefill" in report.lines[1][1]
 
 
 def test_a_damaged_saved_context_fails_verification(saved_turn):
@@ -328,7 +327,7 @@ def test_no_saved_context_fails_verification(saved_turn):
     from app.self_test import SelfTestFailed, SelfTestReport, verify_and_restore
 
     config, _ = saved_turn
-    with pytest.raises(SelfTestFailed, match="no saved context at"):
+    with pytest.raises(SelfTestFailed, match="no saved context for never-saved in "):
         verify_and_restore(config, "never-saved", SelfTestReport(config.paths.data, throwaway=False))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.arch.llama import unpermute_heads
 from engine.errors import ModelFileError
 from engine.model.quant import concat_packed, pack_rows
-from engine.model.weights import unpermute_heads
 
 
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0"])

@@ -25,14 +25,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=str(ROOT / ".test-cache" / "home"))
     args = ap.parse_args()
-    from PySide6.QtCore import QEventLoop, Qt, QTimer
+    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.config import AppConfig
     from app.main_window import MainWindow
     from app.settings_dialog import ChatSettingsDialog
+    from engine.api import resolve_paths
     from engine.checkpoint.store import conversation_file
-    from engine.paths import resolve_paths
 
     _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
     home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
@@ -52,12 +52,12 @@ def main() -> None:
     def chat(w: MainWindow, text: str) -> None:
         w.composer.setPlainText(text)
         w.composer.submit()
-        wait_until(lambda: w.current not in w._streams)
+        wait_until(lambda: not w.turns.running(w.current))
 
     w = MainWindow(config)
     w.resize(1100, 720)
     w.show()
-    wait_until(lambda: w.engine_info is not None)
+    wait_until(lambda: w.model_info is not None)
     for text in ("What is the capital of France?", "Give me three tips for sleeping better."):
         w.new_chat()
         w.store.set_settings(w.current, {"temperature": 0.0, "max_new_tokens": 200})
@@ -66,7 +66,7 @@ def main() -> None:
     w.store.set_settings(code_chat, {"temperature": 0.0, "max_new_tokens": 300})
     chat(w, "Write a Python function that checks whether a word is a palindrome, and explain it briefly.")
     time.sleep(0.2)
-    wait_until(lambda: w.sidebar.currentItem().data(Qt.ItemDataRole.UserRole + 2) == "live")
+    wait_until(lambda: w.sidebar.badge(w.current) == "live")
     w.grab().save(str(HERE / "main-window.png"))
 
     # A long chat whose saved context gets damaged, reopened: the banner while it rebuilds.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,17 +50,28 @@ class StoreLock:
         else:
             msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
+    def busy_error(self) -> HearthError:
+        return StoreBusyError(f"the checkpoint store {self.path.parent} is in use by another Hearth process "
+                              f"(waited {self.timeout_s:g} s)")
+
     @contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, on_wait: Callable[[], None] | None = None,
+             give_up: Callable[[], HearthError | None] | None = None) -> Iterator[None]:
+        """Hold the lock; ``on_wait`` is called once if another process holds it now; while waiting,
+        ``give_up`` returning an error stops the wait with it (a user's Stop)."""
         with self._local:
             if self._depth == 0:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
                 deadline = time.monotonic() + self.timeout_s
+                waited = False
                 while not self._try_lock(fd):
-                    if time.monotonic() >= deadline:
+                    if not waited and on_wait is not None:
+                        on_wait()
+                    waited = True
+                    reason = give_up() if give_up is not None else None
+                    if reason is not None or time.monotonic() >= deadline:
                         os.close(fd)
-                        raise StoreBusyError(f"the checkpoint store {self.path.parent} is in use by another "
-                                             f"Hearth process (waited {self.timeout_s:g} s)")
+                        raise reason or self.busy_error()
                     time.sleep(0.02)
                 self._fd = fd
             self._depth += 1

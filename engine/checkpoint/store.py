@@ -27,6 +27,7 @@ from pathlib import Path
 from engine.checkpoint.format import CheckpointError, encoding_layout
 from engine.checkpoint.lock import StoreLock
 from engine.checkpoint.reader import CheckpointReader
+from engine.errors import CheckpointStoreError
 from engine.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -91,13 +92,18 @@ class CheckpointStore:
         self.kv_encoding = self._saved_encoding()
         self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)
         self._db_lock = threading.RLock()
-        self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        with self.lock.held():
-            self._db.executescript(_SCHEMA)
-            self.remove_stale_temp_files()
-            self.reconcile()
+        try:
+            self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            with self.lock.held():
+                self._db.executescript(_SCHEMA)
+                self.remove_stale_temp_files()
+                self.reconcile()
+        except sqlite3.DatabaseError as exc:
+            raise CheckpointStoreError(
+                f"the saved-context index in {self.root} cannot be used ({exc}); the disk may be full. Free some space, "
+                f"or delete {self.root} (saved context is a cache: no conversation is lost)") from None
 
     def _settings(self) -> dict:
         try:

@@ -1,7 +1,9 @@
 """Convert a GGUF to ONNX once and keep the result, keyed by (GGUF sha256, converter version, precision).
 
 A conversion is built in a temporary directory next to the cache and renamed into place when
-complete, so an interrupted conversion never leaves a half-written model that looks finished.
+complete, so an interrupted conversion never leaves a half-written model that looks finished. Its
+``complete.json`` records the architecture and graph version it was built with; a conversion whose
+architecture has a newer graph since is built again.
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ModelFileError
+from engine.arch import architecture_for, get_architecture
+from engine.errors import HearthError, ModelFileError
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
 from engine.model.gguf_file import GGUFModel
-from engine.model.llama_graph import build_llama_onnx
-from engine.model.precision import get_precision
+from engine.model.onnx_writer import OnnxWriter
+from engine.model.precision import Precision, get_precision
 
 log = logging.getLogger(__name__)
 
-# Bump whenever the graph or weight layout changes: old conversions then stop matching.
-CONVERTER_VERSION = 1
+# Bump whenever the weight layout or what a conversion records changes, or a graph change touches
+# every architecture: old conversions then stop matching. (One architecture's graph changes bump its
+# GRAPH_VERSION instead.) 2: conversions record their architecture and graph version.
+CONVERTER_VERSION = 2
 ProgressFn = Callable[[int, int], None]
 
 
@@ -35,15 +40,20 @@ class ConvertedModel:
     gguf_sha256: str
     precision: str
     converter_version: int
+    architecture: str
+    graph_version: int
 
     @property
     def fingerprint(self) -> str:
         """Changes whenever the converted weights or graph would change."""
-        return model_fingerprint(self.gguf_sha256, get_precision(self.precision).weights_id, self.converter_version)
+        return model_fingerprint(self.gguf_sha256, get_precision(self.precision).weights_id, self.architecture,
+                                 self.graph_version, self.converter_version)
 
 
-def model_fingerprint(gguf_sha256: str, precision: str, converter_version: int = CONVERTER_VERSION) -> str:
-    return f"{gguf_sha256}:{converter_version}:{precision}"
+def model_fingerprint(gguf_sha256: str, precision: str, architecture: str, graph_version: int,
+                      converter_version: int = CONVERTER_VERSION) -> str:
+    """The model's identity for saved context: the GGUF, the weights' form, and the graph that runs them."""
+    return f"{gguf_sha256}:{converter_version}:{architecture}.{graph_version}:{precision}"
 
 
 def gguf_digest(path: Path) -> str:
@@ -87,23 +97,28 @@ def ensure_converted(
     # A cache hit needs only the hash; the GGUF is parsed (and validated) only to build.
     digest = gguf_digest(Path(gguf_path))
     final = conversion_dir(converted_root, digest, prec.name, logits_mode)
-    result = ConvertedModel(final / "model.onnx", Path(gguf_path), digest, prec.name, CONVERTER_VERSION)
-    if (final / "complete.json").exists():
-        return result
+    cached = cached_conversion(final, Path(gguf_path), digest, prec.name)
+    if cached is not None:
+        return cached
     model = GGUFModel(gguf_path)
-    model.config()
+    arch = architecture_for(model)
+    arch.read_config(model)  # refuse an unsupported model before making anything
     converted_root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(converted_root)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=converted_root))
     try:
         log.info("converting %s to ONNX (%s)", Path(gguf_path).name, prec.name)
-        build_llama_onnx(
-            model, prec, tmp, logits_mode=logits_mode, progress=progress,
-            metadata={"hearth.gguf_sha256": digest, "hearth.converter_version": str(CONVERTER_VERSION)},
-        )
+        build_onnx(model, prec, tmp, logits_mode=logits_mode, progress=progress,
+                   metadata={"hearth.gguf_sha256": digest, "hearth.converter_version": str(CONVERTER_VERSION)})
         with atomic_write(tmp / "complete.json") as fh:
-            fh.write(json.dumps({"gguf_sha256": digest, "precision": prec.name,
-                                 "converter_version": CONVERTER_VERSION}).encode())
+            fh.write(json.dumps({"gguf_sha256": digest, "precision": prec.name, "converter_version": CONVERTER_VERSION,
+                                 "architecture": arch.NAME, "graph_version": arch.GRAPH_VERSION}).encode())
+        if final.exists() and cached_conversion(final, Path(gguf_path), digest, prec.name) is None:
+            # Built by an older graph of this architecture: moved aside, removed later as a stale temporary.
+            try:
+                os.rename(final, Path(tempfile.mkdtemp(prefix=".convert-old-", dir=converted_root)) / "old")
+            except FileNotFoundError:
+                pass
         try:
             os.rename(tmp, final)
         except OSError:
@@ -112,7 +127,51 @@ def ensure_converted(
         fsync_dir(converted_root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return result
+    return ConvertedModel(final / "model.onnx", Path(gguf_path), digest, prec.name, CONVERTER_VERSION,
+                          arch.NAME, arch.GRAPH_VERSION)
+
+
+def cached_conversion(folder: Path, gguf_path: Path, digest: str, precision: str) -> ConvertedModel | None:
+    """The complete conversion in ``folder`` if it was built by this code's graph for its architecture,
+    else None (missing, unfinished, or built by an older graph)."""
+    try:
+        done = json.loads((folder / "complete.json").read_text())
+        arch = get_architecture(done["architecture"])
+        if done["graph_version"] != arch.GRAPH_VERSION:
+            return None
+    except (OSError, ValueError, KeyError, TypeError, HearthError):
+        return None
+    return ConvertedModel(folder / "model.onnx", gguf_path, digest, precision, CONVERTER_VERSION, arch.NAME,
+                          arch.GRAPH_VERSION)
+
+
+def build_onnx(
+    model: GGUFModel,
+    precision: Precision,
+    out_dir: Path,
+    *,
+    logits_mode: str = "last",
+    metadata: dict[str, str] | None = None,
+    progress: ProgressFn | None = None,
+) -> Path:
+    """Write ``model.onnx`` (+ ``model.onnx.data``) into ``out_dir`` and return the .onnx path."""
+    from engine.arch.blocks import Graph
+
+    if logits_mode not in ("last", "all"):
+        raise ValueError("logits_mode must be 'last' or 'all'")
+    arch = architecture_for(model)
+    cfg = arch.read_config(model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writer = OnnxWriter(out_dir / "model.onnx.data")
+    try:
+        arch.build(Graph(model, cfg, precision, writer, logits_mode, progress))
+        meta = {"hearth.config": cfg.to_json(), "hearth.architecture": arch.NAME,
+                "hearth.graph_version": str(arch.GRAPH_VERSION), "hearth.precision": precision.name,
+                "hearth.logits": logits_mode, "hearth.kv_dtype": precision.compute, **(metadata or {})}
+        writer.save(out_dir / "model.onnx", meta)
+    finally:
+        writer.close()
+    return out_dir / "model.onnx"
 
 
 def remove_stale_temporaries(converted_root: Path, older_than_s: float = 3600.0) -> None:

@@ -1,37 +1,18 @@
-"""Open a GGUF file defensively and read a llama-family model's hyperparameters from it."""
+"""Open a GGUF file defensively: typed, checked access to its metadata and tensors."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.errors import ModelFileError, UnsupportedModelError
+from engine.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from engine.arch.config import ModelConfig
 
 GGUF_MAGIC = b"GGUF"
-SUPPORTED_ARCHITECTURES = ("llama",)
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    """Everything the graph builder needs, all read from GGUF metadata."""
-
-    architecture: str
-    n_layers: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    rope_dim: int
-    rope_base: float
-    rope_scale: float  # linear position scaling; 1.0 when the model has none
-    norm_eps: float
-    vocab_size: int
-    context_length: int
-    tied_embeddings: bool
 
 
 class GGUFModel:
@@ -90,8 +71,37 @@ class GGUFModel:
         except KeyError:
             raise ModelFileError(f"{self.path.name}: tensor {name!r} is missing") from None
 
-    def config(self) -> LlamaConfig:
-        return read_llama_config(self)
+    def positive_int(self, key: str, default: int | None = None) -> int:
+        """An integer field that must be positive; required unless a default is given."""
+        raw = self.value(key, default) if default is not None else self.require(key)
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise ModelFileError(f"{self.path.name}: metadata {key!r} is not an integer ({raw!r})") from None
+        if value <= 0:
+            raise ModelFileError(f"{self.path.name}: metadata {key!r} must be positive, got {value}")
+        return value
+
+    def vocab_size(self, key: str, n_embd: int) -> int:
+        """The vocabulary size (metadata ``key``, else the token list's length), checked against the
+        token embedding table's shape."""
+        vocab_size = int(self.value(key, 0) or 0)
+        if vocab_size <= 0:
+            vocab_size = self.array_length("tokenizer.ggml.tokens")
+        if vocab_size <= 0:
+            raise ModelFileError(f"{self.path.name}: vocabulary size is missing")
+        embd = self.tensor("token_embd.weight")
+        if tuple(int(x) for x in embd.shape) != (n_embd, vocab_size):
+            raise ModelFileError(
+                f"{self.path.name}: token_embd.weight has shape {list(embd.shape)}, expected [{n_embd}, {vocab_size}]"
+            )
+        return vocab_size
+
+    def config(self) -> ModelConfig:
+        """The model's config, read by its architecture's module (UnsupportedModelError if none)."""
+        from engine.arch import architecture_for
+
+        return architecture_for(self).read_config(self)
 
 
 def _open_reader(path: Path):
@@ -112,74 +122,3 @@ def _open_reader(path: Path):
             f"{path.name} is damaged or truncated and cannot be read as GGUF ({type(exc).__name__}: {exc}); "
             "download it again with 'hearth-cli model fetch'"
         ) from exc
-
-
-def _positive_int(model: GGUFModel, key: str, default: int | None = None) -> int:
-    raw = model.value(key, default) if default is not None else model.require(key)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise ModelFileError(f"{model.path.name}: metadata {key!r} is not an integer ({raw!r})") from None
-    if value <= 0:
-        raise ModelFileError(f"{model.path.name}: metadata {key!r} must be positive, got {value}")
-    return value
-
-
-def read_llama_config(model: GGUFModel) -> LlamaConfig:
-    arch = model.require("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedModelError(
-            f"{model.path.name}: architecture {arch!r} is not supported; "
-            f"Hearth runs {', '.join(SUPPORTED_ARCHITECTURES)} models"
-        )
-    p = arch + "."
-    n_embd = _positive_int(model, p + "embedding_length")
-    n_head = _positive_int(model, p + "attention.head_count")
-    n_head_kv = _positive_int(model, p + "attention.head_count_kv", n_head)
-    head_dim = _positive_int(model, p + "attention.key_length", n_embd // n_head or 1)
-    value_dim = _positive_int(model, p + "attention.value_length", head_dim)
-    if value_dim != head_dim:
-        raise UnsupportedModelError(f"{model.path.name}: different key and value head sizes are not supported")
-    if n_head % n_head_kv:
-        raise ModelFileError(f"{model.path.name}: {n_head} query heads cannot share {n_head_kv} KV heads evenly")
-    rope_dim = _positive_int(model, p + "rope.dimension_count", head_dim)
-    if rope_dim != head_dim:
-        raise UnsupportedModelError(
-            f"{model.path.name}: partial rotary embeddings ({rope_dim} of {head_dim} dims) are not supported"
-        )
-    scaling = model.value(p + "rope.scaling.type", "none")
-    rope_scale = 1.0
-    if scaling == "linear":
-        rope_scale = float(model.value(p + "rope.scaling.factor", 1.0))
-    elif scaling not in ("none", None):
-        raise UnsupportedModelError(f"{model.path.name}: rope scaling {scaling!r} is not supported")
-    if model.has_tensor("rope_freqs.weight"):
-        raise UnsupportedModelError(f"{model.path.name}: per-frequency rope factors (llama 3.1 style) are not supported")
-
-    vocab_size = int(model.value(p + "vocab_size", 0) or 0)
-    if vocab_size <= 0:
-        vocab_size = model.array_length("tokenizer.ggml.tokens")
-    if vocab_size <= 0:
-        raise ModelFileError(f"{model.path.name}: vocabulary size is missing")
-
-    embd = model.tensor("token_embd.weight")
-    if tuple(int(x) for x in embd.shape) != (n_embd, vocab_size):
-        raise ModelFileError(
-            f"{model.path.name}: token_embd.weight has shape {list(embd.shape)}, expected [{n_embd}, {vocab_size}]"
-        )
-    return LlamaConfig(
-        architecture=arch,
-        n_layers=_positive_int(model, p + "block_count"),
-        n_embd=n_embd,
-        n_ff=_positive_int(model, p + "feed_forward_length"),
-        n_head=n_head,
-        n_head_kv=n_head_kv,
-        head_dim=head_dim,
-        rope_dim=rope_dim,
-        rope_base=float(model.value(p + "rope.freq_base", 10000.0)),
-        rope_scale=rope_scale,
-        norm_eps=float(model.require(p + "attention.layer_norm_rms_epsilon")),
-        vocab_size=vocab_size,
-        context_length=_positive_int(model, p + "context_length"),
-        tied_embeddings=not model.has_tensor("output.weight"),
-    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from engine.errors import ModelFileError, UnsupportedModelError
@@ -10,6 +12,7 @@ from engine.model.precision import Precision
 from engine.model.quant import Q8_0, PackedWeight, is_packable, pack_rows
 
 Layer = PackedWeight | np.ndarray  # np.ndarray: dense fp32 [N, K]
+RowOrder = Callable[[np.ndarray], np.ndarray]  # rows [N, ...] → the same rows, reordered
 
 
 def tensor_rows(model: GGUFModel, name: str) -> tuple[str, np.ndarray, int, int]:
@@ -42,28 +45,16 @@ def dense(model: GGUFModel, name: str) -> np.ndarray:
     return out.reshape(shape)
 
 
-def unpermute_heads(rows: np.ndarray, n_heads: int) -> np.ndarray:
-    """Undo llama.cpp's Q/K row permutation so rotary pairs are (i, i + d/2), not (2i, 2i + 1).
-
-    The permutation only reorders output rows, so it applies to quantized rows just the same.
-    """
-    n = rows.shape[0]
-    head_dim = n // n_heads
-    tail = rows.shape[1:]
-    return rows.reshape(n_heads, head_dim // 2, 2, *tail).swapaxes(1, 2).reshape(n, *tail)
-
-
 def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
     type_name = model.tensor(name).tensor_type.name
     return precision.packed and is_packable(type_name) and (type_name != Q8_0 or precision.packed_8bit)
 
 
-def linear(model: GGUFModel, name: str, precision: Precision, heads: int | None = None) -> Layer:
-    """A linear layer in the form ``precision`` wants; ``heads`` undoes the rotary permutation."""
+def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowOrder | None = None) -> Layer:
+    """A linear layer in the form ``precision`` wants. ``reorder_rows``, an architecture's, reorders the
+    output rows (llama's Q/K un-permute): applied to the stored rows, so to quantized rows as well."""
     type_name, raw, n, k = tensor_rows(model, name)
-    if heads is not None:
-        raw = unpermute_heads(raw, heads)
     if will_pack(model, name, precision):
-        return pack_rows(type_name, raw, n, k, name)
+        return pack_rows(type_name, raw if reorder_rows is None else reorder_rows(raw), n, k, name)
     w = dense(model, name)
-    return unpermute_heads(w, heads) if heads is not None else w
+    return w if reorder_rows is None else reorder_rows(w)

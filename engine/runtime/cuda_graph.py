@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.arch import io_names
+from engine.runtime import providers
 from engine.runtime.kv_cache import KVCache
 
 log = logging.getLogger(__name__)
@@ -22,10 +24,7 @@ log = logging.getLogger(__name__)
 
 class GraphDecoder:
     def __init__(self, onnx_path: Path, options, vocab_size: int):
-        import onnxruntime as ort
-
-        self.session = ort.InferenceSession(
-            str(onnx_path), options, providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})])
+        self.session = providers.open_session(onnx_path, options, [(providers.ort_name("cuda"), {"enable_cuda_graph": "1"})])
         self.vocab_size = vocab_size
         self.cache: KVCache | None = None
         self.binding = None
@@ -38,10 +37,10 @@ class GraphDecoder:
         self.total = ort.OrtValue.ortvalue_from_numpy(np.zeros((), np.int32))  # GQA reads it on the host
         self.logits = ort.OrtValue.ortvalue_from_shape_and_type([1, 1, self.vocab_size], np.float32, "cuda", 0)
         b = self.session.io_binding()
-        b.bind_ortvalue_input("input_ids", self.ids)
-        b.bind_ortvalue_input("seqlens_k", self.seqlens)
-        b.bind_ortvalue_input("total_sequence_length", self.total)
-        b.bind_ortvalue_output("logits", self.logits)
+        b.bind_ortvalue_input(io_names.INPUT_IDS, self.ids)
+        b.bind_ortvalue_input(io_names.SEQLENS_K, self.seqlens)
+        b.bind_ortvalue_input(io_names.TOTAL_SEQUENCE_LENGTH, self.total)
+        b.bind_ortvalue_output(io_names.LOGITS, self.logits)
         for i in range(cache.n_layers):
             cache.bind_layer(b, i)
         self.binding, self.cache = b, cache

@@ -26,6 +26,7 @@ import mmap
 
 import numpy as np
 
+from engine.arch import io_names
 from engine.runtime.kv_protocol import BlocksFn, RowSource
 
 log = logging.getLogger(__name__)
@@ -127,8 +128,8 @@ class KVCache:
     # binding ------------------------------------------------------------------------------------
     def bind_layer(self, binding, layer: int) -> None:
         """Bind layer ``layer``'s keys and values as both the past inputs and the present outputs."""
-        names = ((f"past_key_values.{layer}.key", f"present.{layer}.key"),
-                 (f"past_key_values.{layer}.value", f"present.{layer}.value"))
+        names = ((io_names.past_key(layer), io_names.present_key(layer)),
+                 (io_names.past_value(layer), io_names.present_value(layer)))
         if not self.on_device:
             for (past, present), buf in zip(names, (self.keys[layer], self.values[layer]), strict=True):
                 binding.bind_ortvalue_input(past, buf)

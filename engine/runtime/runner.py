@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 
 import numpy as np
 
+from engine.arch import io_names
+from engine.arch.config import ModelConfig
 from engine.errors import ModelFileError, ProviderError
-from engine.model.gguf_file import LlamaConfig
 from engine.runtime import providers
 from engine.runtime.kv_cache import KVCache
 
@@ -29,9 +29,13 @@ def default_threads() -> int:
 
 
 class ModelRunner:
-    """Owns the InferenceSession; ``forward`` runs tokens through it, extending a KVCache in place."""
+    """Owns the InferenceSession; ``forward`` runs tokens through it, extending a KVCache in place.
 
-    def __init__(self, onnx_path: Path, provider: str = "auto", threads: int | None = None):
+    ``cpu_fallback=False``: CUDA or nothing (ProviderError, with the reason), for a graph made for CUDA.
+    """
+
+    def __init__(self, onnx_path: Path, provider: str = "auto", threads: int | None = None, *,
+                 cpu_fallback: bool = True):
         import onnxruntime as ort
 
         self.path = Path(onnx_path)
@@ -40,16 +44,18 @@ class ModelRunner:
         options.intra_op_num_threads = threads or default_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
         self.session = None
-        for name in providers.candidate_providers(provider):
-            if name == "cuda" and not providers.cuda_listed():
-                last_error = "this onnxruntime build has no CUDA provider"
-                continue
+        for name in candidates:
+            if name == "cuda":
+                last_error = providers.cuda_unavailable()
+                if last_error:
+                    continue
             # A missing CUDA library is an expected outcome of probing, not an error to print.
             providers.quiet_onnxruntime(4 if name == "cuda" else 3)
             try:
-                session = ort.InferenceSession(str(self.path), options, providers=providers.ort_provider_list(name))
+                session = providers.open_session(self.path, options, providers.ort_provider_list(name))
             except Exception as exc:  # ORT raises its own exception types for bad models
                 if name == "cpu":
                     raise ModelFileError(f"cannot load the converted model {self.path}: {exc}") from exc
@@ -57,20 +63,22 @@ class ModelRunner:
                 continue
             finally:
                 providers.quiet_onnxruntime()
-            if session.get_providers()[0] != providers.ort_name(name):
+            landed = session.get_providers()[0]
+            if landed != providers.ort_name(name):
                 last_error = "its libraries or a usable GPU are missing"
-                continue
+                if landed != providers.ort_name("cpu") or "cpu" not in candidates:
+                    continue
+                name = "cpu"  # ONNX Runtime fell back to the CPU by itself: this is the CPU session
             self.session, self.provider = session, name
             break
         if self.session is None:
-            raise ProviderError(f"no execution provider could load the model ({last_error})")
+            raise ProviderError(f"no execution provider could load the model ({last_error})", last_error)
         if provider != "cpu" and self.provider == "cpu" and last_error:
-            self.provider_note = providers.explain_fallback(provider, last_error)
-            (log.warning if provider == "cuda" else log.info)(self.provider_note)
+            self.provider_note = providers.fallback_note(provider, last_error)
 
         meta = self.session.get_modelmeta().custom_metadata_map
         try:
-            self.config = LlamaConfig(**json.loads(meta["hearth.config"]))
+            self.config = ModelConfig.from_json(meta["hearth.config"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{self.path} was not made by Hearth's converter (no usable metadata)") from exc
         self.precision = meta.get("hearth.precision", "?")
@@ -112,10 +120,10 @@ class ModelRunner:
         # an H200 with the fp32 graph), so it is not worth the risk.
         b.clear_binding_inputs()
         b.clear_binding_outputs()
-        b.bind_cpu_input("input_ids", ids)
-        b.bind_cpu_input("seqlens_k", np.array([total - 1], dtype=np.int32))
-        b.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
-        b.bind_output("logits", "cpu")  # bound first, so it is output 0 below
+        b.bind_cpu_input(io_names.INPUT_IDS, ids)
+        b.bind_cpu_input(io_names.SEQLENS_K, np.array([total - 1], dtype=np.int32))
+        b.bind_cpu_input(io_names.TOTAL_SEQUENCE_LENGTH, np.array(total, dtype=np.int32))
+        b.bind_output(io_names.LOGITS, "cpu")  # bound first, so it is output 0 below
         for i in range(cache.n_layers):
             cache.bind_layer(b, i)
         self.session.run_with_iobinding(b)

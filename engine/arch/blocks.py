@@ -1,0 +1,222 @@
+"""The blocks every architecture's graph is built from, on ONNX Runtime's fused transformer ops.
+
+An architecture's ``build(g)`` (engine/arch/__init__.py says what a module provides) strings them
+together: inputs → embedding → per layer (norms, linears, GroupQueryAttention, MLP) → final norm →
+logits. Each block reads the GGUF tensors it needs in the form the precision asks for (packed 4-bit
+blocks or dense rows) and writes them into the graph; the graph's inputs and outputs are named by
+engine/arch/io_names.py. Nothing here is particular to one architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from onnx import TensorProto
+
+from engine.arch import io_names
+from engine.arch.config import ModelConfig
+from engine.model import weights
+from engine.model.gguf_file import GGUFModel
+from engine.model.onnx_writer import OnnxWriter
+from engine.model.precision import Precision
+from engine.model.quant import BLOCK, PackedWeight, concat_packed
+
+ProgressFn = Callable[[int, int], None]
+MS = "com.microsoft"
+
+
+class Graph:
+    """One model's graph under construction: its GGUF, config and precision, and the writer."""
+
+    def __init__(self, model: GGUFModel, cfg: ModelConfig, precision: Precision, writer: OnnxWriter,
+                 logits_mode: str = "last", progress: ProgressFn | None = None):
+        self.model, self.cfg, self.precision, self.w = model, cfg, precision, writer
+        self.logits_mode, self.progress = logits_mode, progress
+        self._blocksums: dict[str, str] = {}
+        self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
+        self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
+        # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
+        self.half = precision.compute == "float16"
+        self.np_dtype = np.float16 if self.half else np.float32
+        self.onnx_dtype = TensorProto.FLOAT16 if self.half else TensorProto.FLOAT
+
+    # inputs and the layer loop -------------------------------------------------------------------
+    def inputs(self) -> str:
+        """Declare the token and length inputs; return the token ids."""
+        w = self.w
+        ids = w.add_input(io_names.INPUT_IDS, TensorProto.INT64, ["batch", "seq"])
+        self.seqlens = w.add_input(io_names.SEQLENS_K, TensorProto.INT32, ["batch"])
+        self.total = w.add_input(io_names.TOTAL_SEQUENCE_LENGTH, TensorProto.INT32, [])
+        return ids
+
+    def layers(self) -> Iterator[int]:
+        """The layer indices, reporting conversion progress after each layer."""
+        steps = self.cfg.n_layers + 1
+        for i in range(self.cfg.n_layers):
+            yield i
+            if self.progress:
+                self.progress(i + 1, steps)
+
+    # weights ------------------------------------------------------------------------------------
+    def weight(self, name: str, reorder_rows: weights.RowOrder | None = None) -> weights.Layer:
+        return weights.linear(self.model, name, self.precision, reorder_rows)
+
+    def vector(self, name: str) -> np.ndarray:
+        """A 1-D tensor (a norm's gain, a bias) as fp32."""
+        return weights.dense(self.model, name).reshape(-1)
+
+    def _dense_initializer(self, name: str, rows: np.ndarray) -> str:
+        """Store dense rows [N, K] transposed to [K, N]; fp16 storage gets a Cast back to fp32."""
+        kn = np.ascontiguousarray(rows.T)
+        if self.precision.dense_dtype == "float16":
+            stored = self.w.constant(name, kn.astype(np.float16))
+            return stored if self.half else self.w.op1("Cast", [stored], to=TensorProto.FLOAT)
+        return self.w.constant(name, kn.astype(self.np_dtype))
+
+    # linear layers -------------------------------------------------------------------------------
+    def linear(self, x: str, name: str, layer: weights.Layer, bias: np.ndarray | None = None,
+               out: str | None = None) -> str:
+        """x @ layer.T (+ bias); ``out`` names the result."""
+        last = {"outputs": [out]} if out else {}
+        y = self._matmul(x, name, layer, last if bias is None else {})
+        if bias is None:
+            return y
+        return self.w.op("Add", [y, self.w.constant(name + ".bias", bias.astype(self.np_dtype))], **last)[0]
+
+    def _matmul(self, x: str, name: str, layer: weights.Layer, named: dict) -> str:
+        if isinstance(layer, np.ndarray):
+            return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
+        inputs = [x]
+        if layer.correction is not None and self.precision.q4_1_form == "zero_point":
+            blob, scales, zero_points = layer.with_zero_points()
+            inputs += [self.w.constant(name + ".qweight", blob), self.w.constant(name + ".scales", scales.astype(self.np_dtype)),
+                       self.w.constant(name + ".zero_points", zero_points.astype(self.np_dtype))]
+            correction = None
+        else:
+            inputs += [self.w.constant(name + ".qweight", layer.blob),
+                       self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype))]  # must match the input
+            correction = layer.correction
+        y = self.w.op(
+            "MatMulNBits", inputs, domain=MS, **(named if correction is None else {}),  # else the Add is last
+            K=layer.k, N=layer.n, bits=layer.bits, block_size=BLOCK, accuracy_level=self.precision.accuracy_level,
+        )[0]
+        if correction is None:
+            return y
+        # Q4_1's per-block offsets: blocksum(x) @ (m + 8d), see engine/model/quant.py.
+        corr = self.w.constant(name + ".q4_1_offset", correction.astype(self.np_dtype))
+        return self.w.op("Add", [y, self.w.op1("MatMul", [self._blocksum(x, layer.k), corr])], **named)[0]
+
+    def _blocksum(self, x: str, k: int) -> str:
+        if x not in self._blocksums:  # layers that share an input share its block sums
+            shape = self.w.constant(self.w.fresh("blockshape"), np.array([0, 0, k // BLOCK, BLOCK], np.int64))
+            grouped = self.w.op1("Reshape", [x, shape])
+            axes = self.w.constant(self.w.fresh("axes"), np.array([-1], np.int64))
+            self._blocksums[x] = self.w.op1("ReduceSum", [grouped, axes], keepdims=0)
+        return self._blocksums[x]
+
+    def fused_linear(self, x: str, name: str, layers: dict[str, weights.Layer],
+                     biases: dict[str, np.ndarray] | None = None) -> str:
+        """Layers (keyed by tensor name) that read the same input, as one matmul with their outputs
+        side by side when their forms agree, else one each, concatenated. ``biases``: by tensor name."""
+        parts, biases = list(layers.values()), biases or {}
+        merged: weights.Layer | None = None
+        if all(isinstance(p, np.ndarray) for p in parts):
+            merged = np.concatenate(parts, axis=0)
+        elif all(isinstance(p, PackedWeight) for p in parts) and len({(p.bits, p.k) for p in parts}) == 1:
+            merged = concat_packed(parts)
+        if merged is None:
+            outs = [self.linear(x, n, layer, biases.get(n)) for n, layer in layers.items()]
+            return self.w.op1("Concat", outs, axis=-1)
+        bias = None
+        if biases:
+            bias = np.concatenate([biases[n] if n in biases else np.zeros(_out_features(p), np.float32)
+                                   for n, p in layers.items()])
+        return self.linear(x, name, merged, bias)
+
+    # norms, attention, MLP -------------------------------------------------------------------------
+    def add_and_norm(self, x: str, residual: str | None, weight_name: str) -> tuple[str, str]:
+        """(normed, new residual): RMSNorm of residual + x, fused with the addition where possible;
+        ``residual`` None: the first norm, of x alone."""
+        gamma = self.w.constant(weight_name, self.vector(weight_name).astype(self.np_dtype))
+        eps = float(self.cfg.norm_eps)
+        if residual is None:
+            return self.w.op1("SimplifiedLayerNormalization", [x, gamma], axis=-1, epsilon=eps), x
+        normed, _, _, summed = self.w.op("SkipSimplifiedLayerNormalization", [x, residual, gamma], 4, domain=MS, epsilon=eps)
+        return normed, summed
+
+    def rotary(self, cos: np.ndarray, sin: np.ndarray) -> tuple[str, str]:
+        """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them."""
+        return (self.w.constant("rotary.cos", cos.astype(self.np_dtype)),
+                self.w.constant("rotary.sin", sin.astype(self.np_dtype)))
+
+    def attention(self, layer: int, qkv: str, rotary: tuple[str, str], **attrs) -> str:
+        """GroupQueryAttention over the packed Q|K|V projection, rotary applied inside, with the layer's
+        KV cache as past inputs and present outputs. ``attrs``: more GQA attributes (a window, a scale)."""
+        cfg, w = self.cfg, self.w
+        kv_shape = ["batch", cfg.n_head_kv, "capacity", cfg.head_dim]
+        past_k = w.add_input(io_names.past_key(layer), self.onnx_dtype, kv_shape)
+        past_v = w.add_input(io_names.past_value(layer), self.onnx_dtype, kv_shape)
+        present = [io_names.present_key(layer), io_names.present_value(layer)]
+        attn = w.op(
+            "GroupQueryAttention", [qkv, "", "", past_k, past_v, self.seqlens, self.total, *rotary], 3,
+            domain=MS, name=f"layer{layer}.attention", outputs=[f"layer{layer}.attention/0", *present],
+            num_heads=cfg.n_head, kv_num_heads=cfg.n_head_kv, do_rotary=1, rotary_interleaved=0, **attrs,
+        )[0]
+        for name in present:
+            w.add_output(name, self.onnx_dtype, kv_shape)
+        return attn
+
+    def swiglu_mlp(self, x: str, prefix: str) -> str:
+        """down(silu(gate(x)) · up(x)), gate and up fused; GGUF's ffn_gate/ffn_up/ffn_down tensors."""
+        w = self.w
+        gate_up = self.fused_linear(x, prefix + "ffn_gate_up", {
+            prefix + "ffn_gate.weight": self.weight(prefix + "ffn_gate.weight"),
+            prefix + "ffn_up.weight": self.weight(prefix + "ffn_up.weight"),
+        })
+        gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
+        act = w.op1("Mul", [w.op1("Mul", [gate, w.op1("Sigmoid", [gate])]), up])
+        return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
+
+    # embedding and head --------------------------------------------------------------------------
+    def embed(self, ids: str) -> str:
+        table = weights.dense(self.model, "token_embd.weight")  # [vocab, n_embd]
+        if self.cfg.tied_embeddings and not self._head_is_packed():
+            # One [n_embd, vocab] matrix serves as both the head and (gathered along axis 1) the table.
+            self._head_matrix = self._dense_initializer("token_embd.weight_t", table)
+            columns = self.w.op1("Gather", [self._head_matrix, ids], axis=1)  # [n_embd, batch, seq]
+            return self.w.op1("Transpose", [columns], perm=[1, 2, 0])
+        stored = self.w.constant("token_embd.weight", table.astype(self.precision.dense_dtype))
+        if self.precision.dense_dtype != self.precision.compute:
+            stored = self.w.op1("Cast", [stored], to=self.onnx_dtype)
+        return self.w.op1("Gather", [stored, ids], axis=0)
+
+    def _head_is_packed(self) -> bool:
+        return weights.will_pack(self.model, "token_embd.weight", self.precision)
+
+    def logits(self, hidden: str) -> None:
+        """The output head over the final hidden states (the last position's only, unless the graph
+        was asked for all), as the ``logits`` output."""
+        w = self.w
+        if self.logits_mode == "last":
+            starts = w.constant("last.start", np.array([-1], np.int64))
+            ends = w.constant("last.end", np.array([np.iinfo(np.int64).max], np.int64))
+            axis = w.constant("last.axis", np.array([1], np.int64))
+            hidden = w.op1("Slice", [hidden, starts, ends, axis])
+        # Logits always leave the graph as float32: sampling and tests read them the same way.
+        out = io_names.LOGITS + ".half" if self.half else io_names.LOGITS
+        if not self.cfg.tied_embeddings:
+            self.linear(hidden, "output", self.weight("output.weight"), out=out)
+        elif self._head_is_packed():
+            self.linear(hidden, "output", self.weight("token_embd.weight"), out=out)
+        else:
+            w.op("MatMul", [hidden, self._head_matrix], outputs=[out])
+        if self.half:
+            w.op("Cast", [out], outputs=[io_names.LOGITS], to=TensorProto.FLOAT)
+        w.add_output(io_names.LOGITS, TensorProto.FLOAT, ["batch", "logit_seq", self.cfg.vocab_size])
+        if self.progress:
+            self.progress(self.cfg.n_layers + 1, self.cfg.n_layers + 1)
+
+
+def _out_features(layer: weights.Layer) -> int:
+    return layer.n if isinstance(layer, PackedWeight) else layer.shape[0]

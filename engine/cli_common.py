@@ -1,0 +1,97 @@
+"""What every ``hearth-cli`` command shares: progress on stderr, output, paths, sampling flags.
+
+The command modules (``cli.py``, ``cli_store.py``, ``terminal_chat.py``) import this one and never each
+other, except ``cli.py``, which builds the parser over all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.api import DEFAULT_MAX_NEW_TOKENS, PROVIDER_CHOICES, HearthPaths, resolve_paths
+from engine.errors import PromptError
+from engine.types import SamplingParams, SetupProgress
+
+
+class Progress:
+    """A one-line progress meter on stderr; quiet when stderr is not a terminal except at 100%."""
+
+    def __init__(self, label: str, unit: str = ""):
+        self.label, self.unit = label, unit
+        self.tty = sys.stderr.isatty()
+        self._last = -1
+
+    def setup(self, progress: SetupProgress) -> None:
+        """As a ``Hearth.load`` / ``fetch_default_model`` progress callback."""
+        self(progress.done, progress.total)
+
+    def __call__(self, done: int, total: int) -> None:
+        pct = int(done * 100 / total) if total else -1
+        if pct == self._last:
+            return
+        self._last = pct
+        amount = f"{done >> 20} MiB" if self.unit == "bytes" else f"{done}/{total}"
+        if self.tty:
+            end = "\n" if total and done >= total else ""
+            sys.stderr.write(f"\r{self.label}: {pct if pct >= 0 else '?'}% ({amount})" + end)
+            sys.stderr.flush()
+        elif total and done >= total:
+            sys.stderr.write(f"{self.label}: done ({amount})\n")
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
+    print(json.dumps(payload, ensure_ascii=False) if args.json else human)
+
+
+def data_paths(args: argparse.Namespace) -> HearthPaths:
+    return resolve_paths(args.data_dir).ensure()
+
+
+def read_messages(path: str) -> list[dict]:
+    from engine.text.chat_template import validate_messages
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PromptError(f"messages file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptError(f"cannot read messages file {path}: {exc}") from None
+    except ValueError as exc:
+        raise PromptError(f"messages file {path} is not valid JSON: {exc}") from None
+    validate_messages(data)
+    return data
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    if args.greedy:
+        return SamplingParams.greedy_params()
+    defaults = SamplingParams()
+    params = SamplingParams(
+        temperature=defaults.temperature if args.temperature is None else args.temperature,
+        top_k=defaults.top_k if args.top_k is None else args.top_k,
+        top_p=defaults.top_p if args.top_p is None else args.top_p,
+        min_p=defaults.min_p if args.min_p is None else args.min_p,
+        repetition_penalty=defaults.repetition_penalty if args.repeat_penalty is None else args.repeat_penalty,
+        seed=args.seed,
+    )
+    params.validate()
+    return params
+
+
+def sampling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+                   help="the longest reply in tokens (default: %(default)s)")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--min-p", type=float)
+    p.add_argument("--repeat-penalty", type=float)
+    p.add_argument("--seed", type=int, help="the same seed reproduces the same reply")
+    p.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
+
+

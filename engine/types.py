@@ -1,0 +1,368 @@
+"""The engine API's vocabulary: what ``engine.api`` takes and gives back.
+
+Frozen dataclasses and string enums only, so a front end (the window's worker, the CLI, the coming
+HTTP server) can pass them around, across threads and through Qt signals, as they are. Nothing here
+runs a model or touches a file.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+from engine.errors import HearthError
+
+# The longest reply when a caller does not say: the same for the window, `chat`, `talk` and `generate`.
+DEFAULT_MAX_NEW_TOKENS = 512
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it before every forward pass."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repetition_penalty: float = 1.1
+    penalty_window: int = 64  # how many recent tokens the repetition penalty looks at
+    seed: int | None = None
+    greedy: bool = False
+
+    def validate(self) -> None:
+        if self.greedy:
+            return
+        if not self.temperature >= 0:
+            raise HearthError(f"temperature must be 0 or more, got {self.temperature}")
+        if self.top_k < 0:
+            raise HearthError(f"top-k must be 0 (off) or more, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise HearthError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise HearthError(f"min-p must be in [0, 1), got {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise HearthError(f"repetition penalty must be positive, got {self.repetition_penalty}")
+
+    @classmethod
+    def greedy_params(cls) -> SamplingParams:
+        return cls(greedy=True, repetition_penalty=1.0)
+
+
+# enums ------------------------------------------------------------------------------------------------
+class ResumeSource(StrEnum):
+    LIVE = "live"  # the KV in memory already held (part of) this conversation
+    DISK = "disk"  # restored from its verified checkpoint
+    REBUILT = "rebuilt"  # a checkpoint failed verification; the model re-reads the text
+    COLD = "cold"  # nothing to resume from
+
+
+class StopReason(StrEnum):
+    EOS = "eos"
+    LENGTH = "length"
+    CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
+
+
+class ContextBadge(StrEnum):
+    """What the sidebar says of a conversation's saved context."""
+
+    LIVE = "live"
+    SAVED = "saved"
+    STALE = "stale"
+    REBUILDING = "rebuilding"
+    NONE = "none"
+
+
+class ContextHealth(StrEnum):
+    """A checkpoint's standing after a quick or full check."""
+
+    VALID = "valid"
+    STALE = "stale"  # made by another model or tokenizer: rebuilt on open
+    DAMAGED = "damaged"
+    NONE = "none"
+
+
+class SetupStage(StrEnum):
+    DOWNLOAD = "download"
+    CONVERT = "convert"
+
+
+class ProgressPhase(StrEnum):
+    PREFILL = "prefill"  # reading the new part of the prompt during a turn
+    REBUILD = "rebuild"  # re-reading a conversation whose saved context failed
+
+
+# model ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SetupProgress:
+    stage: SetupStage
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # the GGUF's stem, e.g. "SmolLM2-135M-Instruct-Q4_1"
+    provider: str  # "cpu" or "cuda": what actually runs
+    weights: str  # the precision that runs
+    context_length: int
+    note: str = ""  # why the provider differs from the request, or ""
+    load_ms: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """How a conversation records the model it was last used with."""
+        return f"{self.name} {self.weights}"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the model to run comes from, before it is loaded (for the self-test and diagnostics)."""
+
+    gguf: str | None  # the GGUF's path, or None when a packaged build ships only the conversion
+    bundled: bool  # it is the packaged build's read-only copy
+    description: str
+
+
+# conversations (the text) --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    title: str
+    system_prompt: str
+    settings: Mapping = field(default_factory=dict)
+    model: str = ""
+    created_ms: int = 0
+    updated_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Message:
+    seq: int
+    role: str
+    content: str
+    created_ms: int = 0
+
+    def as_chat(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    id: str
+    title: str
+    created_ms: int
+    updated_ms: int
+    model: str
+    messages: int
+    tokens: int = 0  # tokens of saved context, 0 when none
+
+
+# a turn --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Resume:
+    """How a conversation's context was obtained for a turn (or on opening it)."""
+
+    source: ResumeSource
+    reason: str | None = None  # the checkpoint's failure reason (see docs/checkpoint-format.md), else None
+    reused_tokens: int = 0  # tokens whose KV was not computed for this request
+    prefilled_tokens: int = 0
+    elapsed_ms: float = 0.0  # restore + verification + prefill
+    restored_tokens: int = 0  # of reused_tokens, how many came from disk
+    restore_ms: float = 0.0
+    restore_estimate_ms: float | None = None
+    prefill_estimate_ms: float | None = None
+    message: str = ""  # the specific failure, for logs and details
+    plain: str = ""  # the failure in plain words, for the UI
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["source"] = str(self.source)
+        for k in ("elapsed_ms", "restore_ms", "restore_estimate_ms", "prefill_estimate_ms"):
+            if d[k] is not None:
+                d[k] = round(d[k], 3)
+        return d
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    ok: bool
+    reason: str  # why it saved: "turn", "switch", "shutdown", "rebuild", "prefill"
+    tokens: int = 0  # the frontier saved
+    new_tokens: int = 0  # rows written by this save
+    bytes_written: int = 0
+    elapsed_ms: float = 0.0
+    error: str = ""  # why a save failed; the turn still succeeds
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "elapsed_ms": round(self.elapsed_ms, 3)}
+
+
+@dataclass(frozen=True)
+class Timings:
+    prefill_ms: float = 0.0
+    prefill_tokens: int = 0
+    prefill_tokens_per_s: float = 0.0
+    decode_ms: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    ttft_ms: float = 0.0
+    load_ms: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One turn of a stored conversation. ``user_message`` None: answer what is stored (regenerate,
+    or after an edit). The conversation is created when it does not exist."""
+
+    conversation: str
+    user_message: str | None = None
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    system_prompt: str | None = None  # set the conversation's system prompt first, when given
+
+
+# the events a turn (or opening a conversation) reports, in order -----------------------------------------
+@dataclass(frozen=True)
+class Waiting:
+    """The conversation is busy in another Hearth process; this turn waits for it."""
+
+    conversation: str
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The turn holds the conversation; the user's message (if any) is stored as ``user_seq``."""
+
+    conversation: str
+    user_seq: int | None
+    messages: tuple[Message, ...]  # what is stored now, turns added by other processes included
+
+
+@dataclass(frozen=True)
+class Resumed:
+    conversation: str
+    resume: Resume
+
+
+@dataclass(frozen=True)
+class Progress:
+    conversation: str
+    phase: ProgressPhase
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Token:
+    conversation: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """Opening a conversation rebuilt its context (after ``Resumed`` with source REBUILT)."""
+
+    conversation: str
+    tokens: int
+    elapsed_ms: float
+    cancelled: bool
+    save: SaveResult | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    conversation: str
+    reply: str
+    tokens: tuple[int, ...]
+    stop_reason: StopReason
+    reply_seq: int | None  # the stored reply's seq; None when nothing was written (stopped at once)
+    prompt_tokens: int
+    context_tokens: int  # tokens in the KV after the turn
+    context_limit: int
+    resume: Resume
+    save: SaveResult | None
+    timings: Timings
+    model: ModelInfo
+
+
+TurnEvent = Waiting | Accepted | Resumed | Progress | Token | Rebuilt | Finished
+EventSink = Callable[[TurnEvent], None]
+
+
+# saved context administration ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContextState:
+    badge: ContextBadge
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ContextStatus:
+    conversation: str
+    health: ContextHealth
+    reason: str | None = None
+    message: str = ""
+    tokens: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    full: bool  # every checksum was checked, not only headers
+    items: Mapping[str, ContextStatus]
+    bytes: int
+    budget: int
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    bytes: int
+    budget: int
+
+
+@dataclass(frozen=True)
+class GcReport:
+    temp_files: int
+    orphans: tuple[str, ...]
+    evicted: tuple[str, ...]
+    bytes: int
+    budget: int
+
+
+@dataclass(frozen=True)
+class BundleExported:
+    conversations: int
+    contexts: int
+
+
+@dataclass(frozen=True)
+class BundleImported:
+    used: tuple[str, ...]  # conversations whose saved context verified and was installed
+    rebuilt: Mapping[str, str]  # conversation → why its context will be rebuilt on open
+
+
+@dataclass(frozen=True)
+class RestoreCheck:
+    """A saved context restored into the engine, compared with re-reading the same prompt."""
+
+    resume: Resume
+    max_logit_diff: float
+    same_next_token: bool

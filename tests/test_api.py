@@ -1,0 +1,352 @@
+"""engine.api: the one turn rule, its events, the per-conversation turn lock, race-free creation, and
+errors that say what happened — on real ONNX Runtime, real SQLite and real files, across processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.api import Hearth, open_conversations, resolve_paths
+from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.conversations import ConversationStore
+from engine.errors import (
+    ConversationBusyError,
+    DiskFullError,
+    ModelNotInstalledError,
+    ModelNotLoadedError,
+    PromptError,
+    TurnCancelledError,
+)
+from engine.turn_lock import TurnLock
+from engine.types import (
+    Accepted,
+    CancelToken,
+    ContextBadge,
+    ContextHealth,
+    Finished,
+    ProgressPhase,
+    Rebuilt,
+    Resumed,
+    ResumeSource,
+    SamplingParams,
+    StopReason,
+    Token,
+    TurnRequest,
+    Waiting,
+)
+
+from .test_cli import assert_clean_error
+
+GREEDY = SamplingParams.greedy_params()
+
+
+@pytest.fixture
+def tiny_home(tmp_path, tiny_dir, tiny_converted) -> Path:
+    """A data dir sharing the tiny model's conversion (converted once per session)."""
+    tiny_converted("int4")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    return home
+
+
+@pytest.fixture
+def hearth(tiny_home, tiny_gguf):
+    service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
+    service.load()
+    yield service
+    service.close()
+
+
+def test_a_turn_reports_typed_events_in_order_and_stores_both_messages(hearth):
+    events = []
+    done = hearth.run_turn(TurnRequest("c1", "hello there", GREEDY, 6), events.append, create=True)
+    kinds = [type(e) for e in events]
+    assert kinds[0] is Accepted and kinds[-1] is Finished and Resumed in kinds
+    assert kinds.index(Resumed) < kinds.index(Finished)
+    assert all(k is Token for k in kinds[kinds.index(Resumed) + 1 : -1])
+    accepted = events[0]
+    assert accepted.user_seq == 0 and [m.content for m in accepted.messages] == ["hello there"]
+    assert done is events[-1] and done.resume.source == ResumeSource.COLD
+    assert "".join(e.text for e in events if isinstance(e, Token)) == done.reply
+    stored = hearth.conversations.messages("c1")
+    assert [(m.seq, m.role) for m in stored] == [(0, "user"), (1, "assistant")]
+    assert stored[1].content == done.reply and done.reply_seq == 1
+    assert done.save is not None and done.save.ok and done.save.tokens == done.context_tokens
+    assert hearth.conversations.get("c1").model == done.model.label
+    again = hearth.run_turn(TurnRequest("c1", "and again", GREEDY, 6))
+    assert again.resume.source == ResumeSource.LIVE and again.resume.reused_tokens >= done.prompt_tokens
+
+
+def test_a_stopped_reply_keeps_what_was_written(hearth):
+    cancel = CancelToken()
+    seen = []
+
+    def stop_after_two_tokens(event) -> None:
+        seen.append(event)
+        if sum(isinstance(e, Token) for e in seen) == 2:
+            cancel.cancel()
+
+    done = hearth.run_turn(TurnRequest("s", "write a long story", GREEDY, 50), stop_after_two_tokens, cancel,
+                           create=True)
+    assert done.stop_reason == StopReason.CANCELLED and done.reply
+    assert hearth.conversations.messages("s")[-1].content == done.reply
+
+
+def test_a_reply_stopped_before_its_first_word_stores_nothing_but_the_message(hearth):
+    cancel = CancelToken()
+    cancel.cancel()
+    done = hearth.run_turn(TurnRequest("s0", "hello", GREEDY, 8), cancel=cancel, create=True)
+    assert done.stop_reason == StopReason.CANCELLED and done.reply == "" and done.reply_seq is None
+    assert [m.role for m in hearth.conversations.messages("s0")] == ["user"]
+
+
+def test_the_window_path_never_creates_a_deleted_conversation(hearth):
+    with pytest.raises(Exception, match="no conversation 'gone'"):
+        hearth.run_turn(TurnRequest("gone", "hello", GREEDY, 4))
+    assert hearth.conversations.get("gone") is None
+
+
+def test_a_message_that_cannot_fit_is_refused_before_it_is_stored(hearth):
+    hearth.conversations.create("long")
+    with pytest.raises(PromptError, match="context window holds"):
+        hearth.run_turn(TurnRequest("long", "word " * 2000, GREEDY, 4))
+    assert hearth.conversations.messages("long") == []  # the conversation is not left ending in it
+
+
+def test_bad_requests_are_refused_before_anything_is_stored(hearth):
+    with pytest.raises(PromptError, match="empty"):
+        hearth.run_turn(TurnRequest("e", "   ", GREEDY, 4), create=True)
+    with pytest.raises(PromptError, match="at least 1"):
+        hearth.run_turn(TurnRequest("e", "hi", GREEDY, 0), create=True)
+    with pytest.raises(Exception, match="temperature"):
+        hearth.run_turn(TurnRequest("e", "hi", SamplingParams(temperature=-1), 4), create=True)
+    assert hearth.conversations.get("e") is None
+
+
+def test_a_failed_save_never_costs_the_reply(hearth):
+    """The reply is stored before the context is saved: a save that cannot write still leaves it."""
+    first = hearth.run_turn(TurnRequest("ro", "hello", GREEDY, 4), create=True)
+    assert first.save.ok
+    # Make the checkpoint's path unusable for any user, root included: a directory stands where the
+    # file must be renamed to, so the save's write fails.
+    target = hearth.paths.checkpoints / conversation_file("ro")
+    hearth.forget("ro")
+    target.mkdir()
+    second = hearth.run_turn(TurnRequest("ro", "and again", GREEDY, 4))
+    assert second.save is not None and not second.save.ok and "could not save" in second.save.error
+    assert [m.role for m in hearth.conversations.messages("ro")] == ["user", "assistant", "user", "assistant"]
+    assert hearth.conversations.messages("ro")[-1].content == second.reply
+
+
+def test_opening_a_damaged_context_reports_and_rebuilds_it(hearth):
+    hearth.run_turn(TurnRequest("d", "hello there", GREEDY, 6), create=True)
+    hearth.open_conversation("d")  # make it live, then switch away so the next open reads the file
+    hearth.conversations.create("other")
+    assert hearth.open_conversation("other") is None  # no user message: nothing to resume
+    path = hearth.paths.checkpoints / conversation_file("d")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    events = []
+    resume = hearth.open_conversation("d", events.append)
+    assert resume.source == ResumeSource.REBUILT and resume.reason == "checksum" and resume.plain
+    assert isinstance(events[0], Resumed) and isinstance(events[-1], Rebuilt) and not events[-1].cancelled
+    assert any(getattr(e, "phase", None) == ProgressPhase.REBUILD for e in events)
+    assert events[-1].save is not None and events[-1].save.ok
+    assert hearth.context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
+    assert hearth.context_states()["d"].badge == ContextBadge.LIVE
+
+
+def test_saved_context_administration(hearth):
+    for cid in ("a", "b"):
+        hearth.run_turn(TurnRequest(cid, f"hello {cid}", GREEDY, 4), create=True)
+    assert hearth.copy_context("a", "a2") and hearth.context_status("a2").health == ContextHealth.VALID
+    assert not hearth.copy_context("nothing-here", "x")
+    report = hearth.inspect_contexts(["a", "b", "none"], full=True)
+    assert {k: v.health for k, v in report.items.items()} == {
+        "a": ContextHealth.VALID, "b": ContextHealth.VALID, "none": ContextHealth.NONE}
+    assert report.bytes == hearth.usage().bytes > 0
+    hearth.drop_contexts(["b"])
+    assert hearth.context_status("b").health == ContextHealth.NONE and hearth.conversations.get("b") is not None
+    gc = hearth.reclaim()  # a2 has no conversation: an orphan
+    assert any("a2" in o or o for o in gc.orphans) and hearth.context_status("a2").health == ContextHealth.NONE
+    summaries = {s.id: s for s in hearth.conversation_summaries()}
+    assert summaries["a"].messages == 2 and summaries["a"].tokens > 0 and summaries["b"].tokens == 0
+
+
+def test_check_restore_matches_a_cold_prefill(hearth):
+    hearth.run_turn(TurnRequest("r", "hello there", GREEDY, 6), create=True)
+    hearth.close()
+    again = Hearth(hearth.paths, model=hearth.model_path, provider="cpu")
+    again.load()
+    try:
+        check = again.check_restore("r")
+    finally:
+        again.close()
+    assert check.resume.source == ResumeSource.DISK and check.same_next_token and check.max_logit_diff < 1e-3
+
+
+def test_a_missing_default_model_is_a_typed_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("HEARTH_BUNDLED_MODEL", raising=False)
+    service = Hearth(resolve_paths(tmp_path / "empty").ensure(), provider="cpu")
+    with pytest.raises(ModelNotInstalledError, match="hearth-cli model fetch"):
+        service.load()
+    with pytest.raises(ModelNotLoadedError):
+        service.open_conversation("x")
+    # the message of a turn that cannot run is still kept
+    assert service.store_message(TurnRequest("kept", "remember me"), create=True) == 0
+    assert service.conversations.messages("kept")[0].content == "remember me"
+    with pytest.raises(ModelNotLoadedError):
+        service.run_turn(TurnRequest("kept", "and me"))
+    assert [m.content for m in service.conversations.messages("kept")] == ["remember me", "and me"]
+    service.close()
+
+
+# across processes ----------------------------------------------------------------------------------------
+def _ensure_and_append(db: str, cid: str, text: str, barrier) -> str:
+    store = ConversationStore(Path(db))
+    barrier.wait()
+    try:
+        store.ensure(cid)
+        store.append(cid, "user", text)
+        return "ok"
+    except Exception as exc:  # reported to the test, which fails with it
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        store.close()
+
+
+def test_creating_a_conversation_is_race_free_across_processes(tmp_path):
+    """Before ensure(), get-then-create lost one of two simultaneous first messages ("already exists")."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        for round_ in range(12):
+            db = str(tmp_path / f"race{round_}.sqlite3")
+            ConversationStore(Path(db)).close()  # the schema exists; the conversation does not
+            barrier = ctx.Manager().Barrier(4)
+            results = pool.starmap(_ensure_and_append, [(db, "new", f"message {i}", barrier) for i in range(4)])
+            assert results == ["ok"] * 4
+            stored = ConversationStore(Path(db)).messages("new")
+            assert sorted(m.content for m in stored) == [f"message {i}" for i in range(4)]
+
+
+def _chat(home: Path, model: Path, message: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", "--conversation", "shared", "--message", message,
+                             "--greedy", "--max-new-tokens", "24", "--json", "--provider", "cpu", "--model", str(model),
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HEARTH_HOME": str(home)})
+
+
+def test_two_concurrent_chats_on_one_new_conversation_never_interleave(tiny_home, tiny_gguf):
+    """Two processes start turns on the same, not yet existing, conversation: both messages are kept,
+    and each reply follows its own message (user, assistant, user, assistant), the second turn reading
+    the first one's exchange."""
+    for attempt in range(3):
+        home = tiny_home / f"round{attempt}"
+        home.mkdir()
+        (home / "converted").symlink_to(tiny_home / "converted")
+        procs = [_chat(home, tiny_gguf, f"first {attempt}"), _chat(home, tiny_gguf, f"second {attempt}")]
+        outs = [p.communicate(timeout=600) for p in procs]
+        for p, (_out, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, err
+        replies = [json.loads(out) for out, _ in outs]
+        stored = ConversationStore(home / "conversations.sqlite3").messages("shared")
+        assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+        by_message = {stored[0].content: stored[1].content, stored[2].content: stored[3].content}
+        assert by_message == {f"first {attempt}": replies[0]["reply"], f"second {attempt}": replies[1]["reply"]}
+        later = max(replies, key=lambda r: r["context"]["tokens"])
+        assert later["resume"]["reused_tokens"] > 0  # the later turn continued the earlier one's context
+
+
+def test_a_busy_conversation_times_out_with_a_clear_message(tiny_home, tiny_gguf):
+    paths = resolve_paths(tiny_home).ensure()
+    with TurnLock(paths.turn_locks, "shared", timeout_s=1).held():
+        proc = _chat(tiny_home, tiny_gguf, "hello?", "--wait", "1")
+        _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "conversation shared is busy in another Hearth process" in err
+    assert "waiting: conversation shared is busy" in err  # it said it was waiting before giving up
+    with pytest.raises(ConversationBusyError, match="conversation x is busy"):
+        # two turns on one conversation conflict even inside one process (each holds its own lock file handle)
+        with TurnLock(paths.turn_locks, "x", 0.2).held(), TurnLock(paths.turn_locks, "x", 0.2).held():
+            pass
+    assert open_conversations(paths).get("shared") is None  # it never got to store anything
+
+
+def test_stop_ends_a_wait_for_a_busy_conversation(hearth):
+    """Stop (the window's Esc) ends a turn still waiting for another process's turn: nothing stored."""
+    import threading
+
+    hearth.conversations.create("busy")
+    cancel = CancelToken()
+    waits = []
+
+    def on_event(event) -> None:
+        if isinstance(event, Waiting):
+            waits.append(event)
+            threading.Timer(0.2, cancel.cancel).start()
+
+    with TurnLock(hearth.paths.turn_locks, "busy", timeout_s=5).held():
+        with pytest.raises(TurnCancelledError, match="stopped while conversation busy"):
+            hearth.run_turn(TurnRequest("busy", "hello", GREEDY, 4), on_event, cancel)
+    assert waits and hearth.conversations.messages("busy") == []
+
+
+def _limit_file_size(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write with EFBIG instead of killing us
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_disk_says_so_and_keeps_what_was_stored(tiny_home, tiny_gguf):
+    """Before: 'cannot rollback - no transaction is active' (the ROLLBACK after a failed COMMIT hid
+    SQLITE_FULL/IOERR) and the turn was gone. Now the error names the full disk, exit 1, and the
+    conversation still holds everything stored before."""
+    store = ConversationStore(tiny_home / "conversations.sqlite3")
+    store.create("full")
+    store.append("full", "user", "an earlier message")
+    # Both indexes stay open here, so their shared-memory files exist and the limit bites on the first
+    # real write: storing the new message.
+    index = CheckpointStore(tiny_home / "checkpoints")
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--conversation", "full", "--message", "hello there",
+                           "--max-new-tokens", "4", "--provider", "cpu", "--model", str(tiny_gguf)],
+                          capture_output=True, text=True, env={**os.environ, "HEARTH_HOME": str(tiny_home)},
+                          preexec_fn=_limit_file_size(4096), timeout=600)
+    assert_clean_error(proc, "is full")
+    assert "rollback" not in proc.stderr
+    assert [m.content for m in store.messages("full")] == ["an earlier message"]
+    index.close()
+    store.close()
+
+
+def test_a_full_disk_at_the_first_run_says_so(tiny_home, tiny_gguf):
+    """Nothing exists yet and nothing can be written: one clear line, no internal error."""
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--conversation", "c", "--message", "hi",
+                           "--max-new-tokens", "4", "--provider", "cpu", "--model", str(tiny_gguf)],
+                          capture_output=True, text=True, env={**os.environ, "HEARTH_HOME": str(tiny_home)},
+                          preexec_fn=_limit_file_size(4096), timeout=600)
+    assert_clean_error(proc, "full")
+
+
+def test_a_disk_full_error_from_sqlite_is_typed(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    store.create("c")
+    code = ("import sys; from pathlib import Path; from engine.conversations import ConversationStore\n"
+            "from engine.errors import DiskFullError\n"
+            f"s = ConversationStore(Path({str(tmp_path / 'c.sqlite3')!r}))\n"
+            "try:\n    s.append('c', 'user', 'y' * 20000)\nexcept DiskFullError as e:\n    print('typed:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent,
+                          preexec_fn=_limit_file_size(4096), timeout=120)
+    assert proc.stdout.startswith("typed: the disk holding"), proc.stdout + proc.stderr
+    assert store.messages("c") == []
+    assert issubclass(DiskFullError, Exception)

@@ -1,0 +1,226 @@
+"""Architectures as modules (engine/arch/): the registry, the fingerprint, llama's own rules, and a
+model load that makes one session. (The llama graph against the float64 reference: test_graph_reference.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFValueType
+
+from engine.arch import ModelConfig, architecture_for, get_architecture, llama, supported_architectures
+from engine.errors import ModelFileError, UnsupportedModelError
+from engine.model.convert import cached_conversion, ensure_converted, model_fingerprint
+from engine.model.gguf_file import GGUFModel
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+from engine.paths import resolve_paths
+from engine.runtime import providers
+from tests.gguf_edit import rewrite_gguf
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d).rglob("*.py")]
+
+
+# the registry ------------------------------------------------------------------------------------------------
+def test_another_architecture_is_refused_naming_what_hearth_runs(tmp_path):
+    path = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(architecture="qwen2"))
+    message = r"other\.gguf: architecture 'qwen2' is not supported; Hearth runs llama models"
+    with pytest.raises(UnsupportedModelError, match=message):
+        architecture_for(GGUFModel(path))
+    with pytest.raises(UnsupportedModelError, match=message):
+        ensure_converted(path, "int4", tmp_path / "converted")
+    assert not (tmp_path / "converted").exists()  # refused before anything was made
+    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama models"):
+        get_architecture("gpt2")
+
+
+def test_a_gguf_finds_its_module_and_config(tiny_gguf):
+    model = GGUFModel(tiny_gguf)
+    assert supported_architectures() == ("llama",)
+    assert architecture_for(model) is llama and get_architecture("llama") is llama and llama.NAME == "llama"
+    cfg = model.config()
+    assert cfg == llama.read_config(model) and isinstance(cfg, ModelConfig)
+    assert (cfg.architecture, cfg.n_layers, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.tied_embeddings) == \
+        ("llama", 2, 4, 2, 16, True)
+    assert ModelConfig.from_json(cfg.to_json()) == cfg
+
+
+# the fingerprint -----------------------------------------------------------------------------------------------
+def test_the_fingerprint_changes_with_the_architecture_and_its_graph_version(tiny_converted):
+    converted = tiny_converted("int4")
+    assert (converted.architecture, converted.graph_version) == (llama.NAME, llama.GRAPH_VERSION)
+    prints = {converted.fingerprint, replace(converted, architecture="qwen2").fingerprint,
+              replace(converted, graph_version=llama.GRAPH_VERSION + 1).fingerprint}
+    assert len(prints) == 3
+    base = model_fingerprint("ab" * 32, "int4", "llama", 1)
+    assert base != model_fingerprint("ab" * 32, "int4", "qwen2", 1) != model_fingerprint("ab" * 32, "int4", "llama", 2)
+
+
+def test_checkpoint_identity_has_the_same_fingerprint_with_or_without_onnx_runtime(tiny_converted, tiny_gguf):
+    from engine.checkpoint.identity import engine_identity, gguf_identity
+    from engine.generation import Engine
+
+    engine = Engine.load(tiny_converted("int4"), "cpu")
+    identity, vocab = gguf_identity(tiny_gguf, "int4")
+    assert identity == engine_identity(engine) and vocab == engine.tokenizer.vocab_size
+    engine.model = replace(engine.model, graph_version=llama.GRAPH_VERSION + 1)
+    assert engine_identity(engine).model_fp != identity.model_fp  # a newer graph: saved context is stale
+
+
+def test_a_conversion_made_by_an_older_graph_is_made_again(tmp_path, tiny_gguf):
+    first = ensure_converted(tiny_gguf, "int4", tmp_path)
+    done = first.onnx_path.parent / "complete.json"
+    record = json.loads(done.read_text())
+    assert (record["architecture"], record["graph_version"]) == ("llama", llama.GRAPH_VERSION)
+    done.write_text(json.dumps({**record, "graph_version": llama.GRAPH_VERSION - 1}))
+    stamp = first.onnx_path.stat().st_mtime_ns
+    assert cached_conversion(first.onnx_path.parent, tiny_gguf, first.gguf_sha256, "int4") is None
+    again = ensure_converted(tiny_gguf, "int4", tmp_path)
+    assert again == first and first.onnx_path.stat().st_mtime_ns != stamp
+    assert json.loads(done.read_text())["graph_version"] == llama.GRAPH_VERSION
+    assert len(list(tmp_path.glob(".convert-old-*"))) == 1  # the old one, moved aside for removal
+
+
+def test_a_converted_model_whose_config_does_not_parse_is_refused(tiny_converted, tmp_path):
+    import onnx
+
+    from engine.runtime.runner import ModelRunner
+
+    src = tiny_converted("int4").onnx_path
+    runner = ModelRunner(src, "cpu")
+    assert runner.config == GGUFModel(tiny_converted("int4").gguf_path).config()
+    model = onnx.load(str(src), load_external_data=False)
+    entry = next(p for p in model.metadata_props if p.key == "hearth.config")
+    entry.value = json.dumps({"architecture": "llama", "n_layers": 2, "rope_theta": 10000.0})  # not a ModelConfig
+    (tmp_path / "bad").mkdir()
+    onnx.save(model, str(tmp_path / "bad" / "model.onnx"))
+    shutil.copyfile(src.with_name("model.onnx.data"), tmp_path / "bad" / "model.onnx.data")
+    with pytest.raises(ModelFileError, match="was not made by Hearth's converter"):
+        ModelRunner(tmp_path / "bad" / "model.onnx", "cpu")
+
+
+# llama's own rules ---------------------------------------------------------------------------------------------
+def _edited(tmp_path, tiny_gguf, **edits) -> GGUFModel:
+    return GGUFModel(rewrite_gguf(tiny_gguf, tmp_path / "edited.gguf", **edits))
+
+
+@pytest.mark.parametrize("edits,error,needle", [
+    ({"values": {"llama.rope.dimension_count": 8}}, UnsupportedModelError, r"partial rotary embeddings \(8 of 16"),
+    ({"new_values": {"llama.rope.scaling.type": ("yarn", GGUFValueType.STRING)}}, UnsupportedModelError,
+     "rope scaling 'yarn'"),
+    ({"add": {"rope_freqs.weight": (np.ones(8, np.float32), GGMLQuantizationType.F32)}}, UnsupportedModelError,
+     "per-frequency rope factors"),
+    ({"new_values": {"llama.attention.value_length": (32, GGUFValueType.UINT32)}}, UnsupportedModelError,
+     "different key and value"),
+    ({"values": {"llama.attention.head_count_kv": 3}}, ModelFileError, "4 query heads cannot share 3 KV heads"),
+    ({"values": {"llama.block_count": 0}}, ModelFileError, "'llama.block_count' must be positive"),
+])
+def test_llama_refuses_what_its_graph_cannot_compute(tmp_path, tiny_gguf, edits, error, needle):
+    with pytest.raises(error, match=needle):
+        llama.read_config(_edited(tmp_path, tiny_gguf, **edits))
+
+
+def test_linear_rope_scaling_stretches_llamas_rotary_tables(tmp_path, tiny_gguf):
+    scaled = llama.read_config(_edited(tmp_path, tiny_gguf, new_values={
+        "llama.rope.scaling.type": ("linear", GGUFValueType.STRING),
+        "llama.rope.scaling.factor": (2.0, GGUFValueType.FLOAT32)}))
+    plain = GGUFModel(tiny_gguf).config()
+    assert (scaled.rope_scale, plain.rope_scale) == (2.0, 1.0)
+    (cos2, sin2), (cos1, sin1) = llama.rotary_tables(scaled), llama.rotary_tables(plain)
+    assert cos2.shape == (plain.context_length, plain.head_dim // 2)
+    np.testing.assert_allclose(cos2[2::2], cos1[1:len(cos2[2::2]) + 1], atol=1e-6)  # position p reads as p / 2
+    np.testing.assert_allclose(sin2[2::2], sin1[1:len(sin2[2::2]) + 1], atol=1e-6)
+
+
+# where things live ---------------------------------------------------------------------------------------------
+def test_only_the_llama_module_undoes_llama_cpps_q_k_permutation():
+    users = sorted(str(p.relative_to(REPO)) for p in SOURCES if "unpermute" in p.read_text())
+    assert users == ["engine/arch/llama.py"]
+
+
+def test_the_shared_blocks_know_no_architecture():
+    for name in ("blocks.py", "io_names.py"):
+        assert "llama" not in (REPO / "engine" / "arch" / name).read_text().lower()
+
+
+def test_graph_io_names_are_spelled_only_in_io_names():
+    spelled = re.compile(r"""["'](input_ids|seqlens_k|total_sequence_length|logits)["']|past_key_values\.|["']present\.""")
+    offenders = [str(p.relative_to(REPO)) for p in SOURCES
+                 if p.name != "io_names.py" and spelled.search(p.read_text())]
+    assert offenders == []
+
+
+# one session per load ------------------------------------------------------------------------------------------
+def _load(tmp_path, tiny_gguf, provider):
+    from engine.loader import load_engine
+
+    paths = resolve_paths(tmp_path / "home").ensure()
+    before = providers.sessions_opened
+    engine, converted, _ = load_engine(paths, model=str(tiny_gguf), weights="int4", provider=provider)
+    made = sorted(p.name for p in paths.converted.iterdir() if not p.name.startswith("."))
+    return engine, converted, providers.sessions_opened - before, made
+
+
+def test_loading_on_the_cpu_makes_one_session(tmp_path, tiny_gguf):
+    engine, converted, sessions, made = _load(tmp_path, tiny_gguf, "cpu")
+    assert sessions == 1 and engine.provider == "cpu" and engine.runner.provider_note == ""
+    assert converted.precision == "int4" and made == [converted.onnx_path.parent.name]
+
+
+def test_auto_without_a_usable_gpu_makes_one_cpu_session_and_no_cuda_variant(tmp_path, tiny_gguf):
+    reason = providers.cuda_unavailable()
+    if not reason:
+        pytest.skip("CUDA may run here")
+    engine, converted, sessions, made = _load(tmp_path, tiny_gguf, "auto")
+    assert sessions == 1 and engine.provider == "cpu" and converted.precision == "int4"
+    assert made == [converted.onnx_path.parent.name]  # the CUDA variant was not converted
+    assert engine.runner.provider_note == f"CUDA is not available: {reason}; running on the CPU"
+
+
+@pytest.mark.gpu
+def test_auto_on_a_gpu_loads_the_cuda_variant_alone(tmp_path, tiny_gguf):
+    if providers.cuda_unavailable():
+        pytest.skip(f"no usable CUDA here: {providers.cuda_unavailable()}")
+    engine, converted, sessions, made = _load(tmp_path, tiny_gguf, "auto")
+    if engine.provider != "cuda":
+        pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
+    assert converted.precision == "int4-cuda-dense" and made == [converted.onnx_path.parent.name]
+    assert sessions == 1 + (engine.runner.graph is not None)  # the model's session, and the decode graph's
+
+
+# the shared blocks ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["int4", "fp32"])
+def test_linear_blocks_add_a_bias_in_either_weight_form(tmp_path, tiny_gguf, precision):
+    """Biases (which the next architectures have) on one linear and on fused ones, against numpy."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from engine.arch.blocks import Graph
+    from engine.model.onnx_writer import OnnxWriter
+    from engine.model.precision import get_precision
+    from engine.model.weights import dense
+
+    model = GGUFModel(tiny_gguf)
+    writer = OnnxWriter(tmp_path / "model.onnx.data")
+    g = Graph(model, model.config(), get_precision(precision), writer)
+    names = [f"blk.0.attn_{t}.weight" for t in "qkv"]
+    rng = np.random.default_rng(3)
+    biases = {names[0]: rng.standard_normal(64).astype(np.float32), names[2]: rng.standard_normal(32).astype(np.float32)}
+    x = writer.add_input("x", TensorProto.FLOAT, [1, 3, 64])  # [batch, seq, k]
+    one = g.linear(x, "q", g.weight(names[0]), biases[names[0]], out="one")
+    fused = g.fused_linear(x, "qkv", {n: g.weight(n) for n in names}, biases)
+    writer.add_output(one, TensorProto.FLOAT, [1, 3, 64])
+    writer.add_output(fused, TensorProto.FLOAT, [1, 3, 128])
+    writer.save(tmp_path / "model.onnx", {})
+    writer.close()
+    xs = rng.standard_normal((1, 3, 64)).astype(np.float32)
+    got_one, got_fused = ort.InferenceSession(str(tmp_path / "model.onnx")).run(None, {"x": xs})
+    rows = np.concatenate([dense(model, n) for n in names])
+    expected = xs @ rows.T + np.concatenate([biases[names[0]], np.zeros(32, np.float32), biases[names[2]]])
+    np.testing.assert_allclose(got_fused, expected, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got_one, expected[..., :64], atol=1e-4, rtol=1e-4)
