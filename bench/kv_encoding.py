@@ -53,14 +53,6 @@ def drop_file_cache(path: Path) -> None:
         os.close(fd)
 
 
-def row_blocks(cache, n: int) -> list[np.ndarray]:
-    blocks = cache.host_blocks(0, n)
-    if blocks is not None:
-        return blocks
-    keys, values = cache.export(0, n)
-    return [arr[layer, h] for layer in range(cache.n_layers) for arr in (keys, values) for h in range(cache.n_kv_heads)]
-
-
 def greedy_logits(engine, first: np.ndarray, steps: int, forced: list[int] | None = None):
     """Logits of the next token and of ``steps`` more, feeding the argmax (or ``forced`` tokens)."""
     out, tokens = [first], []
@@ -94,7 +86,7 @@ def measure(engine, size: int, workdir: Path, steps: int) -> list[dict]:
         header = new_header(s.identity, enc)
         encode = []
         for _ in range(3):
-            blocks = row_blocks(engine.cache, len(prompt))
+            blocks = engine.cache.read_rows(0, len(prompt))  # as a save takes them
             t = time.perf_counter()
             encode_layers(header, blocks)
             encode.append((time.perf_counter() - t) * 1000)

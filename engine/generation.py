@@ -1,8 +1,9 @@
 """The engine: a model, its tokenizer and template, and the one KV cache it owns; prefill and decode.
 
 The cache is explicit. ``tokens`` lists the ids whose rows the cache holds; ``truncate`` cuts it at
-any position; ``export_kv``/``import_kv`` copy rows out and back (checkpoints build on these). A new
-prompt reuses the longest common token prefix of what is cached and prefills only the rest.
+any position; ``export_kv``/``import_kv`` copy rows out and back (checkpoints move rows through the
+cache's row protocol instead: runtime/kv_protocol.py). A new prompt reuses the longest common token
+prefix of what is cached and prefills only the rest.
 
 Context policy: a prompt must leave room for at least one new token, otherwise ``PromptError``;
 generation stops with ``stop_reason == "context_full"`` when the window fills up.

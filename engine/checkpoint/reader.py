@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -37,10 +36,10 @@ from engine.checkpoint.format import (
     xxh,
 )
 from engine.checkpoint.int8 import dequantize_into, give_scratch, scales_valid, take_scratch
+from engine.runtime.kv_protocol import BlocksFn  # (start, end) → writable row blocks in file order
 
 log = logging.getLogger(__name__)
 READ_THREADS = min(4, os.cpu_count() or 1)
-BlocksFn = Callable[[int, int], Iterable[np.ndarray]]  # (start, end) → writable row blocks in file order
 
 
 def io_error(path: Path, exc: OSError) -> CheckpointError:
@@ -139,6 +138,10 @@ class CheckpointReader:
             raise CheckpointError(Reason.LAYOUT, f"record {r.seq}: token id {int(ids.max())} is outside "
                                   f"the vocabulary of {vocab_size}")
         return ids.tolist()
+
+    def rows(self, records: list[RecordInfo]) -> RecordRows:
+        """These records' rows as a verifying row source for a KV cache's ``write_rows``."""
+        return RecordRows(self, records)
 
     def load_rows(self, records: list[RecordInfo], blocks: BlocksFn) -> tuple[int, CheckpointError | None]:
         """Read each record's rows into ``blocks(start, end)`` and verify them; return (records good, problem).
@@ -253,3 +256,20 @@ class CheckpointReader:
             if bad is not None:
                 return records[:i], self._bad_scales(r, bad)
         return records, problem
+
+
+class RecordRows:
+    """A checkpoint's records as a ``RowSource`` (engine/runtime/kv_protocol.py): ``fill`` reads each
+    record into the blocks the cache gives and verifies it before the next; afterwards ``good`` counts
+    the records that verified and ``problem`` says what stopped the rest (None when all did)."""
+
+    def __init__(self, reader: CheckpointReader, records: list[RecordInfo]):
+        h = reader.header
+        self.reader, self.records = reader, records
+        # Exact rows arrive as they are stored; int8 rows are dequantized into any float dtype.
+        self.dtype = None if h.layout == LAYOUT_INT8_ROWS else np.dtype(h.shape.dtype)
+        self.good, self.problem = 0, None
+
+    def fill(self, blocks: BlocksFn) -> int:
+        self.good, self.problem = self.reader.load_rows(self.records, blocks)
+        return self.records[self.good - 1].end if self.good else self.records[0].start

@@ -14,6 +14,9 @@ runner stopped copying whole outputs (see docs/benchmarks.md).
 On a GPU the whole context is allocated once, as one buffer [layers, 2 (K, V), heads, capacity,
 head_dim] whose per-layer slices are bound by address, and rows move between it and the host in one
 strided copy for all layers (cuda_copy.py), through a pinned staging array in the checkpoint's order.
+
+Checkpoint I/O sees only the row protocol of kv_protocol.py (``length``, ``truncate``, ``read_rows``,
+``write_rows``); which of these layouts holds the rows, and in which element type, stays in here.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import mmap
 import numpy as np
 
 from engine.arch import io_names
+from engine.runtime.kv_protocol import BlocksFn, RowSource
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ class KVCache:
         if keep:
             for src, dst in ((old_k, self.keys), (old_v, self.values)):
                 for i in range(self.n_layers):
-                    self._write_rows(dst[i], 0, self._read_rows(src[i], 0, keep))
+                    self._copy_in(dst[i], 0, self._copy_out(src[i], 0, keep))
         self.capacity = capacity
 
     def reserve(self, tokens: int) -> None:
@@ -195,10 +199,10 @@ class KVCache:
         return out
 
     # rows in and out ----------------------------------------------------------------------------
-    def _read_rows(self, value, start: int, end: int) -> np.ndarray:
+    def _copy_out(self, value, start: int, end: int) -> np.ndarray:
         return np.array(value.numpy()[:, :, start:end, :])  # .numpy() is a view on CPU: copy out
 
-    def _write_rows(self, value, start: int, rows: np.ndarray) -> None:
+    def _copy_in(self, value, start: int, rows: np.ndarray) -> None:
         value.numpy()[:, :, start : start + rows.shape[2], :] = rows
 
     def truncate(self, length: int) -> None:
@@ -215,8 +219,8 @@ class KVCache:
         if self.on_device:
             rows = self._device_rows(start, end)
             return rows[:, 0], rows[:, 1]
-        keys = np.stack([self._read_rows(v, start, end)[0] for v in self.keys])
-        values = np.stack([self._read_rows(v, start, end)[0] for v in self.values])
+        keys = np.stack([self._copy_out(v, start, end)[0] for v in self.keys])
+        values = np.stack([self._copy_out(v, start, end)[0] for v in self.values])
         return keys, values
 
     def host_blocks(self, start: int, end: int) -> list[np.ndarray] | None:
@@ -255,8 +259,8 @@ class KVCache:
             self._load_device(keys, values, start)
             return
         for i in range(self.n_layers):
-            self._write_rows(self.keys[i], start, keys[i][None].astype(self.dtype, copy=False))
-            self._write_rows(self.values[i], start, values[i][None].astype(self.dtype, copy=False))
+            self._copy_in(self.keys[i], start, keys[i][None].astype(self.dtype, copy=False))
+            self._copy_in(self.values[i], start, values[i][None].astype(self.dtype, copy=False))
         self.length = end
 
     def _load_device(self, keys: np.ndarray, values: np.ndarray, start: int) -> None:
@@ -273,3 +277,84 @@ class KVCache:
         full[:, 1, :, start : start + keys.shape[2]] = values
         self.arena.update_inplace(full)
         self.length = start + keys.shape[2]
+
+    # the row protocol (kv_protocol.py): what checkpoint I/O uses ---------------------------------
+    def _blocks_of(self, rows: np.ndarray) -> list[np.ndarray]:
+        """The blocks of a [layers, 2, heads, n, head_dim] array, in checkpoint order."""
+        return [rows[layer, kv, h] for layer in range(self.n_layers) for kv in (0, 1) for h in range(self.n_kv_heads)]
+
+    def read_rows(self, start: int, end: int) -> list[np.ndarray]:
+        """Rows [start, end) as blocks in checkpoint order: views of the buffers on the CPU (no copy;
+        valid until the cache next changes), one strided copy of every layer from a GPU."""
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"rows [{start}, {end}) are outside the {self.length} cached tokens")
+        if not self.on_device:
+            return self.host_blocks(start, end)
+        return self._blocks_of(self._device_rows(start, end))
+
+    def write_rows(self, start: int, end: int, source: RowSource) -> int:
+        """Replace rows [start, end) with what ``source`` fills and verifies; return the new length.
+
+        Rows become visible only once verified, and no unverified row survives (see kv_protocol.py).
+        The rows go wherever costs least: on the CPU straight into the buffers (no copy); on a GPU
+        into a pinned staging array in the cache's order and dtype, moved in one strided copy for
+        every layer; in another element type into a host array, converted in one copy per buffer.
+        """
+        if not 0 <= start <= self.length or end < start:
+            raise ValueError(f"cannot write rows [{start}, {end}) into a cache of {self.length}")
+        self.truncate(start)
+        if start == 0:
+            self.fit_for_overwrite(end)  # switching between long chats reuses the buffers as they are
+        else:
+            self.reserve(end)
+        same = source.dtype is None or np.dtype(source.dtype) == self.dtype
+        if same and not self.on_device:
+            return self._write_in_place(start, end, source)
+        if same:
+            return self._write_staged(start, end, source)
+        return self._write_converted(start, end, source, np.dtype(source.dtype))
+
+    @staticmethod
+    def _fill(source: RowSource, blocks: BlocksFn, start: int, end: int) -> int:
+        """``source.fill`` with blocks of rows [start, end) only (committed rows are never handed out);
+        where the verified rows end."""
+        def within(s: int, e: int):
+            if not start <= s <= e <= end:
+                raise ValueError(f"a row source asked for rows [{s}, {e}) outside [{start}, {end})")
+            return blocks(s, e)
+
+        valid = source.fill(within)
+        if not start <= valid <= end:
+            raise ValueError(f"a row source verified up to {valid}, outside the rows [{start}, {end}) it filled")
+        return valid
+
+    def _write_in_place(self, start: int, end: int, source: RowSource) -> int:
+        try:
+            valid = self._fill(source, self.host_blocks, start, end)
+        except BaseException:
+            self.clear(start, end)
+            raise
+        if valid < end:
+            self.clear(valid, end)  # no unverified bytes linger, even as scratch
+        self.commit(valid)
+        return valid
+
+    def _write_staged(self, start: int, end: int, source: RowSource) -> int:
+        stage = self.staging(end - start)  # its contents are scratch; only verified rows leave it
+        valid = self._fill(source, lambda s, e: self._blocks_of(stage[:, :, :, s - start : e - start]), start, end)
+        if valid > start:
+            self.load_staged(stage[:, :, :, : valid - start], start)
+        return valid
+
+    def _write_converted(self, start: int, end: int, source: RowSource, dtype: np.dtype) -> int:
+        shape = (self.n_layers, self.n_kv_heads, end - start, self.head_dim)
+        keys, values = np.empty(shape, dtype), np.empty(shape, dtype)
+
+        def blocks(s: int, e: int) -> list[np.ndarray]:
+            return [arr[layer, h, s - start : e - start] for layer in range(self.n_layers) for arr in (keys, values)
+                    for h in range(self.n_kv_heads)]
+
+        valid = self._fill(source, blocks, start, end)
+        if valid > start:
+            self.load(keys[:, :, : valid - start], values[:, :, : valid - start], start)
+        return valid

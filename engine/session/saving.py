@@ -1,0 +1,186 @@
+"""Saving: write only the rows past what a conversation's file already holds, save a shared prefix
+(the template's preamble and system prompt) once for every conversation that starts with it, and
+remember what each file holds so the next save need not read it back.
+
+Rows come from the cache as blocks in the checkpoint's order (``read_rows``: views of the buffers
+on the CPU, one strided copy from a GPU), so the writer never knows the cache's layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.checkpoint.format import CheckpointError, FileHeader, Identity, RecordInfo
+from engine.checkpoint.lock import StoreBusyError
+from engine.checkpoint.reader import CheckpointReader
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, prefix_file
+from engine.checkpoint.writer import NewRecord, append, cut, now_ms, write_new
+from engine.generation import Engine
+from engine.session.prefix import frontier, reusable
+from engine.session.reports import MIN_PREFIX_TOKENS, SaveReport
+
+log = logging.getLogger(__name__)
+
+
+def file_stamp(path: os.PathLike) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+@dataclass
+class FileState:
+    """What this process knows a conversation's file holds (valid while its size and mtime hold)."""
+
+    header: FileHeader
+    records: list[RecordInfo]
+    tokens: list[int]
+    stamp: tuple[int, int] = field(default=(0, 0))
+
+
+class FileStates:
+    """What each conversation's file holds, as last written or read by this process."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, FileState] = {}
+
+    def remember(self, conversation: str, header: FileHeader, records: list[RecordInfo], tokens: list[int],
+                 path: os.PathLike) -> None:
+        self._known[conversation] = FileState(header, records, tokens, file_stamp(path))
+
+    def forget(self, conversation: str | None) -> None:
+        if conversation is not None:
+            self._known.pop(conversation, None)
+
+    def unchanged(self, conversation: str, path: os.PathLike) -> bool:
+        """True when the file is exactly what this process last wrote or read."""
+        state = self._known.get(conversation)
+        if state is None:
+            return False
+        try:
+            return file_stamp(path) == state.stamp
+        except OSError:
+            return False
+
+    def current(self, conversation: str, path: os.PathLike, identity: Identity, vocab_size: int) -> FileState | None:
+        """What the file holds, from memory if it is unchanged since, else read; None when there is
+        no usable file (it is then written from scratch)."""
+        state = self._known.get(conversation)
+        try:
+            stamp = file_stamp(path)
+        except OSError:
+            return None
+        if state is not None and state.stamp == stamp:
+            return state
+        try:
+            with CheckpointReader(path) as reader:
+                header = reader.read_header()
+                reader.check_identity(identity)
+                records, _ = reader.scan()
+                tokens: list[int] = []
+                for r in records:
+                    tokens += reader.read_tokens(r, vocab_size)
+        except CheckpointError as exc:
+            log.info("rewriting %s from scratch: %s", path, exc)
+            return None
+        return FileState(header, records, tokens, stamp)
+
+
+class Saver:
+    """Writes the engine's KV for one save request (``encoding`` for new files; ``lead_len``: the
+    leading tokens that spell no text)."""
+
+    def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity, files: FileStates,
+                 encoding: str, lead_len: int):
+        self.engine, self.store, self.identity, self.files = engine, store, identity, files
+        self.encoding, self.lead_len = encoding, lead_len
+
+    def save(self, conversation: str, reason: str, boundaries: Sequence[int]) -> SaveReport:
+        """Append the rows past what the file holds; a failure to write is reported, never raised."""
+        tokens = list(self.engine.tokens)
+        started = time.perf_counter()
+        try:
+            with self.store.lock.held():
+                report = self._save_locked(conversation, tokens, reason, boundaries)
+            self.store.enforce_budget(protect={conversation})
+        except (OSError, StoreBusyError) as exc:
+            self.files.forget(conversation)
+            error = f"could not save the conversation's context: {getattr(exc, 'strerror', None) or exc}"
+            log.warning("%s", error)
+            return SaveReport(False, reason, len(tokens), error=error,
+                              elapsed_ms=(time.perf_counter() - started) * 1000)
+        report.elapsed_ms = (time.perf_counter() - started) * 1000
+        return report
+
+    def _save_locked(self, conversation: str, tokens: list[int], reason: str, boundaries: Sequence[int]) -> SaveReport:
+        name = conversation_file(conversation)
+        path = self.store.path(name)
+        state = self.files.current(conversation, path, self.identity, self.engine.tokenizer.vocab_size)
+        n = len(tokens)
+        keep: list[RecordInfo] = []
+        if state is not None:
+            shared = min(len(state.tokens), n)
+            diff = np.flatnonzero(np.asarray(state.tokens[:shared]) != np.asarray(tokens[:shared]))
+            same = int(diff[0]) if diff.size else shared
+            keep = [r for r in state.records if r.end <= same]
+            if keep and keep[-1].end == n and len(keep) == len(state.records):
+                return SaveReport(True, reason, n)
+        start = keep[-1].end if keep else 0
+        if state is not None and start == n:  # the live state is one of the file's frontiers
+            cut(path, keep)
+            return self._saved(conversation, path, state.header, list(keep), tokens, reason, 0, 0)
+        cuts = [b for b in sorted(set(boundaries)) if start < b < n] + [n]
+        pieces, s = [], start
+        for e in cuts:
+            text_len, text_sha = frontier(self.engine.tokenizer, tokens, e, self.lead_len)
+            pieces.append(NewRecord(s, tokens[s:e], self.engine.cache.read_rows(s, e), text_len, text_sha, reason))
+            s = e
+        if state is None:
+            header, records, written = write_new(path, self.identity, pieces, self.encoding)
+        else:
+            header, records, written = state.header, list(keep), 0
+            for piece in pieces:
+                info, nbytes = append(path, header, records, piece)
+                records.append(info)
+                written += nbytes
+        return self._saved(conversation, path, header, records, tokens, reason, n - start, written)
+
+    def _saved(self, conversation: str, path: os.PathLike, header: FileHeader, records: list[RecordInfo],
+               tokens: list[int], reason: str, new_tokens: int, written: int) -> SaveReport:
+        """Remember what the file now holds, in memory and in the index."""
+        self.files.remember(conversation, header, records, tokens, path)
+        name = conversation_file(conversation)
+        old = self.store.entry(name)
+        last = records[-1]
+        self.store.put(Entry(name, conversation, "conversation", last.end, last.text_len, last.text_sha,
+                             last.end_offset, self.identity.model_fp, header.created_ms, now_ms(),
+                             old.hits if old else 0, old.pinned if old else False))
+        return SaveReport(True, reason, len(tokens), new_tokens, written)
+
+    def save_shared_prefix(self, shared: bytes) -> None:
+        """Save the rows spelling ``shared`` (the preamble + system prompt) once, unless too short."""
+        engine = self.engine
+        lead = [engine.tokens[0]] if self.lead_len else []
+        k, spelled = reusable(engine.tokenizer, engine.tokens, lead, shared)
+        if k < MIN_PREFIX_TOKENS:
+            return
+        text_sha = hashlib.sha256(shared[:spelled]).digest()
+        name = prefix_file(text_sha)
+        if self.store.entry(name) is not None:
+            return
+        tokens = list(engine.tokens[:k])
+        try:
+            with self.store.lock.held():
+                header, records, written = write_new(
+                    self.store.path(name), self.identity,
+                    [NewRecord(0, tokens, engine.cache.read_rows(0, k), spelled, text_sha, "prefix")], self.encoding)
+                self.store.put(Entry(name, None, "prefix", k, spelled, text_sha, written, self.identity.model_fp,
+                                     header.created_ms, now_ms(), 0, False))
+        except (OSError, StoreBusyError) as exc:
+            log.warning("could not save the shared prefix: %s", exc)

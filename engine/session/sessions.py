@@ -1,0 +1,181 @@
+"""``ChatSessions``: one engine's conversations, each request served from the best verified KV.
+
+This module ties the others together and keeps the per-engine state: which conversation the live KV
+belongs to, whether it holds rows its file lacks, and what each file holds. For a request it renders
+the prompt, asks restore.py for the best verified prefix, tokenizes only the rest and prefills it;
+after a turn (or on a switch, at shutdown, at aligned frontiers of a long prefill) it asks saving.py
+to write back the new rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from engine.checkpoint.adaptive import Throughput
+from engine.checkpoint.format import Identity, encoding_layout
+from engine.checkpoint.identity import engine_identity
+from engine.checkpoint.store import CheckpointStore
+from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
+from engine.sampling import SamplingParams
+from engine.session import prefix
+from engine.session.reports import COLD, REBUILT, SAVE_ALIGN, ResumeReport, SaveReport, TurnResult
+from engine.session.restore import Restorer
+from engine.session.saving import FileStates, Saver
+
+log = logging.getLogger(__name__)
+
+
+class ChatSessions:
+    def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity | None = None,
+                 save_align: int = SAVE_ALIGN, adaptive: bool = True, kv_encoding: str | None = None):
+        """``adaptive`` False: always restore a usable checkpoint, even when re-reading looks faster.
+        ``kv_encoding``: how new checkpoint files store the KV, "exact" (lossless) or "int8" (a
+        quarter of float32's bytes; see docs/checkpoint-format.md §4b); None takes the store's setting
+        (``store.json``, default "exact"). An existing file keeps its own encoding when appended to."""
+        self.engine, self.store = engine, store
+        self.adaptive = adaptive
+        self.kv_encoding = store.kv_encoding if kv_encoding is None else kv_encoding
+        encoding_layout(self.kv_encoding)  # ValueError naming the choices
+        self.identity = identity or engine_identity(engine)
+        self.save_align = save_align
+        self.active: str | None = None
+        self.throughput = Throughput(store.root / "throughput.json", engine.provider)
+        self._lead_len = 0
+        self._dirty = False
+        self._files = FileStates()
+
+    def shared_prefix_text(self, messages: list[dict]) -> bytes:
+        """The rendered text every conversation with these leading messages starts with: the
+        template's preamble and the system prompt, up to where the first user message begins."""
+        return prefix.shared_prefix_text(self.engine.template, messages)
+
+    # requests -----------------------------------------------------------------------------------------
+    def prepare(self, conversation: str, messages: list[dict]) -> tuple[list[int], ResumeReport]:
+        """Fill the KV with the best verified prefix of these messages; return the full prompt's tokens."""
+        started = time.perf_counter()
+        tokenizer = self.engine.tokenizer
+        text = self.engine.render(messages).encode("utf-8")
+        lead = prefix.lead_tokens(tokenizer, text)
+        if self.active is not None and self.active != conversation:
+            self.switch_away()
+        self._lead_len = len(lead)
+        restorer = Restorer(self.engine, self.store, self.identity, self.throughput, self._files, self.adaptive)
+        report = restorer.restore(conversation, text, lead, live_is_ours=self.active == conversation)
+        if restorer.dirty is not None:
+            self._dirty = restorer.dirty
+        self.active = conversation
+        kept = list(self.engine.tokens)
+        spelled = prefix.spelled_len(tokenizer, kept, len(lead))
+        rest = tokenizer.encode(text[spelled:].decode("utf-8"))
+        prompt = (kept if kept else lead) + rest
+        report.restore_ms = (time.perf_counter() - started) * 1000
+        return prompt, report
+
+    def sync(self, conversation: str, messages: list[dict], progress: ProgressFn | None = None,
+             cancel: CancelToken | None = None) -> tuple[np.ndarray | None, list[int], ResumeReport]:
+        """Make the KV hold this conversation's prompt; return (last logits or None if cancelled, prompt, report)."""
+        prompt, report = self.prepare(conversation, messages)
+        self.engine.check_fits(prompt)
+        started = time.perf_counter()
+        self._dirty = True
+        logits, reused = self.engine.sync(prompt, self._saving_progress(len(prompt), progress), cancel)
+        self._dirty = True  # aligned saves during the prefill do not cover its end
+        prefill_ms = (time.perf_counter() - started) * 1000
+        report.reused_tokens = reused
+        report.prefilled_tokens = len(self.engine.tokens) - reused
+        report.elapsed_ms = report.restore_ms + prefill_ms
+        self.throughput.record_prefill(report.prefilled_tokens, prefill_ms)
+        if logits is not None and report.source in (COLD, REBUILT):
+            self._save_shared_prefix(messages)
+        if report.source == REBUILT:
+            self.save("rebuild")
+        return logits, prompt, report
+
+    def generate(self, conversation: str, messages: list[dict], params: SamplingParams | None = None,
+                 max_new_tokens: int = 256, on_text: TextFn | None = None, progress: ProgressFn | None = None,
+                 cancel: CancelToken | None = None,
+                 on_ready: Callable[[ResumeReport], None] | None = None) -> TurnResult:
+        """One turn: resume, prefill the rest, decode, save the turn (prompt and reply as two records).
+        ``on_ready`` gets the resume report once the prompt is in the KV, before decoding starts."""
+        started = time.perf_counter()
+        logits, prompt, report = self.sync(conversation, messages, progress, cancel)
+        if on_ready is not None:
+            on_ready(report)
+        if logits is None:
+            result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
+        else:
+            result = self.engine.generate(prompt, params, max_new_tokens, on_text, cancel=cancel, ready_logits=logits)
+        t = result.timings
+        t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
+        t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
+        t.ttft_ms = t.ttft_ms + report.elapsed_ms if logits is not None else (time.perf_counter() - started) * 1000
+        result.reused_tokens = report.reused_tokens
+        save = self.save("turn", boundaries=[len(prompt)])
+        return TurnResult(result, report, save, len(prompt))
+
+    def switch_away(self) -> SaveReport | None:
+        """Save the active conversation (if it changed) and drop its live KV."""
+        report = self.save("switch") if self._dirty else None
+        self.engine.reset(keep_buffers=True)  # the next conversation's restore may reuse them
+        self.active = None
+        return report
+
+    def close(self) -> SaveReport | None:
+        """Shutdown: save what is live."""
+        report = self.save("shutdown") if self._dirty else None
+        self.active = None
+        self.throughput.flush()
+        return report
+
+    def forget(self, conversation: str) -> int:
+        """Clear or delete a conversation: drop its live state and delete its checkpoints."""
+        if self.active == conversation:
+            self.engine.reset()
+            self.active, self._dirty = None, False
+        self._files.forget(conversation)
+        return self.store.delete_conversation(conversation)
+
+    # saving ---------------------------------------------------------------------------------------------
+    def _saver(self) -> Saver:
+        return Saver(self.engine, self.store, self.identity, self._files, self.kv_encoding, self._lead_len)
+
+    def save(self, reason: str = "turn", boundaries: Sequence[int] = ()) -> SaveReport | None:
+        """Write the active conversation's KV: only the rows past what its file already holds.
+
+        ``boundaries`` split the new rows into several records (a turn's prompt and reply), each a
+        frontier a later edit can fall back to. A failure to write is reported, never raised.
+        """
+        conversation = self.active
+        if conversation is None or not self.engine.tokens:
+            return None
+        report = self._saver().save(conversation, reason, boundaries)
+        if report.ok:
+            self._dirty = False
+        return report
+
+    def _saving_progress(self, prompt_len: int, progress: ProgressFn | None) -> ProgressFn:
+        """Pass progress on, and save at every aligned frontier of a long prefill."""
+        last_saved = [len(self.engine.tokens)]
+
+        def hook(done: int, total: int) -> None:
+            if progress:
+                progress(done, total)
+            n = len(self.engine.tokens)
+            if n < prompt_len and n // self.save_align > last_saved[0] // self.save_align:
+                self.save("prefill")
+                last_saved[0] = n
+
+        return hook
+
+    def _save_shared_prefix(self, messages: list[dict]) -> None:
+        """Save the preamble + system prompt once, so other conversations starting with it skip it."""
+        try:
+            shared = self.shared_prefix_text(messages)
+        except Exception as exc:  # a template that cannot render the probe: just no shared prefix
+            log.debug("no shared prefix: %s", exc)
+            return
+        self._saver().save_shared_prefix(shared)
