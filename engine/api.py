@@ -42,6 +42,7 @@ from engine.types import (
     BundleExported,
     BundleImported,
     CancelToken,
+    Completion,
     ContextBadge,
     ContextHealth,
     ContextReport,
@@ -123,6 +124,12 @@ def _save(report) -> SaveResult | None:
         return None
     return SaveResult(report.ok, report.reason, report.tokens, report.new_tokens, report.bytes_written,
                       report.elapsed_ms, report.error)
+
+
+def _timings(result, info: ModelInfo) -> Timings:
+    t = result.timings
+    return Timings(t.prefill_ms, t.prefill_tokens, t.prefill_tokens_per_s, t.decode_ms, t.decode_tokens_per_s,
+                   t.ttft_ms, info.load_ms)
 
 
 class Hearth:
@@ -272,33 +279,24 @@ class Hearth:
 
     def _answer(self, cid: str, chat: list[dict], request: TurnRequest, emit: EventSink,
                 cancel: CancelToken | None) -> Finished:
-        from engine.generation import GenerationResult
-
         engine = self._require_engine()
-        sessions, info = self._sessions, self._info
-        started = time.perf_counter()
-        logits, prompt, report = sessions.sync(
-            cid, chat, lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel)
-        resume = _resume(report)
-        emit(Resumed(cid, resume))
-        if logits is None:
-            result = GenerationResult(prompt, [], "", StopReason.CANCELLED, report.reused_tokens)
-        else:
-            result = engine.generate(prompt, request.params, request.max_new_tokens,
-                                     on_text=lambda piece: emit(Token(cid, piece)), cancel=cancel, ready_logits=logits)
-        stop = StopReason(result.stop_reason)
-        reply_seq = None
-        if result.text or stop != StopReason.CANCELLED:  # a stopped reply keeps what was written
-            reply_seq = self.conversations.append(cid, "assistant", result.text).seq
-            self.conversations.set_model(cid, info.label)
-        save = _save(sessions.save("turn", boundaries=[len(prompt)]))  # only now: a failed save costs no reply
-        t = result.timings
-        ttft = t.ttft_ms + report.elapsed_ms if logits is not None else (time.perf_counter() - started) * 1000
-        prefill_tps = report.prefilled_tokens / (report.elapsed_ms / 1000) if report.elapsed_ms > 0 else 0.0
-        timings = Timings(report.elapsed_ms, report.prefilled_tokens, prefill_tps, t.decode_ms, t.decode_tokens_per_s,
-                          ttft, info.load_ms)
-        finished = Finished(cid, result.text, tuple(result.tokens), stop, reply_seq, len(prompt), len(engine.tokens),
-                            engine.context_length, resume, save, timings, info)
+        info = self._info
+        stored: list[int] = []
+
+        def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
+            if result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
+                stored.append(self.conversations.append(cid, "assistant", result.text).seq)
+                self.conversations.set_model(cid, info.label)
+
+        turn = self._sessions.generate(
+            cid, chat, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
+            progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
+            on_ready=lambda report: emit(Resumed(cid, _resume(report))), keep_reply=keep_reply)
+        result = turn.generation
+        finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
+                            stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
+                            engine.context_length, _resume(turn.resume), _save(turn.save), _timings(result, info),
+                            info)
         emit(finished)
         return finished
 
@@ -310,17 +308,17 @@ class Hearth:
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
-                 cancel: CancelToken | None = None):
-        """A reply to ``messages`` that is stored nowhere (``hearth-cli generate``). Returns the engine's
-        GenerationResult (prompt ids, reply ids and text, stop reason, timings)."""
+                 cancel: CancelToken | None = None) -> Completion:
+        """A reply to ``messages`` that is stored nowhere (``hearth-cli generate``)."""
         from engine.text.chat_template import validate_messages
 
         validate_messages(messages)
         engine = self._require_engine()
         if self._sessions is not None and self._sessions.active is not None:
             self._sessions.switch_away()  # the live KV belongs to a conversation: save it before reuse
-        prompt = engine.prompt_tokens(messages)
-        return engine.generate(prompt, params, max_new_tokens, on_text=on_text, cancel=cancel)
+        result = engine.generate(engine.prompt_tokens(messages), params, max_new_tokens, on_text=on_text, cancel=cancel)
+        return Completion(tuple(result.prompt_tokens), tuple(result.tokens), result.text, StopReason(result.stop_reason),
+                          _timings(result, self._info), self._info)
 
     # conversations ----------------------------------------------------------------------------------
     def open_conversation(self, conversation: str, on_event: EventSink | None = None,

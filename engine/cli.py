@@ -89,10 +89,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model = hearth.load(Progress("converting").setup)
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     result = hearth.complete(messages, params, args.max_new_tokens, on_text=stream)
-    timings = {**result.timings.as_dict(), "load_ms": round(model.load_ms, 3)}
+    timings = result.timings.as_dict()
     payload = {
-        "prompt_tokens": result.prompt_tokens, "tokens": result.tokens, "text": result.text,
-        "stop_reason": result.stop_reason, "provider": model.provider,
+        "prompt_tokens": list(result.prompt_tokens), "tokens": list(result.tokens), "text": result.text,
+        "stop_reason": str(result.stop_reason), "provider": model.provider,
         "provider_note": model.note, "weights": model.weights, "timings": timings,
     }
     if args.json:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,9 +43,6 @@ class Timings:
     decode_ms: float = 0.0
     decode_tokens_per_s: float = 0.0
     ttft_ms: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 @dataclass

@@ -302,6 +302,18 @@ class Finished:
     model: ModelInfo
 
 
+@dataclass(frozen=True)
+class Completion:
+    """A reply stored nowhere (``Hearth.complete``: ``hearth-cli generate``, the server's completions)."""
+
+    prompt_tokens: tuple[int, ...]  # the rendered prompt's ids, generation prompt included
+    tokens: tuple[int, ...]  # the reply's ids, the stop token excluded
+    text: str
+    stop_reason: StopReason
+    timings: Timings
+    model: ModelInfo
+
+
 TurnEvent = Waiting | Accepted | Resumed | Progress | Token | Rebuilt | Finished
 EventSink = Callable[[TurnEvent], None]
 

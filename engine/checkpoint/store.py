@@ -93,10 +93,12 @@ class CheckpointStore:
         self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)
         self._db_lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
+            # The busy timeout first, and the switch to WAL under the store lock: two processes opening a
+            # new store at once otherwise race on the journal mode ("database is locked").
+            self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None,
+                                       timeout=5)
             with self.lock.held():
+                self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.executescript(_SCHEMA)
                 self.remove_stale_temp_files()
                 self.reconcile()

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from engine.generation import GenerationResult
 
@@ -26,13 +26,6 @@ class ResumeReport:
     message: str = ""  # the specific failure, for logs and details
     plain: str = ""  # the failure in plain words, for the UI
 
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        for k in ("elapsed_ms", "restore_ms", "restore_estimate_ms", "prefill_estimate_ms"):
-            if d[k] is not None:
-                d[k] = round(d[k], 3)
-        return d
-
 
 @dataclass
 class SaveReport:
@@ -43,9 +36,6 @@ class SaveReport:
     bytes_written: int = 0
     elapsed_ms: float = 0.0
     error: str = ""
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "elapsed_ms": round(self.elapsed_ms, 3)}
 
 
 @dataclass

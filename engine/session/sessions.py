@@ -97,10 +97,12 @@ class ChatSessions:
 
     def generate(self, conversation: str, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = 256, on_text: TextFn | None = None, progress: ProgressFn | None = None,
-                 cancel: CancelToken | None = None,
-                 on_ready: Callable[[ResumeReport], None] | None = None) -> TurnResult:
-        """One turn: resume, prefill the rest, decode, save the turn (prompt and reply as two records).
-        ``on_ready`` gets the resume report once the prompt is in the KV, before decoding starts."""
+                 cancel: CancelToken | None = None, on_ready: Callable[[ResumeReport], None] | None = None,
+                 keep_reply: Callable[[GenerationResult], None] | None = None) -> TurnResult:
+        """One turn's model work: resume, prefill the rest, decode, save the turn (prompt and reply as
+        two records). ``on_ready`` gets the resume report once the prompt is in the KV, before decoding;
+        ``keep_reply`` runs after decoding and before the save (engine/api.py stores the reply there,
+        so a failed save never costs it; an exception from it skips the save)."""
         started = time.perf_counter()
         logits, prompt, report = self.sync(conversation, messages, progress, cancel)
         if on_ready is not None:
@@ -114,6 +116,8 @@ class ChatSessions:
         t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
         t.ttft_ms = t.ttft_ms + report.elapsed_ms if logits is not None else (time.perf_counter() - started) * 1000
         result.reused_tokens = report.reused_tokens
+        if keep_reply is not None:
+            keep_reply(result)
         save = self.save("turn", boundaries=[len(prompt)])
         return TurnResult(result, report, save, len(prompt))
 
