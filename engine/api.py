@@ -274,7 +274,7 @@ class Hearth:
             convs.set_system_prompt(cid, request.system_prompt)
         if request.user_message is None:
             return None
-        self._check_fits(convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}])
+        self._check_fits(cid, convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}])
         return convs.append(cid, "user", request.user_message).seq
 
     def _answer(self, cid: str, chat: list[dict], request: TurnRequest, emit: EventSink,
@@ -300,11 +300,11 @@ class Hearth:
         emit(finished)
         return finished
 
-    def _check_fits(self, chat: list[dict]) -> None:
+    def _check_fits(self, conversation: str, chat: list[dict]) -> None:
         """Refuse a message that cannot fit the context before it is stored (then the conversation is
         not left ending in a message no turn can answer); the error gives the token counts."""
-        if self._engine is not None:
-            self._engine.check_fits(self._engine.prompt_tokens(chat))
+        if self._sessions is not None:
+            self._sessions.check_fits(conversation, chat)
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,

@@ -108,11 +108,15 @@ class Engine:
         return ids
 
     def check_fits(self, prompt: Sequence[int]) -> None:
-        if not prompt:
+        self.check_length(len(prompt))
+
+    def check_length(self, n: int) -> None:
+        """A prompt of ``n`` tokens must leave room for at least one new token."""
+        if n == 0:
             raise PromptError("the prompt is empty: write a message first")
-        if len(prompt) >= self.context_length:
+        if n >= self.context_length:
             raise PromptError(
-                f"the conversation is {len(prompt)} tokens but the model's context window holds "
+                f"the conversation is {n} tokens but the model's context window holds "
                 f"{self.context_length}; shorten it or start a new conversation"
             )
 

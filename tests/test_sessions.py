@@ -202,3 +202,27 @@ def test_text_that_splits_a_character_across_tokens_resumes_cleanly(tiny_convert
     assert report.source == DISK
     text = s.engine.render(follow).encode()
     assert b"".join(s.engine.tokenizer.token_bytes(t) for t in prompt) == text
+
+
+def test_the_cheap_fit_check_agrees_with_a_full_tokenization(tiny_converted, tmp_path):
+    """check_fits (run before a message is stored) refuses exactly the prompts that cannot fit, for a
+    conversation whose KV is live (only the new text is tokenized) and for one that is not."""
+    from engine.errors import PromptError
+
+    sessions = new_sessions(tiny_converted("int4"), tmp_path)
+    engine = sessions.engine
+    sessions.generate("live", chat("hello there"), GREEDY, 4)
+    checked = set()
+    for n in range(0, 400, 7):
+        messages = chat("hello there", "hi", "word " * n)
+        fits = len(engine.prompt_tokens(messages)) < engine.context_length
+        for cid in ("live", "other"):
+            try:
+                sessions.check_fits(cid, messages)
+                got = True
+            except PromptError as exc:
+                got = False
+                assert f"holds {engine.context_length}" in str(exc)
+            assert got == fits, (n, cid)
+            checked.add(fits)
+    assert checked == {True, False}  # both sides of the limit were tried

@@ -54,6 +54,22 @@ class ChatSessions:
         return prefix.shared_prefix_text(self.engine.template, messages)
 
     # requests -----------------------------------------------------------------------------------------
+    def check_fits(self, conversation: str, messages: list[dict]) -> None:
+        """PromptError (with the token counts) when these messages cannot fit the context, without
+        touching the KV. Cheap: a rendering shorter in bytes than the context fits (a token spells at
+        least one byte); a longer one reuses the live KV's tokens for the prefix they spell and
+        tokenizes only the rest (a whole 8k-token conversation would cost ~13 ms a turn)."""
+        tokenizer = self.engine.tokenizer
+        text = self.engine.render(messages).encode("utf-8")
+        lead = prefix.lead_tokens(tokenizer, text)
+        if len(lead) + len(text) < self.engine.context_length:
+            return
+        kept, spelled = 0, 0
+        if self.active == conversation and self.engine.tokens:
+            kept, spelled = prefix.reusable(tokenizer, self.engine.tokens, lead, text)
+        rest = tokenizer.encode(text[spelled:].decode("utf-8"))
+        self.engine.check_length((kept or len(lead)) + len(rest))
+
     def prepare(self, conversation: str, messages: list[dict]) -> tuple[list[int], ResumeReport]:
         """Fill the KV with the best verified prefix of these messages; return the full prompt's tokens."""
         started = time.perf_counter()
