@@ -112,20 +112,6 @@ def _noop(_event: object) -> None:
     pass
 
 
-def _resume(report) -> Resume:
-    """engine.session's mutable report as the API's frozen one."""
-    return Resume(ResumeSource(report.source), report.reason, report.reused_tokens, report.prefilled_tokens,
-                  report.elapsed_ms, report.restored_tokens, report.restore_ms, report.restore_estimate_ms,
-                  report.prefill_estimate_ms, report.message, report.plain)
-
-
-def _save(report) -> SaveResult | None:
-    if report is None:
-        return None
-    return SaveResult(report.ok, report.reason, report.tokens, report.new_tokens, report.bytes_written,
-                      report.elapsed_ms, report.error)
-
-
 def _timings(result, info: ModelInfo) -> Timings:
     t = result.timings
     return Timings(t.prefill_ms, t.prefill_tokens, t.prefill_tokens_per_s, t.decode_ms, t.decode_tokens_per_s,
@@ -291,11 +277,11 @@ class Hearth:
         turn = self._sessions.generate(
             cid, chat, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
             progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
-            on_ready=lambda report: emit(Resumed(cid, _resume(report))), keep_reply=keep_reply)
+            on_ready=lambda report: emit(Resumed(cid, report.freeze())), keep_reply=keep_reply)
         result = turn.generation
         finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
-                            engine.context_length, _resume(turn.resume), _save(turn.save), _timings(result, info),
+                            engine.context_length, turn.resume.freeze(), turn.save, _timings(result, info),
                             info)
         emit(finished)
         return finished
@@ -334,7 +320,7 @@ class Hearth:
             sessions.switch_away()
             return None
         _, report = sessions.prepare(conversation, messages)
-        resume = _resume(report)
+        resume = report.freeze()
         emit(Resumed(conversation, resume))
         if resume.source == ResumeSource.REBUILT:
             started = time.perf_counter()
@@ -342,7 +328,7 @@ class Hearth:
                 conversation, messages, lambda d, t: emit(Progress(conversation, ProgressPhase.REBUILD, d, t)), cancel)
             # Save now, so "saved again" is true when the banner says it (the second restore inside sync
             # found the bad file gone and saw a cold start, which it does not save by itself).
-            saved = _save(sessions.save("rebuild")) if logits is not None else None
+            saved = sessions.save("rebuild") if logits is not None else None
             emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, saved))
         return resume
 
@@ -362,7 +348,7 @@ class Hearth:
         engine.reset(keep_buffers=True)
         cold, _ = engine.sync(prompt)  # the same tokens again: the session's view of the KV still holds
         a, b = np.asarray(restored, np.float32), np.asarray(cold, np.float32)
-        return RestoreCheck(_resume(report), float(np.max(np.abs(a - b))), int(np.argmax(a)) == int(np.argmax(b)))
+        return RestoreCheck(report.freeze(), float(np.max(np.abs(a - b))), int(np.argmax(a)) == int(np.argmax(b)))
 
     # saved context ------------------------------------------------------------------------------------
     def context_states(self) -> dict[str, ContextState]:
@@ -471,7 +457,7 @@ class Hearth:
         saved = None
         try:
             if self._sessions is not None:
-                saved = _save(self._sessions.close())
+                saved = self._sessions.close()
         finally:
             if self._checkpoints is not None:
                 self._checkpoints.close()

@@ -1,41 +1,31 @@
-"""What a request reports: where its KV came from (``ResumeReport``), what a save wrote
-(``SaveReport``), a whole turn (``TurnResult``); the resume sources and the session constants."""
+"""What a request reports: where its KV came from (``ResumeReport``, filled in step by step, frozen
+into the API's ``Resume``), what a save wrote (``SaveReport``, the API's ``SaveResult``), a whole turn
+(``TurnResult``); the resume sources and the session constants."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from types import SimpleNamespace
 
 from engine.generation import GenerationResult
+from engine.types import Resume, ResumeSource
+from engine.types import SaveResult as SaveReport
 
-LIVE, DISK, REBUILT, COLD = "live", "disk", "rebuilt", "cold"
+LIVE, DISK, REBUILT, COLD = ResumeSource.LIVE, ResumeSource.DISK, ResumeSource.REBUILT, ResumeSource.COLD
 SAVE_ALIGN = 2048  # during a long prefill, save at every multiple of this many tokens
 MIN_PREFIX_TOKENS = 16  # shorter shared prefixes are not worth a file
+_RESUME_DEFAULTS = {f.name: f.default for f in fields(Resume) if f.default is not MISSING}
 
 
-@dataclass
-class ResumeReport:
-    source: str
-    reason: str | None = None  # a Reason when a checkpoint failed
-    reused_tokens: int = 0  # tokens whose KV was not computed for this request
-    prefilled_tokens: int = 0
-    elapsed_ms: float = 0.0  # restore + verification + prefill
-    restored_tokens: int = 0  # of reused_tokens, how many came from disk
-    restore_ms: float = 0.0
-    restore_estimate_ms: float | None = None
-    prefill_estimate_ms: float | None = None
-    message: str = ""  # the specific failure, for logs and details
-    plain: str = ""  # the failure in plain words, for the UI
+class ResumeReport(SimpleNamespace):
+    """A ``Resume`` (engine/types.py: its fields and their meaning) being filled in by the restore and
+    prefill steps; ``freeze`` gives the API's frozen one."""
 
+    def __init__(self, source: str, **values: object):
+        super().__init__(**{**_RESUME_DEFAULTS, **values, "source": ResumeSource(source)})
 
-@dataclass
-class SaveReport:
-    ok: bool
-    reason: str
-    tokens: int = 0  # the frontier saved
-    new_tokens: int = 0  # rows written by this save
-    bytes_written: int = 0
-    elapsed_ms: float = 0.0
-    error: str = ""
+    def freeze(self) -> Resume:
+        return Resume(**vars(self))
 
 
 @dataclass

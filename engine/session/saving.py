@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -115,8 +115,7 @@ class Saver:
             log.warning("%s", error)
             return SaveReport(False, reason, len(tokens), error=error,
                               elapsed_ms=(time.perf_counter() - started) * 1000)
-        report.elapsed_ms = (time.perf_counter() - started) * 1000
-        return report
+        return replace(report, elapsed_ms=(time.perf_counter() - started) * 1000)
 
     def _save_locked(self, conversation: str, tokens: list[int], reason: str, boundaries: Sequence[int]) -> SaveReport:
         name = conversation_file(conversation)
