@@ -67,7 +67,6 @@ from engine.types import (
     SetupStage,
     StopReason,
     StoreUsage,
-    Timings,
     Token,
     TurnRequest,
     Waiting,
@@ -110,12 +109,6 @@ def default_model_title() -> str:
 
 def _noop(_event: object) -> None:
     pass
-
-
-def _timings(result, info: ModelInfo) -> Timings:
-    t = result.timings
-    return Timings(t.prefill_ms, t.prefill_tokens, t.prefill_tokens_per_s, t.decode_ms, t.decode_tokens_per_s,
-                   t.ttft_ms, info.load_ms)
 
 
 class Hearth:
@@ -281,7 +274,7 @@ class Hearth:
         result = turn.generation
         finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
-                            engine.context_length, turn.resume.freeze(), turn.save, _timings(result, info),
+                            engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
                             info)
         emit(finished)
         return finished
@@ -304,7 +297,7 @@ class Hearth:
             self._sessions.switch_away()  # the live KV belongs to a conversation: save it before reuse
         result = engine.generate(engine.prompt_tokens(messages), params, max_new_tokens, on_text=on_text, cancel=cancel)
         return Completion(tuple(result.prompt_tokens), tuple(result.tokens), result.text, StopReason(result.stop_reason),
-                          _timings(result, self._info), self._info)
+                          result.timings.freeze(self._info.load_ms), self._info)
 
     # conversations ----------------------------------------------------------------------------------
     def open_conversation(self, conversation: str, on_event: EventSink | None = None,

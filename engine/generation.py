@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from types import SimpleNamespace
 
 import numpy as np
 
+from engine import types
 from engine.errors import PromptError
 from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
@@ -35,14 +37,14 @@ TextFn = Callable[[str], None]
 DEFAULT_PREFILL_CHUNK = 512
 
 
-@dataclass
-class Timings:
-    prefill_ms: float = 0.0
-    prefill_tokens: int = 0
-    prefill_tokens_per_s: float = 0.0
-    decode_ms: float = 0.0
-    decode_tokens_per_s: float = 0.0
-    ttft_ms: float = 0.0
+class Timings(SimpleNamespace):
+    """The API's ``Timings`` (engine/types.py: its fields) while they are measured; ``freeze`` gives it."""
+
+    def __init__(self, **values: float):
+        super().__init__(**{**{f.name: f.default for f in fields(types.Timings)}, **values})
+
+    def freeze(self, load_ms: float = 0.0) -> types.Timings:
+        return types.Timings(**{**vars(self), "load_ms": load_ms})
 
 
 @dataclass
