@@ -35,6 +35,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     params = sampling_from_args(args)
     if args.max_new_tokens < 1:
         raise PromptError("--max-new-tokens must be at least 1")
+    if not args.wait >= 0:  # also NaN
+        raise PromptError(f"--wait must be 0 or more seconds, got {args.wait}")
     hearth = Hearth(data_paths(args), model=args.model, weights=args.weights, provider=args.provider,
                     turn_wait_s=args.wait)
     try:

@@ -134,9 +134,29 @@ def test_kv_inspect_of_a_foreign_file_names_the_problem(home, tmp_path):
     (["kv", "verify"], "--all"),
     (["kv", "gc", "--budget-mb", "0"], "--budget-mb must be positive"),
     (["kv", "encoding", "fp4"], "unknown KV encoding 'fp4'; choose one of: exact, int8"),
+    (["conversations", "show", "nope"], "no conversation 'nope'"),
+    (["chat", "--conversation", "ok", "--message", "x", "--wait", "-1"], "--wait"),
 ])
 def test_bad_input_gets_one_clear_error(home, args, needle):
     assert_clean_error(run_cli(*args, home=home), needle)
+
+
+def test_conversations_ls_and_show(home, tiny_gguf):
+    """Both stored conversations listed, newest first, with their counts; one printed whole, in order."""
+    assert chat(home, "--conversation", "older", "--message", "first question", model=tiny_gguf).returncode == 0
+    assert chat(home, "--conversation", "newer", "--message", "second question", "--system", "Be brief.",
+                model=tiny_gguf).returncode == 0
+    listed = json.loads(run_cli("conversations", "ls", "--json", home=home).stdout)["conversations"]
+    assert [c["id"] for c in listed] == ["newer", "older"]
+    assert all(c["messages"] == 2 and c["tokens"] > 0 and c["model"].endswith("int4") for c in listed)
+    assert listed[0]["title"] == "second question" and listed[0]["last_activity_ms"] >= listed[1]["last_activity_ms"]
+    human = run_cli("conversations", "ls", home=home).stdout
+    assert "newer" in human and "2 conversation(s)" in human
+    shown = json.loads(run_cli("conversations", "show", "newer", "--json", home=home).stdout)
+    assert shown["system_prompt"] == "Be brief." and shown["message_count"] == 2
+    assert [(m["seq"], m["role"]) for m in shown["messages"]] == [(0, "user"), (1, "assistant")]
+    text = run_cli("conversations", "show", "newer", home=home).stdout
+    assert text.index("[system]") < text.index("[user]\nsecond question") < text.index("[assistant]")
 
 
 def test_chat_without_a_model_says_how_to_get_one(home):
