@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from engine.arch.blocks import Graph
     from engine.model.gguf_file import GGUFModel
 
-__all__ = ["Architecture", "ModelConfig", "architecture_for", "get_architecture", "supported_architectures"]
+__all__ = ["Architecture", "ModelConfig", "architecture_for", "architecture_modules", "get_architecture",
+           "supported_architectures"]
 
 # general.architecture → the module that builds it. Register a new architecture here.
 _MODULES = {
@@ -44,6 +45,11 @@ class Architecture(Protocol):
 
 def supported_architectures() -> tuple[str, ...]:
     return tuple(_MODULES)
+
+
+def architecture_modules() -> tuple[str, ...]:
+    """The modules imported by name (for a bundler, which cannot follow an import by name)."""
+    return tuple(_MODULES.values())
 
 
 def get_architecture(name: str, where: str = "") -> Architecture:
