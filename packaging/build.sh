@@ -24,9 +24,8 @@ case "$VARIANT" in
   gpu) WEIGHTS="int4 int4-cuda-dense"; STAGE_FLAGS="--full-gguf"; NAME="hearth-gpu" ;;
   *) echo "build.sh: error: VARIANT must be cpu or gpu, not '$VARIANT'" >&2; exit 2 ;;
 esac
-for tool in fakeroot dpkg-deb readelf xz; do
-  command -v "$tool" >/dev/null || { echo "build.sh: error: '$tool' is missing (apt install fakeroot dpkg-dev binutils xz-utils)" >&2; exit 1; }
-done
+# Tools and the system libraries the .deb depends on, checked before anything is built (installed when root).
+"$PYTHON" packaging/prereqs.py --install || exit 1
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
 step() { printf '\n== %s (%(%T)T)\n' "$1" -1; }
 

@@ -375,3 +375,40 @@ def test_deb_depends_refuses_a_library_no_package_provides(tmp_path, capsys):
     assert deb_depends.main([str(tmp_path)]) == 1
     assert "no installed package provides libnope.so.5" in capsys.readouterr().err
     assert deb_depends.main([str(tmp_path / "missing")]) == 2
+
+
+# make package's prerequisites ------------------------------------------------------------------------------
+PREREQS = Path(__file__).resolve().parent.parent / "packaging" / "prereqs.py"
+
+
+def _prereqs(tmp_path, *packages: str, install: bool = False):
+    deps = tmp_path / "deps.txt"
+    deps.write_text("# a comment line\n" + "\n".join(f"{p}  # why" for p in packages) + "\n")
+    args = [sys.executable, str(PREREQS), "--deps", str(deps)] + (["--install"] if install else [])
+    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+def test_prereqs_pass_when_every_package_is_installed(tmp_path):
+    proc = _prereqs(tmp_path, "dpkg", "coreutils")  # essential on every Debian system
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_prereqs_name_the_one_apt_line_for_what_is_missing(tmp_path):
+    proc = _prereqs(tmp_path, "dpkg", "hearth-no-such-package", "hearth-nor-this-one")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "sudo apt install hearth-no-such-package hearth-nor-this-one" in proc.stderr
+    assert "dpkg" not in proc.stderr.split("apt install", 1)[1]  # only what is missing
+
+
+def test_prereqs_install_failure_is_reported_not_hidden(tmp_path):
+    """--install as root runs apt-get (which cannot find this package); as another user it only names the
+    line. Either way: exit 1, the package named, no traceback."""
+    proc = _prereqs(tmp_path, "hearth-no-such-package", install=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "apt install hearth-no-such-package" in proc.stderr
+
+
+def test_the_build_deps_list_names_the_tools_build_sh_uses():
+    names = set(PREREQS.with_name("build-deps.txt").read_text().split())
+    assert {"fakeroot", "dpkg-dev", "binutils", "xz-utils"} <= names
+    assert "packaging/prereqs.py --install" in PREREQS.with_name("build.sh").read_text()
