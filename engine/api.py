@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
-from engine.conversations import ConversationStore, check_id, title_from
+from engine.conversations import ConversationStore, check_id
 from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS
 from engine.paths import HearthPaths, resolve_paths
@@ -78,7 +78,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json",
     "export_markdown", "fts_query", "import_json", "open_conversations", "read_bundle", "resolve_paths",
-    "run_terminal_chat", "search", "snippet_html", "title_from", "to_document",
+    "run_terminal_chat", "search", "snippet_html", "to_document",
 ]
 
 
@@ -131,12 +131,6 @@ class Hearth:
         """The loaded model, or None."""
         return self._info
 
-    def default_model_available(self) -> bool:
-        """Whether the default model can run at the chosen precision without a download."""
-        from engine.loader import default_model_available
-
-        return self.model_path is not None or default_model_available(self.paths, self.weights)
-
     def locate_model(self) -> ModelSource:
         """Where the model to run would come from; raises ModelNotInstalledError / ModelFileError."""
         from engine.loader import locate_model
@@ -174,9 +168,6 @@ class Hearth:
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms)
         return self._info
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._require_engine().tokenizer.encode(text)
 
     def _require_engine(self):
         if self._engine is None:
