@@ -49,8 +49,9 @@ def send(qtbot, w: MainWindow, text: str) -> None:
 
 
 def wait_idle(qtbot, w: MainWindow) -> None:
-    """Until no turn is in flight in any chat."""
-    qtbot.waitUntil(lambda: not w.turns.running(), timeout=TIMEOUT)
+    """Until no turn is in flight in any chat and the transcript has drawn every message (a reload draws
+    the newest first and the rest over later event-loop turns, which lag on a busy machine)."""
+    qtbot.waitUntil(lambda: not w.turns.running() and not w.transcript.loading, timeout=TIMEOUT)
 
 
 def new_chat_with_turn(qtbot, w: MainWindow, text: str, settings: dict | None = None) -> str:

@@ -77,6 +77,7 @@ def test_switching_chats_and_back_resumes_from_disk_without_prefill(qtbot, windo
     assert report.source == "disk" and report.prefilled_tokens == 0
     assert report.restored_tokens > 10
     assert "resumed" in w.status.resume.text() and "from disk" in w.status.resume.text()
+    qtbot.waitUntil(lambda: not w.transcript.loading, timeout=TIMEOUT)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
     send(qtbot, w, "and more")
     wait_idle(qtbot, w)
@@ -223,6 +224,9 @@ def test_the_window_shows_turns_and_chats_hearth_cli_added(qtbot, windows, confi
     cli_reply = json.loads(proc.stdout)["reply"]
     qtbot.waitUntil(lambda: len(shown(w)) == 4, timeout=TIMEOUT)  # the window looks every second
     assert shown(w) == stored(w, conv) and shown(w)[2:] == [("user", "from the terminal"), ("assistant", cli_reply)]
+    # The reload draws the newest messages first and the older ones over the next event-loop turns: on a
+    # busy machine the widgets lag the list for a moment, so wait for the drawing to end before reading them.
+    qtbot.waitUntil(lambda: not w.transcript.loading, timeout=TIMEOUT)
     assert [m.text for m in w.transcript.messages][2:] == ["from the terminal", cli_reply]  # drawn, not only listed
 
     # Another turn, and a new chat, from the terminal; then a message typed at once, before the window's
