@@ -14,6 +14,7 @@ self-test never downloads anything: with no model it fails and says so.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import shutil
 import sys
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 PROMPT = "What is the capital of France?"
 SETTINGS = {"temperature": 0.0, "max_new_tokens": 16}
 STEP_TIMEOUT_S = 180.0
+MODULE_MANIFEST = "hearth-modules.txt"  # written by packaging/hearth.spec
 LOGIT_TOLERANCE = 1e-2  # restored vs cold logits; chunking changes float sums by ~1e-5
 
 
@@ -79,10 +81,41 @@ def run_self_test(data_dir: str | None = None, *, model: str | None = None, weig
     return 0
 
 
+def own_modules() -> list[str]:
+    """Hearth's own modules: in a packaged build the list the build wrote (``hearth-modules.txt``), from a
+    source tree every ``.py`` under ``engine/`` and ``app/``."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle is not None:
+        manifest = Path(bundle) / MODULE_MANIFEST
+        try:
+            return [line for line in manifest.read_text(encoding="utf-8").splitlines() if line]
+        except OSError as exc:
+            raise SelfTestFailed("modules", f"the build's module list is missing: {exc}") from None
+    root = Path(__file__).resolve().parent.parent
+    return sorted(".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                  for package in ("engine", "app") for f in (root / package).rglob("*.py"))
+
+
+def check_modules(report: SelfTestReport) -> None:
+    """Import every module of Hearth's: a dependency a packaged build left out fails here, naming it."""
+    names = own_modules()
+    broken = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure to import is the finding
+            broken.append(f"{name} ({type(exc).__name__}: {exc})")
+    if broken:
+        raise SelfTestFailed("modules", f"{len(broken)} of {len(names)} modules cannot be imported: "
+                                        + "; ".join(broken))
+    report.ok("modules", f"all {len(names)} of Hearth's modules import")
+
+
 def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provider: str) -> None:
     from app.config import AppConfig
     from engine.api import Hearth, resolve_paths
 
+    check_modules(report)
     try:
         paths = resolve_paths(report.data_dir).ensure()
     except OSError as exc:

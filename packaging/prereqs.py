@@ -56,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.install and os.geteuid() == 0 and shutil.which("apt-get"):
         print(f"prereqs: installing what the build needs: {' '.join(absent)}", file=sys.stderr)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        done = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *absent], env=env, check=False)
+        install = ["apt-get", "install", "-y", "--no-install-recommends", *absent]
+        done = subprocess.run(install, env=env, check=False)
+        if done.returncode != 0:  # a fresh container often has no package lists yet
+            print("prereqs: apt-get install failed; updating the package lists and trying again", file=sys.stderr)
+            subprocess.run(["apt-get", "update"], env=env, check=False)
+            done = subprocess.run(install, env=env, check=False)
         if done.returncode == 0 and not missing(absent):
             return 0
         print(f"prereqs: error: apt-get could not install them; try: {line}", file=sys.stderr)

@@ -3,33 +3,28 @@
 #
 #   sudo packaging/test-install.sh [path/to/hearth_*.deb]      (default: the newest dist/hearth_*.deb)
 #
-# 1. apt install ./the.deb  2. check the files it put in place  3. as an unprivileged user (nobody, with a
-# throwaway HOME): hearth --self-test offscreen, a CUDA request that must fall back to the CPU with a message,
-# and one stored conversation (user data)  4. the self-test as root too (catches any write under /opt/hearth)
-# 5. apt remove  6. check /opt/hearth, /usr/bin/hearth*, the desktop entry and the icons are gone, the system
+# 1. apt install ./the.deb  2. check the files it put in place (every resource too)  3. as an unprivileged user
+# (nobody, with a throwaway HOME): hearth --self-test offscreen (which imports every one of Hearth's modules), a
+# CUDA request that must fall back to the CPU with a message, and a stored conversation over two turns, the second
+# resumed from disk (user data)  4. the self-test as root too (catches any write under /opt/hearth)  5. apt
+# remove  6. check /opt/hearth, /usr/bin/hearth*, the desktop entry and the icons are gone, the system
 # directories are as before, and the user's conversation is still there.
-# Needs root and a machine where installing a package is fine (CI containers, a VM). Not run by CI: building
-# the package takes about 7 minutes. Exits 0 only when every check passed.
+# Needs root and a machine where installing a package is fine (CI containers, a VM). CI runs it after the test
+# suite (packaging/ci-package.sh). Exits 0 only when every check passed.
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEB="${1:-$(ls -t "$REPO"/dist/hearth_*.deb 2>/dev/null | head -1)}"
 PKG=hearth
 USER_HOME="$(mktemp -d /tmp/hearth-install-home.XXXXXX)"
-FAILED=0
+# shellcheck source=packaging/test-lib.sh
+. "$REPO/packaging/test-lib.sh"
+RUN=as_user
 
-say() { printf '%s\n' "$*"; }
-pass() { say "  PASS  $*"; }
-fail() { say "  FAIL  $*"; FAILED=1; }
-check() {  # check "what" command...
-  local what="$1"; shift
-  if "$@" >/dev/null 2>&1; then pass "$what"; else fail "$what"; fi
-}
 as_user() {  # run as nobody with the throwaway HOME, none of root's environment, from /
   (cd / && setpriv --reuid=nobody --regid=nogroup --clear-groups env -i HOME="$USER_HOME" PATH=/usr/bin:/bin \
     QT_QPA_PLATFORM=offscreen LANG=C.UTF-8 "$@")
 }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 snapshot() {  # what the package may touch, minus caches that triggers rebuild
   find /opt /usr/bin /usr/share/applications /usr/share/icons/hicolor /usr/share/doc -maxdepth 4 \
        ! -name icon-theme.cache ! -name mimeinfo.cache 2>/dev/null | sort
@@ -66,22 +61,18 @@ if command -v desktop-file-validate >/dev/null; then
 fi
 check "hicolor icons (48, 256 px and scalable)" test -f /usr/share/icons/hicolor/48x48/apps/hearth.png \
   -a -f /usr/share/icons/hicolor/256x256/apps/hearth.png -a -f /usr/share/icons/hicolor/scalable/apps/hearth.svg
+check_resources /opt/hearth/_internal
 check "the bundled model is readable by everyone" as_user test -r \
   "$(find /opt/hearth/_internal/model -name model.onnx.data | head -1)"
 
 say "== as an unprivileged user (nobody, HOME=$USER_HOME)"
-say "\$ QT_QPA_PLATFORM=offscreen hearth --self-test"
-out="$(as_user hearth --self-test 2>&1)"; rc=$?
-sed 's/^/    /' <<<"$out"
-if [ "$rc" = 0 ]; then pass "hearth --self-test exited 0"; else fail "hearth --self-test exited $rc"; fi
+self_test
+check "the self-test imported every one of Hearth's modules" grep -q "ok  modules" <<<"$SELF_TEST_OUT"
 say "\$ hearth-cli generate --provider cuda --prompt 'Hi' --max-new-tokens 4 --greedy"
 out="$(as_user hearth-cli generate --provider cuda --prompt Hi --max-new-tokens 4 --greedy --json 2>&1)"
 say "    $(grep -v '^{' <<<"$out" | head -2)"
 check "a CUDA request without CUDA runs on the CPU and says why" grep -q '"provider": "cpu".*CUDA was requested but cannot be used' <<<"$out"
-say "\$ hearth-cli chat --conversation install-test --message 'Hello'   (user data that must survive removal)"
-check "hearth-cli chat stores a conversation in ~/.local/share/hearth" \
-  as_user hearth-cli chat --conversation install-test --message Hello --max-new-tokens 4 --greedy
-check "the conversation database exists" test -f "$USER_HOME/.local/share/hearth/conversations.sqlite3"
+use_cli "$USER_HOME" cpu
 check "ONNX Runtime wrote no telemetry device id (ORT_DISABLE_TELEMETRY)" test ! -e "$USER_HOME/.cache/Microsoft"
 
 say "== as root (any write under /opt/hearth would show up as a leftover below)"

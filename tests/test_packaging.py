@@ -1,8 +1,8 @@
 """The packaged build's pieces that run from source: the bundled read-only model directory, the model
 staging, ``hearth --self-test`` and ``hearth --startup-probe``.
 
-The PyInstaller build, the .deb and its install test take minutes and are not part of this suite:
-``make package`` then ``sudo packaging/test-install.sh`` (see packaging/README.md).
+The PyInstaller build, the .deb and its install test take minutes and are not part of this suite: ``.ci/run``
+runs them after it (``packaging/ci-package.sh``; see packaging/README.md).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def test_self_test_passes_on_the_bundled_model_in_a_throwaway_dir(bundle, tmp_pa
     proc = run_hearth("--self-test", "--provider", "cpu", env={BUNDLED_MODEL_ENV: str(bundle), "TMPDIR": str(scratch)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    for step in ("model", "window", "chat turn", "save", "verify", "restore"):
+    for step in ("modules", "model", "window", "chat turn", "save", "verify", "restore"):
         assert f"  ok  {step}" in out
     assert "(bundled: " in out and "throwaway, removed afterwards" in out and out.rstrip().endswith("self-test passed")
     assert "tokens from disk" in out and "next-token logits match a cold prefill" in out
@@ -250,6 +250,37 @@ def test_self_test_cannot_be_combined_with_other_modes():
         with pytest.raises(SystemExit) as exc:
             main(["--self-test", other])
         assert exc.value.code == 2
+
+
+def test_every_module_of_the_source_tree_is_listed_and_imports(capsys):
+    from app.self_test import SelfTestReport, check_modules, own_modules
+
+    names = own_modules()
+    assert {"engine.api", "engine.arch.llama", "app.main_window", "app.self_test"} <= set(names)
+    assert len(names) == len(list((REPO / "engine").rglob("*.py")) + list((REPO / "app").rglob("*.py")))
+    report = SelfTestReport(REPO, throwaway=False)
+    check_modules(report)
+    assert report.lines == [("modules", f"all {len(names)} of Hearth's modules import")]
+
+
+def test_a_module_a_packaged_build_left_out_fails_the_self_test_naming_it(monkeypatch, tmp_path):
+    from app.self_test import SelfTestFailed, SelfTestReport, check_modules
+
+    # A frozen build reads its list from the bundle; this one names a module that was not collected.
+    (tmp_path / "hearth-modules.txt").write_text("engine.api\nengine.arch.not_collected\n")
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    with pytest.raises(SelfTestFailed, match=r"1 of 2 modules cannot be imported: engine\.arch\.not_collected "
+                                             r"\(ModuleNotFoundError: No module named 'engine\.arch\.not_collected'\)"):
+        check_modules(SelfTestReport(tmp_path, throwaway=False))
+
+
+def test_a_packaged_build_without_its_module_list_fails_the_self_test(monkeypatch, tmp_path):
+    from app.self_test import SelfTestFailed, SelfTestReport, check_modules
+
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    with pytest.raises(SelfTestFailed, match="the build's module list is missing") as exc:
+        check_modules(SelfTestReport(tmp_path, throwaway=False))
+    assert exc.value.step == "modules"
 
 
 def test_waiting_fails_with_the_reported_problem_or_on_timeout(qapp):
@@ -406,9 +437,61 @@ def test_prereqs_install_failure_is_reported_not_hidden(tmp_path):
     proc = _prereqs(tmp_path, "hearth-no-such-package", install=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "apt install hearth-no-such-package" in proc.stderr
+    if os.geteuid() == 0:  # a fresh container's missing package lists are updated once before giving up
+        assert "updating the package lists and trying again" in proc.stderr
 
 
 def test_the_build_deps_list_names_the_tools_build_sh_uses():
     names = set(PREREQS.with_name("build-deps.txt").read_text().split())
     assert {"fakeroot", "dpkg-dev", "binutils", "xz-utils"} <= names
     assert "packaging/prereqs.py --install" in PREREQS.with_name("build.sh").read_text()
+
+
+# the package's own tests (packaging/test-bundle.sh, test-lib.sh, ci-package.sh) -----------------------------------
+PACKAGING = REPO / "packaging"
+
+
+def _bash(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_bundle_test_refuses_what_is_not_a_bundle(tmp_path):
+    proc = _bash(str(PACKAGING / "test-bundle.sh"), str(tmp_path))
+    assert proc.returncode == 2
+    assert f"test-bundle.sh: error: no hearth and hearth-cli executables in {tmp_path}" in proc.stdout
+
+
+def test_bundle_test_refuses_an_archive_it_cannot_unpack(tmp_path):
+    bad = tmp_path / "hearth.tar.gz"
+    bad.write_bytes(b"not a tarball")
+    proc = _bash(str(PACKAGING / "test-bundle.sh"), str(bad))
+    assert proc.returncode == 2 and f"test-bundle.sh: error: cannot unpack {bad}" in proc.stdout
+
+
+def test_bundle_test_refuses_an_unknown_provider_or_argument(tmp_path):
+    proc = _bash(str(PACKAGING / "test-bundle.sh"), str(tmp_path), "--provider", "rocm")
+    assert proc.returncode == 2 and "--provider must be cpu or cuda, not 'rocm'" in proc.stdout
+    proc = _bash(str(PACKAGING / "test-bundle.sh"))
+    assert proc.returncode == 2 and proc.stdout.startswith("usage: packaging/test-bundle.sh")
+    proc = _bash(str(PACKAGING / "test-bundle.sh"), str(tmp_path), "--fast")
+    assert proc.returncode == 2 and "usage:" in proc.stdout
+
+
+def test_a_resource_missing_from_a_bundle_fails_the_check_naming_it(tmp_path):
+    internal = tmp_path / "_internal"
+    (internal / "resources").mkdir(parents=True)
+    shutil.copy(REPO / "resources" / "models.json", internal / "resources")
+    check = f'REPO="{REPO}"; . packaging/test-lib.sh; check_resources "{internal}"; exit $FAILED'
+    proc = subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 1
+    assert "FAIL  resources missing from the bundle: __init__.py hearth.svg" in proc.stdout
+    shutil.copytree(REPO / "resources", internal / "resources", dirs_exist_ok=True)
+    proc = subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0 and "PASS  every file of resources/ is in the bundle" in proc.stdout
+
+
+def test_ci_builds_and_install_tests_the_package_after_the_suite():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ci.index("python -m pytest") < ci.rindex("packaging/ci-package.sh")
+    script = (PACKAGING / "ci-package.sh").read_text()
+    assert "make package" in script and "packaging/test-install.sh" in script and "packaging/test-bundle.sh" in script

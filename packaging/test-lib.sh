@@ -1,0 +1,49 @@
+# Shared by packaging/test-install.sh (the installed .deb) and packaging/test-bundle.sh (an unpacked bundle):
+# reporting, and the checks that use Hearth the way a user does. Source it; set RUN first: the command prefix
+# that runs a Hearth executable by name (e.g. as an unprivileged user, or from the bundle's folder).
+FAILED=0
+say() { printf '%s\n' "$*"; }
+pass() { say "  PASS  $*"; }
+fail() { say "  FAIL  $*"; FAILED=1; }
+check() {  # check "what" command...
+  local what="$1"; shift
+  if "$@" >/dev/null 2>&1; then pass "$what"; else fail "$what"; fi
+}
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# check_resources INTERNAL: every file of the source tree's resources/ is in the bundle's _internal/resources.
+check_resources() {
+  local internal="$1" missing=""
+  while IFS= read -r f; do
+    [ -f "$internal/resources/$f" ] || missing="$missing $f"
+  done < <(cd "$REPO/resources" && find . -type f ! -path '*/__pycache__/*' ! -name '*.pyc' | sed 's|^\./||' | sort)
+  if [ -z "$missing" ]; then pass "every file of resources/ is in the bundle"; else fail "resources missing from the bundle:$missing"; fi
+}
+
+# self_test [ARGS...]: hearth --self-test offscreen; its report is printed indented.
+self_test() {
+  say "\$ QT_QPA_PLATFORM=offscreen hearth --self-test $*"
+  local out rc
+  out="$($RUN hearth --self-test "$@" 2>&1)"; rc=$?
+  sed 's/^/    /' <<<"$out"
+  if [ "$rc" = 0 ]; then pass "hearth --self-test exited 0"; else fail "hearth --self-test exited $rc"; fi
+  SELF_TEST_OUT="$out"
+}
+
+# use_cli HOME PROVIDER: a stored conversation over two turns (the second resumed from its saved context),
+# the saved context verified, the conversation printed. HOME is the data owner's home (for the file checks).
+use_cli() {
+  local home="$1" provider="$2" out
+  say "\$ hearth-cli chat --conversation install-test --message 'Hello'   (user data, resumed next turn)"
+  out="$($RUN hearth-cli --json chat --conversation install-test --message Hello --max-new-tokens 4 --greedy \
+    --provider "$provider" 2>&1)"
+  check "hearth-cli chat stores a conversation in ~/.local/share/hearth" test -s "$home/.local/share/hearth/conversations.sqlite3"
+  check "the first turn saved its context" grep -q '"save": {"ok": true' <<<"$out"
+  out="$($RUN hearth-cli --json chat --conversation install-test --message 'And again' --max-new-tokens 4 --greedy \
+    --provider "$provider" 2>&1)"
+  say "    $(grep -o '"resume": {[^}]*}' <<<"$out" | cut -c1-160)"
+  check "the second turn resumed from the saved context on disk" grep -q '"resume": {"source": "disk"' <<<"$out"
+  check "hearth-cli kv verify --all: every saved context is valid" $RUN hearth-cli kv verify --all
+  out="$($RUN hearth-cli --json conversations show install-test 2>&1)"
+  check "hearth-cli conversations show install-test: four messages" grep -q '"message_count": 4' <<<"$out"
+}
