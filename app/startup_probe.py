@@ -3,7 +3,7 @@
 It prints one JSON line to stdout and quits once the model is ready (exit 0) or failed to load (exit 1):
 
     {"probe": "startup", "process_start_unix": …, "window_interactive_unix": …, "model_ready_unix": …,
-     "window_interactive_ms": …, "model_ready_ms": …}
+     "window_interactive_ms": …, "model_ready_ms": …, "provider": "cpu" | "cuda", "error": null}
 
 "Interactive" is the first turn of the event loop after ``show()``: the window has been shown, its
 pending events handled, and it answers input from then on (the model loads on the engine thread
@@ -21,6 +21,8 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QMainWindow
+
+from engine.types import ModelInfo
 
 MODEL_TIMEOUT_MS = 180_000
 
@@ -45,6 +47,7 @@ class StartupProbe(QObject):
         self.interactive: float | None = None
         self.failure: str | None = None
         self.done = False
+        self.provider: str | None = None  # where the model runs ("cpu", "cuda"), once it is ready
         window.worker.ready.connect(self.on_ready)
         window.worker.setup_failed.connect(self.on_failed)
         window.worker.needs_model.connect(self.on_needs_model)
@@ -56,7 +59,8 @@ class StartupProbe(QObject):
         self.interactive = time.time()
 
     @Slot(object)
-    def on_ready(self, _info: object) -> None:  # ModelInfo
+    def on_ready(self, info: ModelInfo) -> None:
+        self.provider = info.provider
         self.finish(time.time())
 
     @Slot(str)
@@ -79,7 +83,8 @@ class StartupProbe(QObject):
 
         print(json.dumps({"probe": "startup", "process_start_unix": start, "window_interactive_unix": self.interactive,
                           "model_ready_unix": ready, "window_interactive_ms": since(self.interactive),
-                          "model_ready_ms": since(ready), "error": self.failure}), flush=True)
+                          "model_ready_ms": since(ready), "provider": self.provider,
+                          "error": self.failure}), flush=True)
         if self.failure:
             print(f"hearth: startup probe: {self.failure}", file=sys.stderr)
         self.window.close()  # stops the engine thread

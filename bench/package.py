@@ -1,6 +1,7 @@
 """Packaged-build benchmark (not a test): package sizes, installed size, and start-up time to an interactive window.
 
     python bench/package.py [--exe /opt/hearth/hearth] [--runs 5] [--install] [--no-source] [--platform xcb]
+                            [--variant gpu] [--deb FILE] [--tarball FILE]
 
 Sizes come from dist/ (the newest hearth_*.deb and hearth-*.tar.gz) and the installed tree. Start-up runs
 ``hearth --startup-probe`` offscreen in a fresh data dir and takes the time from just before launching the
@@ -9,8 +10,10 @@ ready; the model loads on the engine thread behind the window. Each run is done 
 the page cache (root only: ``echo 3 > /proc/sys/vm/drop_caches``; skipped, and said so, where that is not
 allowed) and "warm" right after. ``--install`` installs the .deb first and removes it afterwards (root).
 ``--no-source`` skips the comparison run from the source tree. ``--platform xcb`` runs on an X server instead
-of offscreen: ``$DISPLAY``, else an ``Xvfb`` started for the run. Prints a table; writes
-bench/results/package[-xcb].json.
+of offscreen: ``$DISPLAY``, else an ``Xvfb`` started for the run. ``--variant gpu`` measures the GPU build
+(dist/hearth-gpu_*; the probe then runs on CUDA where it can); ``--deb``/``--tarball`` name the packages whose
+sizes are reported (a machine the bundle was carried to has no dist/). Prints a table; writes
+bench/results/package[-gpu][-xcb].json.
 Targets: window interactive within 1 s; the CPU .deb under 250 MB.
 """
 
@@ -63,7 +66,8 @@ def probe(command: list[str], cold: bool, extra_env: dict[str, str]) -> dict:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(command)} --startup-probe failed ({proc.returncode}): {proc.stderr[-800:]}")
     data = json.loads(lines[-1])
-    return {"cache": "cold" if dropped else "warm", "interactive_ms": (data["window_interactive_unix"] - launched) * 1000,
+    return {"cache": "cold" if dropped else "warm", "provider": data.get("provider"),
+            "interactive_ms": (data["window_interactive_unix"] - launched) * 1000,
             "model_ready_ms": (data["model_ready_unix"] - launched) * 1000, "exit_ms": (ended - launched) * 1000}
 
 
@@ -83,10 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install", action="store_true", help="apt install the newest dist/hearth_*.deb first, remove after")
     parser.add_argument("--no-source", action="store_true", help="skip the run from the source tree")
     parser.add_argument("--platform", choices=["offscreen", "xcb"], default="offscreen")
+    parser.add_argument("--variant", choices=["cpu", "gpu"], default="cpu", help="which build's packages (default cpu)")
+    parser.add_argument("--deb", type=Path, help="the .deb whose size is reported (default: the newest in dist/)")
+    parser.add_argument("--tarball", type=Path, help="the .tar.gz whose size is reported (default: the newest in dist/)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    deb, tarball = newest("hearth_*.deb"), newest("hearth-*.tar.gz")
+    name = "hearth" if args.variant == "cpu" else "hearth-gpu"
+    deb = args.deb or newest(f"{name}_*.deb")
+    tarball = args.tarball or newest(f"{name}-[0-9]*.tar.gz")
+    for given in (args.deb, args.tarball):
+        if given is not None and not given.is_file():
+            parser.error(f"no such file: {given}")
     installed_here = False
     xvfb = None
     platform_env = {"QT_QPA_PLATFORM": args.platform}
@@ -100,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         platform_env["DISPLAY"] = ":87"
     if args.install:
         if deb is None:
-            parser.error("no dist/hearth_*.deb to install; run 'make package' first")
+            parser.error(f"no dist/{name}_*.deb to install; run 'make package' first")
         subprocess.run(["apt-get", "install", "-y", str(deb)], check=True, capture_output=True,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         installed_here = True
@@ -116,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python bench/package.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "exe": str(exe),
             "platform": args.platform,
+            "variant": args.variant,
             "sizes": {
                 "deb_bytes": deb.stat().st_size if deb else None, "deb": deb.name if deb else None,
                 "tar_gz_bytes": tarball.stat().st_size if tarball else None, "tar_gz": tarball.name if tarball else None,
@@ -134,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(probe(command, cold=True, extra_env=extra_env))
                 runs.append(probe(command, cold=False, extra_env=extra_env))
             by_cache = {c: [r for r in runs if r["cache"] == c] for c in ("cold", "warm")}
-            report["startup"][name] = {c: summarize(rs) | {"runs": len(rs)} for c, rs in by_cache.items() if rs}
+            report["startup"][name] = {c: summarize(rs) | {"runs": len(rs), "provider": rs[0]["provider"]}
+                                       for c, rs in by_cache.items() if rs}
     finally:
         if installed_here:
-            subprocess.run(["apt-get", "remove", "-y", "hearth"], check=False, capture_output=True)
+            subprocess.run(["apt-get", "remove", "-y", name], check=False, capture_output=True)
         if xvfb is not None:
             xvfb.terminate()
             xvfb.wait(10)
@@ -151,14 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         if s[key] is not None:
             print(f"{label:<40}{s[key] / MB:>9.1f} MB")
     print()
-    print(f"{'start-up (median of runs, min–max)':<40}{'cache':>6}{'interactive':>22}{'model ready':>22}")
+    print(f"{'start-up (median of runs, min–max)':<40}{'cache':>6}{'interactive':>22}{'model ready':>22}  on")
     for name, caches in report["startup"].items():
         for cache, st in caches.items():
             i, m = st["interactive_ms"], st["model_ready_ms"]
             print(f"{name:<40}{cache:>6}{i['median']:>9.0f} ms ({i['min']:.0f}–{i['max']:.0f}){m['median']:>9.0f} ms "
-                  f"({m['min']:.0f}–{m['max']:.0f})")
+                  f"({m['min']:.0f}–{m['max']:.0f})  {st['provider']}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / ("package.json" if args.platform == "offscreen" else f"package-{args.platform}.json")
+    suffix = ("" if args.variant == "cpu" else "-gpu") + ("" if args.platform == "offscreen" else f"-{args.platform}")
+    out = RESULTS / f"package{suffix}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {out}")
     return 0

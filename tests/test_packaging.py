@@ -367,7 +367,7 @@ def test_startup_probe_reports_the_window_before_the_model(tmp_path, tiny_gguf):
     proc = run_hearth("--startup-probe", "--data-dir", str(tmp_path), "--model", str(tiny_gguf), "--provider", "cpu")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert data["probe"] == "startup" and data["error"] is None
+    assert data["probe"] == "startup" and data["error"] is None and data["provider"] == "cpu"
     assert data["process_start_unix"] <= data["window_interactive_unix"] <= data["model_ready_unix"]
     assert 0 < data["window_interactive_ms"] <= data["model_ready_ms"]
 
