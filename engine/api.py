@@ -328,7 +328,13 @@ class Hearth:
         the same prompt from scratch (the self-test's proof that a restore is exact)."""
         engine = self._require_engine()
         messages = self.conversations.chat_messages(conversation)
-        restored, prompt, report = self._sessions.sync(conversation, messages)
+        # Always from disk: on a fast GPU re-reading a short context is estimated cheaper than restoring
+        # it, and the adaptive choice would then check nothing.
+        adaptive, self._sessions.adaptive = self._sessions.adaptive, False
+        try:
+            restored, prompt, report = self._sessions.sync(conversation, messages)
+        finally:
+            self._sessions.adaptive = adaptive
         engine.reset(keep_buffers=True)
         cold, _ = engine.sync(prompt)  # the same tokens again: the session's view of the KV still holds
         a, b = np.asarray(restored, np.float32), np.asarray(cold, np.float32)

@@ -195,6 +195,25 @@ def test_check_restore_matches_a_cold_prefill(hearth):
     assert check.resume.source == ResumeSource.DISK and check.same_next_token and check.max_logit_diff < 1e-3
 
 
+def test_check_restore_restores_from_disk_even_when_re_reading_looks_faster(hearth):
+    """On a fast GPU the adaptive resume re-reads a short context instead of restoring it; the self-test's
+    check must still restore it (it failed on the H200 with "expected the context from disk, got cold")."""
+    hearth.run_turn(TurnRequest("r", "hello there", GREEDY, 6), create=True)
+    hearth.close()
+    rates = hearth.paths.checkpoints / "throughput.json"
+    rates.write_text(json.dumps({"cpu": {"read_bps": 1.0e6, "prefill_tps": 1.0e9}}))  # the disk looks hopeless
+    again = Hearth(hearth.paths, model=hearth.model_path, provider="cpu")
+    again.load()
+    try:
+        check = again.check_restore("r")
+        # ...and an ordinary turn afterwards still makes the adaptive choice: it re-reads
+        turn = again.run_turn(TurnRequest("r", "and again", GREEDY, 2))
+    finally:
+        again.close()
+    assert check.resume.source == ResumeSource.DISK and check.resume.restored_tokens > 0 and check.same_next_token
+    assert turn.resume.source != ResumeSource.DISK
+
+
 def test_a_missing_default_model_is_a_typed_error(tmp_path, monkeypatch):
     monkeypatch.delenv("HEARTH_BUNDLED_MODEL", raising=False)
     service = Hearth(resolve_paths(tmp_path / "empty").ensure(), provider="cpu")

@@ -495,3 +495,24 @@ def test_ci_builds_and_install_tests_the_package_after_the_suite():
     assert ci.index("python -m pytest") < ci.rindex("packaging/ci-package.sh")
     script = (PACKAGING / "ci-package.sh").read_text()
     assert "make package" in script and "packaging/test-install.sh" in script and "packaging/test-bundle.sh" in script
+
+
+@pytest.mark.parametrize(("resume", "verdict"), [
+    ('{"source": "disk", "restored_tokens": 51, "restore_estimate_ms": 3.2, "prefill_estimate_ms": 63.7}',
+     "PASS  the second turn resumed from the saved context on disk (51 tokens)"),
+    # a few dozen tokens on a GPU: re-reading them was estimated faster, which is the engine's own choice
+    ('{"source": "cold", "restored_tokens": 0, "restore_estimate_ms": 2.5, "prefill_estimate_ms": 1.7}',
+     "PASS  the second turn re-read its context: estimated faster (1.7 ms) than restoring it (2.5 ms)"),
+    ('{"source": "cold", "restored_tokens": 0, "restore_estimate_ms": 2.5, "prefill_estimate_ms": 3.7}',
+     "FAIL  the second turn did not resume from its saved context"),
+    ('{"source": "rebuilt", "reason": "checksum", "restore_estimate_ms": null, "prefill_estimate_ms": null}',
+     "FAIL  the second turn did not resume from its saved context"),
+    ("", "FAIL  the second turn did not resume from its saved context: no resume report"),
+])
+def test_the_install_checks_tell_a_resumed_turn_from_one_that_was_not(resume, verdict):
+    script = f"REPO='{REPO}'; . packaging/test-lib.sh; check_resumed '\"resume\": {resume}'; exit $FAILED"
+    if not resume:
+        script = f"REPO='{REPO}'; . packaging/test-lib.sh; check_resumed ''; exit $FAILED"
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert verdict in proc.stdout
+    assert proc.returncode == (0 if verdict.startswith("PASS") else 1)
