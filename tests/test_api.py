@@ -34,6 +34,8 @@ from engine.types import (
     Finished,
     ProgressPhase,
     Rebuilt,
+    RestoreCheck,
+    Resume,
     Resumed,
     ResumeSource,
     SamplingParams,
@@ -193,6 +195,28 @@ def test_check_restore_matches_a_cold_prefill(hearth):
     finally:
         again.close()
     assert check.resume.source == ResumeSource.DISK and check.same_next_token and check.max_logit_diff < 1e-3
+    assert check.tolerance == 1e-2 and check.matches  # float32 on the CPU: only the order of sums differs
+
+
+def test_check_restore_allows_fp16_rounding_relative_to_the_logits(hearth):
+    """fp16 activations (what every CUDA variant computes in) round the logits: the bound scales with them."""
+    hearth.run_turn(TurnRequest("h", "hello there", GREEDY, 6), create=True)
+    hearth.close()
+    half = Hearth(hearth.paths, model=hearth.model_path, weights="int4-half", provider="cpu")
+    half.load()
+    try:
+        check = half.check_restore("h")
+    finally:
+        half.close()
+    assert check.resume.source == ResumeSource.DISK and check.matches
+    assert check.tolerance > 1e-2 and check.max_logit_diff <= check.tolerance
+
+
+def test_a_restore_check_that_predicts_another_token_does_not_match():
+    resume = Resume(ResumeSource.DISK)
+    assert not RestoreCheck(resume, 0.0, same_next_token=False).matches
+    assert not RestoreCheck(resume, 0.5, same_next_token=True, tolerance=0.1).matches
+    assert RestoreCheck(resume, 0.05, same_next_token=True, tolerance=0.1).matches
 
 
 def test_check_restore_restores_from_disk_even_when_re_reading_looks_faster(hearth):
