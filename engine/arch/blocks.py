@@ -20,7 +20,7 @@ from engine.model import weights
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision
-from engine.model.quant import BLOCK, PackedWeight, concat_packed
+from engine.model.quant import PackedWeight, concat_packed
 
 ProgressFn = Callable[[int, int], None]
 MS = "com.microsoft"
@@ -88,7 +88,8 @@ class Graph:
         if isinstance(layer, np.ndarray):
             return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
         inputs = [x]
-        if layer.correction is not None and self.precision.q4_1_form == "zero_point":
+        # Float zero points replace the side branch only below 8 bits: the CPU kernel refuses 8-bit ones.
+        if layer.correction is not None and self.precision.q4_1_form == "zero_point" and layer.bits < 8:
             blob, scales, zero_points = layer.with_zero_points()
             inputs += [self.w.constant(name + ".qweight", blob), self.w.constant(name + ".scales", scales.astype(self.np_dtype)),
                        self.w.constant(name + ".zero_points", zero_points.astype(self.np_dtype))]
@@ -99,21 +100,23 @@ class Graph:
             correction = layer.correction
         y = self.w.op(
             "MatMulNBits", inputs, domain=MS, **(named if correction is None else {}),  # else the Add is last
-            K=layer.k, N=layer.n, bits=layer.bits, block_size=BLOCK, accuracy_level=self.precision.accuracy_level,
+            K=layer.k, N=layer.n, bits=layer.bits, block_size=layer.block, accuracy_level=self.precision.accuracy_level,
         )[0]
         if correction is None:
             return y
-        # Q4_1's per-block offsets: blocksum(x) @ (m + 8d), see engine/model/quant.py.
+        # Per-block offsets (Q4_1's m + 8d, the K-quants' mins): blocksum(x) @ correction, see engine/model/quant.py.
         corr = self.w.constant(name + ".q4_1_offset", correction.astype(self.np_dtype))
-        return self.w.op("Add", [y, self.w.op1("MatMul", [self._blocksum(x, layer.k), corr])], **named)[0]
+        blocksum = self._blocksum(x, layer.k, layer.block)
+        return self.w.op("Add", [y, self.w.op1("MatMul", [blocksum, corr])], **named)[0]
 
-    def _blocksum(self, x: str, k: int) -> str:
-        if x not in self._blocksums:  # layers that share an input share its block sums
-            shape = self.w.constant(self.w.fresh("blockshape"), np.array([0, 0, k // BLOCK, BLOCK], np.int64))
+    def _blocksum(self, x: str, k: int, block: int) -> str:
+        key = f"{x}/{block}"  # layers that share an input and a block size share its block sums
+        if key not in self._blocksums:
+            shape = self.w.constant(self.w.fresh("blockshape"), np.array([0, 0, k // block, block], np.int64))
             grouped = self.w.op1("Reshape", [x, shape])
             axes = self.w.constant(self.w.fresh("axes"), np.array([-1], np.int64))
-            self._blocksums[x] = self.w.op1("ReduceSum", [grouped, axes], keepdims=0)
-        return self._blocksums[x]
+            self._blocksums[key] = self.w.op1("ReduceSum", [grouped, axes], keepdims=0)
+        return self._blocksums[key]
 
     def fused_linear(self, x: str, name: str, layers: dict[str, weights.Layer],
                      biases: dict[str, np.ndarray] | None = None) -> str:
@@ -123,7 +126,7 @@ class Graph:
         merged: weights.Layer | None = None
         if all(isinstance(p, np.ndarray) for p in parts):
             merged = np.concatenate(parts, axis=0)
-        elif all(isinstance(p, PackedWeight) for p in parts) and len({(p.bits, p.k) for p in parts}) == 1:
+        elif all(isinstance(p, PackedWeight) for p in parts) and len({(p.bits, p.k, p.block) for p in parts}) == 1:
             merged = concat_packed(parts)
         if merged is None:
             outs = [self.linear(x, n, layer, biases.get(n)) for n, layer in layers.items()]

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Precision:
     name: str
-    packed: bool  # keep the GGUF's 4-bit blocks as MatMulNBits
-    packed_8bit: bool  # keep Q8_0 blocks (the tied output head) as 8-bit MatMulNBits
+    packed: bool  # keep the GGUF's 2- and 4-bit blocks (Q4_0, Q4_1, Q4_K, Q3_K, Q2_K) as MatMulNBits
+    packed_8bit: bool  # also keep types held as 8-bit (Q8_0, e.g. the tied head; Q5_0, Q5_1, Q5_K, Q6_K) as MatMulNBits
     accuracy_level: int  # MatMulNBits: 0 = fp32 activations, 4 = int8 activations per block of 32
     dense_dtype: str  # storage of weights that are not packed
     summary: str

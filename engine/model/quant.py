@@ -1,30 +1,49 @@
 """GGUF weight blocks → what ONNX Runtime's MatMulNBits takes, without re-quantizing.
 
-GGUF stores a linear layer as rows of output features, each row a run of blocks of 32 inputs:
+GGUF stores a linear layer as rows of output features, each row a run of blocks of inputs:
 
 * Q4_0: fp16 scale d, then 16 bytes of nibbles; w = d * (q - 8).
 * Q4_1: fp16 scale d, fp16 minimum m, then 16 bytes of nibbles; w = d * q + m.
 * Q8_0: fp16 scale d, then 32 signed bytes; w = d * q.
+* Q5_0 / Q5_1: as Q4_0 / Q4_1 with a fifth bit per element; w = d * (q - 16) or d * q + m.
+* K-quants (Q2_K … Q6_K): super-blocks of 256 elements, sub-blocks of 16 or 32 with 4- or 8-bit
+  integer scales (and mins) under fp16 super-scales d (and dmin); w = (d·sc) * q − dmin·m.
 
 ggml puts element j in the low nibble of byte j and element j + 16 in its high nibble; MatMulNBits
-wants elements 2i and 2i + 1 in the low and high nibbles of byte i, so nibbles are re-packed.
+wants elements 2i and 2i + 1 in the low and high nibbles of byte i, so codes are unpacked to one
+byte each and packed again in MatMulNBits' order (2-bit: four per byte, the first lowest).
 
-MatMulNBits computes d * (q - zero_point) with a default zero point of 8 (4-bit) or 128 (8-bit), so
-Q4_0 and Q8_0 map exactly. Q4_1 becomes d * (q - 8) plus a per-block constant (m + 8d); the graph
-adds that as ``blocksum(x) @ correction`` where ``correction[b, n] = m + 8d`` of block b in row n.
+MatMulNBits computes scale * (code − z) with a default zero point z = 2^(bits−1) (2, 8 or 128), a
+fp32 scale per block of ``block`` inputs. Each type maps onto that as:
+
+* Q4_0 → 4-bit; Q8_0 → 8-bit (code q + 128); Q5_0 → 8-bit (code q + 112, so code − 128 = q − 16).
+* Q6_K → 8-bit, block 16, scale d·sc, code q + 96 (q in 0..63 stands for q − 32).
+* Q3_K → 4-bit, block 16, scale d·(sc − 32), code q + 4 (q in 0..7 stands for q − 4).
+* Types with an offset (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K) keep their integer part as above and add a
+  per-block constant c: the graph adds it as ``blocksum(x) @ correction`` where
+  ``correction[b, n] = c`` of block b in row n. Q5_1 and Q5_K are stored 8-bit (code q + 128, so
+  c = m or −dmin·m); Q4_1, Q4_K and Q2_K stay 4- or 2-bit with c = z·scale + offset.
+
+Everything is bit-identical to gguf's own dequantizer except the 4- and 2-bit types with an offset:
+scale·(q − z) + (z·scale + offset) rounds differently from scale·q + offset in fp32 (a few ulps of the
+block's largest magnitude). The side branch works on every provider; 8-bit with float zero points
+does not run on the CPU (onnxruntime 1.31), which is why the 5-bit mins are not zero points.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from engine.errors import ModelFileError
 
-BLOCK = 32
+BLOCK = 32  # MatMulNBits' block for every type but the 16-element K-quant sub-blocks
+SUPER = 256  # a K-quant super-block
 Q4_0, Q4_1, Q8_0 = "Q4_0", "Q4_1", "Q8_0"
-_BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}
+Q5_0, Q5_1 = "Q5_0", "Q5_1"
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"
 
 
 @dataclass
@@ -34,21 +53,32 @@ class PackedWeight:
     bits: int
     n: int
     k: int
-    blob: np.ndarray  # uint8 [N, K/32, 32*bits/8]
-    scales: np.ndarray  # float32 [N * K/32]
-    correction: np.ndarray | None  # float32 [K/32, N] for Q4_1; None when exact without it
+    blob: np.ndarray  # uint8 [N, K/block, block*bits/8]
+    scales: np.ndarray  # float32 [N * K/block]
+    correction: np.ndarray | None  # float32 [K/block, N] for types with offsets; None when exact without
+    block: int = BLOCK
+
+    @property
+    def n_blocks(self) -> int:
+        return self.k // self.block
+
+    @property
+    def zero(self) -> int:
+        """MatMulNBits' default zero point for these bits."""
+        return 1 << (self.bits - 1)
 
     def with_zero_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(blob, scales, float zero points) giving the same weights with no correction branch.
+        """(blob, scales, float zero points) giving the same weights with no correction branch
+        (2- and 4-bit only: ONNX Runtime's CPU kernel refuses 8-bit float zero points).
 
-        A Q4_1 block w = d·q + m is d·(q − zp) with zp = −m/d. A block with d = 0 is the constant m:
-        its nibbles become 0 and it is stored as scale m, zero point −1.
+        A block w = d·q + m is d·(q − zp) with zp = −m/d. A block with d = 0 is the constant m:
+        its codes become 0 and it is stored as scale m, zero point −1.
         """
-        nb = self.k // BLOCK
+        nb = self.n_blocks
         if self.correction is None:
-            return self.blob, self.scales, np.full(self.n * nb, 8.0, np.float32)
+            return self.blob, self.scales, np.full(self.n * nb, float(self.zero), np.float32)
         d = self.scales.reshape(self.n, nb)
-        m = self.correction.T - 8.0 * d  # [n, nb]
+        m = self.correction.T - float(self.zero) * d  # [n, nb]: the offset of code 0
         flat = d == 0
         safe = np.where(flat, 1.0, d)
         zp = np.where(flat, -1.0, -m / safe).astype(np.float32)
@@ -57,72 +87,222 @@ class PackedWeight:
         blob[flat] = 0
         return blob, scales.reshape(-1), zp.reshape(-1)
 
+    def codes(self) -> np.ndarray:
+        """The stored codes, one per byte: uint8 [N, K/block, block]."""
+        return unpack_codes(self.blob, self.bits)
+
     def dequantize(self) -> np.ndarray:
-        """fp32 [N, K]; used by tests and by precisions that want dense weights."""
-        nb = self.k // BLOCK
-        if self.bits == 4:
-            q = _unpack_nibbles_onnx(self.blob).astype(np.float32) - 8.0
-        else:
-            q = self.blob.astype(np.float32) - 128.0
+        """fp32 [N, K]: what MatMulNBits (plus the side branch) multiplies by; tests and dense use."""
+        nb = self.n_blocks
+        q = self.codes().astype(np.float32) - float(self.zero)
         w = q * self.scales.reshape(self.n, nb, 1)
         if self.correction is not None:
             w = w + self.correction.T.reshape(self.n, nb, 1)
         return w.reshape(self.n, self.k)
 
 
+# Unpacking: each returns (codes uint8 [n, k] as MatMulNBits stores them, scales fp32 [n, k/block],
+# offsets fp32 [n, k/block] or None) from blocks uint8 [n, blocks per row, bytes per GGUF block].
+Unpacked = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    bytes: int  # per GGUF block
+    elements: int  # per GGUF block
+    bits: int  # MatMulNBits' bits
+    block: int  # MatMulNBits' block
+    unpack: Callable[[np.ndarray], Unpacked]
+
+
+def _f16(raw: np.ndarray) -> np.ndarray:
+    """Two bytes per block (last axis) → fp32 [n, blocks]."""
+    return raw.copy().view(np.float16)[..., 0].astype(np.float32)
+
+
+def _low_high(qs: np.ndarray) -> np.ndarray:
+    """ggml's half-split nibbles: bytes [..., 16·g] → element j of each group of 2·b from the low
+    nibble of byte j, element b + j from its high nibble (b = bytes in the group)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _high_bits(qh: np.ndarray, count: int) -> np.ndarray:
+    """Little-endian bit fields: bytes [..., B] → bit i of byte j is element i·B + j, over ``count``
+    bits of each byte (Q5_K/Q3_K's per-byte layout)."""
+    shifts = np.arange(count, dtype=np.uint8).reshape(count, 1)
+    return ((qh[..., None, :] >> shifts) & 1).reshape(qh.shape[:-1] + (count * qh.shape[-1],))
+
+
+def _crumbs(qs: np.ndarray) -> np.ndarray:
+    """2-bit fields of K-quants: 32 bytes → 128 elements, element 32·t + j = bits 2t..2t+1 of byte j."""
+    shifts = np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)
+    return ((qs[..., None, :] >> shifts) & 3).reshape(qs.shape[:-1] + (4 * qs.shape[-1],))
+
+
+def _q5_bits(blocks: np.ndarray, qh_at: int) -> np.ndarray:
+    """Q5_0/Q5_1's 5-bit values [n, nb, 32]: 4 bytes of high bits (bit j → element j), then nibbles."""
+    qh = np.unpackbits(blocks[..., qh_at:qh_at + 4], axis=-1, bitorder="little")
+    return _low_high(blocks[..., qh_at + 4:]) | (qh << 4)
+
+
+def _unpack_q4_0(blocks: np.ndarray) -> Unpacked:
+    return _low_high(blocks[..., 2:]), _f16(blocks[..., 0:2]), None
+
+
+def _unpack_q4_1(blocks: np.ndarray) -> Unpacked:
+    d, m = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
+    return _low_high(blocks[..., 4:]), d, m + 8.0 * d
+
+
+def _unpack_q8_0(blocks: np.ndarray) -> Unpacked:
+    q = blocks[..., 2:].view(np.int8).astype(np.int16) + 128
+    return q.astype(np.uint8), _f16(blocks[..., 0:2]), None
+
+
+def _unpack_q5_0(blocks: np.ndarray) -> Unpacked:
+    return _q5_bits(blocks, 2) + np.uint8(112), _f16(blocks[..., 0:2]), None
+
+
+def _unpack_q5_1(blocks: np.ndarray) -> Unpacked:
+    return _q5_bits(blocks, 4) + np.uint8(128), _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
+
+
+def _k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K's twelve bytes → 8 six-bit scales and 8 six-bit mins, [..., 8] each: sub-blocks 0–3
+    sit in the low 6 bits of bytes 0–3 (scales) and 4–7 (mins); 4–7 take their low 4 bits from the
+    nibbles of bytes 8–11 and their top 2 bits from the spare top bits of bytes 0–3 / 4–7."""
+    a, b, c = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    scale = np.concatenate([a & 63, (c & 0x0F) | ((a >> 6) << 4)], axis=-1)
+    low_min = np.concatenate([b & 63, (c >> 4) | ((b >> 6) << 4)], axis=-1)
+    return scale.astype(np.float32), low_min.astype(np.float32)
+
+
+def _k_super(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K's head: (d·sc, dmin·m) per sub-block, fp32 [n, nb·8]; both products are exact."""
+    d, dmin = _f16(blocks[..., 0:2])[..., None], _f16(blocks[..., 2:4])[..., None]
+    sc, mn = _k_scale_min(blocks[..., 4:16])
+    n = blocks.shape[0]
+    return (d * sc).reshape(n, -1), (dmin * mn).reshape(n, -1)
+
+
+def _unpack_q4_k(blocks: np.ndarray) -> Unpacked:
+    scale, low = _k_super(blocks)
+    q = _low_high(blocks[..., 16:].reshape(blocks.shape[:2] + (4, 32)))  # 4 pairs of sub-blocks
+    return q.reshape(blocks.shape[0], -1), scale, 8.0 * scale - low
+
+
+def _unpack_q5_k(blocks: np.ndarray) -> Unpacked:
+    scale, low = _k_super(blocks)
+    low4 = _low_high(blocks[..., 48:].reshape(blocks.shape[:2] + (4, 32)))
+    q = low4.reshape(blocks.shape[:2] + (SUPER,)) | (_high_bits(blocks[..., 16:48], 8) << 4)
+    return (q + np.uint8(128)).reshape(blocks.shape[0], -1), scale, -low
+
+
+def _unpack_q6_k(blocks: np.ndarray) -> Unpacked:
+    n, nb = blocks.shape[:2]
+    # Each half of 128 elements: 64 bytes of nibbles (elements j, 64 + j) and 32 of 2-bit highs.
+    low4 = _low_high(blocks[..., 0:128].reshape(n, nb, 2, 64))
+    high2 = _crumbs(blocks[..., 128:192].reshape(n, nb, 2, 32))
+    q = (low4 | (high2 << 4)).reshape(n, nb * SUPER)
+    d = _f16(blocks[..., 208:210])[..., None]
+    scale = d * blocks[..., 192:208].view(np.int8).astype(np.float32)  # [n, nb, 16]
+    return q + np.uint8(96), scale.reshape(n, -1), None
+
+
+def _unpack_q3_k(blocks: np.ndarray) -> Unpacked:
+    n, nb = blocks.shape[:2]
+    low2 = _crumbs(blocks[..., 32:96].reshape(n, nb, 2, 32)).reshape(n, nb, SUPER)
+    q = low2 | (_high_bits(blocks[..., 0:32], 8) << 2)  # 0..7 standing for q − 4
+    packed = blocks[..., 96:108]
+    low4 = np.concatenate([packed[..., 0:8] & 0x0F, packed[..., 0:8] >> 4], axis=-1)
+    top2 = _crumbs(packed[..., 8:12])
+    sc = (low4 | (top2 << 4)).astype(np.float32) - 32.0
+    scale = _f16(blocks[..., 108:110])[..., None] * sc
+    return (q + np.uint8(4)).reshape(n, -1), scale.reshape(n, -1), None
+
+
+def _unpack_q2_k(blocks: np.ndarray) -> Unpacked:
+    n, nb = blocks.shape[:2]
+    q = _crumbs(blocks[..., 16:80].reshape(n, nb, 2, 32)).reshape(n, -1)
+    packed = blocks[..., 0:16]
+    scale = _f16(blocks[..., 80:82])[..., None] * (packed & 0x0F).astype(np.float32)
+    low = _f16(blocks[..., 82:84])[..., None] * (packed >> 4).astype(np.float32)
+    scale, low = scale.reshape(n, -1), low.reshape(n, -1)
+    return q, scale, 2.0 * scale - low
+
+
+_LAYOUTS: dict[str, _Layout] = {
+    Q4_0: _Layout(18, 32, 4, 32, _unpack_q4_0),
+    Q4_1: _Layout(20, 32, 4, 32, _unpack_q4_1),
+    Q8_0: _Layout(34, 32, 8, 32, _unpack_q8_0),
+    Q5_0: _Layout(22, 32, 8, 32, _unpack_q5_0),
+    Q5_1: _Layout(24, 32, 8, 32, _unpack_q5_1),
+    Q2_K: _Layout(84, SUPER, 2, 16, _unpack_q2_k),
+    Q3_K: _Layout(110, SUPER, 4, 16, _unpack_q3_k),
+    Q4_K: _Layout(144, SUPER, 4, 32, _unpack_q4_k),
+    Q5_K: _Layout(176, SUPER, 8, 32, _unpack_q5_k),
+    Q6_K: _Layout(210, SUPER, 8, 16, _unpack_q6_k),
+}
+
+
 def is_packable(type_name: str) -> bool:
-    return type_name in _BLOCK_BYTES
+    return type_name in _LAYOUTS
+
+
+def packed_bits(type_name: str) -> int:
+    """The MatMulNBits bits a packable type is stored with."""
+    return _LAYOUTS[type_name].bits
 
 
 def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tensor") -> PackedWeight:
     """Convert raw GGUF bytes (``n`` rows of ``k`` inputs) into MatMulNBits form."""
-    if type_name not in _BLOCK_BYTES:
+    if type_name not in _LAYOUTS:
         raise ValueError(f"{type_name} cannot be packed for MatMulNBits")
-    if k % BLOCK:
-        raise ModelFileError(f"{name}: input size {k} is not a multiple of the {BLOCK}-element block")
-    nb = k // BLOCK
-    bb = _BLOCK_BYTES[type_name]
+    layout = _LAYOUTS[type_name]
+    if k % layout.elements:
+        raise ModelFileError(f"{name}: input size {k} is not a multiple of {type_name}'s {layout.elements}-element block")
+    nb = k // layout.elements
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
-    if raw.size != n * nb * bb:
-        raise ModelFileError(f"{name}: holds {raw.size} bytes, expected {n * nb * bb} for {type_name} [{n}, {k}]")
-    blocks = raw.reshape(n, nb, bb)
-    d = blocks[:, :, 0:2].copy().view(np.float16).reshape(n, nb).astype(np.float32)
-    if type_name == Q8_0:
-        q = blocks[:, :, 2:].view(np.int8).astype(np.int16) + 128
-        return PackedWeight(8, n, k, q.astype(np.uint8), d.reshape(-1), None)
-    if type_name == Q4_0:
-        return PackedWeight(4, n, k, _repack_nibbles(blocks[:, :, 2:]), d.reshape(-1), None)
-    m = blocks[:, :, 2:4].copy().view(np.float16).reshape(n, nb).astype(np.float32)
-    correction = (m + 8.0 * d).T.copy()  # [nb, n]
-    return PackedWeight(4, n, k, _repack_nibbles(blocks[:, :, 4:]), d.reshape(-1), correction)
+    if raw.size != n * nb * layout.bytes:
+        raise ModelFileError(f"{name}: holds {raw.size} bytes, expected {n * nb * layout.bytes} for {type_name} [{n}, {k}]")
+    codes, scales, offsets = layout.unpack(raw.reshape(n, nb, layout.bytes))
+    blob = pack_codes(codes.reshape(n, k // layout.block, layout.block), layout.bits)
+    correction = None if offsets is None else np.ascontiguousarray(offsets.T, dtype=np.float32)  # [K/block, N]
+    return PackedWeight(layout.bits, n, k, blob, scales.astype(np.float32).reshape(-1), correction, layout.block)
 
 
-def _repack_nibbles(qs: np.ndarray) -> np.ndarray:
-    """ggml nibble order (j, j+16) → MatMulNBits order (2i, 2i+1), per block of 16 bytes."""
-    low = qs & 0x0F
-    high = qs >> 4
-    values = np.concatenate([low, high], axis=-1)  # element order 0..31
-    return (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """One code per byte [..., block] → MatMulNBits' packing: 8 // bits codes per byte, first lowest."""
+    per_byte = 8 // bits
+    out = np.zeros(codes.shape[:-1] + (codes.shape[-1] // per_byte,), np.uint8)
+    for i in range(per_byte):
+        out |= (codes[..., i::per_byte] << (i * bits)).astype(np.uint8)
+    return out
+
+
+def unpack_codes(blob: np.ndarray, bits: int) -> np.ndarray:
+    per_byte = 8 // bits
+    out = np.empty(blob.shape[:-1] + (blob.shape[-1] * per_byte,), np.uint8)
+    for i in range(per_byte):
+        out[..., i::per_byte] = (blob >> (i * bits)) & ((1 << bits) - 1)
+    return out
 
 
 def _unpack_nibbles_onnx(blob: np.ndarray) -> np.ndarray:
-    out = np.empty(blob.shape[:-1] + (blob.shape[-1] * 2,), dtype=np.uint8)
-    out[..., 0::2] = blob & 0x0F
-    out[..., 1::2] = blob >> 4
-    return out
+    return unpack_codes(blob, 4)
 
 
 def concat_packed(parts: list[PackedWeight]) -> PackedWeight:
     """Stack layers that share their input (Q, K, V or gate, up) into one wider layer."""
     first = parts[0]
-    if any(p.bits != first.bits or p.k != first.k for p in parts):
-        raise ValueError("only layers with the same bits and input size can be fused")
+    if any((p.bits, p.k, p.block) != (first.bits, first.k, first.block) for p in parts):
+        raise ValueError("only layers with the same bits, input size and block can be fused")
     corrections = [p.correction for p in parts]
     if all(c is None for c in corrections):
         correction = None
     else:
         correction = np.concatenate(
-            [c if c is not None else np.zeros((p.k // BLOCK, p.n), np.float32) for c, p in zip(corrections, parts, strict=True)],
+            [c if c is not None else np.zeros((p.n_blocks, p.n), np.float32) for c, p in zip(corrections, parts, strict=True)],
             axis=1,
         )
     return PackedWeight(
@@ -132,4 +312,5 @@ def concat_packed(parts: list[PackedWeight]) -> PackedWeight:
         np.concatenate([p.blob for p in parts], axis=0),
         np.concatenate([p.scales for p in parts]),
         correction,
+        first.block,
     )

@@ -29,7 +29,9 @@ class SyntheticSpec:
     n_ff: int = 128
     context_length: int = 256
     rope_base: float = 10000.0
-    weight_type: str = "Q4_1"  # Q4_0, Q4_1, Q8_0, F16 or F32 for the linear layers
+    # The linear layers' type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, F32, or a K-quant (Q2_K … Q6_K: random
+    # blocks, as gguf cannot quantize them; their layers need n_embd and n_ff multiples of 256).
+    weight_type: str = "Q4_1"
     embedding_type: str = "Q8_0"
     seed: int = 0
     architecture: str = "llama"
@@ -112,6 +114,11 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
         if spec.random_blocks and type_name in _RANDOM_BLOCK_TYPES:
             qtype = gguf.GGMLQuantizationType[type_name]
             writer.add_tensor(name, random_blocks(rng, type_name, n, k, scale), raw_dtype=qtype)
+        elif type_name in _K_QUANT_SCALES:
+            qtype = gguf.GGMLQuantizationType[type_name]
+            # The Gaussian path's spread (std = scale) unless random blocks were asked for.
+            spread = scale if spec.random_blocks else scale * np.sqrt(k)
+            writer.add_tensor(name, random_k_blocks(rng, type_name, n, k, spread), raw_dtype=qtype)
         else:
             add(name, rng.standard_normal((n, k)).astype(np.float32) * scale, type_name)
 
@@ -150,4 +157,32 @@ def random_blocks(rng: np.random.Generator, type_name: str, n: int, k: int, scal
     raw = np.frombuffer(rng.bytes(n * nb * block_bytes), np.uint8).reshape(n, nb, block_bytes).copy()
     d = np.float16(scale / (q_range * 0.58 * np.sqrt(k)))  # uniform quants: std ≈ 0.58 · range
     raw[:, :, 0:2] = np.frombuffer(d.tobytes(), np.uint8)
+    return raw.reshape(n, nb * block_bytes)
+
+
+# K-quants: (byte offset of the fp16 super-scale d, of dmin or None, the mean code dmin is scaled by).
+_K_QUANT_SCALES = {
+    "Q2_K": (84, 80, 82, 1.5), "Q3_K": (110, 108, None, 0.0), "Q4_K": (144, 0, 2, 7.5),
+    "Q5_K": (176, 0, 2, 15.5), "Q6_K": (210, 208, None, 0.0),
+}  # bytes per 256-element block first
+
+
+def random_k_blocks(rng: np.random.Generator, type_name: str, n: int, k: int, scale: float) -> np.ndarray:
+    """``n`` rows of random K-quant blocks (every byte pattern is a valid block), with one super-scale
+    so a row's output has about ``scale``'s spread for unit inputs. dmin = d · the mean code keeps the
+    weights centred: the sub-block scales and mins are alike random 4- or 6-bit numbers."""
+    from gguf import GGMLQuantizationType, quants
+
+    block_bytes, d_at, dmin_at, mean_code = _K_QUANT_SCALES[type_name]
+    nb = k // 256
+    raw = np.frombuffer(rng.bytes(n * nb * block_bytes), np.uint8).reshape(n, nb, block_bytes).copy()
+
+    def set_scale(d: float) -> None:
+        raw[:, :, d_at:d_at + 2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+        if dmin_at is not None:
+            raw[:, :, dmin_at:dmin_at + 2] = np.frombuffer(np.float16(d * mean_code).tobytes(), np.uint8)
+
+    set_scale(1.0)
+    unit = quants.dequantize(raw.reshape(n, -1), GGMLQuantizationType[type_name])
+    set_scale(scale / (float(unit.std()) * np.sqrt(k)))
     return raw.reshape(n, nb * block_bytes)

@@ -9,7 +9,7 @@ import numpy as np
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import Precision
-from engine.model.quant import Q8_0, PackedWeight, is_packable, pack_rows
+from engine.model.quant import PackedWeight, is_packable, pack_rows, packed_bits
 
 Layer = PackedWeight | np.ndarray  # np.ndarray: dense fp32 [N, K]
 RowOrder = Callable[[np.ndarray], np.ndarray]  # rows [N, ...] → the same rows, reordered
@@ -46,8 +46,12 @@ def dense(model: GGUFModel, name: str) -> np.ndarray:
 
 
 def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
+    """Whether ``name`` stays in GGUF blocks: 2- and 4-bit forms whenever the precision packs, 8-bit
+    forms (Q8_0, and Q5_0/Q5_1/Q5_K/Q6_K, which MatMulNBits holds as 8-bit) only where it packs 8-bit."""
     type_name = model.tensor(name).tensor_type.name
-    return precision.packed and is_packable(type_name) and (type_name != Q8_0 or precision.packed_8bit)
+    if not (precision.packed and is_packable(type_name)):
+        return False
+    return packed_bits(type_name) < 8 or precision.packed_8bit
 
 
 def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowOrder | None = None) -> Layer:
