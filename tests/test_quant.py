@@ -7,7 +7,7 @@ import pytest
 
 from engine.arch.llama import unpermute_heads
 from engine.errors import ModelFileError
-from engine.model.quant import concat_packed, pack_rows
+from engine.model.quant import concat_packed, is_packable, pack_rows
 
 
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1"])
@@ -78,7 +78,7 @@ def test_zero_point_form_is_the_same_weights(type_name):
 # K-quants: gguf 0.19 cannot quantize them, so tests write random blocks by hand. Every byte pattern is a
 # valid block except the fp16 super-scales, which are set to finite values of either sign.
 _K_FP16_AT = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-_K_FORM = {"Q2_K": (2, 16), "Q3_K": (4, 16), "Q4_K": (4, 32), "Q5_K": (8, 32), "Q6_K": (8, 16)}  # bits, block
+_K_FORM = {"Q3_K": (4, 16), "Q4_K": (4, 32), "Q5_K": (8, 32), "Q6_K": (8, 16)}  # bits, block
 
 
 def random_k_raw(type_name: str, n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -112,20 +112,24 @@ def test_k_quant_packing_is_lossless(type_name):
     assert (packed.correction is not None) == (type_name == "Q5_K")
 
 
-@pytest.mark.parametrize("type_name", ["Q4_K", "Q2_K"])
-def test_k_quants_with_low_bit_offsets_differ_by_fp32_rounding_only(type_name):
-    """Q4_K/Q2_K keep their 4/2-bit codes, so the min rides on a correction of z·scale − dmin·m
-    (z the default zero point): scale·(q − z) is exact in fp32, the correction and the final sum round
-    once each, so the weight is within half an ulp of the correction plus one ulp of the weight."""
-    raw = random_k_raw(type_name, 16, 768, seed=1)
-    packed = pack_rows(type_name, raw, 16, 768)
-    ref = _gguf_dequantize(type_name, raw)
+def test_q4_k_differs_by_fp32_rounding_only():
+    """Q4_K keeps its 4-bit codes, so the min rides on a correction of 8·scale − dmin·m: scale·(q − 8)
+    is exact in fp32, the correction and the final sum round once each, so each weight is within half
+    an ulp of the correction plus one ulp of the weight."""
+    raw = random_k_raw("Q4_K", 16, 768, seed=1)
+    packed = pack_rows("Q4_K", raw, 16, 768)
+    ref = _gguf_dequantize("Q4_K", raw)
     got = packed.dequantize()
-    assert (packed.bits, packed.block) == _K_FORM[type_name] and packed.correction is not None
+    assert (packed.bits, packed.block) == (4, 32) and packed.correction is not None
     corr = np.repeat(packed.correction.T, packed.block, axis=1)  # [n, k]
     bound = np.finfo(np.float32).eps * (0.5 * np.abs(corr) + np.abs(ref))
     assert (np.abs(got - ref) <= bound).all()
     assert (got == ref).mean() > 0.5
+
+
+def test_types_left_dense():
+    """Q2_K has no fast 2-bit CPU kernel; IQ types are lookup tables, not affine; F16 is dense already."""
+    assert not any(is_packable(t) for t in ("Q2_K", "IQ4_NL", "IQ4_XS", "F16", "F32"))
 
 
 def test_k_quant_rows_must_be_whole_super_blocks():
@@ -147,7 +151,7 @@ def test_concat_mixes_offsets_and_none():
     np.testing.assert_array_equal(merged.dequantize(), np.concatenate([a.dequantize(), b.dequantize()]))
 
 
-_ALL_TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+_ALL_TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 def _packed_layer(type_name: str, n: int, k: int):
@@ -205,9 +209,9 @@ def test_matmulnbits_computes_the_gguf_weights(type_name):
     assert np.abs(_run_matmulnbits(layer, x) - ref).max() <= 1e-6 * scale.max()
 
 
-@pytest.mark.parametrize("type_name", ["Q4_1", "Q4_K", "Q2_K"])
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q4_K"])
 def test_float_zero_points_compute_the_same_weights(type_name):
-    """int4-cuda's form: the offsets as float zero points (2- and 4-bit only) instead of the branch."""
+    """int4-cuda's form: 4-bit offsets as float zero points instead of the branch."""
     layer, w = _packed_layer(type_name, 40, 512)
     x = np.random.default_rng(4).standard_normal((5, 512)).astype(np.float32)
     ref = x.astype(np.float64) @ w.T

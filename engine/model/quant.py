@@ -6,28 +6,32 @@ GGUF stores a linear layer as rows of output features, each row a run of blocks 
 * Q4_1: fp16 scale d, fp16 minimum m, then 16 bytes of nibbles; w = d * q + m.
 * Q8_0: fp16 scale d, then 32 signed bytes; w = d * q.
 * Q5_0 / Q5_1: as Q4_0 / Q4_1 with a fifth bit per element; w = d * (q - 16) or d * q + m.
-* K-quants (Q2_K … Q6_K): super-blocks of 256 elements, sub-blocks of 16 or 32 with 4- or 8-bit
+* K-quants (Q3_K … Q6_K): super-blocks of 256 elements, sub-blocks of 16 or 32 with 4- or 8-bit
   integer scales (and mins) under fp16 super-scales d (and dmin); w = (d·sc) * q − dmin·m.
 
 ggml puts element j in the low nibble of byte j and element j + 16 in its high nibble; MatMulNBits
 wants elements 2i and 2i + 1 in the low and high nibbles of byte i, so codes are unpacked to one
-byte each and packed again in MatMulNBits' order (2-bit: four per byte, the first lowest).
+byte each and packed again in MatMulNBits' order.
 
-MatMulNBits computes scale * (code − z) with a default zero point z = 2^(bits−1) (2, 8 or 128), a
-fp32 scale per block of ``block`` inputs. Each type maps onto that as:
+MatMulNBits computes scale * (code − z) with a default zero point z = 2^(bits−1) (8 or 128), a fp32
+scale per block of ``block`` inputs. Each type maps onto that as:
 
 * Q4_0 → 4-bit; Q8_0 → 8-bit (code q + 128); Q5_0 → 8-bit (code q + 112, so code − 128 = q − 16).
 * Q6_K → 8-bit, block 16, scale d·sc, code q + 96 (q in 0..63 stands for q − 32).
 * Q3_K → 4-bit, block 16, scale d·(sc − 32), code q + 4 (q in 0..7 stands for q − 4).
-* Types with an offset (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K) keep their integer part as above and add a
-  per-block constant c: the graph adds it as ``blocksum(x) @ correction`` where
-  ``correction[b, n] = c`` of block b in row n. Q5_1 and Q5_K are stored 8-bit (code q + 128, so
-  c = m or −dmin·m); Q4_1, Q4_K and Q2_K stay 4- or 2-bit with c = z·scale + offset.
+* Types with an offset (Q4_1, Q5_1, Q4_K, Q5_K) keep their integer part as above and add a per-block
+  constant c: the graph adds it as ``blocksum(x) @ correction`` where ``correction[b, n] = c`` of
+  block b in row n. Q5_1 and Q5_K are stored 8-bit (code q + 128, so c = m or −dmin·m); Q4_1 and
+  Q4_K stay 4-bit with c = 8·scale + offset.
 
-Everything is bit-identical to gguf's own dequantizer except the 4- and 2-bit types with an offset:
-scale·(q − z) + (z·scale + offset) rounds differently from scale·q + offset in fp32 (a few ulps of the
-block's largest magnitude). The side branch works on every provider; 8-bit with float zero points
-does not run on the CPU (onnxruntime 1.31), which is why the 5-bit mins are not zero points.
+Everything is bit-identical to gguf's own dequantizer except Q4_K: scale·(q − 8) + (8·scale − dmin·m)
+rounds differently from scale·q − dmin·m in fp32 (within an ulp of the weight plus half an ulp of the
+correction). The side branch works on every provider; 8-bit with float zero points does not run on
+the CPU (onnxruntime 1.31), which is why the 5-bit mins are not zero points.
+
+Q2_K is left dense: it maps onto 2-bit MatMulNBits (block 16, the min in the branch), but onnxruntime
+1.31's CPU kernel for 2 bits ran a 2048×2048 decode matmul 20–40× slower than dense fp32, at every
+accuracy level, with or without float zero points.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ BLOCK = 32  # MatMulNBits' block for every type but the 16-element K-quant sub-b
 SUPER = 256  # a K-quant super-block
 Q4_0, Q4_1, Q8_0 = "Q4_0", "Q4_1", "Q8_0"
 Q5_0, Q5_1 = "Q5_0", "Q5_1"
-Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"
+Q3_K, Q4_K, Q5_K, Q6_K = "Q3_K", "Q4_K", "Q5_K", "Q6_K"
 
 
 @dataclass
@@ -69,7 +73,7 @@ class PackedWeight:
 
     def with_zero_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(blob, scales, float zero points) giving the same weights with no correction branch
-        (2- and 4-bit only: ONNX Runtime's CPU kernel refuses 8-bit float zero points).
+        (below 8 bits only: ONNX Runtime's CPU kernel refuses 8-bit float zero points).
 
         A block w = d·q + m is d·(q − zp) with zp = −m/d. A block with d = 0 is the constant m:
         its codes become 0 and it is stored as scale m, zero point −1.
@@ -134,7 +138,7 @@ def _high_bits(qh: np.ndarray, count: int) -> np.ndarray:
 
 
 def _crumbs(qs: np.ndarray) -> np.ndarray:
-    """2-bit fields of K-quants: 32 bytes → 128 elements, element 32·t + j = bits 2t..2t+1 of byte j."""
+    """2-bit fields of K-quants: B bytes → 4·B elements, element B·t + j = bits 2t..2t+1 of byte j."""
     shifts = np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)
     return ((qs[..., None, :] >> shifts) & 3).reshape(qs.shape[:-1] + (4 * qs.shape[-1],))
 
@@ -221,23 +225,12 @@ def _unpack_q3_k(blocks: np.ndarray) -> Unpacked:
     return (q + np.uint8(4)).reshape(n, -1), scale.reshape(n, -1), None
 
 
-def _unpack_q2_k(blocks: np.ndarray) -> Unpacked:
-    n, nb = blocks.shape[:2]
-    q = _crumbs(blocks[..., 16:80].reshape(n, nb, 2, 32)).reshape(n, -1)
-    packed = blocks[..., 0:16]
-    scale = _f16(blocks[..., 80:82])[..., None] * (packed & 0x0F).astype(np.float32)
-    low = _f16(blocks[..., 82:84])[..., None] * (packed >> 4).astype(np.float32)
-    scale, low = scale.reshape(n, -1), low.reshape(n, -1)
-    return q, scale, 2.0 * scale - low
-
-
 _LAYOUTS: dict[str, _Layout] = {
     Q4_0: _Layout(18, 32, 4, 32, _unpack_q4_0),
     Q4_1: _Layout(20, 32, 4, 32, _unpack_q4_1),
     Q8_0: _Layout(34, 32, 8, 32, _unpack_q8_0),
     Q5_0: _Layout(22, 32, 8, 32, _unpack_q5_0),
     Q5_1: _Layout(24, 32, 8, 32, _unpack_q5_1),
-    Q2_K: _Layout(84, SUPER, 2, 16, _unpack_q2_k),
     Q3_K: _Layout(110, SUPER, 4, 16, _unpack_q3_k),
     Q4_K: _Layout(144, SUPER, 4, 32, _unpack_q4_k),
     Q5_K: _Layout(176, SUPER, 8, 32, _unpack_q5_k),
