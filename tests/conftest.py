@@ -15,6 +15,7 @@ from engine.generation import Engine
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.paths import HearthPaths, resolve_paths
+from tests.arch_models import ARCH_SPECS
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CACHE = Path(os.environ.get("HEARTH_TEST_CACHE", REPO / ".test-cache"))
@@ -41,6 +42,33 @@ def tiny_converted(tiny_gguf, tiny_dir):
         key = (precision, logits_mode)
         if key not in done:
             done[key] = ensure_converted(tiny_gguf, precision, tiny_dir / "converted", logits_mode=logits_mode)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def arch_gguf(tiny_dir):
+    """name in ARCH_SPECS → its GGUF, written once per session."""
+    done: dict = {}
+
+    def get(name: str) -> Path:
+        if name not in done:
+            done[name] = write_synthetic_gguf(tiny_dir / f"{name}.gguf", ARCH_SPECS[name])
+        return done[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def arch_converted(arch_gguf, tiny_dir):
+    """(name in ARCH_SPECS, precision, logits_mode) → ConvertedModel, converted once per session."""
+    done: dict = {}
+
+    def get(name: str, precision: str = "int4", logits_mode: str = "last"):
+        key = (name, precision, logits_mode)
+        if key not in done:
+            done[key] = ensure_converted(arch_gguf(name), precision, tiny_dir / "converted", logits_mode=logits_mode)
         return done[key]
 
     return get

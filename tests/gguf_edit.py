@@ -14,7 +14,7 @@ def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | N
     import gguf
 
     reader = gguf.GGUFReader(src)
-    writer = gguf.GGUFWriter(str(dst), "llama")
+    writer = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue

@@ -1,16 +1,21 @@
-"""An independent numpy forward pass for llama GGUFs, for checking the ONNX graph.
+"""An independent numpy forward pass for llama, qwen2 and qwen3 GGUFs, for checking the ONNX graph.
 
 It shares no code with the graph builder: it reads the GGUF with the ``gguf`` package, dequantizes
-with ``gguf.quants``, and applies rotary embeddings the way llama.cpp does for llama models, to
-adjacent pairs (2i, 2i+1) of the stored (permuted) Q and K rows, in float64.
+with ``gguf.quants``, and applies rotary embeddings the way llama.cpp does, in float64:
+* llama: to adjacent pairs (2i, 2i+1) of the stored (permuted) Q and K rows, each frequency divided
+  by ``rope_freqs.weight[i]`` when the file has it (llama 3.1/3.2);
+* qwen2, qwen3 (NEOX style): to the pairs (i, i + d/2) of the rows as stored.
+qwen2 adds the Q/K/V biases; qwen3 RMS-normalizes each head of Q and K before rotary.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+NEOX = ("qwen2", "qwen3")  # llama.cpp's rope type NEOX: half-split pairs on unpermuted rows
 
-class ReferenceLlama:
+
+class Reference:
     def __init__(self, path):
         import gguf
         from gguf import quants
@@ -26,26 +31,39 @@ class ReferenceLlama:
             else:
                 arr = quants.dequantize(data, t.tensor_type).astype(np.float64)
             self.w[t.name] = arr.reshape(shape)
-        self.layers = meta["llama.block_count"]
-        self.heads = meta["llama.attention.head_count"]
-        self.kv_heads = meta["llama.attention.head_count_kv"]
-        self.dim = meta["llama.embedding_length"]
-        self.head_dim = self.dim // self.heads
-        self.eps = meta["llama.attention.layer_norm_rms_epsilon"]
-        self.base = meta["llama.rope.freq_base"]
+        self.arch = arch = meta["general.architecture"]
+        self.layers = meta[f"{arch}.block_count"]
+        self.heads = meta[f"{arch}.attention.head_count"]
+        self.kv_heads = meta[f"{arch}.attention.head_count_kv"]
+        self.dim = meta[f"{arch}.embedding_length"]
+        self.head_dim = meta.get(f"{arch}.attention.key_length", self.dim // self.heads)
+        self.eps = meta[f"{arch}.attention.layer_norm_rms_epsilon"]
+        self.base = meta[f"{arch}.rope.freq_base"]
+        self.factors = self.w.get("rope_freqs.weight", np.ones(self.head_dim // 2))
 
     def _rms(self, x, g):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * g
 
     def _rope(self, x):
         s, hd = x.shape[0], self.head_dim
-        theta = np.arange(s)[:, None] * self.base ** (-2 * np.arange(hd // 2) / hd)
+        freq = self.base ** (-2 * np.arange(hd // 2) / hd) / self.factors
+        theta = np.arange(s)[:, None] * freq
         c, sn = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
-        a, b = x[..., 0::2], x[..., 1::2]
+        if self.arch in NEOX:
+            first, second = slice(0, hd // 2), slice(hd // 2, hd)
+        else:
+            first, second = slice(0, hd, 2), slice(1, hd, 2)
+        a, b = x[..., first], x[..., second]
         out = np.empty_like(x)
-        out[..., 0::2] = a * c - b * sn
-        out[..., 1::2] = a * sn + b * c
+        out[..., first] = a * c - b * sn
+        out[..., second] = a * sn + b * c
         return out
+
+    def _project(self, h, p, part, heads):
+        y = h @ self.w[f"{p}{part}.weight"].T + self.w.get(f"{p}{part}.bias", 0.0)
+        y = y.reshape(len(h), heads, self.head_dim)
+        norm = self.w.get(f"{p}{part}_norm.weight")
+        return y if norm is None else self._rms(y, norm)
 
     def logits(self, ids) -> np.ndarray:
         """Logits for every position of ``ids`` (a full, cache-free recomputation)."""
@@ -56,18 +74,21 @@ class ReferenceLlama:
         for layer in range(self.layers):
             p = f"blk.{layer}."
             h = self._rms(x, w[p + "attn_norm.weight"])
-            q = self._rope((h @ w[p + "attn_q.weight"].T).reshape(s, h_, hd))
-            k = self._rope((h @ w[p + "attn_k.weight"].T).reshape(s, kv_, hd))
-            v = (h @ w[p + "attn_v.weight"].T).reshape(s, kv_, hd)
+            q = self._rope(self._project(h, p, "attn_q", h_))
+            k = self._rope(self._project(h, p, "attn_k", kv_))
+            v = self._project(h, p, "attn_v", kv_)
             out = np.zeros((s, h_, hd))
             for head in range(h_):
                 g = head // (h_ // kv_)
                 scores = q[:, head] @ k[:, g].T / np.sqrt(hd) + mask
                 probs = np.exp(scores - scores.max(-1, keepdims=True))
                 out[:, head] = (probs / probs.sum(-1, keepdims=True)) @ v[:, g]
-            x = x + out.reshape(s, self.dim) @ w[p + "attn_output.weight"].T
+            x = x + out.reshape(s, h_ * hd) @ w[p + "attn_output.weight"].T
             h = self._rms(x, w[p + "ffn_norm.weight"])
             gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
             x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
         head = w.get("output.weight", w["token_embd.weight"])
         return self._rms(x, w["output_norm.weight"]) @ head.T
+
+
+ReferenceLlama = Reference  # the name the llama tests import

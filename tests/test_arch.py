@@ -1,5 +1,6 @@
-"""Architectures as modules (engine/arch/): the registry, the fingerprint, llama's own rules, and a
-model load that makes one session. (The llama graph against the float64 reference: test_graph_reference.py.)"""
+"""Architectures as modules (engine/arch/): the registry, the fingerprint, llama's, qwen2's and qwen3's own
+rules, and a model load that makes one session. (The graphs against the float64 reference:
+test_graph_reference.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from engine.arch import ModelConfig, architecture_for, get_architecture, llama, supported_architectures
+from engine.arch import ModelConfig, architecture_for, get_architecture, llama, qwen2, qwen3, supported_architectures
+from engine.arch.rope import rotary_tables
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.convert import cached_conversion, ensure_converted, model_fingerprint
 from engine.model.gguf_file import GGUFModel
@@ -21,6 +23,7 @@ from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.paths import resolve_paths
 from engine.runtime import providers
 from tests.gguf_edit import rewrite_gguf
+from tests.test_cli import assert_clean_error, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d).rglob("*.py")]
@@ -28,20 +31,20 @@ SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d
 
 # the registry ------------------------------------------------------------------------------------------------
 def test_another_architecture_is_refused_naming_what_hearth_runs(tmp_path):
-    path = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(architecture="qwen2"))
-    message = r"other\.gguf: architecture 'qwen2' is not supported; Hearth runs llama models"
+    path = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(architecture="phi3"))
+    message = r"other\.gguf: architecture 'phi3' is not supported; Hearth runs llama, qwen2, qwen3 models"
     with pytest.raises(UnsupportedModelError, match=message):
         architecture_for(GGUFModel(path))
     with pytest.raises(UnsupportedModelError, match=message):
         ensure_converted(path, "int4", tmp_path / "converted")
     assert not (tmp_path / "converted").exists()  # refused before anything was made
-    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama models"):
+    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama, qwen2, qwen3 models"):
         get_architecture("gpt2")
 
 
 def test_a_gguf_finds_its_module_and_config(tiny_gguf):
     model = GGUFModel(tiny_gguf)
-    assert supported_architectures() == ("llama",)
+    assert supported_architectures() == ("llama", "qwen2", "qwen3")
     assert architecture_for(model) is llama and get_architecture("llama") is llama and llama.NAME == "llama"
     cfg = model.config()
     assert cfg == llama.read_config(model) and isinstance(cfg, ModelConfig)
@@ -113,12 +116,18 @@ def _edited(tmp_path, tiny_gguf, **edits) -> GGUFModel:
     ({"values": {"llama.rope.dimension_count": 8}}, UnsupportedModelError, r"partial rotary embeddings \(8 of 16"),
     ({"new_values": {"llama.rope.scaling.type": ("yarn", GGUFValueType.STRING)}}, UnsupportedModelError,
      "rope scaling 'yarn'"),
-    ({"add": {"rope_freqs.weight": (np.ones(8, np.float32), GGMLQuantizationType.F32)}}, UnsupportedModelError,
-     "per-frequency rope factors"),
+    ({"add": {"rope_freqs.weight": (np.ones(6, np.float32), GGMLQuantizationType.F32)}}, ModelFileError,
+     r"rope_freqs\.weight holds 6 values, expected 8 \(half the rotary dims\)"),
+    ({"add": {"rope_freqs.weight": (np.array([1, 2, 0, 4, 4, 4, 4, 4], np.float32), GGMLQuantizationType.F32)}},
+     ModelFileError, "not positive numbers"),
     ({"new_values": {"llama.attention.value_length": (32, GGUFValueType.UINT32)}}, UnsupportedModelError,
      "different key and value"),
     ({"values": {"llama.attention.head_count_kv": 3}}, ModelFileError, "4 query heads cannot share 3 KV heads"),
     ({"values": {"llama.block_count": 0}}, ModelFileError, "'llama.block_count' must be positive"),
+    ({"values": {"llama.rope.dimension_count": 32}, "new_values": {"llama.attention.key_length": (32, GGUFValueType.UINT32),
+                                                                  "llama.attention.value_length": (32, GGUFValueType.UINT32)}},
+     ModelFileError,
+     r"blk\.0\.attn_q\.weight has shape \[64, 64\], expected \[64, 128\] for 4 query / 2 KV heads of 32"),
 ])
 def test_llama_refuses_what_its_graph_cannot_compute(tmp_path, tiny_gguf, edits, error, needle):
     with pytest.raises(error, match=needle):
@@ -135,6 +144,70 @@ def test_linear_rope_scaling_stretches_llamas_rotary_tables(tmp_path, tiny_gguf)
     assert cos2.shape == (plain.context_length, plain.head_dim // 2)
     np.testing.assert_allclose(cos2[2::2], cos1[1:len(cos2[2::2]) + 1], atol=1e-6)  # position p reads as p / 2
     np.testing.assert_allclose(sin2[2::2], sin1[1:len(sin2[2::2]) + 1], atol=1e-6)
+
+
+def test_rope_freqs_divide_llamas_rotary_frequencies(tmp_path, tiny_gguf):
+    factors = np.array([1, 1, 2, 4, 8, 8, 8, 8], np.float32)
+    model = _edited(tmp_path, tiny_gguf, add={"rope_freqs.weight": (factors, GGMLQuantizationType.F32)})
+    cfg = llama.read_config(model)
+    assert cfg == GGUFModel(tiny_gguf).config()  # the config is llama's; the factors go into the tables
+    cos, sin = rotary_tables(cfg, factors)
+    plain_cos, plain_sin = rotary_tables(cfg)
+    np.testing.assert_array_equal(cos[:, :2], plain_cos[:, :2])  # factor 1: unchanged
+    np.testing.assert_allclose(cos[8::8, 4], plain_cos[1:len(cos[8::8]) + 1, 4], atol=1e-6)  # factor 8: p reads as p / 8
+    np.testing.assert_allclose(sin[8::8, 4], plain_sin[1:len(sin[8::8]) + 1, 4], atol=1e-6)
+
+
+# qwen2's and qwen3's own rules ----------------------------------------------------------------------------------
+def test_qwen_configs_come_from_their_own_keys(arch_gguf):
+    q2, q3 = GGUFModel(arch_gguf("qwen2")), GGUFModel(arch_gguf("qwen3"))
+    assert architecture_for(q2) is qwen2 and architecture_for(q3) is qwen3
+    c2, c3 = q2.config(), q3.config()
+    assert (c2.architecture, c2.rope_base, c2.head_dim) == ("qwen2", 1e6, 16)
+    assert (c3.architecture, c3.head_dim, c3.n_embd, c3.n_head) == ("qwen3", 32, 64, 4)  # heads wider than 64 / 4
+    assert ModelConfig.from_json(c3.to_json()) == c3
+
+
+def _bad(tmp_path, arch_gguf, tiny_gguf, case: str) -> Path:
+    """A damaged file of each kind: GGUF edits of the tiny models."""
+    dst = tmp_path / f"{case}.gguf"
+    if case == "rope_freqs-length":
+        return rewrite_gguf(tiny_gguf, dst, add={"rope_freqs.weight": (np.ones(6, np.float32), GGMLQuantizationType.F32)})
+    if case == "qwen2-head-counts":
+        return rewrite_gguf(arch_gguf("qwen2"), dst, values={"qwen2.attention.head_count_kv": 4})
+    if case == "qwen2-no-bias":
+        return rewrite_gguf(arch_gguf("qwen2"), dst, drop=("blk.1.attn_k.bias",))
+    if case == "qwen3-key-length":
+        return rewrite_gguf(arch_gguf("qwen3"), dst, values={"qwen3.attention.key_length": 16,
+                                                             "qwen3.attention.value_length": 16,
+                                                             "qwen3.rope.dimension_count": 16})
+    assert case == "qwen3-no-q-norm"
+    return rewrite_gguf(arch_gguf("qwen3"), dst, drop=("blk.1.attn_q_norm.weight",))
+
+
+BAD_FILES = {
+    "rope_freqs-length": r"rope_freqs\.weight holds 6 values, expected 8",
+    "qwen2-head-counts": r"blk\.0\.attn_k\.weight has shape \[64, 32\], expected \[64, 64\] for 4 query / 4 KV heads",
+    "qwen2-no-bias": r"tensor 'blk\.1\.attn_k\.bias' is missing",
+    "qwen3-key-length": r"blk\.0\.attn_q\.weight has shape \[64, 128\], expected \[64, 64\]",
+    "qwen3-no-q-norm": r"tensor 'blk\.1\.attn_q_norm\.weight' is missing",
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_a_damaged_file_of_each_architecture_is_refused_before_converting(tmp_path, arch_gguf, tiny_gguf, case):
+    path = _bad(tmp_path, arch_gguf, tiny_gguf, case)
+    with pytest.raises((ModelFileError, UnsupportedModelError), match=BAD_FILES[case]) as refused:
+        ensure_converted(path, "int4", tmp_path / "converted")
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "converted").exists()
+
+
+@pytest.mark.parametrize("case", ["qwen2-head-counts", "qwen3-no-q-norm"])
+def test_the_cli_reports_a_damaged_file_in_one_line(tmp_path, arch_gguf, tiny_gguf, case):
+    path = _bad(tmp_path, arch_gguf, tiny_gguf, case)
+    proc = run_cli("generate", "--prompt", "hi", "--model", str(path), "--data-dir", str(tmp_path / "home"))
+    assert_clean_error(proc, re.sub(r"\\(.)", r"\1", BAD_FILES[case]))
 
 
 # where things live ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The converted graph against an independent numpy forward pass (tests/reference.py)."""
+"""The converted graph against an independent numpy forward pass (tests/reference.py): the plain llama
+model, and one of each other architecture (tests/arch_models.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.runtime.runner import ModelRunner
+from tests.arch_models import ARCH_SPECS
 from tests.gguf_edit import rewrite_gguf
-from tests.reference import ReferenceLlama
+from tests.reference import Reference, ReferenceLlama
 
 IDS = np.random.default_rng(7).integers(0, 300, 48)
 
@@ -91,3 +93,66 @@ def test_untied_output_head_and_grouped_heads(tmp_path):
     runner = ModelRunner(converted.onnx_path, "cpu")
     assert not runner.config.tied_embeddings and runner.config.n_head_kv == 1
     np.testing.assert_allclose(runner.forward(IDS[:16], runner.new_cache()), ref, atol=1e-4, rtol=1e-4)
+
+
+# every architecture -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def arch_reference(arch_gguf):
+    done: dict = {}
+
+    def get(name: str) -> np.ndarray:
+        if name not in done:
+            done[name] = Reference(arch_gguf(name)).logits(IDS)
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("precision", ["int4", "fp32"])
+@pytest.mark.parametrize("name", list(ARCH_SPECS))
+def test_each_architecture_prefills_and_decodes_like_the_reference(arch_converted, arch_reference, name, precision):
+    """Prefill in one call, then chunked prefill with a past and one-token decode steps: both equal the
+    float64 reference and each other."""
+    converted = arch_converted(name, precision, "all")
+    assert converted.architecture == ARCH_SPECS[name].architecture
+    runner = ModelRunner(converted.onnx_path, "cpu")
+    reference = arch_reference(name)
+    full = runner.forward(IDS, runner.new_cache())
+    np.testing.assert_allclose(full, reference, atol=1e-4, rtol=1e-4)
+    cache = runner.new_cache()
+    pieces = [runner.forward(IDS[:20], cache), runner.forward(IDS[20:31], cache)]
+    pieces += [runner.forward([t], cache) for t in IDS[31:]]
+    stepped = np.concatenate(pieces)
+    np.testing.assert_allclose(stepped, reference, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(stepped, full, atol=1e-4, rtol=1e-4)
+    assert cache.length == len(IDS)
+
+
+@pytest.mark.parametrize("name", list(ARCH_SPECS))
+def test_each_architectures_last_logits_graph_matches_the_reference(arch_converted, arch_reference, name):
+    runner = ModelRunner(arch_converted(name, "int4", "last").onnx_path, "cpu")
+    logits = runner.forward(IDS, runner.new_cache())
+    np.testing.assert_allclose(logits[0], arch_reference(name)[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_rope_freqs_change_what_llama_computes(tmp_path, arch_gguf, arch_reference):
+    """The factors matter at these positions: without them the same weights give other logits, so the
+    match above is the factors' doing. Llama 3.2's tied head with factors matches as well."""
+    with_factors = arch_gguf("llama-rope-freqs")
+    without = rewrite_gguf(with_factors, tmp_path / "no-factors.gguf", drop=("rope_freqs.weight",))
+    assert np.abs(Reference(without).logits(IDS) - arch_reference("llama-rope-freqs")).max() > 1.0
+    tied = write_synthetic_gguf(tmp_path / "tied.gguf", SyntheticSpec(rope_freqs=True, seed=11))
+    converted = ensure_converted(tied, "int4", tmp_path / "converted", logits_mode="all")
+    runner = ModelRunner(converted.onnx_path, "cpu")
+    assert runner.config.tied_embeddings
+    np.testing.assert_allclose(runner.forward(IDS[:24], runner.new_cache()), Reference(tied).logits(IDS[:24]),
+                               atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(ARCH_SPECS))
+def test_each_architecture_in_fp16_activations_stays_within_half_precision(arch_converted, arch_reference, name):
+    """int4-half (what int4 runs as on CUDA): the QK norm, biases and factors in fp16 too."""
+    runner = ModelRunner(arch_converted(name, "int4-half", "all").onnx_path, "cpu")
+    reference = arch_reference(name)
+    np.testing.assert_allclose(runner.forward(IDS, runner.new_cache()), reference,
+                               atol=0.01 * np.abs(reference).max(), rtol=0)

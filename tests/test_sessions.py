@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.checkpoint.format import Reason
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.generation import CancelToken, Engine
 from engine.sampling import SamplingParams
-from engine.session import COLD, DISK, LIVE, ChatSessions
+from engine.session import COLD, DISK, LIVE, REBUILT, ChatSessions
+from tests.arch_models import ARCH_SPECS
 
 GREEDY = SamplingParams.greedy_params()
 SEEDED = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234)
@@ -48,6 +50,27 @@ def test_round_trip_continuation_is_bit_identical(tiny_converted, tmp_path, prec
     a = live.engine.generate(prompt_live, params, 24, ready_logits=logits_live)
     b = restored.engine.generate(prompt_disk, params, 24, ready_logits=logits_disk)
     assert a.tokens == b.tokens and len(a.tokens) > 0
+
+
+# Whose saved context each architecture's model is shown: another architecture's (qwen3's KV rows are wider).
+FOREIGN = {"llama-rope-freqs": "qwen3", "qwen2": "llama-rope-freqs", "qwen3": "qwen2"}
+
+
+@pytest.mark.parametrize("name", list(ARCH_SPECS))
+def test_each_architecture_resumes_its_own_saved_context_and_rejects_another_models(arch_converted, tmp_path, name):
+    first = chat("hello there", "hi! how can I help?", "tell me about rivers")
+    second = first + [{"role": "assistant", "content": "rivers flow"}, {"role": "user", "content": "and lakes?"}]
+    converted = arch_converted(name)
+    live = new_sessions(converted, tmp_path / "own")
+    live.generate("c", first, GREEDY, 8)
+    logits_live, _, r_live = live.sync("c", second)
+    logits_disk, _, r_disk = new_sessions(converted, tmp_path / "own").sync("c", second)
+    assert r_live.source == LIVE and r_disk.source == DISK and r_disk.restored_tokens > 0
+    np.testing.assert_array_equal(logits_live, logits_disk)  # bit for bit
+    new_sessions(arch_converted(FOREIGN[name]), tmp_path / "foreign").generate("c", first, GREEDY, 8)
+    logits_rebuilt, _, r_foreign = new_sessions(converted, tmp_path / "foreign").sync("c", second)
+    assert r_foreign.source == REBUILT and r_foreign.reason == Reason.MODEL_MISMATCH
+    np.testing.assert_allclose(logits_rebuilt, logits_live, atol=1e-4, rtol=1e-4)  # its own answer, from scratch
 
 
 def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_converted, tmp_path):

@@ -31,6 +31,8 @@ __all__ = ["Architecture", "ModelConfig", "architecture_for", "architecture_modu
 # general.architecture → the module that builds it. Register a new architecture here.
 _MODULES = {
     "llama": "engine.arch.llama",
+    "qwen2": "engine.arch.qwen2",
+    "qwen3": "engine.arch.qwen3",
 }
 
 

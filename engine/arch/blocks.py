@@ -148,21 +148,38 @@ class Graph:
         normed, _, _, summed = self.w.op("SkipSimplifiedLayerNormalization", [x, residual, gamma], 4, domain=MS, epsilon=eps)
         return normed, summed
 
+    def head_norm(self, x: str, n_heads: int, weight_name: str) -> str:
+        """RMSNorm of each head of x [batch, seq, n_heads · head_dim] with one [head_dim] gain (QK norm).
+        Done here, not by GQA's q_norm_weight inputs: only CUDA and WebGPU honour those."""
+        w, gamma = self.w, self.vector(weight_name)
+        head_dim = gamma.size
+        heads = w.op1("Reshape", [x, w.constant(w.fresh("heads.shape"), np.array([0, 0, n_heads, head_dim], np.int64))])
+        normed = w.op1("SimplifiedLayerNormalization", [heads, w.constant(weight_name, gamma.astype(self.np_dtype))],
+                       axis=-1, epsilon=float(self.cfg.norm_eps))
+        return w.op1("Reshape", [normed, w.constant(w.fresh("flat.shape"), np.array([0, 0, n_heads * head_dim], np.int64))])
+
+    def split(self, x: str, sizes: list[int]) -> list[str]:
+        """x split along its last axis into parts of ``sizes``."""
+        return self.w.op("Split", [x, self.w.constant(self.w.fresh("split"), np.array(sizes, np.int64))], len(sizes),
+                         axis=-1)
+
     def rotary(self, cos: np.ndarray, sin: np.ndarray) -> tuple[str, str]:
         """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them."""
         return (self.w.constant("rotary.cos", cos.astype(self.np_dtype)),
                 self.w.constant("rotary.sin", sin.astype(self.np_dtype)))
 
-    def attention(self, layer: int, qkv: str, rotary: tuple[str, str], **attrs) -> str:
-        """GroupQueryAttention over the packed Q|K|V projection, rotary applied inside, with the layer's
-        KV cache as past inputs and present outputs. ``attrs``: more GQA attributes (a window, a scale)."""
+    def attention(self, layer: int, qkv: str, rotary: tuple[str, str], key: str = "", value: str = "",
+                  **attrs) -> str:
+        """GroupQueryAttention over the packed Q|K|V projection (or Q alone, with ``key`` and ``value``),
+        rotary applied inside, with the layer's KV cache as past inputs and present outputs.
+        ``attrs``: more GQA attributes (a window, a scale)."""
         cfg, w = self.cfg, self.w
         kv_shape = ["batch", cfg.n_head_kv, "capacity", cfg.head_dim]
         past_k = w.add_input(io_names.past_key(layer), self.onnx_dtype, kv_shape)
         past_v = w.add_input(io_names.past_value(layer), self.onnx_dtype, kv_shape)
         present = [io_names.present_key(layer), io_names.present_value(layer)]
         attn = w.op(
-            "GroupQueryAttention", [qkv, "", "", past_k, past_v, self.seqlens, self.total, *rotary], 3,
+            "GroupQueryAttention", [qkv, key, value, past_k, past_v, self.seqlens, self.total, *rotary], 3,
             domain=MS, name=f"layer{layer}.attention", outputs=[f"layer{layer}.attention/0", *present],
             num_heads=cfg.n_head, kv_num_heads=cfg.n_head_kv, do_rotary=1, rotary_interleaved=0, **attrs,
         )[0]

@@ -1,4 +1,5 @@
-"""Tiny llama GGUFs with random weights: for tests (exact reference checks) and speed benchmarks.
+"""Tiny GGUFs with random weights (llama, qwen2, qwen3): for tests (exact reference checks) and speed
+benchmarks.
 
 They go through the very same converter as a downloaded model; only the weights are made up.
 """
@@ -38,6 +39,8 @@ class SyntheticSpec:
     vocab_size: int = 0  # 0: just the small vocabulary; larger pads it with unused tokens
     tied: bool = True  # False: a separate output.weight, as Llama-3 has
     random_blocks: bool = False  # quantized weights as random blocks (fast at any size; for speed only)
+    head_dim: int = 0  # 0: n_embd // n_head; else written as key_length (qwen3's heads are wider)
+    rope_freqs: bool = False  # llama 3.1 style rope_freqs.weight, the per-frequency rope divisors
 
 
 # Llama-3-8B's dimensions, for speed measurements: 32 layers, 4096 wide, 32 query and 8 KV heads,
@@ -78,7 +81,7 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     rng = np.random.default_rng(spec.seed)
     tokens, merges, types = _vocabulary(spec.vocab_size)
     vocab = len(tokens)
-    head_dim = spec.n_embd // spec.n_head
+    head_dim = spec.head_dim or spec.n_embd // spec.n_head
     writer = gguf.GGUFWriter(str(path), spec.architecture)
     writer.add_block_count(spec.n_layers)
     writer.add_context_length(spec.context_length)
@@ -88,6 +91,9 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     writer.add_head_count_kv(spec.n_head_kv)
     writer.add_rope_freq_base(spec.rope_base)
     writer.add_rope_dimension_count(head_dim)
+    if spec.head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(vocab)
     writer.add_tokenizer_model("gpt2")
@@ -122,15 +128,23 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
         else:
             add(name, rng.standard_normal((n, k)).astype(np.float32) * scale, type_name)
 
-    kv = spec.n_head_kv * head_dim
+    # Extra tensors draw from the generator only for the specs that have them: the others' files stay
+    # byte for byte what they were.
+    q, kv = spec.n_head * head_dim, spec.n_head_kv * head_dim
     add_matrix("token_embd.weight", vocab, spec.n_embd, 1.0, spec.embedding_type)
     for i in range(spec.n_layers):
         p = f"blk.{i}."
         add(p + "attn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
-        add_matrix(p + "attn_q.weight", spec.n_embd, spec.n_embd, 0.3, spec.weight_type)
+        add_matrix(p + "attn_q.weight", q, spec.n_embd, 0.3, spec.weight_type)
         add_matrix(p + "attn_k.weight", kv, spec.n_embd, 0.3, spec.weight_type)
         add_matrix(p + "attn_v.weight", kv, spec.n_embd, 0.3, spec.weight_type)
-        add_matrix(p + "attn_output.weight", spec.n_embd, spec.n_embd, 0.1, spec.weight_type)
+        if spec.architecture == "qwen2":
+            for part, width in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+                add(p + part + ".bias", 0.5 * rng.standard_normal(width), "F32")
+        if spec.architecture == "qwen3":
+            for part in ("attn_q_norm", "attn_k_norm"):
+                add(p + part + ".weight", 1.0 + 0.3 * rng.standard_normal(head_dim), "F32")
+        add_matrix(p + "attn_output.weight", spec.n_embd, q, 0.1, spec.weight_type)
         add(p + "ffn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
         add_matrix(p + "ffn_gate.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
         add_matrix(p + "ffn_up.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
@@ -138,12 +152,25 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     add("output_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
     if not spec.tied:
         add_matrix("output.weight", vocab, spec.n_embd, 0.3, spec.weight_type)
+    if spec.rope_freqs:
+        add("rope_freqs.weight", llama3_freq_factors(head_dim, spec.rope_base, spec.context_length // 4), "F32")
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def llama3_freq_factors(head_dim: int, base: float, original_context: int, factor: float = 8.0,
+                        low: float = 1.0, high: float = 4.0) -> np.ndarray:
+    """Llama 3.1's rope divisors [head_dim/2] for a model trained on ``original_context`` tokens: 1 for
+    wavelengths shorter than original_context/high, ``factor`` for ones longer than original_context/low,
+    a smooth blend between (as llama.cpp's converter bakes them into rope_freqs.weight)."""
+    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelength = 2 * np.pi / inv_freq
+    smooth = np.clip((original_context / wavelength - low) / (high - low), 0.0, 1.0)
+    return 1.0 / ((1 - smooth) / factor + smooth)
 
 
 _RANDOM_BLOCK_TYPES = {"Q4_0": (18, 8.0), "Q8_0": (34, 128.0)}  # bytes per block, |q| range

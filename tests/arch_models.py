@@ -1,0 +1,11 @@
+"""One tiny model per architecture beyond the plain llama one (conftest.py's arch_gguf writes them)."""
+
+from engine.model.synthetic import SyntheticSpec
+
+# Llama 3.1 style rope factors (untied head, as 3.1 8B), qwen2 (Q/K/V biases, rope base 1e6), qwen3
+# (QK norms, heads wider than n_embd / n_head).
+ARCH_SPECS = {
+    "llama-rope-freqs": SyntheticSpec(rope_freqs=True, tied=False, seed=11),
+    "qwen2": SyntheticSpec(architecture="qwen2", rope_base=1e6, seed=12),
+    "qwen3": SyntheticSpec(architecture="qwen3", head_dim=32, seed=13),
+}
