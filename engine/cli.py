@@ -15,7 +15,7 @@ from pathlib import Path
 from engine import cli_store, terminal_chat
 from engine.api import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PRECISION, DEFAULT_TURN_WAIT_S, PRECISIONS, PROVIDER_CHOICES, Hearth
 from engine.cli_common import Progress, data_paths, emit, read_messages, sampling_from_args, sampling_options
-from engine.errors import HearthError, PromptError
+from engine.errors import HearthError, PromptError, UnsupportedModelError
 
 log = logging.getLogger("hearth.cli")
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -42,10 +42,13 @@ def cmd_model_info(args: argparse.Namespace) -> int:
 
     path = resolve_gguf(data_paths(args), args.model)
     gguf = GGUFModel(path)
-    cfg = gguf.config()
+    try:
+        config, unsupported = gguf.config().__dict__, None
+    except UnsupportedModelError as exc:  # the text side can still be described
+        config, unsupported = None, str(exc)
     text = describe(gguf)
     catalog = next((e for e in load_manifest()[1].values() if e.filename == path.name), None)
-    info = {"path": str(path), "config": cfg.__dict__, "converter_version": CONVERTER_VERSION,
+    info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": CONVERTER_VERSION,
             "precisions": {name: p.summary for name, p in PRECISIONS.items()},
             "kind": text.kind, "chat_template_source": text.chat_template_source, "text": text.as_dict(),
             "catalog": None if catalog is None else {"name": catalog.key, "title": catalog.title,
@@ -55,7 +58,7 @@ def cmd_model_info(args: argparse.Namespace) -> int:
         lines.append(f"  catalog: {catalog.key}: {catalog.description}")
     lines += [f"  kind: {text.kind}", f"  chat_template_source: {text.chat_template_source or 'none (cannot chat)'}",
               f"  tokenizer: {text.tokenizer}, {text.vocab_size} tokens; stops at {' '.join(text.stop_tokens)}"]
-    lines += [f"  {k}: {v}" for k, v in cfg.__dict__.items()]
+    lines += [f"  {k}: {v}" for k, v in config.items()] if config else [f"  cannot run yet: {unsupported}"]
     emit(args, info, "\n".join(lines))
     return 0
 

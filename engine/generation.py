@@ -91,8 +91,7 @@ class Engine:
     @property
     def stop_ids(self) -> frozenset[int]:
         """Ids that end the reply: the GGUF's EOS/EOT and turn ends, and the built-in format's turn end."""
-        end = self.tokenizer.token_id(self.template.end_of_turn) if self.template.end_of_turn else None
-        return self.tokenizer.specials.stop | ({end} if end is not None else set())
+        return builtin_templates.stop_ids(self.tokenizer, self.template)
 
     # facts --------------------------------------------------------------------------------------
     @property

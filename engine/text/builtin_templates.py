@@ -91,3 +91,9 @@ def template_for(gguf: GGUFModel, tokenizer: Tokenizer) -> ChatTemplate | None:
     if family is None:
         return None
     return ChatTemplate(family.source, bos, eos, f"builtin:{family.name}", family.end_of_turn)
+
+
+def stop_ids(tokenizer: Tokenizer, template: ChatTemplate) -> frozenset[int]:
+    """Ids that end a reply: the GGUF's EOS and EOT, known turn ends, and the built-in format's turn end."""
+    end = tokenizer.token_id(template.end_of_turn) if template.end_of_turn else None
+    return tokenizer.specials.stop | ({end} if end is not None else set())
