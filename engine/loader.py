@@ -10,7 +10,7 @@ from pathlib import Path
 from engine.errors import ModelFileError, ModelNotInstalledError, ProviderError
 from engine.generation import Engine
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
-from engine.model.fetch import default_model, installed_path
+from engine.model.fetch import catalog_entry, default_model, installed_path
 from engine.model.precision import get_precision
 from engine.paths import HearthPaths, bundled_model_dir
 from engine.runtime import providers
@@ -44,12 +44,20 @@ def find_default_gguf(paths: HearthPaths) -> Path | None:
 
 
 def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
-    """An explicit GGUF path, or the default model (with a hint when it is missing)."""
+    """An explicit GGUF path, a catalog model's name (``gemma-3-270m``), or the default model (with a
+    hint when it is missing)."""
     if model is not None:
         path = Path(model).expanduser()
-        if not path.exists():
+        if path.exists():
+            return path
+        entry = catalog_entry(str(model)) if isinstance(model, str) else None
+        if entry is None:
             raise ModelFileError(f"model file not found: {path}")
-        return path
+        installed = installed_path(entry, paths.models)
+        if not installed.is_file():
+            raise ModelNotInstalledError(f"{entry.title} is not installed in {paths.models}; "
+                                         f"run 'hearth-cli model fetch {entry.key}' first")
+        return installed
     path = find_default_gguf(paths)
     if path is None:
         raise ModelNotInstalledError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")

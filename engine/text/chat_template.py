@@ -14,7 +14,12 @@ class TemplateError(PromptError):
 
 
 class ChatTemplate:
-    def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
+    """``template_source`` says where the template came from: "gguf" (the file's own) or
+    "builtin:<family>" (engine/text/builtin_templates.py); ``end_of_turn`` is the text of the token that
+    closes a turn in the built-in format (generation stops on it), "" when the file's template decides."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "", template_source: str = "gguf",
+                 end_of_turn: str = ""):
         from jinja2 import TemplateSyntaxError
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -30,6 +35,7 @@ class ChatTemplate:
             raise UnsupportedModelError(f"the model's chat template is not valid Jinja: {exc}") from exc
         self.source = source
         self.bos_token, self.eos_token = bos_token, eos_token
+        self.template_source, self.end_of_turn = template_source, end_of_turn
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         validate_messages(messages)

@@ -1,9 +1,10 @@
-"""The tokenizer a GGUF carries, rebuilt as a Hugging Face ``tokenizers`` byte-level BPE.
+"""The tokenizer a GGUF carries, rebuilt as a Hugging Face ``tokenizers`` BPE.
 
-GGUF stores the vocabulary (``tokenizer.ggml.tokens``), merges, token types and the name of the
-pre-tokenizer (``tokenizer.ggml.pre``); the regex each name stands for is llama.cpp's convention.
-Control and user-defined tokens become special tokens, so ``<|im_start|>`` in rendered chat text
-maps to its single id. Decoding goes through a byte table so streamed text is built from bytes.
+Two vocabulary types: byte-level BPE (``tokenizer.ggml.model = "gpt2"``: SmolLM2, Llama 3, Qwen2;
+engine/text/byte_level.py) and SentencePiece (``"llama"``: Gemma, Mistral, Llama 2;
+engine/text/sentencepiece.py). Control and user-defined tokens are matched in text first, so
+``<|im_start|>`` in rendered chat text maps to its single id. Decoding goes through a per-token byte
+table so streamed text is built from bytes; control tokens are not shown unless asked for.
 """
 
 from __future__ import annotations
@@ -16,24 +17,12 @@ import numpy as np
 
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
-from engine.text.byte_level import token_text_to_bytes
+from engine.text import byte_level, sentencepiece
+from engine.text.sentencepiece import BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED
 
-# GPT-2's split pattern; most byte-level llama tokenizers use it or a close variant.
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# name in tokenizer.ggml.pre → (split digits one by one first, split regex)
-PRE_TOKENIZERS: dict[str, tuple[bool, str]] = {
-    "default": (False, _GPT2_SPLIT),
-    "gpt2": (False, _GPT2_SPLIT),
-    "smollm": (True, _GPT2_SPLIT),
-    "starcoder": (True, _GPT2_SPLIT),
-    "refact": (True, _GPT2_SPLIT),
-    "llama3": (False, _LLAMA3_SPLIT),
-    "llama-bpe": (False, _LLAMA3_SPLIT),
-}
-CONTROL, USER_DEFINED = 3, 4
+# Turn-end markers of the chat formats Hearth knows: generation stops on them when the vocabulary has them.
+TURN_END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+_HIDDEN = (CONTROL, UNKNOWN, UNUSED)  # never part of shown text
 
 
 @dataclass(frozen=True)
@@ -45,54 +34,60 @@ class SpecialIds:
 
 
 class Tokenizer:
-    def __init__(self, tokens: list[str], merges: list[str], types: np.ndarray, pre: str, specials: SpecialIds,
-                 add_bos: bool):
-        from tokenizers import Regex, decoders, models, pre_tokenizers
-        from tokenizers import Tokenizer as HFTokenizer
+    def __init__(self, hf, tokens: list[str], types: np.ndarray, specials: SpecialIds, add_bos: bool,
+                 raw: list[bytes], fingerprint: bytes, kind: str = "gpt2", add_space_prefix: bool = False):
+        from tokenizers import AddedToken
 
-        if pre not in PRE_TOKENIZERS:
-            raise UnsupportedModelError(
-                f"pre-tokenizer {pre!r} is not supported; known: {', '.join(sorted(PRE_TOKENIZERS))}"
-            )
-        split_digits, pattern = PRE_TOKENIZERS[pre]
-        vocab = {tok: i for i, tok in enumerate(tokens)}
-        pairs = [tuple(m.split(" ", 1)) for m in merges if " " in m]
-        bpe = models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
-        hf = HFTokenizer(bpe)
-        steps = [pre_tokenizers.Digits(individual_digits=True)] if split_digits else []
-        steps += [
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-        hf.pre_tokenizer = pre_tokenizers.Sequence(steps)
-        hf.decoder = decoders.ByteLevel()
-        special = [tokens[i] for i in range(len(tokens)) if int(types[i]) in (CONTROL, USER_DEFINED)]
-        hf.add_special_tokens(special)
+        kinds = types.tolist()
+        pairs = list(zip(tokens, kinds, strict=True))
+        hf.add_special_tokens([t for t, k in pairs if k == CONTROL])
+        hf.add_tokens([AddedToken(t, normalized=False, special=False) for t, k in pairs if k == USER_DEFINED])
         self._hf = hf
-        self.fingerprint = _fingerprint(tokens, merges, types, pre, specials, add_bos)
+        self.kind = kind  # "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+        self.fingerprint = fingerprint
         self.vocab_size = len(tokens)
+        self.tokens = tokens
+        self.types = types
         self.specials = specials
         self.add_bos = add_bos
-        self.tokens = tokens
-        self._special_ids = {vocab[t] for t in special}
-        # Byte form of every token; special tokens decode to their text only when asked for.
-        self._bytes: list[bytes] = []
-        for i, tok in enumerate(tokens):
-            raw = token_text_to_bytes(tok)
-            self._bytes.append(raw if raw is not None and i not in self._special_ids else tok.encode("utf-8"))
-        self.byte_lengths = np.array([len(b) for b in self._bytes], dtype=np.int64)  # for fast text offsets
+        self.add_space_prefix = add_space_prefix
+        self._special_ids = {i for i, k in enumerate(kinds) if k in _HIDDEN}
+        self._bytes = raw
+        self.byte_lengths = np.array([len(b) for b in raw], dtype=np.int64)  # for fast text offsets
+
+    # building -----------------------------------------------------------------------------------
+    @classmethod
+    def byte_level(cls, tokens: list[str], merges: list[str], types: np.ndarray, pre: str, specials: SpecialIds,
+                   add_bos: bool) -> Tokenizer:
+        hf = byte_level.build(tokens, merges, pre)
+        raw = []
+        for tok, kind in zip(tokens, types.tolist(), strict=True):
+            data = byte_level.token_text_to_bytes(tok) if kind not in (CONTROL, USER_DEFINED) else None
+            raw.append(data if data is not None else tok.encode("utf-8"))
+        head = [pre, add_bos, specials.bos, specials.eos, specials.eot, sorted(specials.stop)]
+        return cls(hf, tokens, types, specials, add_bos, raw, _fingerprint(head, tokens, merges, types))
+
+    @classmethod
+    def sentencepiece(cls, tokens: list[str], types: np.ndarray, scores: np.ndarray, specials: SpecialIds,
+                      add_bos: bool, add_space_prefix: bool, unk: int | None = None) -> Tokenizer:
+        hf = sentencepiece.build(tokens, types, scores, unk, add_space_prefix)
+        raw = [sentencepiece.piece_bytes(t, k) if k in (NORMAL, BYTE) else t.encode("utf-8")
+               for t, k in zip(tokens, types.tolist(), strict=True)]
+        head = ["llama", add_space_prefix, add_bos, specials.bos, specials.eos, specials.eot, sorted(specials.stop)]
+        fp = _fingerprint(head, tokens, [], types, np.asarray(scores, dtype="<f4").tobytes())
+        return cls(hf, tokens, types, specials, add_bos, raw, fp, "llama", add_space_prefix)
 
     @classmethod
     def from_gguf(cls, model: GGUFModel) -> Tokenizer:
         kind = model.value("tokenizer.ggml.model")
         if kind is None:
             raise ModelFileError(f"{model.path.name}: no tokenizer in the GGUF (tokenizer.ggml.model missing)")
-        if kind != "gpt2":
+        if kind not in ("gpt2", "llama"):
             raise UnsupportedModelError(
-                f"{model.path.name}: tokenizer type {kind!r} is not supported; Hearth reads byte-level BPE ('gpt2')"
+                f"{model.path.name}: tokenizer type {kind!r} is not supported; Hearth reads byte-level BPE ('gpt2') "
+                "and SentencePiece ('llama')"
             )
         tokens = model.string_array("tokenizer.ggml.tokens")
-        merges = model.string_array("tokenizer.ggml.merges")
         types = model.int_array("tokenizer.ggml.token_type")
         if not tokens:
             raise ModelFileError(f"{model.path.name}: the tokenizer vocabulary is empty")
@@ -103,20 +98,30 @@ class Tokenizer:
             value = model.value(key)
             return int(value) if value is not None and 0 <= int(value) < len(tokens) else None
 
-        bos, eos, eot = (token_id(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "eot"))
-        stop = {i for i in (eos, eot) if i is not None}
-        for name in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"):
-            if name in tokens:
-                stop.add(tokens.index(name))
-        specials = SpecialIds(bos, eos, eot, frozenset(stop))
-        pre = model.value("tokenizer.ggml.pre", "default") or "default"
-        return cls(tokens, merges, types, pre, specials, bool(model.value("tokenizer.ggml.add_bos_token", False)))
+        specials = special_ids(tokens, *(token_id(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "eot")))
+        add_bos = bool(model.value("tokenizer.ggml.add_bos_token", kind == "llama"))
+        if kind == "gpt2":
+            merges = model.string_array("tokenizer.ggml.merges")
+            pre = model.value("tokenizer.ggml.pre", "default") or "default"
+            return cls.byte_level(tokens, merges, types, pre, specials, add_bos)
+        scores = np.asarray(model.value("tokenizer.ggml.scores", []), dtype=np.float32)
+        if len(scores) != len(tokens):
+            raise ModelFileError(f"{model.path.name}: a SentencePiece vocabulary needs a score per token "
+                                 f"({len(scores)} scores for {len(tokens)} tokens)")
+        return cls.sentencepiece(tokens, types, scores, specials, add_bos,
+                                 bool(model.value("tokenizer.ggml.add_space_prefix", True)),
+                                 token_id("tokenizer.ggml.unknown_token_id"))
 
+    # use ----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         """Token ids for ``text`` with special-token text recognised and nothing added."""
         # encode_batch releases the GIL while it works (encode does not): a long message tokenized on
         # the engine thread must not freeze the window's thread.
         return self._hf.encode_batch([text], add_special_tokens=False)[0].ids
+
+    def token_id(self, text: str) -> int | None:
+        """The id of the token spelled exactly ``text``, or None."""
+        return self._hf.token_to_id(text)
 
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id]
@@ -125,17 +130,28 @@ class Tokenizer:
         return token_id in self._special_ids
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
-        data = b"".join(self._bytes[i] for i in ids if not (skip_special and i in self._special_ids))
+        shown = [i for i in ids if not (skip_special and i in self._special_ids)]
+        data = b"".join(self._bytes[i] for i in shown)
+        if self.add_space_prefix and shown and self.types[shown[0]] == NORMAL and data.startswith(b" "):
+            data = data[1:]  # the space the tokenizer put in front of the text
         return data.decode("utf-8", errors="replace")
 
 
-def _fingerprint(tokens: list[str], merges: list[str], types: np.ndarray, pre: str, specials: SpecialIds,
-                 add_bos: bool) -> bytes:
+def special_ids(tokens: list[str], bos: int | None, eos: int | None, eot: int | None) -> SpecialIds:
+    """BOS/EOS/EOT as the GGUF names them; generation stops at EOS, EOT and any known turn end."""
+    stop = {i for i in (eos, eot) if i is not None}
+    for name in TURN_END_TOKENS:
+        if name in tokens:
+            stop.add(tokens.index(name))
+    return SpecialIds(bos, eos, eot, frozenset(stop))
+
+
+def _fingerprint(head: list, tokens: list[str], merges: list[str], types: np.ndarray, extra: bytes = b"") -> bytes:
     """SHA-256 over everything that decides which ids a text becomes (checkpoints record it)."""
     h = hashlib.sha256()
-    head = [pre, add_bos, specials.bos, specials.eos, specials.eot, sorted(specials.stop)]
     for part in (json.dumps(head), "\0".join(tokens), "\0".join(merges)):
         h.update(part.encode("utf-8"))
         h.update(b"\xff")
     h.update(np.asarray(types, dtype="<i8").tobytes())
+    h.update(extra)
     return h.digest()
