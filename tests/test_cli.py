@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
@@ -230,3 +231,109 @@ def test_catalog_name_resolves_to_the_installed_gemma(gemma_gguf):
     assert info["text"]["tokenizer"] == "llama" and info["text"]["stop_tokens"] == ["<end_of_turn>", "<eos>"]
     ids = json.loads(run_cli("tokenize", "--model", "gemma-3-270m", "Hello, world!", "--json", home=home).stdout)["ids"]
     assert ids == [9259, 236764, 1902, 236888]
+
+
+# generate --top-logprobs and --raw, model info's memory (issue 14) ------------------------------------
+@pytest.fixture
+def cli_home(tmp_path, tiny_dir, tiny_converted) -> Path:
+    """A data dir sharing the tiny model's int4 conversion (converted once per session)."""
+    tiny_converted("int4")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    return home
+
+
+def generate_json(home: Path, model: Path, *flags: str) -> dict:
+    proc = run_cli("generate", "--model", str(model), "--data-dir", str(home), "--provider", "cpu", "--json", *flags)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def reference_log_softmax(logits) -> np.ndarray:
+    """Written out apart from engine.sampling: log p = x − max − log Σ exp(x − max), in float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def test_top_logprobs_are_the_raw_log_softmax_of_the_models_logits(cli_home, tiny_gguf, tiny_engine):
+    k = 5
+    out = generate_json(cli_home, tiny_gguf, "--prompt", "hello world", "--greedy", "--max-new-tokens", "6",
+                        "--top-logprobs", str(k))
+    tokens, entries = out["tokens"], out["logprobs"]
+    assert len(entries) == len(tokens) == 6
+    for i, (token, entry) in enumerate(zip(tokens, entries, strict=True)):
+        # The same model run another way: the engine's own forward over the prompt and the reply so far.
+        logits, _ = tiny_engine.sync(out["prompt_tokens"] + tokens[:i])
+        ref = reference_log_softmax(logits)
+        assert abs(np.exp(ref).sum() - 1.0) < 1e-12
+        assert entry["token"] == token
+        assert entry["logprob"] <= 0 and entry["logprob"] == pytest.approx(ref[token], abs=1e-5)
+        top = entry["top"]
+        assert len(top) == k and top[0][0] == token  # greedy: the chosen token is the most likely
+        values = [lp for _, lp in top]
+        assert values == sorted(values, reverse=True) and all(lp <= 0 for lp in values)
+        assert [t for t, _ in top] == [int(t) for t in np.argsort(-ref, kind="stable")[:k]]
+        assert values == pytest.approx([ref[t] for t, _ in top], abs=1e-5)
+        assert sum(np.exp(values)) <= 1.0 + 1e-9
+
+
+def test_top_logprobs_zero_gives_each_token_an_empty_top(cli_home, tiny_gguf):
+    out = generate_json(cli_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "4", "--seed", "3",
+                        "--temperature", "1.5", "--top-logprobs", "0")
+    assert [e["token"] for e in out["logprobs"]] == out["tokens"]
+    assert all(e["top"] == [] and e["logprob"] <= 0 for e in out["logprobs"])
+    assert "logprobs" not in generate_json(cli_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "2")
+
+
+def test_top_logprobs_table_without_json(cli_home, tiny_gguf):
+    proc = run_cli("generate", "--model", str(tiny_gguf), "--data-dir", str(cli_home), "--prompt", "hello", "--greedy",
+                   "--max-new-tokens", "3", "--top-logprobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("logprobs (natural log, raw model distribution):")
+    rows = lines[start + 2:]
+    assert len(rows) == 3 and all(row.split()[0] == str(i) for i, row in enumerate(rows, 1))
+
+
+@pytest.mark.parametrize(("value", "needle"), [("-1", "from 0 to 20, got -1"), ("21", "from 0 to 20, got 21"),
+                                               ("abc", "a whole number"), ("2.5", "a whole number")])
+def test_bad_top_logprobs_is_a_usage_error(tmp_path, tiny_gguf, value, needle):
+    proc = run_cli("generate", "--prompt", "hi", "--model", str(tiny_gguf), "--data-dir", str(tmp_path),
+                   "--top-logprobs", value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument --top-logprobs: must be {needle}" in proc.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("add_bos", [False, True])
+def test_raw_prompt_is_tokenized_as_it_is(tmp_path, cli_home, tiny_gguf, add_bos):
+    from engine.model.gguf_file import GGUFModel
+    from engine.text.tokenizer import Tokenizer
+
+    from .gguf_edit import rewrite_gguf
+
+    model = tiny_gguf
+    if add_bos:  # the synthetic model says add_bos false; a copy that says true
+        model = rewrite_gguf(tiny_gguf, tmp_path / "bos.gguf", values={"tokenizer.ggml.add_bos_token": True})
+    tokenizer = Tokenizer.from_gguf(GGUFModel(model))
+    assert tokenizer.add_bos is add_bos
+    prompt = "hello world, the end"
+    expected = ([tokenizer.specials.bos] if add_bos else []) + tokenizer.encode(prompt)
+    raw = generate_json(cli_home, model, "--raw", "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
+    assert raw["prompt_tokens"] == expected
+    chat = generate_json(cli_home, model, "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
+    # The template path wraps the message in ChatML (which starts with the BOS token, so none is added).
+    assert chat["prompt_tokens"] == tokenizer.encode(f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
+    assert chat["prompt_tokens"] != raw["prompt_tokens"]
+
+
+@pytest.mark.parametrize("flags", [["--messages", "m.json"], ["--prompt", "hi", "--system", "be brief"]])
+def test_raw_takes_only_a_prompt(tmp_path, tiny_gguf, flags):
+    proc = run_cli("generate", "--raw", *flags, "--model", str(tiny_gguf), "--data-dir", str(tmp_path))
+    assert proc.returncode == 2 and "--raw continues --prompt as it is" in proc.stderr
+
+
+def test_raw_empty_prompt(tmp_path, tiny_gguf):
+    assert_clean_error(run_cli("generate", "--raw", "--prompt", "", "--model", str(tiny_gguf), "--data-dir", str(tmp_path)),
+                       "empty")
