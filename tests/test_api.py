@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.api import Hearth, open_conversations, resolve_paths
@@ -393,3 +394,25 @@ def test_a_disk_full_error_from_sqlite_is_typed(tmp_path):
     assert proc.stdout.startswith("typed: the disk holding"), proc.stdout + proc.stderr
     assert store.messages("c") == []
     assert issubclass(DiskFullError, Exception)
+
+
+def test_complete_carries_logprobs_and_continues_raw_prompts(hearth):
+    from engine.sampling import log_softmax
+
+    plain = hearth.complete([{"role": "user", "content": "hello"}], GREEDY, 3)
+    assert plain.logprobs == ()
+    sampled = hearth.complete([{"role": "user", "content": "hello"}], SamplingParams(temperature=1.3, seed=5), 4,
+                              top_logprobs=3)
+    assert [lp.token for lp in sampled.logprobs] == list(sampled.tokens)
+    assert all(len(lp.top) == 3 and lp.logprob <= lp.top[0][1] <= 0 for lp in sampled.logprobs)
+    raw = hearth.complete_raw("hello world", GREEDY, 2, top_logprobs=0)
+    engine = hearth._require_engine()
+    assert list(raw.prompt_tokens) == engine.tokenizer.encode("hello world")  # the tiny model has add_bos false
+    assert raw.logprobs[0].top == () and raw.logprobs[0].token == raw.tokens[0]
+    assert hearth.token_text(raw.tokens[0]) == engine.tokenizer.token_bytes(raw.tokens[0]).decode("utf-8", "replace")
+    with pytest.raises(PromptError, match="from 0 to 20"):
+        hearth.complete_raw("hello", GREEDY, 2, top_logprobs=21)
+    with pytest.raises(PromptError, match="empty"):
+        hearth.complete_raw("", GREEDY, 2)
+    huge = np.array([1e4, -1e4, 1e4 - 1.0, 0.0])  # no overflow, still sums to 1
+    assert np.isfinite(log_softmax(huge)).all() and abs(np.exp(log_softmax(huge)).sum() - 1) < 1e-12

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
@@ -228,5 +229,206 @@ def test_catalog_name_resolves_to_the_installed_gemma(gemma_gguf):
     assert (info["kind"], info["chat_template_source"]) == ("base", "builtin:gemma")
     assert info["catalog"]["name"] == "gemma-3-270m" and "base model" in info["catalog"]["description"]
     assert info["text"]["tokenizer"] == "llama" and info["text"]["stop_tokens"] == ["<end_of_turn>", "<eos>"]
+    assert info["architecture"] == "gemma3" and info["quant_types"] == gguf_type_counts(gemma_gguf)
+    forms = {k: v["form"] for k, v in info["weight_types"].items()}
+    assert forms["Q4_K"] == "packed" and forms["Q6_K"] == forms["Q5_0"] == forms["Q8_0"] == "dense"  # int4 packs 4-bit only
     ids = json.loads(run_cli("tokenize", "--model", "gemma-3-270m", "Hello, world!", "--json", home=home).stdout)["ids"]
     assert ids == [9259, 236764, 1902, 236888]
+
+
+# generate --top-logprobs and --raw, model info's memory (issue 14) ------------------------------------
+@pytest.fixture
+def cli_home(tmp_path, tiny_dir, tiny_converted) -> Path:
+    """A data dir sharing the tiny model's int4 conversion (converted once per session)."""
+    tiny_converted("int4")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    return home
+
+
+def generate_json(home: Path, model: Path, *flags: str) -> dict:
+    proc = run_cli("generate", "--model", str(model), "--data-dir", str(home), "--provider", "cpu", "--json", *flags)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def reference_log_softmax(logits) -> np.ndarray:
+    """Written out apart from engine.sampling: log p = x − max − log Σ exp(x − max), in float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def test_top_logprobs_are_the_raw_log_softmax_of_the_models_logits(cli_home, tiny_gguf, tiny_engine):
+    k = 5
+    out = generate_json(cli_home, tiny_gguf, "--prompt", "hello world", "--greedy", "--max-new-tokens", "6",
+                        "--top-logprobs", str(k))
+    tokens, entries = out["tokens"], out["logprobs"]
+    assert len(entries) == len(tokens) == 6
+    for i, (token, entry) in enumerate(zip(tokens, entries, strict=True)):
+        # The same model run another way: the engine's own forward over the prompt and the reply so far.
+        logits, _ = tiny_engine.sync(out["prompt_tokens"] + tokens[:i])
+        ref = reference_log_softmax(logits)
+        assert abs(np.exp(ref).sum() - 1.0) < 1e-12
+        assert entry["token"] == token
+        assert entry["logprob"] <= 0 and entry["logprob"] == pytest.approx(ref[token], abs=1e-5)
+        top = entry["top"]
+        assert len(top) == k and top[0][0] == token  # greedy: the chosen token is the most likely
+        values = [lp for _, lp in top]
+        assert values == sorted(values, reverse=True) and all(lp <= 0 for lp in values)
+        assert [t for t, _ in top] == [int(t) for t in np.argsort(-ref, kind="stable")[:k]]
+        assert values == pytest.approx([ref[t] for t, _ in top], abs=1e-5)
+        assert sum(np.exp(values)) <= 1.0 + 1e-9
+
+
+def test_top_logprobs_zero_gives_each_token_an_empty_top(cli_home, tiny_gguf):
+    out = generate_json(cli_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "4", "--seed", "3",
+                        "--temperature", "1.5", "--top-logprobs", "0")
+    assert [e["token"] for e in out["logprobs"]] == out["tokens"]
+    assert all(e["top"] == [] and e["logprob"] <= 0 for e in out["logprobs"])
+    assert "logprobs" not in generate_json(cli_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "2")
+
+
+def test_top_logprobs_table_without_json(cli_home, tiny_gguf):
+    proc = run_cli("generate", "--model", str(tiny_gguf), "--data-dir", str(cli_home), "--prompt", "hello", "--greedy",
+                   "--max-new-tokens", "3", "--top-logprobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("logprobs (natural log, raw model distribution):")
+    rows = lines[start + 2:]
+    assert len(rows) == 3 and all(row.split()[0] == str(i) for i, row in enumerate(rows, 1))
+
+
+@pytest.mark.parametrize(("value", "needle"), [("-1", "from 0 to 20, got -1"), ("21", "from 0 to 20, got 21"),
+                                               ("abc", "a whole number"), ("2.5", "a whole number")])
+def test_bad_top_logprobs_is_a_usage_error(tmp_path, tiny_gguf, value, needle):
+    proc = run_cli("generate", "--prompt", "hi", "--model", str(tiny_gguf), "--data-dir", str(tmp_path),
+                   "--top-logprobs", value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument --top-logprobs: must be {needle}" in proc.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("add_bos", [False, True])
+def test_raw_prompt_is_tokenized_as_it_is(tmp_path, cli_home, tiny_gguf, add_bos):
+    from engine.model.gguf_file import GGUFModel
+    from engine.text.tokenizer import Tokenizer
+
+    from .gguf_edit import rewrite_gguf
+
+    model = tiny_gguf
+    if add_bos:  # the synthetic model says add_bos false; a copy that says true
+        model = rewrite_gguf(tiny_gguf, tmp_path / "bos.gguf", values={"tokenizer.ggml.add_bos_token": True})
+    tokenizer = Tokenizer.from_gguf(GGUFModel(model))
+    assert tokenizer.add_bos is add_bos
+    prompt = "hello world, the end"
+    expected = ([tokenizer.specials.bos] if add_bos else []) + tokenizer.encode(prompt)
+    raw = generate_json(cli_home, model, "--raw", "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
+    assert raw["prompt_tokens"] == expected
+    chat = generate_json(cli_home, model, "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
+    # The template path wraps the message in ChatML (which starts with the BOS token, so none is added).
+    assert chat["prompt_tokens"] == tokenizer.encode(f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
+    assert chat["prompt_tokens"] != raw["prompt_tokens"]
+
+
+@pytest.mark.parametrize("flags", [["--messages", "m.json"], ["--prompt", "hi", "--system", "be brief"]])
+def test_raw_takes_only_a_prompt(tmp_path, tiny_gguf, flags):
+    proc = run_cli("generate", "--raw", *flags, "--model", str(tiny_gguf), "--data-dir", str(tmp_path))
+    assert proc.returncode == 2 and "--raw continues --prompt as it is" in proc.stderr
+
+
+def test_raw_empty_prompt(tmp_path, tiny_gguf):
+    assert_clean_error(run_cli("generate", "--raw", "--prompt", "", "--model", str(tiny_gguf), "--data-dir", str(tmp_path)),
+                       "empty")
+
+
+def model_info(model: Path, *flags: str) -> dict:
+    proc = run_cli("model", "info", "--model", str(model), "--json", *flags)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def gguf_type_counts(path: Path) -> dict[str, int]:
+    """Counted with the gguf package's own reader, apart from Hearth's GGUF code."""
+    import gguf
+
+    counts: dict[str, int] = {}
+    for t in gguf.GGUFReader(path).tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return counts
+
+
+def test_model_info_reports_tensor_types_forms_and_memory(tiny_gguf):
+    from engine.model import weights
+    from engine.model.gguf_file import GGUFModel
+    from engine.model.precision import PRECISIONS
+    from engine.model.quant import PackedWeight
+
+    info = model_info(tiny_gguf)
+    for key in ("kind", "chat_template_source", "text", "config", "architecture", "quant_types", "weights",
+                "weight_types", "ram"):
+        assert key in info
+    assert info["architecture"] == "llama" and info["weights"] == "int4"
+    assert info["quant_types"] == gguf_type_counts(tiny_gguf) == {"F32": 5, "Q4_1": 14, "Q8_0": 1}
+    types = info["weight_types"]
+    assert {k: v["form"] for k, v in types.items()} == {"F32": "dense", "Q4_1": "packed", "Q8_0": "dense"}
+    assert all(v["tensors"] == info["quant_types"][k] for k, v in types.items())
+    # The packed estimate is exactly what the converter's packing gives the Q4_1 layers.
+    model = GGUFModel(tiny_gguf)
+    names = [f"blk.{i}.{t}.weight" for i in range(2)
+             for t in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+    layers = [weights.linear(model, n, PRECISIONS["int4"]) for n in names]
+    assert all(isinstance(layer, PackedWeight) for layer in layers)
+    packed = sum(w.blob.nbytes + w.scales.nbytes + (0 if w.correction is None else w.correction.nbytes) for w in layers)
+    assert types["Q4_1"]["ram_bytes"] == packed < types["Q4_1"]["dense_fp32_bytes"]
+    ram = info["ram"]
+    assert 0 < ram["weights_bytes"] < ram["dense_fp32_bytes"]
+    assert ram["weights_bytes"] == sum(v["ram_bytes"] for v in types.values())
+    cfg = info["config"]
+    assert ram["kv_dtype"] == "float32" and ram["context_length"] == 256
+    assert ram["kv_cache_bytes"] == 2 * 2 * cfg["n_head_kv"] * cfg["head_dim"] * 256 * 4 == 2 * 2 * 2 * 16 * 256 * 4
+    assert ram["total_bytes"] == ram["weights_bytes"] + ram["kv_cache_bytes"]
+    # Another precision: nothing packed, dense fp16 matrices, an fp16 KV cache for int4-half.
+    fp16 = model_info(tiny_gguf, "--weights", "fp16")
+    assert {v["form"] for v in fp16["weight_types"].values()} == {"dense"}
+    assert fp16["ram"]["weights_bytes"] > ram["weights_bytes"]
+    assert model_info(tiny_gguf, "--weights", "int4-half")["ram"]["kv_cache_bytes"] == ram["kv_cache_bytes"] // 2
+    human = run_cli("model", "info", "--model", str(tiny_gguf)).stdout
+    assert "tensors (int4): F32 ×5 dense, Q4_1 ×14 packed, Q8_0 ×1 dense" in human
+    assert "RAM estimate (int4): weights" in human and "KV cache 0.1 MiB at 256 tokens (float32)" in human
+
+
+def test_model_info_names_dense_fallbacks_and_types_that_cannot_be_read(tmp_path):
+    """Q2_K has no packed form (dequantized: its cost is shown); Q8_K cannot even be dequantized."""
+    import gguf
+
+    from .gguf_edit import rewrite_gguf
+
+    spec = SyntheticSpec(n_embd=256, n_ff=256, n_head=4, n_head_kv=2, weight_type="Q2_K")
+    q2 = write_synthetic_gguf(tmp_path / "q2k.gguf", spec)
+    info = model_info(q2)
+    q2k = info["weight_types"]["Q2_K"]
+    assert q2k["form"] == "dense fallback" and q2k["tensors"] == 14
+    assert q2k["ram_bytes"] == q2k["dense_fp32_bytes"] > 4 * q2k["file_bytes"]
+    human = run_cli("model", "info", "--model", str(q2)).stdout
+    assert "Q2_K ×14 dense fallback" in human and "Q2_K: no packed form, dequantized:" in human
+
+    name = "blk.0.ffn_down.weight"  # 256 rows of one 256-element Q8_K block (292 bytes) each
+    blocks = np.random.default_rng(0).integers(0, 256, (256, 292), dtype=np.uint8)
+    q8k = rewrite_gguf(q2, tmp_path / "q8k.gguf", drop=(name,), add={name: (blocks, gguf.GGMLQuantizationType.Q8_K)})
+    info = model_info(q8k)
+    assert info["quant_types"] == gguf_type_counts(q8k) and info["quant_types"]["Q8_K"] == 1
+    assert info["weight_types"]["Q8_K"]["form"] == "unsupported"
+    assert "Q8_K: cannot be dequantized" in run_cli("model", "info", "--model", str(q8k)).stdout
+
+
+def test_model_info_for_an_architecture_that_cannot_run(tmp_path):
+    path = write_synthetic_gguf(tmp_path / "falcon.gguf", SyntheticSpec(architecture="falcon"))
+    info = model_info(path)
+    assert info["config"] is None and "architecture 'falcon' is not supported" in info["unsupported"]
+    assert info["architecture"] == "falcon" and info["quant_types"] == gguf_type_counts(path)
+    assert info["ram"]["weights_bytes"] > 0
+    assert info["ram"]["kv_cache_bytes"] is None and info["ram"]["total_bytes"] is None
+    proc = run_cli("model", "info", "--model", str(path))
+    assert proc.returncode == 0 and "cannot run yet: falcon.gguf: architecture 'falcon' is not supported" in proc.stdout
+    assert "RAM estimate (int4): weights" in proc.stdout and "KV cache" not in proc.stdout
