@@ -291,8 +291,8 @@ def _tensor(buf: mmap.mmap, info: tuple[str, tuple[int, ...], int, int], data_st
     if row % block:
         raise UnsupportedModelError(
             f"{file_name}: tensor {_show(name)} is {ttype.name} with rows of {row} values, not a whole number of "
-            f"{block}-value blocks; Hearth cannot read this shape in that type (the file is not damaged, so "
-            "downloading it again will not help: use a GGUF made with another quantization)")
+            f"{block}-value blocks; Hearth cannot read a tensor of this shape in that type (a fresh download "
+            "will not change it: use a GGUF of this model made with another quantization)")
     n_elements = 1
     for d in dims:
         n_elements *= d
