@@ -227,7 +227,7 @@ def test_a_valid_crafted_file_opens(tmp_path):
 def test_a_row_that_is_not_whole_blocks_says_so_and_not_that_the_file_is_damaged(tmp_path):
     path = tmp_path / "rows.gguf"
     path.write_bytes(raw_gguf([ARCH], [tensor_info("blk.0.ffn_up.weight", (48, 2), Q4_0_T, 0)], bytes(64)))
-    with pytest.raises(UnsupportedModelError, match="rows of 48 values, not a whole number of 32-value blocks") as refused:
+    with pytest.raises(ModelFileError, match="rows of 48 values, not a whole number of 32-value blocks") as refused:
         GGUFModel(path)
     message = str(refused.value)
     assert "damaged" not in message and "download it again" not in message and "blk.0.ffn_up.weight" in message

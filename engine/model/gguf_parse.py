@@ -288,8 +288,8 @@ def _tensor(buf: mmap.mmap, info: tuple[str, tuple[int, ...], int, int], data_st
                                     "a tensor type this Hearth does not know") from None
     block, type_bytes = GGML_QUANT_SIZES[ttype]
     row = dims[0] if dims else 1
-    if row % block:
-        raise UnsupportedModelError(
+    if row % block:  # not damage but a shape the type cannot hold: say so, not "download it again"
+        raise ModelFileError(
             f"{file_name}: tensor {_show(name)} is {ttype.name} with rows of {row} values, not a whole number of "
             f"{block}-value blocks; Hearth cannot read a tensor of this shape in that type (a fresh download "
             "will not change it: use a GGUF of this model made with another quantization)")
