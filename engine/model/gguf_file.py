@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gguf import GGUFValueType
 
 from engine.errors import ModelFileError
+from engine.model.gguf_parse import MAGIC as GGUF_MAGIC
+from engine.model.gguf_parse import GGUFField, GGUFTensor, read_gguf
 
 if TYPE_CHECKING:
     from engine.arch.config import ModelConfig
 
-GGUF_MAGIC = b"GGUF"
+__all__ = ["GGUF_MAGIC", "GGUFField", "GGUFModel", "GGUFTensor"]
 
 
 class GGUFModel:
@@ -20,52 +25,91 @@ class GGUFModel:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        self._reader = _open_reader(self.path)
-        self._tensors = {t.name: t for t in self._reader.tensors}
+        if not self.path.exists():
+            raise ModelFileError(f"model file not found: {self.path}")
+        if not self.path.is_file():
+            raise ModelFileError(f"model path is not a file: {self.path}")
+        try:
+            contents = read_gguf(self.path)
+        except OSError as exc:
+            raise ModelFileError(f"{self.path.name} cannot be read ({exc.strerror or exc})") from None
+        self.version = contents.version
+        self.alignment = contents.alignment
+        self._fields = contents.fields
+        self._tensors = contents.tensors
+        self._strings: dict[tuple[str, str], list[str]] = {}  # decoded string arrays, by (key, errors)
 
     # metadata -----------------------------------------------------------------------------------
+    @property
+    def fields(self) -> Mapping[str, GGUFField]:
+        """Every metadata pair in file order, with gguf's pseudo-keys GGUF.version/tensor_count/kv_count."""
+        return MappingProxyType(self._fields)
+
     def value(self, key: str, default: Any = None) -> Any:
-        field = self._reader.fields.get(key)
+        field = self._fields.get(key)
         if field is None:
             return default
+        if field.item_type == GGUFValueType.STRING:
+            return list(self._decoded(field, "strict"))
         try:
             return field.contents()
-        except Exception as exc:  # the gguf package raises assorted errors on bad fields
-            raise ModelFileError(f"{self.path.name}: metadata field {key!r} is unreadable ({exc})") from exc
+        except UnicodeDecodeError:
+            raise ModelFileError(f"{self.path.name}: metadata field {key!r} is not UTF-8 text") from None
 
     def require(self, key: str) -> Any:
-        if key not in self._reader.fields:
+        if key not in self._fields:
             raise ModelFileError(f"{self.path.name}: required metadata {key!r} is missing")
         return self.value(key)
 
     def string_array(self, key: str) -> list[str]:
-        """A string-array field without materialising a Python object per byte."""
-        field = self._reader.fields.get(key)
+        """An array of strings (bytes that are not UTF-8 shown as U+FFFD); [] when absent."""
+        field = self._fields.get(key)
         if field is None:
             return []
-        try:
-            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-        except Exception as exc:
-            raise ModelFileError(f"{self.path.name}: metadata field {key!r} is unreadable ({exc})") from exc
+        if field.item_type != GGUFValueType.STRING:
+            raise ModelFileError(f"{self.path.name}: metadata field {key!r} is not a list of strings")
+        return list(self._decoded(field, "replace"))
 
     def array_length(self, key: str) -> int:
-        field = self._reader.fields.get(key)
-        return len(field.data) if field is not None else 0
+        field = self._fields.get(key)
+        return field.count if field is not None else 0
 
     def int_array(self, key: str) -> np.ndarray:
-        field = self._reader.fields.get(key)
+        """An array of integers as int64; empty when absent."""
+        return self._numbers(key, np.int64)
+
+    def float_array(self, key: str) -> np.ndarray:
+        """An array of numbers as float32 (e.g. a vocabulary's scores); empty when absent."""
+        return self._numbers(key, np.float32)
+
+    def _numbers(self, key: str, dtype: type) -> np.ndarray:
+        field = self._fields.get(key)
         if field is None:
-            return np.zeros(0, dtype=np.int64)
-        try:
-            return np.array([int(field.parts[i][0]) for i in field.data], dtype=np.int64)
-        except Exception as exc:
-            raise ModelFileError(f"{self.path.name}: metadata field {key!r} is unreadable ({exc})") from exc
+            return np.zeros(0, dtype=dtype)
+        if field.item_type in (None, GGUFValueType.STRING):
+            raise ModelFileError(f"{self.path.name}: metadata field {key!r} is not a list of numbers")
+        return field.raw.astype(dtype)
+
+    def _decoded(self, field: GGUFField, errors: str) -> list[str]:
+        cached = self._strings.get((field.name, errors))
+        if cached is None:
+            try:
+                cached = field.contents(errors)
+            except UnicodeDecodeError:
+                raise ModelFileError(f"{self.path.name}: metadata field {field.name!r} holds text that is not UTF-8") from None
+            self._strings[(field.name, errors)] = cached
+        return cached
 
     # tensors ------------------------------------------------------------------------------------
     def has_tensor(self, name: str) -> bool:
         return name in self._tensors
 
-    def tensor(self, name: str):  # -> gguf.ReaderTensor
+    @property
+    def tensors(self) -> tuple[GGUFTensor, ...]:
+        """Every tensor, in file order."""
+        return tuple(self._tensors.values())
+
+    def tensor(self, name: str) -> GGUFTensor:
         try:
             return self._tensors[name]
         except KeyError:
@@ -103,22 +147,3 @@ class GGUFModel:
 
         return architecture_for(self).read_config(self)
 
-
-def _open_reader(path: Path):
-    import gguf
-
-    if not path.exists():
-        raise ModelFileError(f"model file not found: {path}")
-    if not path.is_file():
-        raise ModelFileError(f"model path is not a file: {path}")
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != GGUF_MAGIC:
-        raise ModelFileError(f"{path.name} is not a GGUF file (it does not start with the GGUF magic bytes)")
-    try:
-        return gguf.GGUFReader(path, "r")
-    except Exception as exc:  # truncated or damaged: the reader fails in many ways
-        raise ModelFileError(
-            f"{path.name} is damaged or truncated and cannot be read as GGUF ({type(exc).__name__}: {exc}); "
-            "download it again with 'hearth-cli model fetch'"
-        ) from exc
