@@ -124,13 +124,13 @@ def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) ->
     """The GGUF's tensor types, the form ``weights`` gives each (engine/model/weights.py decides), and an
     estimate of the RAM its weights and a full-context KV cache take. Needs no conversion, and works for
     an architecture that cannot run yet (then without the KV cache). ``gguf``: a path, or the file
-    already open (opening one with a large vocabulary takes seconds)."""
+    already open (saves reading its header again)."""
     model = gguf if isinstance(gguf, GGUFModel) else GGUFModel(gguf)
     precision = get_precision(weights)
     tied = not model.has_tensor("output.weight")
     totals: dict[str, list] = {}  # type → [tensors, form, file bytes, ram bytes, fp32 bytes]
-    for name in model._tensors:  # GGUFModel has no public tensor listing yet
-        t = model.tensor(name)
+    for t in model.tensors:
+        name = t.name
         form, ram = _tensor_form_and_ram(model, name, precision, tied)
         row = totals.setdefault(t.tensor_type.name, [0, form, 0, 0, 0])
         row[0] += 1
