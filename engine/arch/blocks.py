@@ -163,10 +163,11 @@ class Graph:
         return self.w.op("Split", [x, self.w.constant(self.w.fresh("split"), np.array(sizes, np.int64))], len(sizes),
                          axis=-1)
 
-    def rotary(self, cos: np.ndarray, sin: np.ndarray) -> tuple[str, str]:
-        """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them."""
-        return (self.w.constant("rotary.cos", cos.astype(self.np_dtype)),
-                self.w.constant("rotary.sin", sin.astype(self.np_dtype)))
+    def rotary(self, cos: np.ndarray, sin: np.ndarray, name: str = "rotary") -> tuple[str, str]:
+        """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them;
+        ``name``: another pair's (layers that rotate with another base)."""
+        return (self.w.constant(name + ".cos", cos.astype(self.np_dtype)),
+                self.w.constant(name + ".sin", sin.astype(self.np_dtype)))
 
     def attention(self, layer: int, qkv: str, rotary: tuple[str, str], key: str = "", value: str = "",
                   **attrs) -> str:
@@ -197,6 +198,21 @@ class Graph:
         gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
         act = w.op1("Mul", [w.op1("Mul", [gate, w.op1("Sigmoid", [gate])]), up])
         return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
+
+    def geglu_mlp(self, x: str, prefix: str) -> str:
+        """down(gelu_tanh(gate(x)) · up(x)), gate and up fused: the MLP with GELU's tanh form as the gate."""
+        w = self.w
+        gate_up = self.fused_linear(x, prefix + "ffn_gate_up", {
+            prefix + "ffn_gate.weight": self.weight(prefix + "ffn_gate.weight"),
+            prefix + "ffn_up.weight": self.weight(prefix + "ffn_up.weight"),
+        })
+        gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
+        act = w.op1("Mul", [w.op1("Gelu", [gate], approximate="tanh"), up])
+        return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
+
+    def scale(self, x: str, factor: float, name: str) -> str:
+        """x · factor, the factor rounded once to the activations' type."""
+        return self.w.op1("Mul", [x, self.w.constant(name, np.array(factor, self.np_dtype))])
 
     # embedding and head --------------------------------------------------------------------------
     def embed(self, ids: str) -> str:
