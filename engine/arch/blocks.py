@@ -20,7 +20,7 @@ from engine.model import weights
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision
-from engine.model.quant import PackedWeight, concat_packed
+from engine.model.quant import PackedWeight, concat_packed, is_packable, pack_rows, packed_bits
 
 ProgressFn = Callable[[int, int], None]
 MS = "com.microsoft"
@@ -35,6 +35,7 @@ class Graph:
         self.logits_mode, self.progress = logits_mode, progress
         self._blocksums: dict[str, str] = {}
         self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
+        self._embedding_blocks: tuple[PackedWeight, str, str] | None = None  # embed_8bit's table, blob, scales
         self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
         # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
         self.half = precision.compute == "float16"
@@ -227,6 +228,36 @@ class Graph:
             stored = self.w.op1("Cast", [stored], to=self.onnx_dtype)
         return self.w.op1("Gather", [stored, ids], axis=0)
 
+    def embed_8bit(self, ids: str) -> str:
+        """The token embedding kept in its GGUF blocks where MatMulNBits holds them as 8-bit codes with
+        no offset (Q8_0, Q5_0, Q6_K), through GatherBlockQuantized: only the gathered rows are
+        dequantized, d·q in fp32, bit-identical to the dense table. A tied head packed by the precision
+        shares the blocks (one copy for both). Falls back to embed() where the tied head is a dense
+        matrix anyway (the Gather reads that matrix for free; an 8-bit copy would only add memory),
+        where the table has no such form, where nothing is packed, or where activations are fp16.
+
+        Measured on Gemma 3 270M (2 CPU threads, decode): the dense fp32 head [640 × 262,144] takes
+        ~41 ms a step, the same shared with the embedding or not; 8-bit MatMulNBits with fp32
+        activations ~0.9 s; with int8 activations (accuracy level 4) ~11 ms; an fp16 MatMul ~44 ms."""
+        name = "token_embd.weight"
+        type_name = self.model.tensor(name).tensor_type.name
+        dense_head = self.cfg.tied_embeddings and not self._head_is_packed()
+        if (dense_head or self.half or not self.precision.packed or not is_packable(type_name)
+                or packed_bits(type_name) != 8):
+            return self.embed(ids)
+        type_name, raw, n, k = weights.tensor_rows(self.model, name)
+        table = pack_rows(type_name, raw, n, k, name)
+        if table.correction is not None:
+            return self.embed(ids)
+        w = self.w
+        blob = w.constant(name + ".qweight", table.blob)  # [vocab, K/block, block]: MatMulNBits' form too
+        scales = w.constant(name + ".scales", table.scales)  # [vocab · K/block], as MatMulNBits takes them
+        self._embedding_blocks = (table, blob, scales)
+        grid = w.op1("Reshape", [scales, w.constant("token_embd.scale_shape", np.array([n, table.n_blocks, 1], np.int64))])
+        rows = w.op1("GatherBlockQuantized", [blob, ids, grid], domain=MS, gather_axis=0, quantize_axis=2,
+                     block_size=table.block, bits=8)  # [batch, seq, K/block, block]; zero point 128
+        return w.op1("Reshape", [rows, w.constant("token_embd.row_shape", np.array([0, 0, k], np.int64))])
+
     def _head_is_packed(self) -> bool:
         return weights.will_pack(self.model, "token_embd.weight", self.precision)
 
@@ -243,6 +274,10 @@ class Graph:
         out = io_names.LOGITS + ".half" if self.half else io_names.LOGITS
         if not self.cfg.tied_embeddings:
             self.linear(hidden, "output", self.weight("output.weight"), out=out)
+        elif self._head_is_packed() and self._embedding_blocks is not None:
+            table, blob, scales = self._embedding_blocks  # the embedding's blocks, one copy for both
+            w.op("MatMulNBits", [hidden, blob, scales], domain=MS, outputs=[out], K=table.k, N=table.n, bits=8,
+                 block_size=table.block, accuracy_level=self.precision.accuracy_level)
         elif self._head_is_packed():
             self.linear(hidden, "output", self.weight("token_embd.weight"), out=out)
         else:
