@@ -1,6 +1,6 @@
 """Architectures as modules (engine/arch/): the registry, the fingerprint, llama's, qwen2's and qwen3's own
-rules (gemma3's: test_gemma3.py), damaged files of each, and a model load that makes one session. (The graphs against the float64 reference:
-test_graph_reference.py.)"""
+rules (gemma3's: test_gemma3.py), damaged files of each, and a model load that makes one session. (The
+graphs against the float64 reference: test_graph_reference.py.)"""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from engine.arch import architecture_for, gemma3
 from engine.generation import Engine
 from engine.model.convert import ensure_converted
 from engine.model.gguf_file import GGUFModel
-from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+from engine.model.synthetic import write_synthetic_gguf
 from engine.runtime.runner import ModelRunner
 from engine.sampling import SamplingParams
 from tests.arch_models import ARCH_SPECS
@@ -218,10 +218,10 @@ def test_real_gemma_greedy_continuations_match_the_float64_reference(gemma_engin
 
 @pytest.mark.real_model
 def test_real_gemma_past_its_512_token_window_matches_the_float64_reference(gemma_engine, gemma_reference, gemma_tokenizer):
-    """A prompt of ~560 tokens (the local layers' window is 512) and 24 greedy tokens after it."""
+    """A prompt of ~590 tokens (the local layers' window is 512) and 24 greedy tokens after it."""
     engine = gemma_engine()
-    prompt = _encode(gemma_tokenizer, STORY * 18 + "The keeper's daughter")
-    assert 530 < len(prompt) < 600
+    prompt = _encode(gemma_tokenizer, STORY * 20 + "The keeper's daughter")
+    assert 560 < len(prompt) < 620
     _check_greedy(engine, gemma_reference, prompt, 24)
 
 
@@ -230,7 +230,7 @@ def test_real_gemma_conversation_past_the_window_resumes_from_its_checkpoint_bit
     from engine.checkpoint.store import CheckpointStore
     from engine.session import DISK, LIVE, ChatSessions
 
-    first = [{"role": "user", "content": STORY * 12 + "Summarize the story."}]
+    first = [{"role": "user", "content": STORY * 20 + "Summarize the story."}]
     live = ChatSessions(gemma_engine(), CheckpointStore(tmp_path / "checkpoints"), adaptive=False)
     live.generate("c", first, GREEDY, 16)
     assert len(live.engine.tokens) > 512  # past the window: the local layers drop keys
