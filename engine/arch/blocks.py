@@ -232,18 +232,18 @@ class Graph:
         """The token embedding kept in its GGUF blocks where MatMulNBits holds them as 8-bit codes with
         no offset (Q8_0, Q5_0, Q6_K), through GatherBlockQuantized: only the gathered rows are
         dequantized, d·q in fp32, bit-identical to the dense table. A tied head packed by the precision
-        shares the blocks (one copy for both). Falls back to embed() where the tied head is a dense
-        matrix anyway (the Gather reads that matrix for free; an 8-bit copy would only add memory),
-        where the table has no such form, where nothing is packed, or where activations are fp16.
+        shares the blocks (one copy for both); a dense one is a matrix of its own, which the MatMul
+        alone reads. Falls back to embed() where the table has no such form, where nothing is packed,
+        or where activations are fp16.
 
-        Measured on Gemma 3 270M (2 CPU threads, decode): the dense fp32 head [640 × 262,144] takes
-        ~41 ms a step, the same shared with the embedding or not; 8-bit MatMulNBits with fp32
-        activations ~0.9 s; with int8 activations (accuracy level 4) ~11 ms; an fp16 MatMul ~44 ms."""
+        Measured on Gemma 3 270M (its Q8_0 table [262,144 × 640]; 2 CPU threads, decode): the dense
+        fp32 head takes ~41 ms a step whether the embedding's Gather shares it or not, but shared it
+        stays in memory next to ONNX Runtime's prepacked copy: 1.67 GB resident against 1.04 GB with
+        this embedding. 8-bit MatMulNBits with fp32 activations takes ~0.9 s a step, with int8
+        activations (accuracy level 4) ~11 ms; an fp16 MatMul ~44 ms (no fp16 arithmetic on the CPU)."""
         name = "token_embd.weight"
         type_name = self.model.tensor(name).tensor_type.name
-        dense_head = self.cfg.tied_embeddings and not self._head_is_packed()
-        if (dense_head or self.half or not self.precision.packed or not is_packable(type_name)
-                or packed_bits(type_name) != 8):
+        if self.half or not self.precision.packed or not is_packable(type_name) or packed_bits(type_name) != 8:
             return self.embed(ids)
         type_name, raw, n, k = weights.tensor_rows(self.model, name)
         table = pack_rows(type_name, raw, n, k, name)
@@ -280,8 +280,10 @@ class Graph:
                  block_size=table.block, accuracy_level=self.precision.accuracy_level)
         elif self._head_is_packed():
             self.linear(hidden, "output", self.weight("token_embd.weight"), out=out)
-        else:
-            w.op("MatMul", [hidden, self._head_matrix], outputs=[out])
+        else:  # the matrix embed() stored for both, else (after embed_8bit) one for the head alone
+            head = self._head_matrix or self._dense_initializer(
+                "token_embd.weight_t", weights.dense(self.model, "token_embd.weight"))
+            w.op("MatMul", [hidden, head], outputs=[out])
         if self.half:
             w.op("Cast", [out], outputs=[io_names.LOGITS], to=TensorProto.FLOAT)
         w.add_output(io_names.LOGITS, TensorProto.FLOAT, ["batch", "logit_seq", self.cfg.vocab_size])
