@@ -1,4 +1,4 @@
-"""An independent numpy forward pass for llama, qwen2 and qwen3 GGUFs, for checking the ONNX graph.
+"""An independent numpy forward pass for llama, qwen2, qwen3 and gemma3 GGUFs, for checking the ONNX graph.
 
 It shares no code with the graph builder: it reads the GGUF with the ``gguf`` package, dequantizes
 with ``gguf.quants``, and applies rotary embeddings the way llama.cpp does, in float64:
@@ -6,13 +6,18 @@ with ``gguf.quants``, and applies rotary embeddings the way llama.cpp does, in f
   by ``rope_freqs.weight[i]`` when the file has it (llama 3.1/3.2);
 * qwen2, qwen3 (NEOX style): to the pairs (i, i + d/2) of the rows as stored.
 qwen2 adds the Q/K/V biases; qwen3 RMS-normalizes each head of Q and K before rotary.
+gemma3 (NEOX style, QK norms as qwen3) also: scales the embedding by sqrt(n_embd); RMS-normalizes
+the attention's and the FFN's outputs before adding them ("sandwich" norms); gates the FFN with
+GELU's tanh form; and on its local layers (i % 6 < 5, when the file has a sliding window) lets a
+query see only the last `sliding_window` keys, itself included, rotating with base 10000 unscaled.
+Global layers rotate with rope.freq_base, positions divided by a linear scaling factor if any.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-NEOX = ("qwen2", "qwen3")  # llama.cpp's rope type NEOX: half-split pairs on unpermuted rows
+NEOX = ("qwen2", "qwen3", "gemma3")  # llama.cpp's rope type NEOX: half-split pairs on unpermuted rows
 
 
 class Reference:
@@ -40,14 +45,27 @@ class Reference:
         self.eps = meta[f"{arch}.attention.layer_norm_rms_epsilon"]
         self.base = meta[f"{arch}.rope.freq_base"]
         self.factors = self.w.get("rope_freqs.weight", np.ones(self.head_dim // 2))
+        self.scale = 1.0 / np.sqrt(self.head_dim)
+        self.window = 0  # 0: every layer attends to the whole past
+        self.pos_scale = 1.0
+        if meta.get(f"{arch}.rope.scaling.type") == "linear":
+            self.pos_scale = meta.get(f"{arch}.rope.scaling.factor", 1.0)
+        if arch == "gemma3":
+            self.window = meta.get("gemma3.attention.sliding_window", 0)
+            if self.layers == 62:  # the 27B model scales by its n_embd / n_head instead
+                self.scale = 1.0 / np.sqrt(self.dim // self.heads)
 
     def _rms(self, x, g):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * g
 
-    def _rope(self, x):
+    def _local(self, layer) -> bool:
+        return bool(self.window) and layer % 6 < 5
+
+    def _rope(self, x, local=False):
         s, hd = x.shape[0], self.head_dim
-        freq = self.base ** (-2 * np.arange(hd // 2) / hd) / self.factors
-        theta = np.arange(s)[:, None] * freq
+        base, pos_scale = (10000.0, 1.0) if local else (self.base, self.pos_scale)
+        freq = base ** (-2 * np.arange(hd // 2) / hd) / self.factors
+        theta = np.arange(s)[:, None] / pos_scale * freq
         c, sn = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
         if self.arch in NEOX:
             first, second = slice(0, hd // 2), slice(hd // 2, hd)
@@ -65,30 +83,42 @@ class Reference:
         norm = self.w.get(f"{p}{part}_norm.weight")
         return y if norm is None else self._rms(y, norm)
 
-    def logits(self, ids) -> np.ndarray:
-        """Logits for every position of ``ids`` (a full, cache-free recomputation)."""
+    def logits(self, ids, first: int = 0) -> np.ndarray:
+        """Logits for every position of ``ids`` from ``first`` on (a full, cache-free recomputation)."""
         w, s = self.w, len(ids)
         h_, kv_, hd = self.heads, self.kv_heads, self.head_dim
+        gemma = self.arch == "gemma3"
         x = w["token_embd.weight"][np.asarray(ids)]
-        mask = np.triu(np.full((s, s), -np.inf), 1)
+        if gemma:
+            x = x * np.sqrt(self.dim)
+        causal = np.triu(np.full((s, s), -np.inf), 1)
+        behind = np.arange(s)[:, None] - np.arange(s)[None, :]  # query position - key position
         for layer in range(self.layers):
-            p = f"blk.{layer}."
+            p, local = f"blk.{layer}.", self._local(layer)
+            mask = np.where(behind >= self.window, -np.inf, causal) if local else causal
             h = self._rms(x, w[p + "attn_norm.weight"])
-            q = self._rope(self._project(h, p, "attn_q", h_))
-            k = self._rope(self._project(h, p, "attn_k", kv_))
+            q = self._rope(self._project(h, p, "attn_q", h_), local)
+            k = self._rope(self._project(h, p, "attn_k", kv_), local)
             v = self._project(h, p, "attn_v", kv_)
             out = np.zeros((s, h_, hd))
             for head in range(h_):
                 g = head // (h_ // kv_)
-                scores = q[:, head] @ k[:, g].T / np.sqrt(hd) + mask
+                scores = q[:, head] @ k[:, g].T * self.scale + mask
                 probs = np.exp(scores - scores.max(-1, keepdims=True))
                 out[:, head] = (probs / probs.sum(-1, keepdims=True)) @ v[:, g]
-            x = x + out.reshape(s, h_ * hd) @ w[p + "attn_output.weight"].T
+            attn = out.reshape(s, h_ * hd) @ w[p + "attn_output.weight"].T
+            x = x + (self._rms(attn, w[p + "post_attention_norm.weight"]) if gemma else attn)
             h = self._rms(x, w[p + "ffn_norm.weight"])
             gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
+            if gemma:
+                act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+                ffn = self._rms((act * up) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
+            else:
+                ffn = (gate / (1 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
+            x = x + ffn
         head = w.get("output.weight", w["token_embd.weight"])
-        return self._rms(x, w["output_norm.weight"]) @ head.T
+        final = self._rms(x[first:], w["output_norm.weight"])
+        return np.concatenate([final @ rows.T for rows in np.array_split(head, max(1, len(head) // 16384))], axis=-1)
 
 
 ReferenceLlama = Reference  # the name the llama tests import

@@ -1,6 +1,6 @@
 """Architectures as modules (engine/arch/): the registry, the fingerprint, llama's, qwen2's and qwen3's own
-rules, and a model load that makes one session. (The graphs against the float64 reference:
-test_graph_reference.py.)"""
+rules (gemma3's: test_gemma3.py), damaged files of each, and a model load that makes one session. (The
+graphs against the float64 reference: test_graph_reference.py.)"""
 
 from __future__ import annotations
 
@@ -32,19 +32,19 @@ SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d
 # the registry ------------------------------------------------------------------------------------------------
 def test_another_architecture_is_refused_naming_what_hearth_runs(tmp_path):
     path = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(architecture="phi3"))
-    message = r"other\.gguf: architecture 'phi3' is not supported; Hearth runs llama, qwen2, qwen3 models"
+    message = r"other\.gguf: architecture 'phi3' is not supported; Hearth runs llama, qwen2, qwen3, gemma3 models"
     with pytest.raises(UnsupportedModelError, match=message):
         architecture_for(GGUFModel(path))
     with pytest.raises(UnsupportedModelError, match=message):
         ensure_converted(path, "int4", tmp_path / "converted")
     assert not (tmp_path / "converted").exists()  # refused before anything was made
-    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama, qwen2, qwen3 models"):
+    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama, qwen2, qwen3, gemma3 models"):
         get_architecture("gpt2")
 
 
 def test_a_gguf_finds_its_module_and_config(tiny_gguf):
     model = GGUFModel(tiny_gguf)
-    assert supported_architectures() == ("llama", "qwen2", "qwen3")
+    assert supported_architectures() == ("llama", "qwen2", "qwen3", "gemma3")
     assert architecture_for(model) is llama and get_architecture("llama") is llama and llama.NAME == "llama"
     cfg = model.config()
     assert cfg == llama.read_config(model) and isinstance(cfg, ModelConfig)
@@ -181,6 +181,12 @@ def _bad(tmp_path, arch_gguf, tiny_gguf, case: str) -> Path:
         return rewrite_gguf(arch_gguf("qwen3"), dst, values={"qwen3.attention.key_length": 16,
                                                              "qwen3.attention.value_length": 16,
                                                              "qwen3.rope.dimension_count": 16})
+    if case == "gemma3-no-post-norm":
+        return rewrite_gguf(arch_gguf("gemma3"), dst, drop=("blk.4.post_ffw_norm.weight",))
+    if case == "gemma3-no-post-attention-norm":
+        return rewrite_gguf(arch_gguf("gemma3"), dst, drop=("blk.0.post_attention_norm.weight",))
+    if case == "gemma3-head-counts":
+        return rewrite_gguf(arch_gguf("gemma3"), dst, values={"gemma3.attention.head_count_kv": 4})
     assert case == "qwen3-no-q-norm"
     return rewrite_gguf(arch_gguf("qwen3"), dst, drop=("blk.1.attn_q_norm.weight",))
 
@@ -191,6 +197,9 @@ BAD_FILES = {
     "qwen2-no-bias": r"tensor 'blk\.1\.attn_k\.bias' is missing",
     "qwen3-key-length": r"blk\.0\.attn_q\.weight has shape \[64, 128\], expected \[64, 64\]",
     "qwen3-no-q-norm": r"tensor 'blk\.1\.attn_q_norm\.weight' is missing",
+    "gemma3-no-post-norm": r"tensor 'blk\.4\.post_ffw_norm\.weight' is missing",
+    "gemma3-no-post-attention-norm": r"tensor 'blk\.0\.post_attention_norm\.weight' is missing",
+    "gemma3-head-counts": r"blk\.0\.attn_k\.weight has shape \[64, 64\], expected \[64, 128\] for 4 query / 4 KV heads of 32",
 }
 
 
@@ -203,7 +212,7 @@ def test_a_damaged_file_of_each_architecture_is_refused_before_converting(tmp_pa
     assert not (tmp_path / "converted").exists()
 
 
-@pytest.mark.parametrize("case", ["qwen2-head-counts", "qwen3-no-q-norm"])
+@pytest.mark.parametrize("case", ["qwen2-head-counts", "qwen3-no-q-norm", "gemma3-no-post-norm"])
 def test_the_cli_reports_a_damaged_file_in_one_line(tmp_path, arch_gguf, tiny_gguf, case):
     path = _bad(tmp_path, arch_gguf, tiny_gguf, case)
     proc = run_cli("generate", "--prompt", "hi", "--model", str(path), "--data-dir", str(tmp_path / "home"))

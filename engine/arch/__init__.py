@@ -33,6 +33,7 @@ _MODULES = {
     "llama": "engine.arch.llama",
     "qwen2": "engine.arch.qwen2",
     "qwen3": "engine.arch.qwen3",
+    "gemma3": "engine.arch.gemma3",
 }
 
 

@@ -1,4 +1,4 @@
-"""Tiny GGUFs with random weights (llama, qwen2, qwen3): for tests (exact reference checks) and speed
+"""Tiny GGUFs with random weights (llama, qwen2, qwen3, gemma3): for tests (exact reference checks) and speed
 benchmarks.
 
 They go through the very same converter as a downloaded model; only the weights are made up.
@@ -41,6 +41,7 @@ class SyntheticSpec:
     random_blocks: bool = False  # quantized weights as random blocks (fast at any size; for speed only)
     head_dim: int = 0  # 0: n_embd // n_head; else written as key_length (qwen3's heads are wider)
     rope_freqs: bool = False  # llama 3.1 style rope_freqs.weight, the per-frequency rope divisors
+    sliding_window: int = 0  # gemma3: written as attention.sliding_window when positive
 
 
 # Llama-3-8B's dimensions, for speed measurements: 32 layers, 4096 wide, 32 query and 8 KV heads,
@@ -94,6 +95,8 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     if spec.head_dim:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    if spec.sliding_window:
+        writer.add_sliding_window(spec.sliding_window)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(vocab)
     writer.add_tokenizer_model("gpt2")
@@ -141,14 +144,18 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
         if spec.architecture == "qwen2":
             for part, width in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
                 add(p + part + ".bias", 0.5 * rng.standard_normal(width), "F32")
-        if spec.architecture == "qwen3":
+        if spec.architecture in ("qwen3", "gemma3"):
             for part in ("attn_q_norm", "attn_k_norm"):
                 add(p + part + ".weight", 1.0 + 0.3 * rng.standard_normal(head_dim), "F32")
         add_matrix(p + "attn_output.weight", spec.n_embd, q, 0.1, spec.weight_type)
+        if spec.architecture == "gemma3":  # Gemma's sandwich norms (gains with its +1 folded in, as in GGUF)
+            add(p + "post_attention_norm.weight", 1.0 + 0.3 * rng.standard_normal(spec.n_embd), "F32")
         add(p + "ffn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
         add_matrix(p + "ffn_gate.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
         add_matrix(p + "ffn_up.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
         add_matrix(p + "ffn_down.weight", spec.n_embd, spec.n_ff, 0.1, spec.weight_type)
+        if spec.architecture == "gemma3":
+            add(p + "post_ffw_norm.weight", 1.0 + 0.3 * rng.standard_normal(spec.n_embd), "F32")
     add("output_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
     if not spec.tied:
         add_matrix("output.weight", vocab, spec.n_embd, 0.3, spec.weight_type)
