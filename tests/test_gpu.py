@@ -133,3 +133,47 @@ def test_a_long_context_stays_correct_on_the_gpu(gpu_engine, real_engine):
     np.testing.assert_allclose(gpu_logits, cpu_logits, atol=0.05 * scale, rtol=0)  # fp16 vs fp32
     assert gpu_logits.argmax() == cpu_logits.argmax()
     assert gpu_engine.cache.capacity == gpu_engine.context_length  # allocated once, never grown
+
+
+# every architecture on CUDA --------------------------------------------------------------------------------------
+def _arch_logits(converted, provider: str, ids: np.ndarray, prefill: int) -> np.ndarray:
+    runner = ModelRunner(converted.onnx_path, provider)
+    if runner.provider != provider:
+        pytest.skip(f"no usable CUDA here: {runner.provider_note}")
+    cache = runner.new_cache()
+    steps = [runner.forward(ids[:prefill], cache)] + [runner.forward([t], cache) for t in ids[prefill:]]
+    return np.concatenate(steps).astype(np.float64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["llama-rope-freqs", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("precision", ["int4-cuda-dense", "int4-cuda"])
+def test_each_architecture_on_cuda_matches_the_cpu(arch_converted, arch, precision):
+    """fp16 activations on the GPU against the exact CPU graph: prefill past gemma3's 8-key window, then decode."""
+    ids = np.random.default_rng(5).integers(0, 300, 24)
+    expected = _arch_logits(arch_converted(arch, "int4", "all"), "cpu", ids, 16)
+    got = _arch_logits(arch_converted(arch, precision, "all"), "cuda", ids, 16)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(got, expected, atol=0.02 * scale, rtol=0)
+    assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.gpu
+def test_cudas_sliding_window_is_the_cpus_w_keys_including_the_current_one(arch_converted, arch_gguf, tiny_dir):
+    """GroupQueryAttention's local_window_size on CUDA: W keys including the current one, as on the CPU
+    (and llama.cpp). The CUDA logits are much closer to the CPU's with the same window than with W + 1."""
+    from dataclasses import replace
+
+    from engine.model.convert import ensure_converted
+    from engine.model.synthetic import write_synthetic_gguf
+    from tests.arch_models import ARCH_SPECS
+
+    wider = write_synthetic_gguf(tiny_dir / "gemma3-window9.gguf", replace(ARCH_SPECS["gemma3"], sliding_window=9))
+    ids = np.random.default_rng(6).integers(0, 300, 24)
+    same = _arch_logits(arch_converted("gemma3", "int4", "all"), "cpu", ids, 16)
+    other = _arch_logits(ensure_converted(wider, "int4", tiny_dir / "converted", logits_mode="all"), "cpu", ids, 16)
+    got = _arch_logits(arch_converted("gemma3", "int4-cuda-dense", "all"), "cuda", ids, 16)
+    past_window = slice(9, None)  # before position 9 both windows hold every key
+    near = np.abs(got[past_window] - same[past_window]).max()
+    far = np.abs(got[past_window] - other[past_window]).max()
+    assert near * 4 < far, (near, far)
