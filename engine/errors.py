@@ -19,6 +19,10 @@ class UnsupportedModelError(HearthError):
     """A well-formed GGUF that this engine cannot run (architecture, tensor type, rope layout)."""
 
 
+class NumericalError(HearthError):
+    """The model computed NaN or infinity: its activations overflowed the precision it runs in."""
+
+
 class ModelFetchError(HearthError):
     """Downloading or unpacking the default model failed."""
 

@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.arch import architecture_for, fp16_activations_ok
 from engine.errors import ModelFileError, ModelNotInstalledError, ProviderError
 from engine.generation import Engine
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import catalog_entry, default_model, installed_path
+from engine.model.gguf_file import GGUFModel
 from engine.model.precision import get_precision
 from engine.paths import HearthPaths, bundled_model_dir
 from engine.runtime import providers
@@ -137,8 +139,11 @@ def load_engine(
     start = time.perf_counter()
     gguf, shipped = locate_model(paths, model, weights)
     may_use_cuda = "cuda" in providers.candidate_providers(provider) and not providers.cuda_unavailable()
-    variant = cuda_variant(weights, gguf) if may_use_cuda and gguf is not None else None
     fallback = ""
+    if may_use_cuda and gguf is not None and not fp16_activations_ok(architecture_for(GGUFModel(gguf))):
+        fallback = "this model's activations overflow the fp16 that CUDA attention needs"
+        may_use_cuda = False
+    variant = cuda_variant(weights, gguf) if may_use_cuda and gguf is not None else None
     if variant:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.errors import NumericalError
 from engine.types import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
 
 
@@ -24,6 +25,9 @@ class Sampler:
     def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
         p = self.params
         logits = np.asarray(logits, dtype=np.float32)
+        if not np.isfinite(logits).all():  # argmax of NaNs is token 0: garbage that looks like output
+            raise NumericalError("the model computed invalid numbers (NaN or infinity): its activations overflowed "
+                                 "the precision it runs in; run it with --weights int4 or fp32")
         if p.repetition_penalty != 1.0 and history:
             logits = apply_repetition_penalty(logits, history[-p.penalty_window :], p.repetition_penalty)
         if p.greedy or p.temperature == 0:

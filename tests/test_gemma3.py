@@ -247,3 +247,28 @@ def test_real_gemma_conversation_past_the_window_resumes_from_its_checkpoint_bit
     a = live.engine.generate(prompt_live, GREEDY, 12, ready_logits=logits_live)
     b = restored.engine.generate(prompt_disk, GREEDY, 12, ready_logits=logits_disk)
     assert a.tokens == b.tokens
+
+
+# fp16 ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["int4-half", "int4-cuda", "int4-cuda-dense"])
+def test_fp16_precisions_are_refused_because_gemmas_activations_overflow_them(arch_gguf, tmp_path, precision):
+    """The real 270M file's fp16 runs (CPU and CUDA) gave NaN logits: argmax 0, an empty reply, no error."""
+    from engine.errors import UnsupportedModelError
+    from engine.model.convert import ensure_converted
+
+    with pytest.raises(UnsupportedModelError, match=f"gemma3 models overflow fp16 activations, so {precision} "
+                                                    "cannot run them; use int4, int4-fast or fp32"):
+        ensure_converted(arch_gguf("gemma3"), precision, tmp_path / "converted")
+    assert not (tmp_path / "converted").exists()  # refused before anything was made
+
+
+def test_the_cli_refuses_an_fp16_precision_for_gemma_in_one_line(arch_gguf, tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "--data-dir", str(tmp_path), "generate", "--model",
+                           str(arch_gguf("gemma3")), "--weights", "int4-half", "--prompt", "hi", "--provider", "cpu"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().endswith("use int4, int4-fast or fp32")
+    assert len(proc.stderr.strip().splitlines()) == 1

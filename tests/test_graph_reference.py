@@ -149,7 +149,10 @@ def test_rope_freqs_change_what_llama_computes(tmp_path, arch_gguf, arch_referen
                                atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", list(ARCH_SPECS))
+FP16_ARCHS = [name for name in ARCH_SPECS if name != "gemma3"]  # gemma3 overflows fp16: refused (test_gemma3.py)
+
+
+@pytest.mark.parametrize("name", FP16_ARCHS)
 def test_each_architecture_in_fp16_activations_stays_within_half_precision(arch_converted, arch_reference, name):
     """int4-half (what int4 runs as on CUDA): the QK norm, biases and factors in fp16 too."""
     runner = ModelRunner(arch_converted(name, "int4-half", "all").onnx_path, "cpu")

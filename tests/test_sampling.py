@@ -61,3 +61,15 @@ def test_repetition_penalty_lowers_seen_tokens():
 def test_invalid_parameters_are_clear_errors(kwargs):
     with pytest.raises(HearthError):
         Sampler(SamplingParams(**kwargs))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_logits_that_are_not_numbers_stop_generation_with_a_clear_error(bad):
+    """NaN logits (fp16 overflow) used to become token 0 again and again: an empty reply and no error."""
+    from engine.errors import NumericalError
+
+    logits = np.zeros(50, np.float32)
+    logits[7] = bad
+    for params in (SamplingParams(greedy=True), SamplingParams(temperature=0.8, seed=1)):
+        with pytest.raises(NumericalError, match="invalid numbers .* run it with --weights int4 or fp32"):
+            Sampler(params).sample(logits, [])

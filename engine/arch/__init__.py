@@ -7,7 +7,9 @@ An architecture's module (``engine/arch/<name>.py``) provides:
   fingerprint, so conversions and saved contexts made by the older graph stop matching);
 * ``read_config(model: GGUFModel) -> ModelConfig``: its hyperparameters from the GGUF metadata,
   refusing with UnsupportedModelError what the graph cannot compute;
-* ``build(g: engine.arch.blocks.Graph) -> None``: its graph, from the shared blocks.
+* ``build(g: engine.arch.blocks.Graph) -> None``: its graph, from the shared blocks;
+* optionally ``FP16_ACTIVATIONS = False`` when its activations exceed fp16's range (Gemma 3's residual
+  stream does): then fp16-compute precisions are refused and CUDA, whose attention is fp16 only, is not used.
 
 Modules are imported on first use: the runtime reads ``ModelConfig`` and the graph's I/O names from
 this package without paying for the graph builder.
@@ -25,8 +27,8 @@ if TYPE_CHECKING:
     from engine.arch.blocks import Graph
     from engine.model.gguf_file import GGUFModel
 
-__all__ = ["Architecture", "ModelConfig", "architecture_for", "architecture_modules", "get_architecture",
-           "supported_architectures"]
+__all__ = ["Architecture", "ModelConfig", "architecture_for", "architecture_modules", "fp16_activations_ok",
+           "get_architecture", "supported_architectures"]
 
 # general.architecture → the module that builds it. Register a new architecture here.
 _MODULES = {
@@ -44,6 +46,10 @@ class Architecture(Protocol):
     def read_config(self, model: GGUFModel) -> ModelConfig: ...
 
     def build(self, g: Graph) -> None: ...
+
+
+def fp16_activations_ok(arch: Architecture) -> bool:
+    return bool(getattr(arch, "FP16_ACTIVATIONS", True))
 
 
 def supported_architectures() -> tuple[str, ...]:

@@ -31,6 +31,8 @@ from engine.model.gguf_file import GGUFModel
 
 NAME = "gemma3"
 GRAPH_VERSION = 1
+# The 270M model's residual stream passes fp16's 65,504 (its fp16 runs, CPU or CUDA, give NaN logits).
+FP16_ACTIVATIONS = False
 SWA_PATTERN = 6  # every sixth layer is global, the other five local
 LOCAL_ROPE_BASE = 10000.0
 _27B_LAYERS = 62  # llama.cpp tells the 27B model apart by its layer count

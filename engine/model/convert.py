@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.arch import architecture_for, get_architecture
-from engine.errors import HearthError, ModelFileError
+from engine.arch import architecture_for, fp16_activations_ok, get_architecture
+from engine.errors import HearthError, ModelFileError, UnsupportedModelError
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
@@ -82,6 +82,15 @@ def conversion_dir(converted_root: Path, digest: str, precision: str, logits_mod
     return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{suffix}"
 
 
+def refuse_fp16_overflow(model: GGUFModel, precision: str) -> None:
+    """UnsupportedModelError for an fp16-compute precision of a model whose activations exceed fp16."""
+    arch = architecture_for(model)
+    if not fp16_activations_ok(arch):
+        raise UnsupportedModelError(
+            f"{model.path.name}: {arch.NAME} models overflow fp16 activations, so {precision} cannot run them; "
+            "use int4, int4-fast or fp32")
+
+
 def ensure_converted(
     gguf_path: Path,
     precision: str,
@@ -94,6 +103,8 @@ def ensure_converted(
     prec = get_precision(precision)
     if not Path(gguf_path).is_file():
         raise ModelFileError(f"model file not found: {gguf_path}")
+    if prec.compute == "float16":
+        refuse_fp16_overflow(GGUFModel(gguf_path), prec.name)
     # A cache hit needs only the hash; the GGUF is parsed (and validated) only to build.
     digest = gguf_digest(Path(gguf_path))
     final = conversion_dir(converted_root, digest, prec.name, logits_mode)
