@@ -172,3 +172,12 @@ def test_gemma_stays_on_the_cpu_where_cuda_would_overflow_and_says_why(arch_gguf
         engine, converted, _ = load_engine(paths, model=arch_gguf("gemma3"), provider=provider)
         assert engine.provider == "cpu" and converted.precision == "int4"
         assert "activations overflow the fp16 that CUDA attention needs" in engine.runner.provider_note
+
+
+@pytest.mark.gpu
+def test_a_new_gpu_cache_holds_zeros_not_what_the_memory_held_before(cuda_runner):
+    """Fresh CUDA memory can hold NaNs from earlier work; attention reads tiles past the valid rows."""
+    cache = cuda_runner.new_cache()
+    buffers = [cache.arena] if getattr(cache, "arena", None) is not None else cache.keys + cache.values
+    for value in buffers:
+        assert not np.any(value.numpy()), "a new KV buffer on the GPU is not zeroed"

@@ -37,8 +37,9 @@ class CudaRuntime:
         lib.cudaMemcpy2D.argtypes = [p, size, p, size, size, size, ctypes.c_int]
         lib.cudaHostAlloc.argtypes = [ctypes.POINTER(p), size, ctypes.c_uint]
         lib.cudaFreeHost.argtypes = [p]
+        lib.cudaMemset.argtypes = [p, ctypes.c_int, size]
         lib.cudaGetErrorString.restype = ctypes.c_char_p
-        for name in ("cudaMemcpy2D", "cudaHostAlloc", "cudaFreeHost", "cudaDeviceSynchronize"):
+        for name in ("cudaMemcpy2D", "cudaMemset", "cudaHostAlloc", "cudaFreeHost", "cudaDeviceSynchronize"):
             getattr(lib, name).restype = ctypes.c_int
 
     def _check(self, code: int, what: str) -> None:
@@ -54,6 +55,11 @@ class CudaRuntime:
             self._check(self.lib.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
         kind = _HOST_TO_DEVICE if to_device else _DEVICE_TO_HOST
         self._check(self.lib.cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, height, kind), "cudaMemcpy2D")
+
+    def zero(self, ptr: int, nbytes: int) -> None:
+        """Fill ``nbytes`` of device memory with zeros. Synchronous."""
+        self._check(self.lib.cudaMemset(ptr, 0, nbytes), "cudaMemset")
+        self._check(self.lib.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
     def pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A page-locked host array, freed when the array is collected."""

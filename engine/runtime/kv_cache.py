@@ -70,14 +70,12 @@ class KVCache:
         if self.device == "cpu":
             area = mmap.mmap(-1, int(np.prod(shape)) * self.dtype.itemsize)
             return ort.OrtValue.ortvalue_from_numpy(np.frombuffer(area, dtype=self.dtype).reshape(shape))
-        return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), self.dtype.type, "cuda", 0)
+        return _zeroed_on_device(shape, self.dtype)
 
     def _allocate(self, capacity: int) -> None:
         if self.on_device:
-            import onnxruntime as ort
-
             shape = [self.n_layers, 2, self.n_kv_heads, capacity, self.head_dim]
-            self.arena = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.dtype.type, "cuda", 0)
+            self.arena = _zeroed_on_device(shape, self.dtype)
             self.capacity = capacity
             return
         old_k, old_v, keep = self.keys, self.values, self.length
@@ -358,3 +356,20 @@ class KVCache:
         if valid > start:
             self.load(keys[:, :, : valid - start], values[:, :, : valid - start], start)
         return valid
+
+
+def _zeroed_on_device(shape, dtype: np.dtype):
+    """A CUDA buffer of zeros. cudaMalloc'd memory holds whatever was there before, NaNs included, and the
+    attention kernels read whole tiles past the valid rows: a masked-out weight of 0 times a NaN left in the
+    cache is still NaN."""
+    import onnxruntime as ort
+
+    from engine.runtime.cuda_copy import cuda_runtime
+
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype.type, "cuda", 0)
+    runtime = cuda_runtime()
+    if runtime is not None:
+        runtime.zero(value.data_ptr(), int(np.prod(shape)) * dtype.itemsize)
+    else:
+        value.update_inplace(np.zeros(shape, dtype))
+    return value
