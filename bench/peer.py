@@ -243,7 +243,7 @@ class PeerSide:
         import numpy as np
 
         reply = self.call("fill", tokens=prompt)
-        self.prompt, self.logits = prompt, np.frombuffer(base64.b64decode(reply["logits"]), np.float32)
+        self.prompt, self.logits = prompt, np.frombuffer(base64.b64decode(reply["last_logits"]), np.float32)
 
     def decode(self, first: int) -> float:
         reply = self.call("decode", keep=len(self.prompt), first=first, steps=DECODE_STEPS, warmup=DECODE_WARMUP)

@@ -139,7 +139,7 @@ def main() -> int:
             elif op == "prefill":
                 result = {"s": peer.prefill(req["tokens"])}
             elif op == "fill":
-                result = {"s": peer.prefill(req["tokens"]), "logits": peer.logits_b64()}
+                result = {"s": peer.prefill(req["tokens"]), "last_logits": peer.logits_b64()}
             elif op == "decode":
                 result = peer.decode(**req)
             elif op == "state":
