@@ -26,7 +26,9 @@ from tests.gguf_edit import rewrite_gguf
 from tests.test_cli import assert_clean_error, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d).rglob("*.py")]
+# Hearth's own sources: not what a benchmark installs into its own hidden venv (bench/.peer-venv).
+SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d).rglob("*.py")
+           if not any(part.startswith(".") for part in p.relative_to(REPO).parts)]
 
 
 # the registry ------------------------------------------------------------------------------------------------

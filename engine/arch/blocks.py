@@ -164,6 +164,18 @@ class Graph:
         return self.w.op("Split", [x, self.w.constant(self.w.fresh("split"), np.array(sizes, np.int64))], len(sizes),
                          axis=-1)
 
+    def qk_normed_qkv(self, x: str, prefix: str) -> tuple[str, str, str]:
+        """(q, k, v) of one fused QKV projection, with a per-head RMSNorm on q and k (``attn_q_norm``,
+        ``attn_k_norm``): for GQA's separate query, key and value inputs."""
+        cfg = self.cfg
+        qkv = self.fused_linear(x, prefix + "attn_qkv", {
+            prefix + t + ".weight": self.weight(prefix + t + ".weight") for t in ("attn_q", "attn_k", "attn_v")})
+        kv_width = cfg.n_head_kv * cfg.head_dim
+        q, k, v = self.split(qkv, [cfg.n_head * cfg.head_dim, kv_width, kv_width])
+        q = self.head_norm(q, cfg.n_head, prefix + "attn_q_norm.weight")
+        k = self.head_norm(k, cfg.n_head_kv, prefix + "attn_k_norm.weight")
+        return q, k, v
+
     def rotary(self, cos: np.ndarray, sin: np.ndarray, name: str = "rotary") -> tuple[str, str]:
         """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them;
         ``name``: another pair's (layers that rotate with another base)."""

@@ -68,7 +68,6 @@ def is_local(layer: int) -> bool:
 
 def build(g: Graph) -> None:
     cfg = g.cfg
-    q_width, kv_width = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
     window, local_layers = cfg.extras["sliding_window"], set(cfg.extras["local_layers"])
     ids = g.inputs()
     rotary = g.rotary(*rotary_tables(cfg))
@@ -80,11 +79,7 @@ def build(g: Graph) -> None:
     for i in g.layers():
         p = f"blk.{i}."
         normed, residual = g.add_and_norm(pending, residual, p + "attn_norm.weight")
-        qkv = g.fused_linear(normed, p + "attn_qkv", {
-            p + t + ".weight": g.weight(p + t + ".weight") for t in ("attn_q", "attn_k", "attn_v")})
-        q, k, v = g.split(qkv, [q_width, kv_width, kv_width])
-        q = g.head_norm(q, cfg.n_head, p + "attn_q_norm.weight")
-        k = g.head_norm(k, cfg.n_head_kv, p + "attn_k_norm.weight")
+        q, k, v = g.qk_normed_qkv(normed, p)
         local = i in local_layers
         attn = g.attention(i, q, local_rotary if local else rotary, key=k, value=v,
                            scale=cfg.extras["attention_scale"], **({"local_window_size": window} if local else {}))

@@ -28,18 +28,13 @@ def read_config(model: GGUFModel) -> ModelConfig:
 
 def build(g: Graph) -> None:
     cfg = g.cfg
-    q_width, kv_width = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
     ids = g.inputs()
     rotary = g.rotary(*rotary_tables(cfg))
     pending, residual = g.embed(ids), None  # pending: a block's output, not yet added to the residual
     for i in g.layers():
         p = f"blk.{i}."
         normed, residual = g.add_and_norm(pending, residual, p + "attn_norm.weight")
-        qkv = g.fused_linear(normed, p + "attn_qkv", {
-            p + t + ".weight": g.weight(p + t + ".weight") for t in ("attn_q", "attn_k", "attn_v")})
-        q, k, v = g.split(qkv, [q_width, kv_width, kv_width])
-        q = g.head_norm(q, cfg.n_head, p + "attn_q_norm.weight")
-        k = g.head_norm(k, cfg.n_head_kv, p + "attn_k_norm.weight")
+        q, k, v = g.qk_normed_qkv(normed, p)
         attn = g.attention(i, q, rotary, key=k, value=v)
         out = g.linear(attn, p + "attn_output", g.weight(p + "attn_output.weight"))
         normed, residual = g.add_and_norm(out, residual, p + "ffn_norm.weight")
