@@ -45,6 +45,10 @@ use_cli() {
   check "hearth-cli kv verify --all: every saved context is valid" $RUN hearth-cli kv verify --all
   out="$($RUN hearth-cli --json conversations show install-test 2>&1)"
   check "hearth-cli conversations show install-test: four messages" grep -q '"message_count": 4' <<<"$out"
+  # The packaged catalog knows the second model (offline: it names the fetch, it does not download).
+  out="$($RUN hearth-cli generate --model gemma-3-270m --prompt Hi 2>&1)"
+  check "the packaged catalog offers gemma-3-270m (hearth-cli names its fetch)" \
+    grep -q "run 'hearth-cli model fetch gemma-3-270m' first" <<<"$out"
 }
 
 # check_resumed RESUME_JSON: the turn continued from its saved context on disk, or re-read it because that was
