@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar
 
-from app.text import context_label, model_label, resume_summary
+from app.text import context_label, model_label, model_tooltip, resume_summary
 from engine.types import Finished, ModelInfo, Resume
 
 
@@ -24,7 +24,7 @@ class StatusLine:
     def model_ready(self, info: ModelInfo) -> None:
         self.limit = info.context_length
         self.model.setText(model_label(info))
-        self.model.setToolTip(info.note)
+        self.model.setToolTip(model_tooltip(info))
         self.context.setText(context_label(0, info.context_length))
 
     def tokens_in_context(self, used: int) -> None:

@@ -65,7 +65,19 @@ def turn_note(finished: Finished) -> str:
 
 
 def model_label(info: ModelInfo) -> str:
-    return f"{info.name} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
+    base = " · base model" if info.kind == "base" else ""
+    return f"{info.name}{base} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
+
+
+def model_tooltip(info: ModelInfo) -> str:
+    """Why it runs where it runs, and what a user of a base model or a built-in template should know."""
+    lines = [info.note] if info.note else []
+    if info.kind == "base":
+        lines.append("A base model: it continues text rather than following instructions, so replies may ramble.")
+    if info.chat_template.startswith("builtin:"):
+        family = info.chat_template.split(":", 1)[1]
+        lines.append(f"The model file has no chat format; Hearth uses its built-in {family} format.")
+    return "\n".join(lines)
 
 
 def context_label(used: int, limit: int) -> str:

@@ -27,6 +27,7 @@ from engine.runtime.runner import ModelRunner
 from engine.sampling import Sampler, SamplingParams, check_top_logprobs, token_logprob
 from engine.text import builtin_templates
 from engine.text.chat_template import ChatTemplate
+from engine.text.profile import model_kind
 from engine.text.stream import StreamDecoder
 from engine.text.tokenizer import Tokenizer
 from engine.types import CancelToken
@@ -69,6 +70,7 @@ class Engine:
         self.prefill_chunk = prefill_chunk
         self.cache = runner.new_cache()
         self.tokens: list[int] = []
+        self.kind = "chat"  # or "base": a pretrained model that continues text (engine.text.profile)
 
     @classmethod
     def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None, *,
@@ -78,7 +80,9 @@ class Engine:
         tokenizer = Tokenizer.from_gguf(gguf)
         template = cls.template_for(gguf, tokenizer)
         runner = ModelRunner(converted.onnx_path, provider, threads, cpu_fallback=cpu_fallback)
-        return cls(runner, tokenizer, template, converted)
+        engine = cls(runner, tokenizer, template, converted)
+        engine.kind = model_kind(gguf)
+        return engine
 
     @staticmethod
     def template_for(gguf: GGUFModel, tokenizer: Tokenizer) -> ChatTemplate:

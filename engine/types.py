@@ -124,6 +124,8 @@ class ModelInfo:
     context_length: int
     note: str = ""  # why the provider differs from the request, or ""
     load_ms: float = 0.0
+    kind: str = "chat"  # "chat" (instruction-tuned) or "base" (continues text; chats through a template anyway)
+    chat_template: str = "gguf"  # where its chat format comes from: "gguf" or "builtin:<family>"
 
     @property
     def label(self) -> str:

@@ -9,14 +9,14 @@ import numpy as np
 
 def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | None = None,
                  values: dict | None = None, new_values: dict | None = None) -> Path:
-    """``add`` maps tensor names to (raw bytes array, GGMLQuantizationType); ``values`` replaces
+    """``drop`` names tensors or metadata keys to leave out; ``add`` maps tensor names to (raw bytes array, GGMLQuantizationType); ``values`` replaces
     scalar metadata values, keeping their types; ``new_values`` adds metadata: key → (value, GGUFValueType)."""
     import gguf
 
     reader = gguf.GGUFReader(src)
     writer = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
+        if key.startswith("GGUF.") or key == "general.architecture" or key in drop:
             continue
         if field.types[0] == gguf.GGUFValueType.ARRAY:
             writer.add_array(key, field.contents())

@@ -239,6 +239,22 @@ def test_check_restore_restores_from_disk_even_when_re_reading_looks_faster(hear
     assert turn.resume.source != ResumeSource.DISK
 
 
+def test_model_info_says_whether_it_is_a_chat_model_and_where_its_chat_format_comes_from(hearth, tmp_path):
+    from tests.gguf_edit import rewrite_gguf
+
+    info = hearth.model
+    assert info.kind == "chat" and info.chat_template == "gguf"  # the tiny model carries a ChatML template
+    # The same file without its template, as the Gemma 3 270M base model comes: a base model, with the
+    # built-in format its vocabulary fits.
+    bare = rewrite_gguf(hearth.model_path, tmp_path / "bare.gguf", drop=("tokenizer.chat_template",))
+    service = Hearth(resolve_paths(tmp_path / "home").ensure(), model=bare, provider="cpu")
+    try:
+        info = service.load()
+    finally:
+        service.close()
+    assert info.kind == "base" and info.chat_template == "builtin:chatml"
+
+
 def test_a_missing_default_model_is_a_typed_error(tmp_path, monkeypatch):
     monkeypatch.delenv("HEARTH_BUNDLED_MODEL", raising=False)
     service = Hearth(resolve_paths(tmp_path / "empty").ensure(), provider="cpu")

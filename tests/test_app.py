@@ -654,3 +654,23 @@ def test_a_message_sent_during_a_rebuild_waits_for_it(qtbot, windows, real_confi
     assert order == ["rebuilt", "reply"]
     assert "Rebuilt" in w.banner.message.text()
     assert [m.role for m in w.store.messages(conv)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_the_status_bar_names_a_base_model_and_a_built_in_chat_format(qtbot):
+    from PySide6.QtWidgets import QStatusBar
+
+    from app.status import StatusLine
+    from engine.types import ModelInfo
+
+    bar = QStatusBar()
+    qtbot.addWidget(bar)
+    status = StatusLine(bar)
+    status.model_ready(ModelInfo("gemma-3-270m-q4_k_m", "cpu", "int4", 32768,
+                                 note="CUDA is not available: this model's activations overflow the fp16 that CUDA "
+                                      "attention needs; running on the CPU", kind="base", chat_template="builtin:gemma"))
+    assert status.model.text() == "gemma-3-270m-q4_k_m · base model · int4 · CPU"
+    tip = status.model.toolTip()
+    assert "overflow the fp16" in tip and "A base model: it continues text" in tip
+    assert "no chat format; Hearth uses its built-in gemma format" in tip
+    status.model_ready(ModelInfo("SmolLM2", "cpu", "int4", 8192))  # a chat model with its own template
+    assert status.model.text() == "SmolLM2 · int4 · CPU" and status.model.toolTip() == ""
