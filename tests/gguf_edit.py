@@ -9,7 +9,8 @@ import numpy as np
 
 def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | None = None,
                  values: dict | None = None, new_values: dict | None = None) -> Path:
-    """``drop`` names tensors or metadata keys to leave out; ``add`` maps tensor names to (raw bytes array, GGMLQuantizationType); ``values`` replaces
+    """``drop`` names tensors or metadata keys to leave out; ``add`` maps tensor names to (raw bytes array,
+    GGMLQuantizationType); ``values`` replaces
     scalar metadata values, keeping their types; ``new_values`` adds metadata: key → (value, GGUFValueType)."""
     import gguf
 
