@@ -1,0 +1,94 @@
+"""What a GGUF takes in memory under a precision, before any conversion: its tensor types, the form the
+converter gives each (engine/model/weights.py decides), and the RAM of its weights and a full-context KV
+cache. Behind ``hearth-cli model info``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import UnsupportedModelError
+from engine.model.weights import tensor_rows, will_pack
+from engine.model.gguf_file import GGUFModel
+from engine.model.precision import DEFAULT_PRECISION, get_precision
+from engine.model.quant import is_packable, pack_rows
+from engine.types import ModelFootprint, WeightTypeUse
+
+_FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
+
+
+def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) -> ModelFootprint:
+    """The GGUF's tensor types, the form ``weights`` gives each (engine/model/weights.py decides), and an
+    estimate of the RAM its weights and a full-context KV cache take. Needs no conversion, and works for
+    an architecture that cannot run yet (then without the KV cache). ``gguf``: a path, or the file
+    already open (saves reading its header again)."""
+    model = gguf if isinstance(gguf, GGUFModel) else GGUFModel(gguf)
+    precision = get_precision(weights)
+    tied = not model.has_tensor("output.weight")
+    totals: dict[str, list] = {}  # type → [tensors, form, file bytes, ram bytes, fp32 bytes]
+    for t in model.tensors:
+        name = t.name
+        form, ram = _tensor_form_and_ram(model, name, precision, tied)
+        row = totals.setdefault(t.tensor_type.name, [0, form, 0, 0, 0])
+        row[0] += 1
+        row[2] += int(t.n_bytes)
+        row[3] += ram
+        row[4] += int(t.n_elements) * 4
+        if form == "unsupported":
+            row[1] = form
+    types = {k: WeightTypeUse(*v) for k, v in sorted(totals.items())}
+    kv_dtype = precision.compute
+    try:
+        cfg = model.config()
+    except UnsupportedModelError:
+        cfg = None
+    kv = None if cfg is None else (cfg.n_layers * 2 * cfg.n_head_kv * cfg.head_dim * cfg.context_length
+                                   * np.dtype(kv_dtype).itemsize)
+    return ModelFootprint(str(model.value("general.architecture", "")), precision.name, types,
+                          sum(u.ram_bytes for u in types.values()), sum(u.dense_fp32_bytes for u in types.values()),
+                          kv_dtype, None if cfg is None else cfg.context_length, kv)
+
+
+def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, int]:
+    """(form, estimated bytes in the converted model) of one tensor, by the converter's own rules:
+    1-D tensors are fp32 vectors; matrices are packed where ``will_pack`` says so, else dense; the
+    token table is always a dense gather table, and also the packed head when tied and packable."""
+    t = model.tensor(name)
+    shape = [int(x) for x in t.shape]
+    type_name = t.tensor_type.name
+    elements = int(t.n_elements)
+    if len(shape) != 2:
+        return "dense", elements * 4
+    # Dense matrices are stored in the precision's dense dtype, or in fp16 where activations are fp16.
+    itemsize = 2 if "float16" in (precision.dense_dtype, precision.compute) else 4
+    dense_bytes = elements * itemsize
+    if not _dequantizable(t):
+        return "unsupported", dense_bytes
+    packed = will_pack(model, name, precision)
+    form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"
+    if name == "token_embd.weight":
+        return form, dense_bytes + (_packed_bytes(model, name) if packed and tied else 0)
+    return form, _packed_bytes(model, name) if packed else dense_bytes
+
+
+def _packed_bytes(model, name: str) -> int:
+    """A packed layer's bytes: pack one row for real and scale by the rows (blob, scales and the offset
+    correction all grow linearly with them), so the layout stays quant.py's alone."""
+    type_name, raw, n, k = tensor_rows(model, name)
+    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name)
+    per_row = one.blob.nbytes + one.scales.nbytes + (0 if one.correction is None else one.correction.nbytes)
+    return per_row * n
+
+
+def _dequantizable(tensor) -> bool:
+    """Whether gguf can turn this type into floats (tried on the first row only)."""
+    from gguf import quants
+
+    if tensor.tensor_type.name in _FLOAT_TYPES:
+        return True
+    try:
+        quants.dequantize(np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1)[:1], tensor.tensor_type)
+    except (NotImplementedError, ValueError):
+        return False
+    return True
