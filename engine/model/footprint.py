@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import UnsupportedModelError
-from engine.model.weights import tensor_rows, will_pack
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, get_precision
 from engine.model.quant import is_packable, pack_rows
+from engine.model.weights import tensor_rows, will_pack
 from engine.types import ModelFootprint, WeightTypeUse
 
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
