@@ -371,7 +371,7 @@ def test_model_info_reports_tensor_types_forms_and_memory(tiny_gguf):
     assert info["architecture"] == "llama" and info["weights"] == "int4"
     assert info["quant_types"] == gguf_type_counts(tiny_gguf) == {"F32": 5, "Q4_1": 14, "Q8_0": 1}
     types = info["weight_types"]
-    assert {k: v["form"] for k, v in types.items()} == {"F32": "dense", "Q4_1": "packed", "Q8_0": "dense"}
+    assert {k: v["form"] for k, v in types.items()} == {"F32": "dense", "Q4_1": "packed", "Q8_0": "packed"}
     assert all(v["tensors"] == info["quant_types"][k] for k, v in types.items())
     # The packed estimate is exactly what the converter's packing gives the Q4_1 layers.
     model = GGUFModel(tiny_gguf)
@@ -379,7 +379,7 @@ def test_model_info_reports_tensor_types_forms_and_memory(tiny_gguf):
              for t in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
     layers = [weights.linear(model, n, PRECISIONS["int4"]) for n in names]
     assert all(isinstance(layer, PackedWeight) for layer in layers)
-    packed = sum(w.blob.nbytes + w.scales.nbytes + (0 if w.correction is None else w.correction.nbytes) for w in layers)
+    packed = sum(w.stored_bytes() for w in layers)
     assert types["Q4_1"]["ram_bytes"] == packed < types["Q4_1"]["dense_fp32_bytes"]
     ram = info["ram"]
     assert 0 < ram["weights_bytes"] < ram["dense_fp32_bytes"]
@@ -394,8 +394,29 @@ def test_model_info_reports_tensor_types_forms_and_memory(tiny_gguf):
     assert fp16["ram"]["weights_bytes"] > ram["weights_bytes"]
     assert model_info(tiny_gguf, "--weights", "int4-half")["ram"]["kv_cache_bytes"] == ram["kv_cache_bytes"] // 2
     human = run_cli("model", "info", "--model", str(tiny_gguf)).stdout
-    assert "tensors (int4): F32 ×5 dense, Q4_1 ×14 packed, Q8_0 ×1 dense" in human
+    assert "tensors (int4): F32 ×5 dense, Q4_1 ×14 packed, Q8_0 ×1 packed" in human
     assert "RAM estimate (int4): weights" in human and "KV cache 0.1 MiB at 256 tokens (float32)" in human
+
+
+@pytest.mark.parametrize("weights", ["int4", "int4-fast", "fp32", "int4-half"])
+@pytest.mark.parametrize("spec", [SyntheticSpec(), SyntheticSpec(n_embd=256, n_ff=512, weight_type="Q6_K", tied=False),
+                                  SyntheticSpec(n_embd=256, n_ff=512, weight_type="Q4_K", embedding_type="Q6_K")],
+                         ids=["q4_1-tied-q8_0", "q6_k-untied", "q4_k-tied-q6_k"])
+def test_the_ram_estimate_is_what_the_converter_writes(tmp_path, spec, weights):
+    """model info's weight estimate against the converted model's initializers: equal but for the
+    graph's own constants (the rotary tables, shapes), which are not weights."""
+    import onnx
+
+    from engine.model.convert import ensure_converted
+
+    path = write_synthetic_gguf(tmp_path / "m.gguf", spec)
+    estimate = model_info(path, "--weights", weights)["ram"]["weights_bytes"]
+    converted = ensure_converted(path, weights, tmp_path / "c")
+    graph = onnx.load(str(converted.onnx_path), load_external_data=False).graph
+    written = {i.name: int(next(e.value for e in i.external_data if e.key == "length")) if i.external_data
+               else len(onnx.numpy_helper.to_array(i).tobytes()) for i in graph.initializer}
+    weight_bytes = sum(v for k, v in written.items() if "rotary" not in k and "cos" not in k and "sin" not in k)
+    assert abs(weight_bytes - estimate) <= 2048, (weight_bytes, estimate, sorted(written.items(), key=lambda kv: -kv[1])[:6])
 
 
 def test_model_info_names_dense_fallbacks_and_types_that_cannot_be_read(tmp_path):

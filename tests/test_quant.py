@@ -7,7 +7,7 @@ import pytest
 
 from engine.arch.llama import unpermute_heads
 from engine.errors import ModelFileError
-from engine.model.quant import concat_packed, is_packable, pack_rows
+from engine.model.quant import concat_packed, is_packable, pack_rows, split_planes
 
 
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1"])
@@ -173,15 +173,23 @@ def _run_matmulnbits(layer, x: np.ndarray, zero_points: bool = False) -> np.ndar
     from onnx import TensorProto, helper, numpy_helper
 
     blob, scales, corr = layer.blob, layer.scales, layer.correction
-    inputs, inits, nodes = ["x", "w", "s"], [], []
+    inputs, inits, nodes = ["x" if layer.planes == 1 else "x2", "w", "s"], [], []
+    if layer.planes == 2:  # each input block read twice, as Graph._doubled feeds a split layer
+        inits.append(numpy_helper.from_array(np.array([0, layer.n_blocks, 1, layer.block], np.int64), "pairs"))
+        inits.append(numpy_helper.from_array(np.array([0, 2 * layer.k], np.int64), "flat"))
+        nodes += [helper.make_node("Reshape", ["x", "pairs"], ["xp"]), helper.make_node("Concat", ["xp", "xp"], ["xx"], axis=2),
+                  helper.make_node("Reshape", ["xx", "flat"], ["x2"])]
     if zero_points:
         blob, scales, zp = layer.with_zero_points()
         inputs.append("zp")
         inits.append(numpy_helper.from_array(zp, "zp"))
         corr = None
     inits += [numpy_helper.from_array(blob, "w"), numpy_helper.from_array(scales, "s")]
+    if layer.planes == 2:
+        inputs.append("zp")
+        inits.append(numpy_helper.from_array(layer.plane_zero_points(), "zp"))
     nodes.append(helper.make_node("MatMulNBits", inputs, ["y" if corr is None else "y0"], domain="com.microsoft",
-                                  K=layer.k, N=layer.n, bits=layer.bits, block_size=layer.block, accuracy_level=0))
+                                  K=layer.matmul_k, N=layer.n, bits=layer.bits, block_size=layer.block, accuracy_level=0))
     if corr is not None:
         inits += [numpy_helper.from_array(corr, "c"), numpy_helper.from_array(np.array([-1], np.int64), "axes"),
                   numpy_helper.from_array(np.array([0, layer.n_blocks, layer.block], np.int64), "shape")]
@@ -217,3 +225,42 @@ def test_float_zero_points_compute_the_same_weights(type_name):
     ref = x.astype(np.float64) @ w.T
     scale = np.abs(x).astype(np.float64) @ np.abs(w).T
     assert np.abs(_run_matmulnbits(layer, x, zero_points=True) - ref).max() <= 1e-6 * scale.max()
+
+
+_EIGHT_BIT = ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K"]
+
+
+@pytest.mark.parametrize("type_name", _EIGHT_BIT)
+def test_split_planes_are_the_8bit_weights(type_name):
+    """Exact int4's head: an 8-bit layer as two 4-bit planes (scales d and 16·d, zero points 0 and 8)
+    holds the same weights to within the rounding of one fp32 addition."""
+    layer, w = _packed_layer(type_name, 40, 512)
+    split = split_planes(layer, rows_per_chunk=7)  # chunks that do not divide the rows
+    assert (split.bits, split.planes, split.k, split.matmul_k, split.block) == (4, 2, 512, 1024, layer.block)
+    got = split.dequantize().astype(np.float64)
+    assert np.abs(got - w).max() <= 2 ** -22 * np.abs(w).max()
+    assert np.abs(split.dequantize() - layer.dequantize()).max() <= 2 ** -22 * np.abs(w).max()
+
+
+@pytest.mark.parametrize("type_name", _EIGHT_BIT)
+def test_matmulnbits_computes_the_gguf_weights_from_split_planes(type_name):
+    layer, w = _packed_layer(type_name, 40, 512)
+    x = np.random.default_rng(5).standard_normal((5, 512)).astype(np.float32)
+    ref = x.astype(np.float64) @ w.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+    assert np.abs(_run_matmulnbits(split_planes(layer), x) - ref).max() <= 1e-6 * scale.max()
+
+
+def test_only_8bit_layers_split_and_split_layers_have_no_zero_point_form():
+    four, _ = _packed_layer("Q4_0", 8, 64)
+    with pytest.raises(ValueError, match="8-bit"):
+        split_planes(four)
+    split = split_planes(_packed_layer("Q8_0", 8, 64)[0])
+    with pytest.raises(ValueError, match="8-bit"):
+        split_planes(split)
+    with pytest.raises(ValueError, match="zero-point"):
+        split.with_zero_points()
+    with pytest.raises(ValueError, match="plane zero points"):
+        four.plane_zero_points()
+    with pytest.raises(ValueError, match="same bits"):
+        concat_packed([split, _packed_layer("Q4_0", 8, 64)[0]])

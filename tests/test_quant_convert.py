@@ -70,6 +70,31 @@ def test_int4_packs_4_bit_forms_and_leaves_8_bit_ones_dense(tmp_path, weight_typ
     _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))
 
 
+@pytest.mark.parametrize("weight_type", ["Q6_K", "Q5_K", "Q8_0"])
+def test_int4_splits_an_8bit_head_into_4bit_planes_and_stays_exact(tmp_path, weight_type):
+    """Exact int4 runs an untied 8-bit head as two 4-bit planes (K doubled), its layers' 8-bit forms
+    dense: the head is the one layer only ever run on one row, where the planes are fast."""
+    spec = replace(K_SPEC, weight_type=weight_type, tied=False)
+    path = write_synthetic_gguf(tmp_path / "m.gguf", spec)
+    converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
+    graph = onnx.load(str(converted.onnx_path), load_external_data=False).graph
+    nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    assert [n.input[1] for n in nodes] == ["output.qweight"]
+    attrs = {a.name: a.i for a in nodes[0].attribute}
+    assert (attrs["bits"], attrs["K"]) == (4, 2 * spec.n_embd)
+    _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))
+
+
+@pytest.mark.parametrize("weight_type", ["Q6_K", "Q5_0"])
+def test_every_8bit_layer_splits_exactly(tmp_path, weight_type):
+    """split_8bit="all": every layer held as 8-bit runs as 4-bit planes, and the model stays exact."""
+    path = write_synthetic_gguf(tmp_path / "m.gguf", replace(K_SPEC, weight_type=weight_type))
+    onnx_path = _convert(path, replace(PRECISIONS["int4"], split_8bit="all"), tmp_path / "c")
+    block = FORMS[weight_type][1]
+    assert _matmulnbits(onnx_path) == [(4, block)] * (2 * 4)
+    _assert_matches(_logits(onnx_path), ReferenceLlama(path).logits(IDS))
+
+
 def test_mixed_types_in_fused_layers(tmp_path):
     """A Q4_K_M-like mix: within one fused QKV and one gate/up, layers of different bits and blocks
     (Q4_K 4-bit/32, Q6_K 8-bit/16, Q3_K 4-bit/16, Q5_0 8-bit/32) go unfused, each in its own form."""

@@ -20,7 +20,7 @@ from engine.model import weights
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision
-from engine.model.quant import PackedWeight, concat_packed, is_packable, pack_rows, packed_bits
+from engine.model.quant import PackedWeight, concat_packed, pack_rows
 
 ProgressFn = Callable[[int, int], None]
 MS = "com.microsoft"
@@ -35,7 +35,7 @@ class Graph:
         self.logits_mode, self.progress = logits_mode, progress
         self._blocksums: dict[str, str] = {}
         self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
-        self._embedding_blocks: tuple[PackedWeight, str, str] | None = None  # embed_8bit's table, blob, scales
+        self._embedding_blocks: tuple[PackedWeight, str, str] | None = None  # embed()'s 8-bit table, blob, scales
         self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
         # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
         self.half = precision.compute == "float16"
@@ -60,8 +60,8 @@ class Graph:
                 self.progress(i + 1, steps)
 
     # weights ------------------------------------------------------------------------------------
-    def weight(self, name: str, reorder_rows: weights.RowOrder | None = None) -> weights.Layer:
-        return weights.linear(self.model, name, self.precision, reorder_rows)
+    def weight(self, name: str, reorder_rows: weights.RowOrder | None = None, head: bool = False) -> weights.Layer:
+        return weights.linear(self.model, name, self.precision, reorder_rows, head)
 
     def vector(self, name: str) -> np.ndarray:
         """A 1-D tensor (a norm's gain, a bias) as fp32."""
@@ -88,9 +88,11 @@ class Graph:
     def _matmul(self, x: str, name: str, layer: weights.Layer, named: dict) -> str:
         if isinstance(layer, np.ndarray):
             return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
-        inputs = [x]
+        # A layer split into planes reads each input block twice (engine/model/quant.py: split_planes).
+        inputs = [x if layer.planes == 1 else self._doubled(x, layer.k, layer.block)]
         # Float zero points replace the side branch only below 8 bits: the CPU kernel refuses 8-bit ones.
-        if layer.correction is not None and self.precision.q4_1_form == "zero_point" and layer.bits < 8:
+        if (layer.correction is not None and self.precision.q4_1_form == "zero_point" and layer.bits < 8
+                and layer.planes == 1):
             blob, scales, zero_points = layer.with_zero_points()
             inputs += [self.w.constant(name + ".qweight", blob), self.w.constant(name + ".scales", scales.astype(self.np_dtype)),
                        self.w.constant(name + ".zero_points", zero_points.astype(self.np_dtype))]
@@ -98,10 +100,12 @@ class Graph:
         else:
             inputs += [self.w.constant(name + ".qweight", layer.blob),
                        self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype))]  # must match the input
+            if layer.planes == 2:
+                inputs.append(self.w.constant(name + ".zero_points", layer.plane_zero_points()))
             correction = layer.correction
         y = self.w.op(
             "MatMulNBits", inputs, domain=MS, **(named if correction is None else {}),  # else the Add is last
-            K=layer.k, N=layer.n, bits=layer.bits, block_size=layer.block, accuracy_level=self.precision.accuracy_level,
+            K=layer.matmul_k, N=layer.n, bits=layer.bits, block_size=layer.block, accuracy_level=self.precision.accuracy_level,
         )[0]
         if correction is None:
             return y
@@ -117,6 +121,17 @@ class Graph:
             grouped = self.w.op1("Reshape", [x, shape])
             axes = self.w.constant(self.w.fresh("axes"), np.array([-1], np.int64))
             self._blocksums[key] = self.w.op1("ReduceSum", [grouped, axes], keepdims=0)
+        return self._blocksums[key]
+
+    def _doubled(self, x: str, k: int, block: int) -> str:
+        """x with each block of ``block`` inputs repeated once: [.., k] → [.., 2k]."""
+        key = f"{x}/{block}/doubled"
+        if key not in self._blocksums:
+            shape = self.w.constant(self.w.fresh("blockshape"), np.array([0, 0, k // block, 1, block], np.int64))
+            grouped = self.w.op1("Reshape", [x, shape])
+            pairs = self.w.op1("Concat", [grouped, grouped], axis=3)
+            flat = self.w.constant(self.w.fresh("doubledshape"), np.array([0, 0, 2 * k], np.int64))
+            self._blocksums[key] = self.w.op1("Reshape", [pairs, flat])
         return self._blocksums[key]
 
     def fused_linear(self, x: str, name: str, layers: dict[str, weights.Layer],
@@ -228,7 +243,8 @@ class Graph:
         return self.w.op1("Mul", [x, self.w.constant(name, np.array(factor, self.np_dtype))])
 
     # embedding and head --------------------------------------------------------------------------
-    def embed(self, ids: str) -> str:
+    def _embed_dense(self, ids: str) -> str:
+        """The token table as dense rows; tied to a dense head, one matrix serves both."""
         table = weights.dense(self.model, "token_embd.weight")  # [vocab, n_embd]
         if self.cfg.tied_embeddings and not self._head_is_packed():
             # One [n_embd, vocab] matrix serves as both the head and (gathered along axis 1) the table.
@@ -240,27 +256,24 @@ class Graph:
             stored = self.w.op1("Cast", [stored], to=self.onnx_dtype)
         return self.w.op1("Gather", [stored, ids], axis=0)
 
-    def embed_8bit(self, ids: str) -> str:
+    def embed(self, ids: str) -> str:
         """The token embedding kept in its GGUF blocks where MatMulNBits holds them as 8-bit codes with
         no offset (Q8_0, Q5_0, Q6_K), through GatherBlockQuantized: only the gathered rows are
         dequantized, d·q in fp32, bit-identical to the dense table. A tied head packed by the precision
-        shares the blocks (one copy for both); a dense one is a matrix of its own, which the MatMul
-        alone reads. Falls back to embed() where the table has no such form, where nothing is packed,
-        or where activations are fp16.
+        shares the blocks (one copy for both) where it runs 8-bit; split into 4-bit planes (exact
+        ``int4``) or dense, the head is a matrix of its own. Falls back to _embed_dense() where the
+        table has no such form, where nothing is packed, or where activations are fp16.
 
-        Measured on Gemma 3 270M (its Q8_0 table [262,144 × 640]; 2 CPU threads, decode): the dense
-        fp32 head takes ~41 ms a step whether the embedding's Gather shares it or not, but shared it
-        stays in memory next to ONNX Runtime's prepacked copy: 1.67 GB resident against 1.04 GB with
-        this embedding. 8-bit MatMulNBits with fp32 activations takes ~0.9 s a step, with int8
-        activations (accuracy level 4) ~11 ms; an fp16 MatMul ~44 ms (no fp16 arithmetic on the CPU)."""
-        name = "token_embd.weight"
-        type_name = self.model.tensor(name).tensor_type.name
-        if self.half or not self.precision.packed or not is_packable(type_name) or packed_bits(type_name) != 8:
-            return self.embed(ids)
+        Measured on Gemma 3 270M (its Q8_0 table [262,144 × 640]; 2 CPU threads, decode): a dense fp32
+        head took ~41 ms a step and, shared with the embedding's Gather, stayed in memory next to ONNX
+        Runtime's prepacked copy (1.67 GB resident against 1.04 GB with this embedding). 8-bit
+        MatMulNBits with fp32 activations takes ~0.9 s a step, with int8 activations (accuracy level 4)
+        ~11 ms; an fp16 MatMul ~44 ms (no fp16 arithmetic on the CPU); the split planes: bench/matmul_kernels.py."""
+        name = weights.EMBEDDING
+        if not weights.embedding_in_blocks(self.model, self.precision):
+            return self._embed_dense(ids)
         type_name, raw, n, k = weights.tensor_rows(self.model, name)
         table = pack_rows(type_name, raw, n, k, name)
-        if table.correction is not None:
-            return self.embed(ids)
         w = self.w
         blob = w.constant(name + ".qweight", table.blob)  # [vocab, K/block, block]: MatMulNBits' form too
         scales = w.constant(name + ".scales", table.scales)  # [vocab · K/block], as MatMulNBits takes them
@@ -271,7 +284,7 @@ class Graph:
         return w.op1("Reshape", [rows, w.constant("token_embd.row_shape", np.array([0, 0, k], np.int64))])
 
     def _head_is_packed(self) -> bool:
-        return weights.will_pack(self.model, "token_embd.weight", self.precision)
+        return weights.will_pack(self.model, "token_embd.weight", self.precision, head=True)
 
     def logits(self, hidden: str) -> None:
         """The output head over the final hidden states (the last position's only, unless the graph
@@ -285,14 +298,14 @@ class Graph:
         # Logits always leave the graph as float32: sampling and tests read them the same way.
         out = io_names.LOGITS + ".half" if self.half else io_names.LOGITS
         if not self.cfg.tied_embeddings:
-            self.linear(hidden, "output", self.weight("output.weight"), out=out)
-        elif self._head_is_packed() and self._embedding_blocks is not None:
+            self.linear(hidden, "output", self.weight("output.weight", head=True), out=out)
+        elif self._head_is_packed() and self._embedding_blocks is not None and self.precision.packed_8bit:
             table, blob, scales = self._embedding_blocks  # the embedding's blocks, one copy for both
             w.op("MatMulNBits", [hidden, blob, scales], domain=MS, outputs=[out], K=table.k, N=table.n, bits=8,
                  block_size=table.block, accuracy_level=self.precision.accuracy_level)
         elif self._head_is_packed():
-            self.linear(hidden, "output", self.weight("token_embd.weight"), out=out)
-        else:  # the matrix embed() stored for both, else (after embed_8bit) one for the head alone
+            self.linear(hidden, "output", self.weight("token_embd.weight", head=True), out=out)
+        else:  # the matrix _embed_dense() stored for both, else one for the head alone
             head = self._head_matrix or self._dense_initializer(
                 "token_embd.weight_t", weights.dense(self.model, "token_embd.weight"))
             w.op("MatMul", [hidden, head], outputs=[out])

@@ -75,7 +75,7 @@ def build(g: Graph) -> None:
         local_cfg = replace(cfg, rope_base=cfg.extras["local_rope_base"], rope_scale=1.0)
         local_rotary = g.rotary(*rotary_tables(local_cfg), name="rotary.local")
     # sqrt(n_embd) in fp32, as llama.cpp scales it (not rounded to bf16 as the reference model does).
-    pending, residual = g.scale(g.embed_8bit(ids), math.sqrt(cfg.n_embd), "embedding.scale"), None
+    pending, residual = g.scale(g.embed(ids), math.sqrt(cfg.n_embd), "embedding.scale"), None
     for i in g.layers():
         p = f"blk.{i}."
         normed, residual = g.add_and_norm(pending, residual, p + "attn_norm.weight")

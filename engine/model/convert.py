@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 # Bump whenever the weight layout or what a conversion records changes, or a graph change touches
 # every architecture: old conversions then stop matching. (One architecture's graph changes bump its
-# GRAPH_VERSION instead.) 2: conversions record their architecture and graph version.
-CONVERTER_VERSION = 2
+# GRAPH_VERSION instead.) 2: conversions record their architecture and graph version. 3: exact int4 runs an
+# 8-bit head as two 4-bit planes, and every architecture gathers an 8-bit token table from its blocks.
+CONVERTER_VERSION = 3
 ProgressFn = Callable[[int, int], None]
 
 

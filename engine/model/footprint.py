@@ -12,7 +12,7 @@ from engine.errors import UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, get_precision
 from engine.model.quant import is_packable, pack_rows
-from engine.model.weights import tensor_rows, will_pack
+from engine.model.weights import EMBEDDING, embedding_in_blocks, packed_form, tensor_rows, will_pack
 from engine.types import ModelFootprint, WeightTypeUse
 
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
@@ -52,33 +52,39 @@ def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) ->
 
 def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, int]:
     """(form, estimated bytes in the converted model) of one tensor, by the converter's own rules:
-    1-D tensors are fp32 vectors; matrices are packed where ``will_pack`` says so, else dense; the
-    token table is always a dense gather table, and also the packed head when tied and packable."""
+    1-D tensors are vectors in the activations' type; matrices are packed where ``will_pack`` says so, else dense; the
+    token table as ``Graph.embed`` keeps it, plus the head when tied and the two cannot share."""
     t = model.tensor(name)
     shape = [int(x) for x in t.shape]
     type_name = t.tensor_type.name
     elements = int(t.n_elements)
-    if len(shape) != 2:
-        return "dense", elements * 4
+    if len(shape) != 2:  # norms and biases, in the activations' type
+        return "dense", elements * (2 if precision.compute == "float16" else 4)
     # Dense matrices are stored in the precision's dense dtype, or in fp16 where activations are fp16.
     itemsize = 2 if "float16" in (precision.dense_dtype, precision.compute) else 4
     dense_bytes = elements * itemsize
     if not _dequantizable(t):
         return "unsupported", dense_bytes
-    packed = will_pack(model, name, precision)
+    head = name == "output.weight" or (tied and name == EMBEDDING)
+    packed = will_pack(model, name, precision, head)
     form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"
-    if name == "token_embd.weight":
-        return form, dense_bytes + (_packed_bytes(model, name) if packed and tied else 0)
-    return form, _packed_bytes(model, name) if packed else dense_bytes
+    if name != EMBEDDING:
+        return form, _packed_bytes(model, name, precision, head) if packed else dense_bytes
+    # The table: gathered from its 8-bit blocks, else dense rows. Tied, the head is a second copy unless
+    # it shares one: a dense head the dense table, an 8-bit packed head the table's blocks.
+    in_blocks = embedding_in_blocks(model, precision)
+    table = _packed_bytes(model, name, precision) if in_blocks else dense_bytes
+    if not tied or (not packed and not in_blocks) or (packed and in_blocks and precision.packed_8bit):
+        return ("packed" if in_blocks else form), table
+    return "packed", table + (_packed_bytes(model, name, precision, head=True) if packed else dense_bytes)
 
 
-def _packed_bytes(model, name: str) -> int:
-    """A packed layer's bytes: pack one row for real and scale by the rows (blob, scales and the offset
-    correction all grow linearly with them), so the layout stays quant.py's alone."""
+def _packed_bytes(model, name: str, precision, head: bool = False) -> int:
+    """A packed layer's bytes in the form the precision runs it: pack one row for real and scale by the
+    rows (everything a layer holds grows linearly with them), so the layout stays quant.py's alone."""
     type_name, raw, n, k = tensor_rows(model, name)
-    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name)
-    per_row = one.blob.nbytes + one.scales.nbytes + (0 if one.correction is None else one.correction.nbytes)
-    return per_row * n
+    one = packed_form(pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name), precision, head)
+    return one.stored_bytes(2 if precision.compute == "float16" else 4) * n
 
 
 def _dequantizable(tensor) -> bool:

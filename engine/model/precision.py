@@ -16,6 +16,9 @@ class Precision:
     compute: str = "float32"  # activations and the KV cache
     family: str = ""  # what the weights are, for the model fingerprint ("" = the name)
     q4_1_form: str = "branch"  # Q4_1 offsets: "branch" (blocksum side branch) or "zero_point" (float zero points)
+    # 8-bit forms that do not pack as 8-bit: "" dense, "head" the output head as two 4-bit planes
+    # (quant.split_planes), "all" every such layer so.
+    split_8bit: str = ""
 
     @property
     def weights_id(self) -> str:
@@ -30,6 +33,7 @@ PRECISIONS: dict[str, Precision] = {
         Precision(
             "int4", True, False, 0, "float32",
             "GGUF 4-bit blocks as-is, fp32 activations; matches the dequantized model to ~1e-4",
+            split_8bit="head",
         ),
         Precision(
             "int4-fast", True, True, 4, "float32",

@@ -29,6 +29,8 @@ rounds differently from scale·q − dmin·m in fp32 (within an ulp of the weigh
 correction). The side branch works on every provider; 8-bit with float zero points does not run on
 the CPU (onnxruntime 1.31), which is why the 5-bit mins are not zero points.
 
+Layers held as 8-bit can also run as two 4-bit planes (split_planes) where 8-bit matmuls are slow.
+
 Q2_K is left dense: it maps onto 2-bit MatMulNBits (block 16, the min in the branch), but onnxruntime
 1.31's CPU kernel for 2 bits ran a 2048×2048 decode matmul 20–40× slower than dense fp32, at every
 accuracy level, with or without float zero points.
@@ -61,10 +63,29 @@ class PackedWeight:
     scales: np.ndarray  # float32 [N * K/block]
     correction: np.ndarray | None  # float32 [K/block, N] for types with offsets; None when exact without
     block: int = BLOCK
+    planes: int = 1  # 2: 8-bit codes held as two 4-bit planes per block (see split_planes); MatMulNBits' K is 2·k
+
+    @property
+    def matmul_k(self) -> int:
+        """The K MatMulNBits is built with: the input size, doubled for a split layer's doubled input."""
+        return self.k * self.planes
 
     @property
     def n_blocks(self) -> int:
         return self.k // self.block
+
+    def stored_bytes(self, float_size: int = 4) -> int:
+        """What the layer takes in the converted model: codes, scales and correction (floats of
+        ``float_size`` bytes, the activations' type), plane zero points."""
+        floats = self.scales.size + (0 if self.correction is None else self.correction.size)
+        return self.blob.nbytes + floats * float_size + (self.n * self.n_blocks if self.planes == 2 else 0)
+
+    def plane_zero_points(self) -> np.ndarray:
+        """A split layer's zero points, as MatMulNBits takes 4-bit ones (two per byte, first lowest):
+        0 for each block's low plane, 8 for its high plane."""
+        if self.planes != 2:
+            raise ValueError("only a layer split into planes has plane zero points")
+        return np.full(self.n * self.n_blocks, 0x80, np.uint8)
 
     @property
     def zero(self) -> int:
@@ -79,6 +100,8 @@ class PackedWeight:
         its codes become 0 and it is stored as scale m, zero point −1.
         """
         nb = self.n_blocks
+        if self.planes != 1:
+            raise ValueError("a layer split into planes has no zero-point form")
         if self.correction is None:
             return self.blob, self.scales, np.full(self.n * nb, float(self.zero), np.float32)
         d = self.scales.reshape(self.n, nb)
@@ -98,8 +121,10 @@ class PackedWeight:
     def dequantize(self) -> np.ndarray:
         """fp32 [N, K]: what MatMulNBits (plus the side branch) multiplies by; tests and dense use."""
         nb = self.n_blocks
-        q = self.codes().astype(np.float32) - float(self.zero)
-        w = q * self.scales.reshape(self.n, nb, 1)
+        zero = np.array([self.zero] if self.planes == 1 else [0, 8], np.float32)  # per plane
+        q = self.codes().reshape(self.n, nb, self.planes, self.block).astype(np.float32) - zero[:, None]
+        w = q * self.scales.reshape(self.n, nb, self.planes, 1)
+        w = w[:, :, 0] if self.planes == 1 else w[:, :, 0] + w[:, :, 1]
         if self.correction is not None:
             w = w + self.correction.T.reshape(self.n, nb, 1)
         return w.reshape(self.n, self.k)
@@ -238,6 +263,14 @@ _LAYOUTS: dict[str, _Layout] = {
 }
 
 
+_WITH_OFFSETS = frozenset({Q4_1, Q5_1, Q4_K, Q5_K})
+
+
+def has_offsets(type_name: str) -> bool:
+    """Whether a packable type's blocks carry an offset (a min) that needs the correction branch."""
+    return type_name in _WITH_OFFSETS
+
+
 def is_packable(type_name: str) -> bool:
     return type_name in _LAYOUTS
 
@@ -264,6 +297,33 @@ def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tens
     return PackedWeight(layout.bits, n, k, blob, scales.astype(np.float32).reshape(-1), correction, layout.block)
 
 
+def split_planes(layer: PackedWeight, rows_per_chunk: int = 4096) -> PackedWeight:
+    """An 8-bit layer as two 4-bit planes, for where 8-bit MatMulNBits is slow: with fp32 activations
+    onnxruntime 1.31's CPU kernel takes ~70× as long as the 4-bit one (bench/matmul_kernels.py).
+
+    Code c of a block with scale d (w = d·(c − 128)) splits into lo = c & 15 and hi = c >> 4. Each
+    block b becomes two 4-bit blocks, 2b holding lo with scale d and zero point 0, 2b + 1 holding hi
+    with scale 16·d and zero point 8, read against the input block twice (Graph doubles the input):
+    d·lo + 16·d·(hi − 8) = d·(c − 128). 16·d is exact; the weight differs from the single product by
+    the rounding of one more fp32 addition. (Default zero points with 8·d in the correction branch
+    instead measured 3× the error: the planes' terms grow far past the weight they sum to.)
+    """
+    if layer.bits != 8 or layer.planes != 1:
+        raise ValueError("only an 8-bit layer splits into 4-bit planes")
+    n, nb, block = layer.n, layer.n_blocks, layer.block
+    blob = np.empty((n, 2 * nb, block // 2), np.uint8)
+    scales = np.empty((n, nb, 2), np.float32)
+    d = layer.scales.reshape(n, nb)
+    for start in range(0, n, rows_per_chunk):  # bounded temporaries for a large table
+        rows = slice(start, min(n, start + rows_per_chunk))
+        codes = unpack_codes(layer.blob[rows], 8)  # [r, nb, block]
+        planes = np.stack([codes & 0x0F, codes >> 4], axis=2)  # [r, nb, 2, block]
+        blob[rows] = pack_codes(planes.reshape(-1, 2 * nb, block), 4)
+        scales[rows, :, 0] = d[rows]
+        scales[rows, :, 1] = d[rows] * 16.0
+    return PackedWeight(4, n, layer.k, blob, scales.reshape(-1), layer.correction, block, planes=2)
+
+
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     """One code per byte [..., block] → MatMulNBits' packing: 8 // bits codes per byte, first lowest."""
     per_byte = 8 // bits
@@ -288,7 +348,7 @@ def _unpack_nibbles_onnx(blob: np.ndarray) -> np.ndarray:
 def concat_packed(parts: list[PackedWeight]) -> PackedWeight:
     """Stack layers that share their input (Q, K, V or gate, up) into one wider layer."""
     first = parts[0]
-    if any((p.bits, p.k, p.block) != (first.bits, first.k, first.block) for p in parts):
+    if any((p.bits, p.k, p.block, p.planes) != (first.bits, first.k, first.block, first.planes) for p in parts):
         raise ValueError("only layers with the same bits, input size and block can be fused")
     corrections = [p.correction for p in parts]
     if all(c is None for c in corrections):
@@ -306,4 +366,5 @@ def concat_packed(parts: list[PackedWeight]) -> PackedWeight:
         np.concatenate([p.scales for p in parts]),
         correction,
         first.block,
+        first.planes,
     )
