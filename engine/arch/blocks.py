@@ -56,6 +56,7 @@ class Graph:
         steps = self.cfg.n_layers + 1
         for i in range(self.cfg.n_layers):
             yield i
+            self.model.release_pages()  # this layer's tensors are written out
             if self.progress:
                 self.progress(i + 1, steps)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -38,6 +39,18 @@ class GGUFModel:
         self._fields = contents.fields
         self._tensors = contents.tensors
         self._strings: dict[tuple[str, str], list[str]] = {}  # decoded string arrays, by (key, errors)
+        self._buffer = contents.buffer
+
+    def release_pages(self) -> None:
+        """Drop the file's pages from this process's resident memory; they stay in the page cache and
+        come back on the next read. Conversion reads each tensor once and calls this as it goes, so a
+        7B file does not sit whole in its resident set."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if self._buffer is not None and advice is not None:
+            try:
+                self._buffer.madvise(advice)
+            except (OSError, ValueError):  # closed, or a platform without the advice: only memory at stake
+                pass
 
     # metadata -----------------------------------------------------------------------------------
     @property

@@ -116,6 +116,7 @@ class GGUFContents:
     tensors: dict[str, GGUFTensor]  # in file order
     alignment: int
     data_start: int
+    buffer: mmap.mmap | None = None  # the mapping the tensors view
 
 
 class _Cursor:
@@ -196,7 +197,7 @@ def read_gguf(path: Path) -> GGUFContents:
             raise damaged(f"tensor {_show(tensor.name)} appears twice")
         tensors[tensor.name] = tensor
     _check_no_overlap(tensors.values(), damaged)
-    return GGUFContents(version, fields, tensors, alignment, data_start)
+    return GGUFContents(version, fields, tensors, alignment, data_start, buf)
 
 
 def _check_version(version: int, name: str, damaged) -> None:

@@ -42,7 +42,7 @@ class OnnxWriter:
         if pad:
             self._fh.write(b"\0" * pad)
             offset += pad
-        self._fh.write(array.tobytes())
+        self._fh.write(memoryview(array.reshape(-1).view(np.uint8)))  # no second copy of a large array
         tensor = TensorProto()
         tensor.name = name
         tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)

@@ -291,10 +291,24 @@ def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tens
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     if raw.size != n * nb * layout.bytes:
         raise ModelFileError(f"{name}: holds {raw.size} bytes, expected {n * nb * layout.bytes} for {type_name} [{n}, {k}]")
-    codes, scales, offsets = layout.unpack(raw.reshape(n, nb, layout.bytes))
-    blob = pack_codes(codes.reshape(n, k // layout.block, layout.block), layout.bits)
-    correction = None if offsets is None else np.ascontiguousarray(offsets.T, dtype=np.float32)  # [K/block, N]
-    return PackedWeight(layout.bits, n, k, blob, scales.astype(np.float32).reshape(-1), correction, layout.block)
+    blocks = raw.reshape(n, nb, layout.bytes)
+    kb = k // layout.block
+    blob = np.empty((n, kb, layout.block * layout.bits // 8), np.uint8)
+    scales = np.empty((n, kb), np.float32)
+    correction = None  # [K/block, N]
+    # Rows a few MB of GGUF blocks at a time: unpacking makes several temporaries per element, so a
+    # 128k-vocabulary table unpacked whole would briefly take ~5× its packed size.
+    chunk = max(1, (8 << 20) // max(1, nb * layout.bytes))
+    for start in range(0, n, chunk):
+        rows = slice(start, min(n, start + chunk))
+        codes, chunk_scales, offsets = layout.unpack(blocks[rows])
+        blob[rows] = pack_codes(codes.reshape(-1, kb, layout.block), layout.bits)
+        scales[rows] = chunk_scales.reshape(-1, kb)
+        if offsets is not None:
+            if correction is None:
+                correction = np.empty((kb, n), np.float32)
+            correction[:, rows] = offsets.reshape(-1, kb).T
+    return PackedWeight(layout.bits, n, k, blob, scales.reshape(-1), correction, layout.block)
 
 
 def split_planes(layer: PackedWeight, rows_per_chunk: int = 4096) -> PackedWeight:

@@ -29,7 +29,6 @@ def tensor_rows(model: GGUFModel, name: str) -> tuple[str, np.ndarray, int, int]
 def dense(model: GGUFModel, name: str) -> np.ndarray:
     """Any tensor type → fp32 with GGUF's row-major shape (rows = out features)."""
     import gguf
-    from gguf import quants
 
     t = model.tensor(name)
     shape = [int(x) for x in reversed(t.shape)]
@@ -38,12 +37,27 @@ def dense(model: GGUFModel, name: str) -> np.ndarray:
         if t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
             out = data.astype(np.float32)
         else:
-            out = quants.dequantize(data, t.tensor_type)
+            out = _dequantize_by_rows(data, t.tensor_type)
     except NotImplementedError:
         raise UnsupportedModelError(f"{model.path.name}: tensor type {t.tensor_type.name} of {name} is not supported") from None
     if out.size != int(np.prod(shape)):
         raise ModelFileError(f"{model.path.name}: {name} holds {out.size} values, expected {shape}")
     return out.reshape(shape)
+
+
+def _dequantize_by_rows(data: np.ndarray, tensor_type) -> np.ndarray:
+    """gguf's dequantizer a few MB of rows at a time, into one fp32 array: whole, its temporaries
+    would take several times the result."""
+    from gguf import quants
+
+    rows = data.reshape(-1, data.shape[-1]) if data.ndim > 1 else data.reshape(1, -1)
+    chunk = max(1, (4 << 20) // max(1, rows.shape[1]))
+    first = quants.dequantize(rows[:chunk], tensor_type)
+    out = np.empty((rows.shape[0], first.shape[-1]), np.float32)
+    out[:len(first)] = first
+    for start in range(chunk, rows.shape[0], chunk):
+        out[start:start + chunk] = quants.dequantize(rows[start:start + chunk], tensor_type)
+    return out
 
 
 def will_pack(model: GGUFModel, name: str, precision: Precision, head: bool = False) -> bool:
