@@ -4,7 +4,7 @@
 
 Writes a random-weight GGUF of each shape (``engine.model.synthetic``, random K-quant blocks: same sizes
 and code path as a real file, meaningless text), converts it with Hearth's converter in a child process
-that reports its own peak RSS, and compares against issue 14's targets: peak RSS < 1.5 × the largest
+that reports its own peak RSS (VmHWM, reset when it starts), and compares against issue 14's targets: peak RSS < 1.5 × the largest
 tensor + 500 MB, converted bytes ≤ 1.4 × the GGUF. Writes bench/results/convert_shapes.json.
 """
 
@@ -27,16 +27,18 @@ from engine.model.convert import conversion_dir, gguf_digest  # noqa: E402
 from engine.model.precision import get_precision  # noqa: E402
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf  # noqa: E402
 
-# synthetic.py has one type for every linear layer (no per-tensor mix): so "Q4_K_M-like" here is
-# Q4_K linears with a Q6_K embedding; a real Q4_K_M also has Q6_K ffn_down/attn_v (slightly larger).
+# llama.cpp's Q4_K_M mix: Q4_K linears, Q6_K for attn_v and ffn_down of the layers that get more bits
+# (synthetic.gets_more_bits) and for the head; the 1B's tied table is Q6_K, as in the real file.
 SHAPES: dict[str, SyntheticSpec] = {
     "1b": SyntheticSpec(  # Llama-3.2-1B: tied head, 128,256 vocabulary
         n_layers=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=8192, context_length=8192, rope_base=500000.0,
         weight_type="Q4_K", embedding_type="Q6_K", vocab_size=128256, tied=True, random_blocks=True,
+        more_bits_type="Q6_K",
     ),
     "7b": SyntheticSpec(  # Llama-2-7B-like dimensions with GQA: untied head, 32,000 vocabulary
         n_layers=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, context_length=4096, rope_base=10000.0,
-        weight_type="Q4_K", embedding_type="Q6_K", vocab_size=32000, tied=False, random_blocks=True,
+        weight_type="Q4_K", embedding_type="Q4_K", vocab_size=32000, tied=False, random_blocks=True,
+        more_bits_type="Q6_K",
     ),
 }
 
@@ -44,14 +46,17 @@ MB = 1e6
 
 # Runs in the child, so its ru_maxrss is the conversion's alone (not the GGUF writer's in the parent).
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
+# A forked child starts with its parent's resident pages counted (the parent held a whole GGUF while
+# writing it): reset the high-water mark, so VmHWM is the conversion's own peak.
+Path("/proc/self/clear_refs").write_text("5")
 sys.path.insert(0, sys.argv[4])
 from engine.model.convert import ensure_converted
 t = time.perf_counter()
 m = ensure_converted(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
-print(json.dumps({"seconds": time.perf_counter() - t, "onnx": str(m.onnx_path),
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps({"seconds": time.perf_counter() - t, "onnx": str(m.onnx_path), "peak_rss_bytes": hwm * 1024}))
 """
 
 
@@ -90,7 +95,7 @@ def largest_onnx_initializer(onnx_path: Path) -> tuple[str, int]:
 def measure(name: str, spec: SyntheticSpec, weights: str, home: Path, keep: bool) -> dict:
     models = home / "models"
     models.mkdir(parents=True, exist_ok=True)
-    gguf = models / f"synthetic-{name}-q4k.gguf"
+    gguf = models / f"synthetic-{name}-q4km.gguf"
     t = time.perf_counter()
     if not gguf.exists():
         write_synthetic_gguf(gguf, spec)
@@ -101,8 +106,8 @@ def measure(name: str, spec: SyntheticSpec, weights: str, home: Path, keep: bool
     shutil.rmtree(done, ignore_errors=True)
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(gguf), weights, str(home / "converted"), str(ROOT)],
                             stdout=subprocess.PIPE, text=True)
-    # ru_maxrss counts the memory-mapped GGUF's pages too (file-backed: the kernel may drop them under
-    # pressure); polling /proc splits the peak into anonymous (the converter's own) and file-backed memory.
+    # The peak counts the memory-mapped GGUF's pages too (file-backed: the kernel may drop them under
+    # pressure); polling /proc splits it into anonymous (the converter's own) and file-backed memory.
     peaks = {"RssAnon": 0, "RssFile": 0}
     while proc.poll() is None:
         for kind, kb in proc_status(proc.pid).items():

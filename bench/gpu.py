@@ -5,6 +5,7 @@ prefill of the same conversation, with the adaptive choice checked on both sides
     python bench/gpu.py [--data-dir DIR] [--contexts 1024,8000] [--bandwidth-tb-s 4.8]
     python bench/gpu.py --context-length 32768 --contexts 1024,8000,32000   # the default model re-headed to 32k
     python bench/gpu.py --synthetic llama3-8b --contexts 1024,8000,32000    # random Q4_0 blocks, Llama-3-8B's shape
+    python bench/gpu.py --synthetic llama3-8b-q4km --contexts 1024,8000     # the same shape, Q4_K_M's tensor mix
 
 Decode at a context fills the KV cache with random rows (speed depends on the cache's size, not its
 values). Bytes per decoded token = the weights read per token (the converted model's data file less
@@ -91,9 +92,11 @@ def model_file(args, paths) -> str | None:
     if args.synthetic:
         from dataclasses import replace
 
-        from engine.model.synthetic import LLAMA3_8B_SHAPE, write_synthetic_gguf
+        from engine.model.synthetic import LLAMA3_8B_Q4_K_M, LLAMA3_8B_SHAPE, QWEN25_7B_Q4_K_M, write_synthetic_gguf
 
-        spec = replace(LLAMA3_8B_SHAPE, context_length=args.context_length or LLAMA3_8B_SHAPE.context_length)
+        shape = {"llama3-8b": LLAMA3_8B_SHAPE, "llama3-8b-q4km": LLAMA3_8B_Q4_K_M,
+                 "qwen2.5-7b-q4km": QWEN25_7B_Q4_K_M}[args.synthetic]
+        spec = replace(shape, context_length=args.context_length or shape.context_length)
         path = paths.models / f"synthetic-{args.synthetic}-{spec.context_length}.gguf"
         if not path.exists():
             t = time.perf_counter()
@@ -187,7 +190,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir")
     ap.add_argument("--model", help="a GGUF (default: the installed default model)")
-    ap.add_argument("--synthetic", choices=["llama3-8b"], help="write and run a random model of this shape")
+    ap.add_argument("--synthetic", choices=["llama3-8b", "llama3-8b-q4km", "qwen2.5-7b-q4km"],
+                    help="write and run a random model of this shape (Q4_0 blocks, or llama.cpp's Q4_K_M mix)")
     ap.add_argument("--context-length", type=int, help="run the model with this context length (re-headed copy)")
     ap.add_argument("--weights", default="int4", help="int4 runs as int4-cuda-dense or int4-cuda on CUDA (engine/loader.py)")
     ap.add_argument("--contexts", default="1024,8000")

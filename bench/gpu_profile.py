@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir")
+    ap.add_argument("--model", help="a GGUF (default: the installed default model)")
     ap.add_argument("--weights", default="int4-dense-half")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
@@ -36,7 +37,8 @@ def main() -> None:
 
     ort = importlib.import_module("onnxruntime")  # after the engine, which turns ONNX Runtime's telemetry off
 
-    engine, converted, _ = load_engine(resolve_paths(args.data_dir).ensure(), weights=args.weights, provider="cuda")
+    engine, converted, _ = load_engine(resolve_paths(args.data_dir).ensure(), model=args.model, weights=args.weights,
+                                      provider="cuda")
     options = ort.SessionOptions()
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(args.out).with_suffix(""))

@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
 # A model below this size runs int4 as dense fp16 on CUDA: its decode step is launch-bound (hundreds
 # of tiny kernels), and one cuBLAS GEMV per matrix beats a 4-bit kernel plus offsets. A larger model is
-# bandwidth-bound, and the 4-bit blocks read a quarter of the bytes (bench/gpu_variants.py, docs/cuda.md).
+# bandwidth-bound, and the 4-bit blocks read a quarter of the bytes (bench/gpu_variants.py, docs/cuda.md):
+# it runs as int4-half, whose offsets (Q4_K's mins) take the block-sum branch; fp16 float zero points
+# (int4-cuda) take a kernel 3× slower, and decoded a Q4_K_M 8B at 98 tok/s against 214 (H200, docs/cuda.md).
 DENSE_ON_CUDA_BELOW_BYTES = 1 << 30
 
 
@@ -29,7 +31,7 @@ def cuda_variant(weights: str, gguf: Path) -> str | None:
     """What ``weights`` runs as on CUDA (same fingerprint, fp16 compute), or None to run it as is."""
     if weights != "int4":
         return None
-    return "int4-cuda-dense" if gguf.stat().st_size < DENSE_ON_CUDA_BELOW_BYTES else "int4-cuda"
+    return "int4-cuda-dense" if gguf.stat().st_size < DENSE_ON_CUDA_BELOW_BYTES else "int4-half"
 
 
 def find_default_gguf(paths: HearthPaths) -> Path | None:
@@ -147,8 +149,7 @@ def load_engine(
     if variant:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
-        # fingerprint, so saved context carries over. It is made for CUDA (slow on the CPU, where
-        # int4-cuda's zero points take a slow kernel), so it runs there or not at all.
+        # fingerprint, so saved context carries over. It is chosen for CUDA, so it runs there or not at all.
         converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), progress=convert_progress)
         try:
             engine = Engine.load(converted, "cuda", threads, cpu_fallback=False)

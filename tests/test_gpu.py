@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine.runtime.runner import ModelRunner
+from tests.arch_models import half_tolerance
 
 
 @pytest.fixture(scope="module")
@@ -146,15 +147,15 @@ def _arch_logits(converted, provider: str, ids: np.ndarray, prefill: int) -> np.
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("arch", ["llama-rope-freqs", "qwen2", "qwen3"])
-@pytest.mark.parametrize("precision", ["int4-cuda-dense", "int4-cuda"])
+@pytest.mark.parametrize("arch", ["llama-rope-freqs", "qwen2", "qwen3", "llama-q4km"])
+@pytest.mark.parametrize("precision", ["int4-cuda-dense", "int4-cuda", "int4-half"])
 def test_each_architecture_on_cuda_matches_the_cpu(arch_converted, arch, precision):
     """fp16 activations on the GPU against the exact CPU graph: prefill, then decode."""
     ids = np.random.default_rng(5).integers(0, 300, 24)
     expected = _arch_logits(arch_converted(arch, "int4", "all"), "cpu", ids, 16)
     got = _arch_logits(arch_converted(arch, precision, "all"), "cuda", ids, 16)
     scale = np.abs(expected).max()
-    np.testing.assert_allclose(got, expected, atol=0.02 * scale, rtol=0)
+    np.testing.assert_allclose(got, expected, atol=half_tolerance(arch, 0.02) * scale, rtol=0)
     assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.9
 
 

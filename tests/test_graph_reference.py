@@ -9,7 +9,7 @@ import pytest
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.runtime.runner import ModelRunner
-from tests.arch_models import ARCH_SPECS
+from tests.arch_models import ARCH_SPECS, half_tolerance
 from tests.gguf_edit import rewrite_gguf
 from tests.reference import Reference, ReferenceLlama
 
@@ -108,6 +108,12 @@ def arch_reference(arch_gguf):
     return get
 
 
+def _exact_atol(name: str, reference: np.ndarray) -> float:
+    """fp32 rounding: 1e-4 for the tiny models; the Q4_K_M one's 256-wide layers of random K-quant
+    blocks accumulate more of it, so relative to its logits' size (as tests/test_quant_convert.py)."""
+    return 3e-5 * float(np.abs(reference).max()) if name == "llama-q4km" else 1e-4
+
+
 @pytest.mark.parametrize("precision", ["int4", "fp32"])
 @pytest.mark.parametrize("name", list(ARCH_SPECS))
 def test_each_architecture_prefills_and_decodes_like_the_reference(arch_converted, arch_reference, name, precision):
@@ -117,14 +123,15 @@ def test_each_architecture_prefills_and_decodes_like_the_reference(arch_converte
     assert converted.architecture == ARCH_SPECS[name].architecture
     runner = ModelRunner(converted.onnx_path, "cpu")
     reference = arch_reference(name)
+    atol = _exact_atol(name, reference)
     full = runner.forward(IDS, runner.new_cache())
-    np.testing.assert_allclose(full, reference, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(full, reference, atol=atol, rtol=1e-4)
     cache = runner.new_cache()
     pieces = [runner.forward(IDS[:20], cache), runner.forward(IDS[20:31], cache)]
     pieces += [runner.forward([t], cache) for t in IDS[31:]]
     stepped = np.concatenate(pieces)
-    np.testing.assert_allclose(stepped, reference, atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(stepped, full, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(stepped, reference, atol=atol, rtol=1e-4)
+    np.testing.assert_allclose(stepped, full, atol=atol, rtol=1e-4)
     assert cache.length == len(IDS)
 
 
@@ -132,7 +139,8 @@ def test_each_architecture_prefills_and_decodes_like_the_reference(arch_converte
 def test_each_architectures_last_logits_graph_matches_the_reference(arch_converted, arch_reference, name):
     runner = ModelRunner(arch_converted(name, "int4", "last").onnx_path, "cpu")
     logits = runner.forward(IDS, runner.new_cache())
-    np.testing.assert_allclose(logits[0], arch_reference(name)[-1], atol=1e-4, rtol=1e-4)
+    reference = arch_reference(name)
+    np.testing.assert_allclose(logits[0], reference[-1], atol=_exact_atol(name, reference), rtol=1e-4)
 
 
 def test_rope_freqs_change_what_llama_computes(tmp_path, arch_gguf, arch_reference):
@@ -158,4 +166,4 @@ def test_each_architecture_in_fp16_activations_stays_within_half_precision(arch_
     runner = ModelRunner(arch_converted(name, "int4-half", "all").onnx_path, "cpu")
     reference = arch_reference(name)
     np.testing.assert_allclose(runner.forward(IDS, runner.new_cache()), reference,
-                               atol=0.01 * np.abs(reference).max(), rtol=0)
+                               atol=half_tolerance(name, 0.01) * np.abs(reference).max(), rtol=0)

@@ -66,7 +66,7 @@ def test_the_cuda_forms_compute_the_int4_model(tiny_converted):
     full = Engine.load(tiny_converted("int4"), "cpu")
     ids = np.random.default_rng(6).integers(0, 300, 60).tolist()
     expected = full.prefill(ids)
-    for form in ("int4-cuda", "int4-cuda-dense"):
+    for form in ("int4-cuda", "int4-cuda-dense", "int4-half"):
         assert tiny_converted(form).fingerprint == tiny_converted("int4").fingerprint
         got = Engine.load(tiny_converted(form), "cpu").prefill(ids)
         # 2% of the logit range: fp16 zero points and fp16 accumulation on the CPU's fp16 kernels (on an
@@ -83,5 +83,5 @@ def test_the_cuda_form_depends_on_the_model_size(tmp_path):
     with open(large, "wb") as fh:
         fh.truncate(DENSE_ON_CUDA_BELOW_BYTES)  # sparse: no real gigabyte written
     assert cuda_variant("int4", small) == "int4-cuda-dense"
-    assert cuda_variant("int4", large) == "int4-cuda"
+    assert cuda_variant("int4", large) == "int4-half"
     assert cuda_variant("fp32", small) is None and cuda_variant("int4-fast", large) is None

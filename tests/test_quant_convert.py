@@ -61,38 +61,23 @@ def test_each_quant_type_converts_packed_and_exact(tmp_path, weight_type):
     _assert_matches(_logits(onnx_path), ref)
 
 
-@pytest.mark.parametrize("weight_type,packed", [("Q4_K", True), ("Q6_K", False)])
-def test_int4_packs_4_bit_forms_and_leaves_8_bit_ones_dense(tmp_path, weight_type, packed):
-    """The named int4 precision: Q4_K stays packed, Q6_K (held as 8-bit) is dense, as Q8_0 is."""
-    path = write_synthetic_gguf(tmp_path / "m.gguf", replace(K_SPEC, weight_type=weight_type))
-    converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
-    assert bool(_matmulnbits(converted.onnx_path)) == packed
-    _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))
-
-
-@pytest.mark.parametrize("weight_type", ["Q6_K", "Q5_K", "Q8_0"])
-def test_int4_splits_an_8bit_head_into_4bit_planes_and_stays_exact(tmp_path, weight_type):
-    """Exact int4 runs an untied 8-bit head as two 4-bit planes (K doubled), its layers' 8-bit forms
-    dense: the head is the one layer only ever run on one row, where the planes are fast."""
+@pytest.mark.parametrize("weight_type", ["Q4_K", "Q6_K", "Q5_K", "Q5_0", "Q8_0"])
+def test_int4_packs_4_bit_forms_and_splits_8_bit_ones_exactly(tmp_path, weight_type):
+    """The named int4 precision: 4-bit forms stay packed; forms held as 8-bit run as two 4-bit planes
+    (K doubled, zero points 0/8), with an untied head of the same type. The model stays exact."""
     spec = replace(K_SPEC, weight_type=weight_type, tied=False)
     path = write_synthetic_gguf(tmp_path / "m.gguf", spec)
     converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
     graph = onnx.load(str(converted.onnx_path), load_external_data=False).graph
     nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
-    assert [n.input[1] for n in nodes] == ["output.qweight"]
-    attrs = {a.name: a.i for a in nodes[0].attribute}
-    assert (attrs["bits"], attrs["K"]) == (4, 2 * spec.n_embd)
+    assert len(nodes) == 2 * 4 + 1  # QKV, output, gate/up, down per layer; the head
+    split = weight_type != "Q4_K"  # the others are held as 8-bit
+    for node in nodes:
+        attrs = {a.name: a.i for a in node.attribute}
+        assert attrs["bits"] == 4 and (len(node.input) == 4) == split
+    head = next(n for n in nodes if n.input[1] == "output.qweight")
+    assert {a.name: a.i for a in head.attribute}["K"] == spec.n_embd * (2 if split else 1)
     _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))
-
-
-@pytest.mark.parametrize("weight_type", ["Q6_K", "Q5_0"])
-def test_every_8bit_layer_splits_exactly(tmp_path, weight_type):
-    """split_8bit="all": every layer held as 8-bit runs as 4-bit planes, and the model stays exact."""
-    path = write_synthetic_gguf(tmp_path / "m.gguf", replace(K_SPEC, weight_type=weight_type))
-    onnx_path = _convert(path, replace(PRECISIONS["int4"], split_8bit="all"), tmp_path / "c")
-    block = FORMS[weight_type][1]
-    assert _matmulnbits(onnx_path) == [(4, block)] * (2 * 4)
-    _assert_matches(_logits(onnx_path), ReferenceLlama(path).logits(IDS))
 
 
 def test_mixed_types_in_fused_layers(tmp_path):

@@ -61,8 +61,8 @@ class Graph:
                 self.progress(i + 1, steps)
 
     # weights ------------------------------------------------------------------------------------
-    def weight(self, name: str, reorder_rows: weights.RowOrder | None = None, head: bool = False) -> weights.Layer:
-        return weights.linear(self.model, name, self.precision, reorder_rows, head)
+    def weight(self, name: str, reorder_rows: weights.RowOrder | None = None) -> weights.Layer:
+        return weights.linear(self.model, name, self.precision, reorder_rows)
 
     def vector(self, name: str) -> np.ndarray:
         """A 1-D tensor (a norm's gain, a bias) as fp32."""
@@ -95,12 +95,13 @@ class Graph:
         if (layer.correction is not None and self.precision.q4_1_form == "zero_point" and layer.bits < 8
                 and layer.planes == 1):
             blob, scales, zero_points = layer.with_zero_points()
-            inputs += [self.w.constant(name + ".qweight", blob), self.w.constant(name + ".scales", scales.astype(self.np_dtype)),
+            inputs += [self.w.constant(name + ".qweight", blob),
+                       self.w.constant(name + ".scales", scales.astype(self.np_dtype, copy=False)),
                        self.w.constant(name + ".zero_points", zero_points.astype(self.np_dtype))]
             correction = None
         else:
             inputs += [self.w.constant(name + ".qweight", layer.blob),
-                       self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype))]  # must match the input
+                       self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype, copy=False))]  # as the input
             if layer.planes == 2:
                 inputs.append(self.w.constant(name + ".zero_points", layer.plane_zero_points()))
             correction = layer.correction
@@ -278,14 +279,17 @@ class Graph:
         w = self.w
         blob = w.constant(name + ".qweight", table.blob)  # [vocab, K/block, block]: MatMulNBits' form too
         scales = w.constant(name + ".scales", table.scales)  # [vocab · K/block], as MatMulNBits takes them
-        self._embedding_blocks = (table, blob, scales)
         grid = w.op1("Reshape", [scales, w.constant("token_embd.scale_shape", np.array([n, table.n_blocks, 1], np.int64))])
         rows = w.op1("GatherBlockQuantized", [blob, ids, grid], domain=MS, gather_axis=0, quantize_axis=2,
                      block_size=table.block, bits=8)  # [batch, seq, K/block, block]; zero point 128
+        # The table is written out; only a head that shares its blocks keeps it in memory.
+        if self.cfg.tied_embeddings and self.precision.packed_8bit:
+            self._embedding_blocks = (table, blob, scales)
+        self.model.release_pages()
         return w.op1("Reshape", [rows, w.constant("token_embd.row_shape", np.array([0, 0, k], np.int64))])
 
     def _head_is_packed(self) -> bool:
-        return weights.will_pack(self.model, "token_embd.weight", self.precision, head=True)
+        return weights.will_pack(self.model, "token_embd.weight", self.precision)
 
     def logits(self, hidden: str) -> None:
         """The output head over the final hidden states (the last position's only, unless the graph
@@ -299,17 +303,18 @@ class Graph:
         # Logits always leave the graph as float32: sampling and tests read them the same way.
         out = io_names.LOGITS + ".half" if self.half else io_names.LOGITS
         if not self.cfg.tied_embeddings:
-            self.linear(hidden, "output", self.weight("output.weight", head=True), out=out)
-        elif self._head_is_packed() and self._embedding_blocks is not None and self.precision.packed_8bit:
+            self.linear(hidden, "output", self.weight("output.weight"), out=out)
+        elif self._head_is_packed() and self._embedding_blocks is not None:
             table, blob, scales = self._embedding_blocks  # the embedding's blocks, one copy for both
             w.op("MatMulNBits", [hidden, blob, scales], domain=MS, outputs=[out], K=table.k, N=table.n, bits=8,
                  block_size=table.block, accuracy_level=self.precision.accuracy_level)
         elif self._head_is_packed():
-            self.linear(hidden, "output", self.weight("token_embd.weight", head=True), out=out)
+            self.linear(hidden, "output", self.weight("token_embd.weight"), out=out)
         else:  # the matrix _embed_dense() stored for both, else one for the head alone
             head = self._head_matrix or self._dense_initializer(
                 "token_embd.weight_t", weights.dense(self.model, "token_embd.weight"))
             w.op("MatMul", [hidden, head], outputs=[out])
+        self.model.release_pages()
         if self.half:
             w.op("Cast", [out], outputs=[io_names.LOGITS], to=TensorProto.FLOAT)
         w.add_output(io_names.LOGITS, TensorProto.FLOAT, ["batch", "logit_seq", self.cfg.vocab_size])

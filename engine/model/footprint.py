@@ -12,7 +12,7 @@ from engine.errors import UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, get_precision
 from engine.model.quant import is_packable, pack_rows
-from engine.model.weights import EMBEDDING, embedding_in_blocks, packed_form, tensor_rows, will_pack
+from engine.model.weights import EMBEDDING, embedding_in_blocks, planes_for, tensor_rows, will_pack
 from engine.types import ModelFootprint, WeightTypeUse
 
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
@@ -65,25 +65,25 @@ def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, 
     dense_bytes = elements * itemsize
     if not _dequantizable(t):
         return "unsupported", dense_bytes
-    head = name == "output.weight" or (tied and name == EMBEDDING)
-    packed = will_pack(model, name, precision, head)
+    packed = will_pack(model, name, precision)
     form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"
     if name != EMBEDDING:
-        return form, _packed_bytes(model, name, precision, head) if packed else dense_bytes
+        return form, _packed_bytes(model, name, precision) if packed else dense_bytes
     # The table: gathered from its 8-bit blocks, else dense rows. Tied, the head is a second copy unless
     # it shares one: a dense head the dense table, an 8-bit packed head the table's blocks.
     in_blocks = embedding_in_blocks(model, precision)
-    table = _packed_bytes(model, name, precision) if in_blocks else dense_bytes
+    table = _packed_bytes(model, name, precision, planes=1) if in_blocks else dense_bytes
     if not tied or (not packed and not in_blocks) or (packed and in_blocks and precision.packed_8bit):
         return ("packed" if in_blocks else form), table
-    return "packed", table + (_packed_bytes(model, name, precision, head=True) if packed else dense_bytes)
+    return "packed", table + (_packed_bytes(model, name, precision) if packed else dense_bytes)
 
 
-def _packed_bytes(model, name: str, precision, head: bool = False) -> int:
-    """A packed layer's bytes in the form the precision runs it: pack one row for real and scale by the
-    rows (everything a layer holds grows linearly with them), so the layout stays quant.py's alone."""
+def _packed_bytes(model, name: str, precision, planes: int = 0) -> int:
+    """A packed layer's bytes in the form the precision runs it (``planes``: 0 as it says): pack one row
+    for real and scale by the rows (everything a layer holds grows linearly with them), so the layout
+    stays quant.py's alone."""
     type_name, raw, n, k = tensor_rows(model, name)
-    one = packed_form(pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name), precision, head)
+    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name, planes or planes_for(type_name, precision))
     return one.stored_bytes(2 if precision.compute == "float16" else 4) * n
 
 

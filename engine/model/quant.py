@@ -280,11 +280,14 @@ def packed_bits(type_name: str) -> int:
     return _LAYOUTS[type_name].bits
 
 
-def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tensor") -> PackedWeight:
-    """Convert raw GGUF bytes (``n`` rows of ``k`` inputs) into MatMulNBits form."""
+def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tensor", planes: int = 1) -> PackedWeight:
+    """Convert raw GGUF bytes (``n`` rows of ``k`` inputs) into MatMulNBits form; ``planes=2`` gives an
+    8-bit type as two 4-bit planes (split_planes) without making the 8-bit form first."""
     if type_name not in _LAYOUTS:
         raise ValueError(f"{type_name} cannot be packed for MatMulNBits")
     layout = _LAYOUTS[type_name]
+    if planes not in (1, 2) or (planes == 2 and layout.bits != 8):
+        raise ValueError(f"{type_name} cannot be packed as {planes} planes")
     if k % layout.elements:
         raise ModelFileError(f"{name}: input size {k} is not a multiple of {type_name}'s {layout.elements}-element block")
     nb = k // layout.elements
@@ -293,8 +296,9 @@ def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tens
         raise ModelFileError(f"{name}: holds {raw.size} bytes, expected {n * nb * layout.bytes} for {type_name} [{n}, {k}]")
     blocks = raw.reshape(n, nb, layout.bytes)
     kb = k // layout.block
-    blob = np.empty((n, kb, layout.block * layout.bits // 8), np.uint8)
-    scales = np.empty((n, kb), np.float32)
+    bits = layout.bits // planes
+    blob = np.empty((n, kb * planes, layout.block * bits // 8), np.uint8)
+    scales = np.empty((n, kb, planes), np.float32)
     correction = None  # [K/block, N]
     # Rows a few MB of GGUF blocks at a time: unpacking makes several temporaries per element, so a
     # 128k-vocabulary table unpacked whole would briefly take ~5× its packed size.
@@ -302,13 +306,25 @@ def pack_rows(type_name: str, raw: np.ndarray, n: int, k: int, name: str = "tens
     for start in range(0, n, chunk):
         rows = slice(start, min(n, start + chunk))
         codes, chunk_scales, offsets = layout.unpack(blocks[rows])
-        blob[rows] = pack_codes(codes.reshape(-1, kb, layout.block), layout.bits)
-        scales[rows] = chunk_scales.reshape(-1, kb)
+        codes = codes.reshape(-1, kb, layout.block)
+        chunk_scales = chunk_scales.reshape(-1, kb)
+        if planes == 2:
+            blob[rows], scales[rows] = _split_chunk(codes, chunk_scales)
+        else:
+            blob[rows], scales[rows, :, 0] = pack_codes(codes, bits), chunk_scales
         if offsets is not None:
             if correction is None:
                 correction = np.empty((kb, n), np.float32)
             correction[:, rows] = offsets.reshape(-1, kb).T
-    return PackedWeight(layout.bits, n, k, blob, scales.reshape(-1), correction, layout.block)
+    return PackedWeight(bits, n, k, blob, scales.reshape(-1), correction, layout.block, planes)
+
+
+def _split_chunk(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """8-bit codes [r, nb, block] and scales [r, nb] → the planes' packed codes [r, 2·nb, block/2] and
+    scales [r, nb, 2] (split_planes says why)."""
+    r, nb, block = codes.shape
+    pairs = np.stack([codes & 0x0F, codes >> 4], axis=2).reshape(r, 2 * nb, block)
+    return pack_codes(pairs, 4), np.stack([scales, scales * 16.0], axis=2)
 
 
 def split_planes(layer: PackedWeight, rows_per_chunk: int = 4096) -> PackedWeight:
@@ -330,11 +346,7 @@ def split_planes(layer: PackedWeight, rows_per_chunk: int = 4096) -> PackedWeigh
     d = layer.scales.reshape(n, nb)
     for start in range(0, n, rows_per_chunk):  # bounded temporaries for a large table
         rows = slice(start, min(n, start + rows_per_chunk))
-        codes = unpack_codes(layer.blob[rows], 8)  # [r, nb, block]
-        planes = np.stack([codes & 0x0F, codes >> 4], axis=2)  # [r, nb, 2, block]
-        blob[rows] = pack_codes(planes.reshape(-1, 2 * nb, block), 4)
-        scales[rows, :, 0] = d[rows]
-        scales[rows, :, 1] = d[rows] * 16.0
+        blob[rows], scales[rows] = _split_chunk(unpack_codes(layer.blob[rows], 8), d[rows])
     return PackedWeight(4, n, layer.k, blob, scales.reshape(-1), layer.correction, block, planes=2)
 
 

@@ -6,7 +6,7 @@ They go through the very same converter as a downloaded model; only the weights 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,9 @@ class SyntheticSpec:
     head_dim: int = 0  # 0: n_embd // n_head; else written as key_length (qwen3's heads are wider)
     rope_freqs: bool = False  # llama 3.1 style rope_freqs.weight, the per-frequency rope divisors
     sliding_window: int = 0  # gemma3: written as attention.sliding_window when positive
+    # A llama.cpp Q4_K_M-style mix: this type for the untied output.weight and for attn_v and ffn_down
+    # of the layers Q4_K_M gives more bits ("" = every linear layer weight_type).
+    more_bits_type: str = ""
 
 
 # Llama-3-8B's dimensions, for speed measurements: 32 layers, 4096 wide, 32 query and 8 KV heads,
@@ -50,6 +53,24 @@ LLAMA3_8B_SHAPE = SyntheticSpec(
     n_layers=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, context_length=32768, rope_base=500000.0,
     weight_type="Q4_0", embedding_type="Q4_0", vocab_size=128256, tied=False, random_blocks=True,
 )
+
+
+# The same shape as llama.cpp's Q4_K_M mix: Q4_K layers and embedding, Q6_K output head and the
+# attn_v/ffn_down of the layers that get more bits.
+LLAMA3_8B_Q4_K_M = replace(LLAMA3_8B_SHAPE, weight_type="Q4_K", embedding_type="Q4_K", more_bits_type="Q6_K")
+
+
+# Qwen2.5-7B's dimensions in the same mix: 28 layers, 3,584 wide, 28 query / 4 KV heads, 18,944 FFN,
+# 152,064 vocabulary, Q/K/V biases, untied head.
+QWEN25_7B_Q4_K_M = replace(LLAMA3_8B_Q4_K_M, architecture="qwen2", n_layers=28, n_embd=3584, n_head=28, n_head_kv=4,
+                           n_ff=18944, vocab_size=152064, rope_base=1000000.0)
+
+
+def gets_more_bits(layer: int, n_layers: int) -> bool:
+    """The layers whose attn_v and ffn_down Q4_K_M stores with more bits: the first and last eighth,
+    and every third layer between them."""
+    eighth = n_layers // 8
+    return layer < eighth or layer >= 7 * n_layers // 8 or (layer - eighth) % 3 == 2
 
 
 def _vocabulary(size: int = 0) -> tuple[list[str], list[str], list[int]]:
@@ -137,10 +158,11 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     add_matrix("token_embd.weight", vocab, spec.n_embd, 1.0, spec.embedding_type)
     for i in range(spec.n_layers):
         p = f"blk.{i}."
+        wide = spec.more_bits_type if spec.more_bits_type and gets_more_bits(i, spec.n_layers) else spec.weight_type
         add(p + "attn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
         add_matrix(p + "attn_q.weight", q, spec.n_embd, 0.3, spec.weight_type)
         add_matrix(p + "attn_k.weight", kv, spec.n_embd, 0.3, spec.weight_type)
-        add_matrix(p + "attn_v.weight", kv, spec.n_embd, 0.3, spec.weight_type)
+        add_matrix(p + "attn_v.weight", kv, spec.n_embd, 0.3, wide)
         if spec.architecture == "qwen2":
             for part, width in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
                 add(p + part + ".bias", 0.5 * rng.standard_normal(width), "F32")
@@ -153,12 +175,12 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
         add(p + "ffn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
         add_matrix(p + "ffn_gate.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
         add_matrix(p + "ffn_up.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
-        add_matrix(p + "ffn_down.weight", spec.n_embd, spec.n_ff, 0.1, spec.weight_type)
+        add_matrix(p + "ffn_down.weight", spec.n_embd, spec.n_ff, 0.1, wide)
         if spec.architecture == "gemma3":
             add(p + "post_ffw_norm.weight", 1.0 + 0.3 * rng.standard_normal(spec.n_embd), "F32")
     add("output_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
     if not spec.tied:
-        add_matrix("output.weight", vocab, spec.n_embd, 0.3, spec.weight_type)
+        add_matrix("output.weight", vocab, spec.n_embd, 0.3, spec.more_bits_type or spec.weight_type)
     if spec.rope_freqs:
         add("rope_freqs.weight", llama3_freq_factors(head_dim, spec.rope_base, spec.context_length // 4), "F32")
 

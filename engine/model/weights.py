@@ -9,7 +9,7 @@ import numpy as np
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import Precision
-from engine.model.quant import PackedWeight, has_offsets, is_packable, pack_rows, packed_bits, split_planes
+from engine.model.quant import PackedWeight, has_offsets, is_packable, pack_rows, packed_bits
 
 EMBEDDING = "token_embd.weight"
 Layer = PackedWeight | np.ndarray  # np.ndarray: dense fp32 [N, K]
@@ -60,14 +60,14 @@ def _dequantize_by_rows(data: np.ndarray, tensor_type) -> np.ndarray:
     return out
 
 
-def will_pack(model: GGUFModel, name: str, precision: Precision, head: bool = False) -> bool:
+def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
     """Whether ``name`` stays in GGUF blocks: 2- and 4-bit forms whenever the precision packs, 8-bit
-    forms (Q8_0, and Q5_0/Q5_1/Q5_K/Q6_K, which MatMulNBits holds as 8-bit) where it packs 8-bit or
-    splits them into 4-bit planes (``head``: the output head, the one layer only ever run on one row)."""
+    forms (Q8_0, and Q5_0/Q5_1/Q5_K/Q6_K, which MatMulNBits holds as 8-bit) where it packs them as
+    8-bit or splits them into 4-bit planes."""
     type_name = model.tensor(name).tensor_type.name
     if not (precision.packed and is_packable(type_name)):
         return False
-    return packed_bits(type_name) < 8 or precision.packed_8bit or splits_8bit(precision, head)
+    return packed_bits(type_name) < 8 or precision.packed_8bit or precision.split_8bit
 
 
 def embedding_in_blocks(model: GGUFModel, precision: Precision) -> bool:
@@ -79,23 +79,17 @@ def embedding_in_blocks(model: GGUFModel, precision: Precision) -> bool:
             and packed_bits(type_name) == 8 and not has_offsets(type_name))
 
 
-def splits_8bit(precision: Precision, head: bool) -> bool:
-    """Whether this precision holds an 8-bit layer (the head, or any) as two 4-bit planes."""
-    return not precision.packed_8bit and (precision.split_8bit == "all" or (head and precision.split_8bit == "head"))
+def planes_for(type_name: str, precision: Precision) -> int:
+    """2 where this precision holds a packable type as two 4-bit planes, else 1."""
+    return 2 if packed_bits(type_name) == 8 and precision.split_8bit and not precision.packed_8bit else 1
 
 
-def packed_form(layer: PackedWeight, precision: Precision, head: bool = False) -> PackedWeight:
-    """A packed layer as this precision runs it: 8-bit ones split into 4-bit planes where it says so."""
-    return split_planes(layer) if layer.bits == 8 and splits_8bit(precision, head) else layer
-
-
-def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowOrder | None = None,
-           head: bool = False) -> Layer:
+def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowOrder | None = None) -> Layer:
     """A linear layer in the form ``precision`` wants. ``reorder_rows``, an architecture's, reorders the
     output rows (llama's Q/K un-permute): applied to the stored rows, so to quantized rows as well."""
     type_name, raw, n, k = tensor_rows(model, name)
-    if will_pack(model, name, precision, head):
-        packed = pack_rows(type_name, raw if reorder_rows is None else reorder_rows(raw), n, k, name)
-        return packed_form(packed, precision, head)
+    if will_pack(model, name, precision):
+        return pack_rows(type_name, raw if reorder_rows is None else reorder_rows(raw), n, k, name,
+                         planes=planes_for(type_name, precision))
     w = dense(model, name)
     return w if reorder_rows is None else reorder_rows(w)
