@@ -105,7 +105,7 @@ def _graph(converted) -> onnx.ModelProto:
     return onnx.load(str(converted.onnx_path), load_external_data=False)
 
 
-def _embedding_alone(path, tmp_path, ids: np.ndarray) -> np.ndarray:
+def _embedding_alone(path, tmp_path, ids: np.ndarray, precision: str = "int4-fast") -> np.ndarray:
     """The embedding block as a graph of its own, run on ``ids``."""
     import onnxruntime as ort
     from onnx import TensorProto
@@ -116,7 +116,7 @@ def _embedding_alone(path, tmp_path, ids: np.ndarray) -> np.ndarray:
 
     model = GGUFModel(path)
     writer = OnnxWriter(tmp_path / "embedding.onnx.data")
-    g = Graph(model, model.config(), get_precision("int4-fast"), writer)
+    g = Graph(model, model.config(), get_precision(precision), writer)
     rows = g.embed(g.inputs())
     writer.add_output(rows, TensorProto.FLOAT, ["batch", "seq", model.config().n_embd])
     writer.save(tmp_path / "embedding.onnx", {})
@@ -126,35 +126,32 @@ def _embedding_alone(path, tmp_path, ids: np.ndarray) -> np.ndarray:
     return session.run(None, {"input_ids": ids, **lengths})[0]
 
 
-@pytest.mark.parametrize("embedding_type", ["Q8_0", "Q5_0"])
-def test_the_8bit_embedding_is_the_dense_table_exactly_and_shares_its_blocks_with_the_head(tmp_path, embedding_type):
-    """int4-fast packs the tied 8-bit head: the embedding gathers from the same blocks
-    (GatherBlockQuantized), one copy for both; its rows are bit-identical to the dense table's."""
-    from engine.model.weights import dense
+@pytest.mark.parametrize("precision,embedding_type", [("int4-fast", "Q8_0"), ("int4-fast", "Q5_0"), ("int4", "Q8_0")])
+def test_the_tied_table_stays_in_blocks_that_the_head_shares(tmp_path, precision, embedding_type):
+    """The tied 8-bit table stays in the precision's packed form (8-bit for int4-fast, 4-bit planes
+    for int4) and the head runs on the same initializers: one copy for both, no dense table. Its rows
+    are what the head multiplies by; int4-fast's are bit-identical to the dense table's."""
+    from engine.model.precision import get_precision
+    from engine.model.weights import EMBEDDING, dense, linear
 
     path = write_synthetic_gguf(tmp_path / "g.gguf", replace(SPEC, embedding_type=embedding_type))
-    converted = ensure_converted(path, "int4-fast", tmp_path / "converted")
+    converted = ensure_converted(path, precision, tmp_path / "converted")
     graph = _graph(converted).graph
-    gather = next(n for n in graph.node if n.op_type == "GatherBlockQuantized")
     head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
-    assert gather.input[0] == head.input[1] == "token_embd.weight.qweight"
+    gather = next(n for n in graph.node if n.op_type == "Gather" and n.input[0] == "token_embd.weight.qweight")
+    assert head.input[1] == gather.input[0]
+    assert {a.name: a.i for a in head.attribute}["bits"] == (8 if precision == "int4-fast" else 4)
     assert sum(i.name == "token_embd.weight.qweight" for i in graph.initializer) == 1
-    assert not [n for n in graph.node if n.op_type == "Gather"]  # no dense table
+    assert not [i for i in graph.initializer if i.name in ("token_embd.weight", "token_embd.weight_t")]
 
-    rows = _embedding_alone(path, tmp_path, np.array([IDS], np.int64))
-    table = dense(GGUFModel(path), "token_embd.weight")
-    np.testing.assert_array_equal(rows[0], table[IDS])
-
-
-def test_where_the_head_is_split_it_is_a_matrix_of_its_own(arch_converted):
-    """int4 runs the tied 8-bit head as two 4-bit planes (8-bit MatMulNBits with fp32 activations is
-    ~70× slower); the embedding still gathers from the 8-bit blocks, no dense table anywhere."""
-    graph = _graph(arch_converted("gemma3")).graph
-    gather = next(n for n in graph.node if n.op_type == "GatherBlockQuantized")
-    head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
-    assert not [n for n in graph.node if n.op_type in ("Gather", "MatMul") and "token_embd" in "".join(n.input)]
-    assert head.input[1] == "output.qweight" != gather.input[0]
-    assert {a.name: a.i for a in head.attribute}["bits"] == 4
+    rows = _embedding_alone(path, tmp_path, np.array([IDS], np.int64), precision)[0]
+    model = GGUFModel(path)
+    np.testing.assert_array_equal(rows, linear(model, EMBEDDING, get_precision(precision)).dequantize()[IDS])
+    table = dense(model, EMBEDDING)[IDS]
+    if precision == "int4-fast":
+        np.testing.assert_array_equal(rows, table)
+    else:  # the planes' one extra fp32 addition
+        np.testing.assert_allclose(rows, table, rtol=0, atol=2 ** -21 * np.abs(table).max())
 
 
 # the real Gemma 3 270M ----------------------------------------------------------------------------------------

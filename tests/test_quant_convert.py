@@ -142,3 +142,19 @@ def test_approximate_precisions_run_the_new_types(tmp_path, precision, weight_ty
     got = _logits(converted.onnx_path)
     assert np.abs(got - ref).max() < 0.1 * np.ptp(ref)
     assert (got.argmax(-1) == ref.argmax(-1)).mean() > 0.8
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("embedding_type", ["Q4_K", "Q5_K", "Q6_K", "Q4_1"])
+def test_a_k_quant_table_stays_in_its_blocks_and_the_model_stays_exact(tmp_path, embedding_type, tied):
+    """Llama 3 8B's Q4_K_M table is Q4_K: dense fp32 it would take 2.1 GB, in its blocks 0.4 GB. Its rows
+    are gathered and dequantized in the graph (offsets included); tied, the head shares the blocks."""
+    spec = replace(K_SPEC, weight_type="Q4_K", embedding_type=embedding_type, tied=tied)
+    path = write_synthetic_gguf(tmp_path / "m.gguf", spec)
+    converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
+    graph = onnx.load(str(converted.onnx_path), load_external_data=False).graph
+    names = {i.name for i in graph.initializer}
+    assert "token_embd.weight.qweight" in names and not names & {"token_embd.weight", "token_embd.weight_t"}
+    heads = [n for n in graph.node if n.op_type == "MatMulNBits" and n.input[1] == "token_embd.weight.qweight"]
+    assert len(heads) == (1 if tied else 0)
+    _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))

@@ -16,11 +16,12 @@ from onnx import TensorProto
 
 from engine.arch import io_names
 from engine.arch.config import ModelConfig
+from engine.arch.packed_ops import PackedInitializers, gather_rows, write_packed
 from engine.model import weights
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision
-from engine.model.quant import PackedWeight, concat_packed, pack_rows
+from engine.model.quant import PackedWeight, concat_packed
 
 ProgressFn = Callable[[int, int], None]
 MS = "com.microsoft"
@@ -35,7 +36,7 @@ class Graph:
         self.logits_mode, self.progress = logits_mode, progress
         self._blocksums: dict[str, str] = {}
         self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
-        self._embedding_blocks: tuple[PackedWeight, str, str] | None = None  # embed()'s 8-bit table, blob, scales
+        self._tied_head: PackedInitializers | None = None  # embed()'s table in blocks, when the head shares it
         self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
         # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
         self.half = precision.compute == "float16"
@@ -89,32 +90,25 @@ class Graph:
     def _matmul(self, x: str, name: str, layer: weights.Layer, named: dict) -> str:
         if isinstance(layer, np.ndarray):
             return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
+        return self._matmul_packed(x, self._packed(name, layer), named)
+
+    def _packed(self, name: str, layer: PackedWeight) -> PackedInitializers:
+        return write_packed(self.w, name, layer, self.np_dtype, self.precision.q4_1_form == "zero_point")
+
+    def _matmul_packed(self, x: str, p: PackedInitializers, named: dict) -> str:
         # A layer split into planes reads each input block twice (engine/model/quant.py: split_planes).
-        inputs = [x if layer.planes == 1 else self._doubled(x, layer.k, layer.block)]
-        # Float zero points replace the side branch only below 8 bits: the CPU kernel refuses 8-bit ones.
-        if (layer.correction is not None and self.precision.q4_1_form == "zero_point" and layer.bits < 8
-                and layer.planes == 1):
-            blob, scales, zero_points = layer.with_zero_points()
-            inputs += [self.w.constant(name + ".qweight", blob),
-                       self.w.constant(name + ".scales", scales.astype(self.np_dtype, copy=False)),
-                       self.w.constant(name + ".zero_points", zero_points.astype(self.np_dtype))]
-            correction = None
-        else:
-            inputs += [self.w.constant(name + ".qweight", layer.blob),
-                       self.w.constant(name + ".scales", layer.scales.astype(self.np_dtype, copy=False))]  # as the input
-            if layer.planes == 2:
-                inputs.append(self.w.constant(name + ".zero_points", layer.plane_zero_points()))
-            correction = layer.correction
+        inputs = [x if p.planes == 1 else self._doubled(x, p.k, p.block), p.blob, p.scales]
+        if p.zero_points is not None:
+            inputs.append(p.zero_points)
         y = self.w.op(
-            "MatMulNBits", inputs, domain=MS, **(named if correction is None else {}),  # else the Add is last
-            K=layer.matmul_k, N=layer.n, bits=layer.bits, block_size=layer.block, accuracy_level=self.precision.accuracy_level,
+            "MatMulNBits", inputs, domain=MS, **(named if p.correction is None else {}),  # else the Add is last
+            K=p.matmul_k, N=p.n, bits=p.bits, block_size=p.block, accuracy_level=self.precision.accuracy_level,
         )[0]
-        if correction is None:
+        if p.correction is None:
             return y
         # Per-block offsets (Q4_1's m + 8d, the K-quants' mins): blocksum(x) @ correction, see engine/model/quant.py.
-        corr = self.w.constant(name + ".q4_1_offset", correction.astype(self.np_dtype))
-        blocksum = self._blocksum(x, layer.k, layer.block)
-        return self.w.op("Add", [y, self.w.op1("MatMul", [blocksum, corr])], **named)[0]
+        blocksum = self._blocksum(x, p.k, p.block)
+        return self.w.op("Add", [y, self.w.op1("MatMul", [blocksum, p.correction])], **named)[0]
 
     def _blocksum(self, x: str, k: int, block: int) -> str:
         key = f"{x}/{block}"  # layers that share an input and a block size share its block sums
@@ -259,34 +253,24 @@ class Graph:
         return self.w.op1("Gather", [stored, ids], axis=0)
 
     def embed(self, ids: str) -> str:
-        """The token embedding kept in its GGUF blocks where MatMulNBits holds them as 8-bit codes with
-        no offset (Q8_0, Q5_0, Q6_K), through GatherBlockQuantized: only the gathered rows are
-        dequantized, d·q in fp32, bit-identical to the dense table. A tied head packed by the precision
-        shares the blocks (one copy for both) where it runs 8-bit; split into 4-bit planes (exact
-        ``int4``) or dense, the head is a matrix of its own. Falls back to _embed_dense() where the
-        table has no such form, where nothing is packed, or where activations are fp16.
+        """The token embedding kept in its GGUF blocks, in the precision's packed form, where activations
+        are fp32: only the gathered rows are dequantized (packed_ops.gather_rows), exactly the weights
+        the packed matmul computes with. A tied head runs on the same blocks: one copy for both. Falls
+        back to _embed_dense() where the table has no packed form or activations are fp16.
 
         Measured on Gemma 3 270M (its Q8_0 table [262,144 × 640]; 2 CPU threads, decode): a dense fp32
         head took ~41 ms a step and, shared with the embedding's Gather, stayed in memory next to ONNX
-        Runtime's prepacked copy (1.67 GB resident against 1.04 GB with this embedding). 8-bit
-        MatMulNBits with fp32 activations takes ~0.9 s a step, with int8 activations (accuracy level 4)
-        ~11 ms; an fp16 MatMul ~44 ms (no fp16 arithmetic on the CPU); the split planes: bench/matmul_kernels.py."""
+        Runtime's prepacked copy (1.67 GB resident against 1.04 GB with the table in blocks). 8-bit
+        MatMulNBits with fp32 activations takes ~0.9 s a step (so exact int4 splits 8-bit forms into
+        4-bit planes), with int8 activations (accuracy level 4) ~11 ms; bench/matmul_kernels.py."""
         name = weights.EMBEDDING
         if not weights.embedding_in_blocks(self.model, self.precision):
             return self._embed_dense(ids)
-        type_name, raw, n, k = weights.tensor_rows(self.model, name)
-        table = pack_rows(type_name, raw, n, k, name)
-        w = self.w
-        blob = w.constant(name + ".qweight", table.blob)  # [vocab, K/block, block]: MatMulNBits' form too
-        scales = w.constant(name + ".scales", table.scales)  # [vocab · K/block], as MatMulNBits takes them
-        grid = w.op1("Reshape", [scales, w.constant("token_embd.scale_shape", np.array([n, table.n_blocks, 1], np.int64))])
-        rows = w.op1("GatherBlockQuantized", [blob, ids, grid], domain=MS, gather_axis=0, quantize_axis=2,
-                     block_size=table.block, bits=8)  # [batch, seq, K/block, block]; zero point 128
-        # The table is written out; only a head that shares its blocks keeps it in memory.
-        if self.cfg.tied_embeddings and self.precision.packed_8bit:
-            self._embedding_blocks = (table, blob, scales)
+        table = self._packed(name, self.weight(name))  # written out: the arrays need not stay in memory
+        if self.cfg.tied_embeddings:
+            self._tied_head = table
         self.model.release_pages()
-        return w.op1("Reshape", [rows, w.constant("token_embd.row_shape", np.array([0, 0, k], np.int64))])
+        return gather_rows(self.w, table, ids, "token_embd")
 
     def _head_is_packed(self) -> bool:
         return weights.will_pack(self.model, "token_embd.weight", self.precision)
@@ -304,10 +288,8 @@ class Graph:
         out = io_names.LOGITS + ".half" if self.half else io_names.LOGITS
         if not self.cfg.tied_embeddings:
             self.linear(hidden, "output", self.weight("output.weight"), out=out)
-        elif self._head_is_packed() and self._embedding_blocks is not None:
-            table, blob, scales = self._embedding_blocks  # the embedding's blocks, one copy for both
-            w.op("MatMulNBits", [hidden, blob, scales], domain=MS, outputs=[out], K=table.k, N=table.n, bits=8,
-                 block_size=table.block, accuracy_level=self.precision.accuracy_level)
+        elif self._tied_head is not None:  # the embedding's blocks, one copy for both
+            self._matmul_packed(hidden, self._tied_head, {"outputs": [out]})
         elif self._head_is_packed():
             self.linear(hidden, "output", self.weight("token_embd.weight"), out=out)
         else:  # the matrix _embed_dense() stored for both, else one for the head alone

@@ -69,21 +69,20 @@ def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, 
     form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"
     if name != EMBEDDING:
         return form, _packed_bytes(model, name, precision) if packed else dense_bytes
-    # The table: gathered from its 8-bit blocks, else dense rows. Tied, the head is a second copy unless
-    # it shares one: a dense head the dense table, an 8-bit packed head the table's blocks.
-    in_blocks = embedding_in_blocks(model, precision)
-    table = _packed_bytes(model, name, precision, planes=1) if in_blocks else dense_bytes
-    if not tied or (not packed and not in_blocks) or (packed and in_blocks and precision.packed_8bit):
-        return ("packed" if in_blocks else form), table
-    return "packed", table + (_packed_bytes(model, name, precision) if packed else dense_bytes)
+    # The table: in the precision's packed form, which a tied head shares; else dense rows, which a tied
+    # dense head shares, and a tied packed head does not.
+    if embedding_in_blocks(model, precision):
+        return "packed", _packed_bytes(model, name, precision)
+    if not (tied and packed):
+        return form, dense_bytes
+    return "packed", dense_bytes + _packed_bytes(model, name, precision)
 
 
-def _packed_bytes(model, name: str, precision, planes: int = 0) -> int:
-    """A packed layer's bytes in the form the precision runs it (``planes``: 0 as it says): pack one row
-    for real and scale by the rows (everything a layer holds grows linearly with them), so the layout
-    stays quant.py's alone."""
+def _packed_bytes(model, name: str, precision) -> int:
+    """A packed layer's bytes in the form the precision runs it: pack one row for real and scale by the
+    rows (everything a layer holds grows linearly with them), so the layout stays quant.py's alone."""
     type_name, raw, n, k = tensor_rows(model, name)
-    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name, planes or planes_for(type_name, precision))
+    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name, planes_for(type_name, precision))
     return one.stored_bytes(2 if precision.compute == "float16" else 4) * n
 
 

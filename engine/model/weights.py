@@ -9,7 +9,7 @@ import numpy as np
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import Precision
-from engine.model.quant import PackedWeight, has_offsets, is_packable, pack_rows, packed_bits
+from engine.model.quant import PackedWeight, is_packable, pack_rows, packed_bits
 
 EMBEDDING = "token_embd.weight"
 Layer = PackedWeight | np.ndarray  # np.ndarray: dense fp32 [N, K]
@@ -71,12 +71,9 @@ def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
 
 
 def embedding_in_blocks(model: GGUFModel, precision: Precision) -> bool:
-    """Whether the token table is gathered from its GGUF blocks (GatherBlockQuantized) instead of dense
-    rows: types held as 8-bit codes with no offset (Q8_0, Q5_0, Q6_K), under a packing precision with
-    fp32 activations."""
-    type_name = model.tensor(EMBEDDING).tensor_type.name
-    return (precision.packed and precision.compute == "float32" and is_packable(type_name)
-            and packed_bits(type_name) == 8 and not has_offsets(type_name))
+    """Whether the token table stays in its GGUF blocks (rows gathered and dequantized in the graph)
+    instead of dense rows: wherever the precision packs its type, with fp32 activations."""
+    return precision.compute == "float32" and will_pack(model, EMBEDDING, precision)
 
 
 def planes_for(type_name: str, precision: Precision) -> int:
