@@ -16,8 +16,9 @@ from gguf import GGUFValueType
 
 from engine.arch import architecture_for, gemma3
 from engine.generation import Engine
-from engine.model.convert import ensure_converted
+from engine.model.convert import build_onnx, ensure_converted
 from engine.model.gguf_file import GGUFModel
+from engine.model.precision import PRECISIONS
 from engine.model.synthetic import write_synthetic_gguf
 from engine.runtime.runner import ModelRunner
 from engine.sampling import SamplingParams
@@ -105,18 +106,17 @@ def _graph(converted) -> onnx.ModelProto:
     return onnx.load(str(converted.onnx_path), load_external_data=False)
 
 
-def _embedding_alone(path, tmp_path, ids: np.ndarray, precision: str = "int4-fast") -> np.ndarray:
+def _embedding_alone(path, tmp_path, ids: np.ndarray, precision) -> np.ndarray:
     """The embedding block as a graph of its own, run on ``ids``."""
     import onnxruntime as ort
     from onnx import TensorProto
 
     from engine.arch.blocks import Graph
     from engine.model.onnx_writer import OnnxWriter
-    from engine.model.precision import get_precision
 
     model = GGUFModel(path)
     writer = OnnxWriter(tmp_path / "embedding.onnx.data")
-    g = Graph(model, model.config(), get_precision(precision), writer)
+    g = Graph(model, model.config(), precision, writer)
     rows = g.embed(g.inputs())
     writer.add_output(rows, TensorProto.FLOAT, ["batch", "seq", model.config().n_embd])
     writer.save(tmp_path / "embedding.onnx", {})
@@ -126,32 +126,40 @@ def _embedding_alone(path, tmp_path, ids: np.ndarray, precision: str = "int4-fas
     return session.run(None, {"input_ids": ids, **lengths})[0]
 
 
-@pytest.mark.parametrize("precision,embedding_type", [("int4-fast", "Q8_0"), ("int4-fast", "Q5_0"), ("int4", "Q8_0")])
-def test_the_tied_table_stays_in_blocks_that_the_head_shares(tmp_path, precision, embedding_type):
-    """The tied 8-bit table stays in the precision's packed form (8-bit for int4-fast, 4-bit planes
-    for int4) and the head runs on the same initializers: one copy for both, no dense table. Its rows
-    are what the head multiplies by; int4-fast's are bit-identical to the dense table's."""
-    from engine.model.precision import get_precision
-    from engine.model.weights import EMBEDDING, dense, linear
+INT4_SPLIT = replace(PRECISIONS["int4"], split_8bit_from=0)  # int4 as it runs a model of 1 GiB and up
+
+
+@pytest.mark.parametrize("precision,embedding_type", [(PRECISIONS["int4-fast"], "Q8_0"), (PRECISIONS["int4-fast"], "Q5_0"),
+                                                      (INT4_SPLIT, "Q8_0"), (PRECISIONS["int4"], "Q8_0")],
+                         ids=["fast-q8_0", "fast-q5_0", "split-q8_0", "int4-q8_0"])
+def test_the_tied_table_stays_in_blocks(tmp_path, precision, embedding_type):
+    """The tied 8-bit table stays in blocks. Where the head is packed (8-bit under int4-fast, 4-bit
+    planes under int4 on a large model) it runs on the same initializers, one copy for both; where it
+    is dense (int4 on a small model) it is a matrix of its own and the table plain 8-bit blocks. The
+    rows are what the packed form holds; from 8-bit blocks bit-identical to the dense table's."""
+    from engine.model.weights import EMBEDDING, dense, gathered_table
 
     path = write_synthetic_gguf(tmp_path / "g.gguf", replace(SPEC, embedding_type=embedding_type))
-    converted = ensure_converted(path, precision, tmp_path / "converted")
-    graph = _graph(converted).graph
-    head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
+    graph = onnx.load(str(build_onnx(GGUFModel(path), precision, tmp_path / "c")), load_external_data=False).graph
     gather = next(n for n in graph.node if n.op_type == "Gather" and n.input[0] == "token_embd.weight.qweight")
-    assert head.input[1] == gather.input[0]
-    assert {a.name: a.i for a in head.attribute}["bits"] == (8 if precision == "int4-fast" else 4)
     assert sum(i.name == "token_embd.weight.qweight" for i in graph.initializer) == 1
-    assert not [i for i in graph.initializer if i.name in ("token_embd.weight", "token_embd.weight_t")]
+    assert "token_embd.weight" not in {i.name for i in graph.initializer}
+    head = next(n for n in graph.node if n.output[0] == "logits")
+    planes = precision.split_8bit_from == 0
+    if precision is PRECISIONS["int4"]:
+        assert head.op_type == "MatMul" and head.input[1] == "token_embd.weight_t"
+    else:
+        assert head.op_type == "MatMulNBits" and head.input[1] == gather.input[0]
+        assert {a.name: a.i for a in head.attribute}["bits"] == (4 if planes else 8)
 
     rows = _embedding_alone(path, tmp_path, np.array([IDS], np.int64), precision)[0]
     model = GGUFModel(path)
-    np.testing.assert_array_equal(rows, linear(model, EMBEDDING, get_precision(precision)).dequantize()[IDS])
+    np.testing.assert_array_equal(rows, gathered_table(model, precision).dequantize()[IDS])
     table = dense(model, EMBEDDING)[IDS]
-    if precision == "int4-fast":
-        np.testing.assert_array_equal(rows, table)
-    else:  # the planes' one extra fp32 addition
+    if planes:  # the planes' one extra fp32 addition
         np.testing.assert_allclose(rows, table, rtol=0, atol=2 ** -21 * np.abs(table).max())
+    else:
+        np.testing.assert_array_equal(rows, table)
 
 
 # the real Gemma 3 270M ----------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ IDS = np.random.default_rng(7).integers(0, 300, 24)
 K_SPEC = SyntheticSpec(n_embd=256, n_head=4, n_head_kv=2, n_ff=512, embedding_type="F16", seed=4)
 # int4 with 8-bit packing and fp32 activations: the exact path for the types held as 8-bit.
 INT4_8BIT = replace(PRECISIONS["int4"], packed_8bit=True)
+# int4 as it runs a model of 1 GiB and up: 8-bit forms as two 4-bit planes, whatever the file's size.
+INT4_SPLIT = replace(PRECISIONS["int4"], split_8bit_from=0)
 FORMS = {  # bits, block of the packed linear layers; None: dense
     "Q5_0": (8, 32), "Q5_1": (8, 32), "Q2_K": None, "Q3_K": (4, 16), "Q4_K": (4, 32), "Q5_K": (8, 32), "Q6_K": (8, 16),
 }
@@ -63,12 +65,12 @@ def test_each_quant_type_converts_packed_and_exact(tmp_path, weight_type):
 
 @pytest.mark.parametrize("weight_type", ["Q4_K", "Q6_K", "Q5_K", "Q5_0", "Q8_0"])
 def test_int4_packs_4_bit_forms_and_splits_8_bit_ones_exactly(tmp_path, weight_type):
-    """The named int4 precision: 4-bit forms stay packed; forms held as 8-bit run as two 4-bit planes
+    """int4 on a large model: 4-bit forms stay packed; forms held as 8-bit run as two 4-bit planes
     (K doubled, zero points 0/8), with an untied head of the same type. The model stays exact."""
     spec = replace(K_SPEC, weight_type=weight_type, tied=False)
     path = write_synthetic_gguf(tmp_path / "m.gguf", spec)
-    converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
-    graph = onnx.load(str(converted.onnx_path), load_external_data=False).graph
+    onnx_path = _convert(path, INT4_SPLIT, tmp_path / "c")
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
     nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
     assert len(nodes) == 2 * 4 + 1  # QKV, output, gate/up, down per layer; the head
     split = weight_type != "Q4_K"  # the others are held as 8-bit
@@ -77,7 +79,22 @@ def test_int4_packs_4_bit_forms_and_splits_8_bit_ones_exactly(tmp_path, weight_t
         assert attrs["bits"] == 4 and (len(node.input) == 4) == split
     head = next(n for n in nodes if n.input[1] == "output.qweight")
     assert {a.name: a.i for a in head.attribute}["K"] == spec.n_embd * (2 if split else 1)
-    _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))
+    _assert_matches(_logits(onnx_path), ReferenceLlama(path).logits(IDS))
+
+
+def test_named_int4_splits_8_bit_forms_from_a_gguf_size_on(tmp_path):
+    """The named int4 keeps a small model's 8-bit forms dense (faster on the CPU) and splits them from
+    split_8bit_from's GGUF size on (less memory); the rule is the file's size."""
+    from engine.model.weights import splits_8bit
+
+    path = write_synthetic_gguf(tmp_path / "m.gguf", replace(K_SPEC, weight_type="Q6_K"))
+    model, size = GGUFModel(path), path.stat().st_size
+    assert PRECISIONS["int4"].split_8bit_from == 1 << 30 > size and not splits_8bit(model, PRECISIONS["int4"])
+    assert splits_8bit(model, replace(PRECISIONS["int4"], split_8bit_from=size))
+    assert not splits_8bit(model, replace(PRECISIONS["int4"], split_8bit_from=size + 1))
+    assert not splits_8bit(model, PRECISIONS["int4-fast"])  # packs 8-bit as it is
+    converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
+    assert _matmulnbits(converted.onnx_path) == []  # every layer Q6_K, dense; the F16 table dense
 
 
 def test_mixed_types_in_fused_layers(tmp_path):
@@ -151,10 +168,10 @@ def test_a_k_quant_table_stays_in_its_blocks_and_the_model_stays_exact(tmp_path,
     are gathered and dequantized in the graph (offsets included); tied, the head shares the blocks."""
     spec = replace(K_SPEC, weight_type="Q4_K", embedding_type=embedding_type, tied=tied)
     path = write_synthetic_gguf(tmp_path / "m.gguf", spec)
-    converted = ensure_converted(path, "int4", tmp_path / "c", logits_mode="all")
-    graph = onnx.load(str(converted.onnx_path), load_external_data=False).graph
+    onnx_path = _convert(path, INT4_SPLIT, tmp_path / "c")
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
     names = {i.name for i in graph.initializer}
     assert "token_embd.weight.qweight" in names and not names & {"token_embd.weight", "token_embd.weight_t"}
     heads = [n for n in graph.node if n.op_type == "MatMulNBits" and n.input[1] == "token_embd.weight.qweight"]
     assert len(heads) == (1 if tied else 0)
-    _assert_matches(_logits(converted.onnx_path), ReferenceLlama(path).logits(IDS))
+    _assert_matches(_logits(onnx_path), ReferenceLlama(path).logits(IDS))

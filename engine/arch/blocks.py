@@ -266,8 +266,8 @@ class Graph:
         name = weights.EMBEDDING
         if not weights.embedding_in_blocks(self.model, self.precision):
             return self._embed_dense(ids)
-        table = self._packed(name, self.weight(name))  # written out: the arrays need not stay in memory
-        if self.cfg.tied_embeddings:
+        table = self._packed(name, weights.gathered_table(self.model, self.precision))  # written: not kept
+        if self.cfg.tied_embeddings and self._head_is_packed():
             self._tied_head = table
         self.model.release_pages()
         return gather_rows(self.w, table, ids, "token_embd")

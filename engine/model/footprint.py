@@ -72,17 +72,21 @@ def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, 
     # The table: in the precision's packed form, which a tied head shares; else dense rows, which a tied
     # dense head shares, and a tied packed head does not.
     if embedding_in_blocks(model, precision):
-        return "packed", _packed_bytes(model, name, precision)
+        if packed:  # in the head's form, shared when tied
+            return "packed", _packed_bytes(model, name, precision)
+        table = _packed_bytes(model, name, precision, planes=1)  # plain 8-bit blocks beside a dense head
+        return "packed", table + (dense_bytes if tied else 0)
     if not (tied and packed):
         return form, dense_bytes
     return "packed", dense_bytes + _packed_bytes(model, name, precision)
 
 
-def _packed_bytes(model, name: str, precision) -> int:
-    """A packed layer's bytes in the form the precision runs it: pack one row for real and scale by the
-    rows (everything a layer holds grows linearly with them), so the layout stays quant.py's alone."""
+def _packed_bytes(model, name: str, precision, planes: int = 0) -> int:
+    """A packed layer's bytes in the form the precision runs it (or as ``planes``): pack one row for real
+    and scale by the rows (everything a layer holds grows linearly with them), so the layout stays
+    quant.py's alone."""
     type_name, raw, n, k = tensor_rows(model, name)
-    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name, planes_for(type_name, precision))
+    one = pack_rows(type_name, raw.reshape(n, -1)[:1], 1, k, name, planes or planes_for(model, type_name, precision))
     return one.stored_bytes(2 if precision.compute == "float16" else 4) * n
 
 

@@ -16,9 +16,9 @@ class Precision:
     compute: str = "float32"  # activations and the KV cache
     family: str = ""  # what the weights are, for the model fingerprint ("" = the name)
     q4_1_form: str = "branch"  # Q4_1 offsets: "branch" (blocksum side branch) or "zero_point" (float zero points)
-    # Where 8-bit forms do not pack as 8-bit: hold them as two 4-bit planes (quant.split_planes)
-    # instead of dense rows.
-    split_8bit: bool = False
+    # Where 8-bit forms do not pack as 8-bit: from this GGUF size on, hold them as two 4-bit planes
+    # (quant.split_planes) instead of dense rows (None: never).
+    split_8bit_from: int | None = None
 
     @property
     def weights_id(self) -> str:
@@ -27,14 +27,18 @@ class Precision:
         return self.family or self.name
 
 
+# On the CPU the 4-bit planes cost 12–18% of decode against dense fp32 rows (docs/benchmarks.md), and save
+# ~3 of every 4 bytes: worth it where memory is what limits, a model of 1 GiB and up.
+SPLIT_8BIT_FROM_BYTES = 1 << 30
+
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
         Precision(
             "int4", True, False, 0, "float32",
-            "GGUF blocks as-is (8-bit ones as two 4-bit planes), fp32 activations; matches the dequantized "
-            "model to ~1e-4",
-            split_8bit=True,
+            "GGUF blocks as-is (8-bit ones dense, or as two 4-bit planes in models of 1 GiB and up), fp32 "
+            "activations; matches the dequantized model to ~1e-4",
+            split_8bit_from=SPLIT_8BIT_FROM_BYTES,
         ),
         Precision(
             "int4-fast", True, True, 4, "float32",

@@ -61,24 +61,43 @@ def _dequantize_by_rows(data: np.ndarray, tensor_type) -> np.ndarray:
 
 
 def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
-    """Whether ``name`` stays in GGUF blocks: 2- and 4-bit forms whenever the precision packs, 8-bit
+    """Whether ``name`` runs from its GGUF blocks: 2- and 4-bit forms whenever the precision packs, 8-bit
     forms (Q8_0, and Q5_0/Q5_1/Q5_K/Q6_K, which MatMulNBits holds as 8-bit) where it packs them as
-    8-bit or splits them into 4-bit planes."""
+    8-bit or splits this model's into 4-bit planes."""
     type_name = model.tensor(name).tensor_type.name
     if not (precision.packed and is_packable(type_name)):
         return False
-    return packed_bits(type_name) < 8 or precision.packed_8bit or precision.split_8bit
+    return packed_bits(type_name) < 8 or precision.packed_8bit or splits_8bit(model, precision)
+
+
+def splits_8bit(model: GGUFModel, precision: Precision) -> bool:
+    """Whether this model's 8-bit forms run as two 4-bit planes (precision.split_8bit_from says from
+    which GGUF size)."""
+    start = precision.split_8bit_from
+    return not precision.packed_8bit and start is not None and model.path.stat().st_size >= start
 
 
 def embedding_in_blocks(model: GGUFModel, precision: Precision) -> bool:
-    """Whether the token table stays in its GGUF blocks (rows gathered and dequantized in the graph)
-    instead of dense rows: wherever the precision packs its type, with fp32 activations."""
-    return precision.compute == "float32" and will_pack(model, EMBEDDING, precision)
+    """Whether the token table stays in GGUF blocks (rows gathered and dequantized in the graph) instead
+    of dense rows: with fp32 activations, wherever the precision packs; in the matmul's form where the
+    head can share it, else (an 8-bit table whose head is dense) as plain 8-bit blocks."""
+    return precision.compute == "float32" and precision.packed and is_packable(model.tensor(EMBEDDING).tensor_type.name)
 
 
-def planes_for(type_name: str, precision: Precision) -> int:
-    """2 where this precision holds a packable type as two 4-bit planes, else 1."""
-    return 2 if packed_bits(type_name) == 8 and precision.split_8bit and not precision.packed_8bit else 1
+def planes_for(model: GGUFModel, type_name: str, precision: Precision) -> int:
+    """2 where this model's packable type runs as two 4-bit planes, else 1."""
+    return 2 if packed_bits(type_name) == 8 and splits_8bit(model, precision) else 1
+
+
+def gathered_table(model: GGUFModel, precision: Precision) -> PackedWeight:
+    """The token table as embedding_in_blocks keeps it: the head's packed form where the precision packs
+    the type for a matmul, else plain 8-bit blocks."""
+    if will_pack(model, EMBEDDING, precision):
+        layer = linear(model, EMBEDDING, precision)
+        assert isinstance(layer, PackedWeight)
+        return layer
+    type_name, raw, n, k = tensor_rows(model, EMBEDDING)
+    return pack_rows(type_name, raw, n, k, EMBEDDING)
 
 
 def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowOrder | None = None) -> Layer:
@@ -87,6 +106,6 @@ def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowO
     type_name, raw, n, k = tensor_rows(model, name)
     if will_pack(model, name, precision):
         return pack_rows(type_name, raw if reorder_rows is None else reorder_rows(raw), n, k, name,
-                         planes=planes_for(type_name, precision))
+                         planes=planes_for(model, type_name, precision))
     w = dense(model, name)
     return w if reorder_rows is None else reorder_rows(w)
