@@ -1,4 +1,4 @@
-"""An independent numpy forward pass for llama, qwen2, qwen3 and gemma3 GGUFs, for checking the ONNX graph.
+"""An independent numpy forward pass for llama, qwen2, qwen3, gemma3 and phi3 GGUFs, for checking the ONNX graph.
 
 It shares no code with the graph builder: it reads the GGUF with the ``gguf`` package, dequantizes
 with ``gguf.quants``, and applies rotary embeddings the way llama.cpp does, in float64:
@@ -11,13 +11,16 @@ the attention's and the FFN's outputs before adding them ("sandwich" norms); gat
 GELU's tanh form; and on its local layers (i % 6 < 5, when the file has a sliding window) lets a
 query see only the last `sliding_window` keys, itself included, rotating with base 10000 unscaled.
 Global layers rotate with rope.freq_base, positions divided by a linear scaling factor if any.
+phi3 (NEOX style) splits its fused attn_qkv (Q, K, V rows) and ffn_up (gate, up rows), and where the file
+has long/short rotary factors divides the frequencies by the long ones when the file's context exceeds
+its original one (else the short ones) and multiplies cos and sin by rope.scaling.attn_factor.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-NEOX = ("qwen2", "qwen3", "gemma3")  # llama.cpp's rope type NEOX: half-split pairs on unpermuted rows
+NEOX = ("qwen2", "qwen3", "gemma3", "phi3")  # llama.cpp's rope type NEOX: half-split pairs on unpermuted rows
 
 
 class Reference:
@@ -45,6 +48,9 @@ class Reference:
         self.eps = meta[f"{arch}.attention.layer_norm_rms_epsilon"]
         self.base = meta[f"{arch}.rope.freq_base"]
         self.factors = self.w.get("rope_freqs.weight", np.ones(self.head_dim // 2))
+        self.magnitude = 1.0
+        if arch == "phi3":
+            self._split_phi3(meta)
         self.scale = 1.0 / np.sqrt(self.head_dim)
         self.window = 0  # 0: every layer attends to the whole past
         self.pos_scale = 1.0
@@ -54,6 +60,22 @@ class Reference:
             self.window = meta.get("gemma3.attention.sliding_window", 0)
             if self.layers == 62:  # the 27B model scales by its n_embd / n_head instead
                 self.scale = 1.0 / np.sqrt(self.dim // self.heads)
+
+    def _split_phi3(self, meta) -> None:
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        n_ff = meta["phi3.feed_forward_length"]
+        for layer in range(self.layers):
+            p = f"blk.{layer}."
+            qkv = self.w.pop(p + "attn_qkv.weight")
+            self.w[p + "attn_q.weight"], self.w[p + "attn_k.weight"], self.w[p + "attn_v.weight"] = (
+                qkv[:q], qkv[q:q + kv], qkv[q + kv:])
+            gate_up = self.w.pop(p + "ffn_up.weight")
+            self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = gate_up[:n_ff], gate_up[n_ff:]
+        if "rope_factors_long.weight" in self.w:
+            original = meta["phi3.rope.scaling.original_context_length"]
+            long = meta["phi3.context_length"] > original
+            self.factors = self.w["rope_factors_long.weight" if long else "rope_factors_short.weight"]
+            self.magnitude = meta.get("phi3.rope.scaling.attn_factor", 1.0)
 
     def _rms(self, x, g):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * g
@@ -66,7 +88,7 @@ class Reference:
         base, pos_scale = (10000.0, 1.0) if local else (self.base, self.pos_scale)
         freq = base ** (-2 * np.arange(hd // 2) / hd) / self.factors
         theta = np.arange(s)[:, None] / pos_scale * freq
-        c, sn = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        c, sn = self.magnitude * np.cos(theta)[:, None, :], self.magnitude * np.sin(theta)[:, None, :]
         if self.arch in NEOX:
             first, second = slice(0, hd // 2), slice(hd // 2, hd)
         else:

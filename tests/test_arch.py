@@ -33,20 +33,20 @@ SOURCES = [p for d in ("engine", "app", "bench", "packaging") for p in (REPO / d
 
 # the registry ------------------------------------------------------------------------------------------------
 def test_another_architecture_is_refused_naming_what_hearth_runs(tmp_path):
-    path = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(architecture="phi3"))
-    message = r"other\.gguf: architecture 'phi3' is not supported; Hearth runs llama, qwen2, qwen3, gemma3 models"
+    path = write_synthetic_gguf(tmp_path / "other.gguf", SyntheticSpec(architecture="falcon"))
+    message = r"other\.gguf: architecture 'falcon' is not supported; Hearth runs llama, qwen2, qwen3, gemma3, phi3 models"
     with pytest.raises(UnsupportedModelError, match=message):
         architecture_for(GGUFModel(path))
     with pytest.raises(UnsupportedModelError, match=message):
         ensure_converted(path, "int4", tmp_path / "converted")
     assert not (tmp_path / "converted").exists()  # refused before anything was made
-    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama, qwen2, qwen3, gemma3 models"):
+    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported; Hearth runs llama, qwen2, qwen3, gemma3, phi3"):
         get_architecture("gpt2")
 
 
 def test_a_gguf_finds_its_module_and_config(tiny_gguf):
     model = GGUFModel(tiny_gguf)
-    assert supported_architectures() == ("llama", "qwen2", "qwen3", "gemma3")
+    assert supported_architectures() == ("llama", "qwen2", "qwen3", "gemma3", "phi3")
     assert architecture_for(model) is llama and get_architecture("llama") is llama and llama.NAME == "llama"
     cfg = model.config()
     assert cfg == llama.read_config(model) and isinstance(cfg, ModelConfig)
@@ -308,3 +308,42 @@ def test_linear_blocks_add_a_bias_in_either_weight_form(tmp_path, tiny_gguf, pre
     expected = xs @ rows.T + np.concatenate([biases[names[0]], np.zeros(32, np.float32), biases[names[2]]])
     np.testing.assert_allclose(got_fused, expected, atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(got_one, expected[..., :64], atol=1e-4, rtol=1e-4)
+
+
+# phi3 -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("context_length,factors", [(256, "long"), (64, "short")])
+def test_phi3_takes_the_long_factors_only_past_its_original_context(tmp_path, context_length, factors):
+    """llama.cpp's rule: the long rotary factors where the context in use (the file's) exceeds the
+    original context (64 here), else the short ones; both scaled by the attention factor."""
+    from engine.arch import phi3
+
+    spec = SyntheticSpec(architecture="phi3", rope_freqs=True, tied=False, seed=16)
+    path = rewrite_gguf(write_synthetic_gguf(tmp_path / "p.gguf", spec), tmp_path / "q.gguf",
+                        values={"phi3.context_length": context_length})
+    model = GGUFModel(path)
+    chosen, magnitude = phi3.rope_scaling(model, phi3.read_config(model))
+    expected = np.asarray(model.tensor(f"rope_factors_{factors}.weight").data, np.float64)
+    np.testing.assert_array_equal(chosen, expected)
+    assert magnitude == pytest.approx(1.19)
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("one factor set", "has rope_factors_long.weight without rope_factors_short.weight"),
+    ("fused gate/up", "blk.0.ffn_up.weight has shape"),
+    ("fused qkv", "blk.0.attn_qkv.weight has shape"),
+    ("attention factor", "rope.scaling.attn_factor is -1.0"),
+])
+def test_a_damaged_phi3_file_is_a_one_line_error(tmp_path, case, needle):
+    path = write_synthetic_gguf(tmp_path / "p.gguf", SyntheticSpec(architecture="phi3", rope_freqs=True, tied=False))
+    model = GGUFModel(path)
+    if case == "one factor set":
+        bad = rewrite_gguf(path, tmp_path / "bad.gguf", drop=("rope_factors_short.weight",))
+    elif case == "attention factor":
+        bad = rewrite_gguf(path, tmp_path / "bad.gguf", values={"phi3.rope.scaling.attn_factor": -1.0})
+    else:
+        name = "blk.0.ffn_up.weight" if case == "fused gate/up" else "blk.0.attn_qkv.weight"
+        rows = np.asarray(model.tensor(name).data)[:-1]  # one output row short
+        bad = rewrite_gguf(path, tmp_path / "bad.gguf", drop=(name,),
+                           add={name: (rows, model.tensor(name).tensor_type)})
+    assert_clean_error(run_cli("generate", "--prompt", "hi", "--model", str(bad), "--data-dir", str(tmp_path / "d")),
+                       needle)

@@ -147,7 +147,7 @@ def _arch_logits(converted, provider: str, ids: np.ndarray, prefill: int) -> np.
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("arch", ["llama-rope-freqs", "qwen2", "qwen3", "llama-q4km"])
+@pytest.mark.parametrize("arch", ["llama-rope-freqs", "qwen2", "qwen3", "llama-q4km", "phi3"])
 @pytest.mark.parametrize("precision", ["int4-cuda-dense", "int4-cuda", "int4-half"])
 def test_each_architecture_on_cuda_matches_the_cpu(arch_converted, arch, precision):
     """fp16 activations on the GPU against the exact CPU graph: prefill, then decode."""

@@ -36,6 +36,7 @@ _MODULES = {
     "qwen2": "engine.arch.qwen2",
     "qwen3": "engine.arch.qwen3",
     "gemma3": "engine.arch.gemma3",
+    "phi3": "engine.arch.phi3",
 }
 
 

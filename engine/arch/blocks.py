@@ -214,11 +214,15 @@ class Graph:
 
     def swiglu_mlp(self, x: str, prefix: str) -> str:
         """down(silu(gate(x)) · up(x)), gate and up fused; GGUF's ffn_gate/ffn_up/ffn_down tensors."""
-        w = self.w
         gate_up = self.fused_linear(x, prefix + "ffn_gate_up", {
             prefix + "ffn_gate.weight": self.weight(prefix + "ffn_gate.weight"),
             prefix + "ffn_up.weight": self.weight(prefix + "ffn_up.weight"),
         })
+        return self.swiglu_from(gate_up, prefix)
+
+    def swiglu_from(self, gate_up: str, prefix: str) -> str:
+        """down(silu(gate) · up) from the gate and up outputs side by side (gate first)."""
+        w = self.w
         gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
         act = w.op1("Mul", [w.op1("Mul", [gate, w.op1("Sigmoid", [gate])]), up])
         return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))

@@ -11,8 +11,9 @@ from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 
 
-def decoder_config(model: GGUFModel, arch: str) -> ModelConfig:
-    """The config under ``arch.`` keys; refuses inconsistent head counts and unsupported rope forms."""
+def decoder_config(model: GGUFModel, arch: str, fused_qkv: bool = False) -> ModelConfig:
+    """The config under ``arch.`` keys; refuses inconsistent head counts and unsupported rope forms.
+    ``fused_qkv``: the file holds Q, K and V in one ``attn_qkv`` tensor (Phi-3)."""
     name, p = model.path.name, arch + "."
     n_embd = model.positive_int(p + "embedding_length")
     n_head = model.positive_int(p + "attention.head_count")
@@ -47,16 +48,18 @@ def decoder_config(model: GGUFModel, arch: str) -> ModelConfig:
         rope_scale=rope_scale,
         tied_embeddings=not model.has_tensor("output.weight"),
     )
-    _check_attention_shapes(model, cfg)
+    _check_attention_shapes(model, cfg, fused_qkv)
     return cfg
 
 
-def _check_attention_shapes(model: GGUFModel, cfg: ModelConfig) -> None:
+def _check_attention_shapes(model: GGUFModel, cfg: ModelConfig, fused_qkv: bool) -> None:
     """The first layer's Q/K/V/output matrices must have the widths the head counts say; else the
     graph would fail deep inside ONNX Runtime (say, a key_length that is missing or wrong)."""
     q, kv = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
     expected = {"attn_q": (cfg.n_embd, q), "attn_k": (cfg.n_embd, kv), "attn_v": (cfg.n_embd, kv),
                 "attn_output": (q, cfg.n_embd)}  # GGUF shapes: [in, out]
+    if fused_qkv:
+        expected = {"attn_qkv": (cfg.n_embd, q + 2 * kv), "attn_output": (q, cfg.n_embd)}
     for part, shape in expected.items():
         check_shape(model, f"blk.0.{part}.weight", shape,
                     f"{cfg.n_head} query / {cfg.n_head_kv} KV heads of {cfg.head_dim}")

@@ -1,4 +1,4 @@
-"""Tiny GGUFs with random weights (llama, qwen2, qwen3, gemma3): for tests (exact reference checks) and speed
+"""Tiny GGUFs with random weights (llama, qwen2, qwen3, gemma3, phi3): for tests (exact reference checks) and speed
 benchmarks.
 
 They go through the very same converter as a downloaded model; only the weights are made up.
@@ -160,9 +160,12 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
         p = f"blk.{i}."
         wide = spec.more_bits_type if spec.more_bits_type and gets_more_bits(i, spec.n_layers) else spec.weight_type
         add(p + "attn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
-        add_matrix(p + "attn_q.weight", q, spec.n_embd, 0.3, spec.weight_type)
-        add_matrix(p + "attn_k.weight", kv, spec.n_embd, 0.3, spec.weight_type)
-        add_matrix(p + "attn_v.weight", kv, spec.n_embd, 0.3, wide)
+        if spec.architecture == "phi3":  # Q, K and V rows in one tensor, in that order
+            add_matrix(p + "attn_qkv.weight", q + 2 * kv, spec.n_embd, 0.3, spec.weight_type)
+        else:
+            add_matrix(p + "attn_q.weight", q, spec.n_embd, 0.3, spec.weight_type)
+            add_matrix(p + "attn_k.weight", kv, spec.n_embd, 0.3, spec.weight_type)
+            add_matrix(p + "attn_v.weight", kv, spec.n_embd, 0.3, wide)
         if spec.architecture == "qwen2":
             for part, width in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
                 add(p + part + ".bias", 0.5 * rng.standard_normal(width), "F32")
@@ -173,15 +176,23 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
         if spec.architecture == "gemma3":  # Gemma's sandwich norms (gains with its +1 folded in, as in GGUF)
             add(p + "post_attention_norm.weight", 1.0 + 0.3 * rng.standard_normal(spec.n_embd), "F32")
         add(p + "ffn_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
-        add_matrix(p + "ffn_gate.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
-        add_matrix(p + "ffn_up.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
+        if spec.architecture == "phi3":  # gate rows, then up rows, in ffn_up
+            add_matrix(p + "ffn_up.weight", 2 * spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
+        else:
+            add_matrix(p + "ffn_gate.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
+            add_matrix(p + "ffn_up.weight", spec.n_ff, spec.n_embd, 0.2, spec.weight_type)
         add_matrix(p + "ffn_down.weight", spec.n_embd, spec.n_ff, 0.1, wide)
         if spec.architecture == "gemma3":
             add(p + "post_ffw_norm.weight", 1.0 + 0.3 * rng.standard_normal(spec.n_embd), "F32")
     add("output_norm.weight", 1.0 + 0.1 * rng.standard_normal(spec.n_embd), "F32")
     if not spec.tied:
         add_matrix("output.weight", vocab, spec.n_embd, 0.3, spec.more_bits_type or spec.weight_type)
-    if spec.rope_freqs:
+    if spec.rope_freqs and spec.architecture == "phi3":  # Phi-3 128k style: long and short factors
+        writer.add_uint32("phi3.rope.scaling.original_context_length", spec.context_length // 4)
+        writer.add_float32("phi3.rope.scaling.attn_factor", 1.19)
+        add("rope_factors_long.weight", 1.0 + 3.0 * rng.random(head_dim // 2), "F32")
+        add("rope_factors_short.weight", 1.0 + 0.2 * rng.random(head_dim // 2), "F32")
+    elif spec.rope_freqs:
         add("rope_freqs.weight", llama3_freq_factors(head_dim, spec.rope_base, spec.context_length // 4), "F32")
 
     writer.write_header_to_file()
