@@ -318,9 +318,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             return __obj(*args)  # kwargs are jinja's loop/block bookkeeping
         b = budget()
         b.tick()
-        owner = getattr(__obj, "__self__", None)
+        method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format in a function
+        owner = getattr(method, "__self__", None)
         if isinstance(owner, str):
-            size = _str_method_size(owner, getattr(__obj, "__name__", ""), args, kwargs)
+            size = _str_method_size(owner, getattr(method, "__name__", ""), args, kwargs)
             if size:
                 b.allocate(size)
         b.depth += 1
