@@ -246,3 +246,13 @@ def test_fuzzed_templates_fail_only_with_hearth_errors(parts):
         render("".join(parts))
     except HearthError:
         pass
+
+
+def test_the_window_says_why_the_files_template_was_refused():
+    from app.text import model_tooltip
+    from engine.types import ModelInfo
+
+    info = ModelInfo("m", "cpu", "int4", 2048, chat_template="builtin:chatml",
+                     chat_template_refused="it ran past its limit on loop steps")
+    assert model_tooltip(info) == ("The model file's chat template was refused (it ran past its limit on loop steps); "
+                                   "Hearth uses its built-in chatml format.")
