@@ -45,6 +45,9 @@ def render(source: str, messages: list[dict] = CHAT) -> str:
     ("{{ ('a' * 100000)|replace('a', 'b' * 100000) }}", "characters"),
     ("{{ '%300000000d' % 1 }}", "format string"),
     ("{{ '{:>300000000}'.format(1) }}", "format string"),
+    ("{{ '{:{w}}'.format(1, w=300000000) }}", "format width"),
+    ("{{ '{a:{w}}'.format_map({'a': 1, 'w': 300000000}) }}", "format width"),
+    ("{{ '%(a)300000000s' % {'a': 1} }}", "format string"),
     ("{{ 'abc'.translate({97: 'x'}) }}", "translate"),
     ("{% macro f() %}{% for i in range(90000) %}{{ 'abcdefghij' * 1000 }}{% endfor %}{% endmacro %}{{ f()|length }}",
      "output"),
@@ -80,6 +83,11 @@ def test_the_time_limit_stops_a_slow_render():
 def test_templates_that_cannot_compile_are_a_clean_model_error(source, match):
     with pytest.raises(UnsupportedModelError, match=match):
         ChatTemplate(source)
+
+
+def test_numbers_in_format_text_are_not_widths():
+    assert render("{{ 'id 12345678: %s %.2f' % ('a', 2.5) }} {{ 'id 12345678: {}'.format('b') }}") == \
+        "id 12345678: a 2.50 id 12345678: b"
 
 
 def test_limits_leave_room_for_a_long_conversation():

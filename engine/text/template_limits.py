@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import re
+import string
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -110,12 +111,24 @@ def _check_width(value: Any, what: str) -> None:
         raise TemplateError(f"asked for a {what} of {value:,} (the limit is {WIDTH_CAP:,})")
 
 
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\d*)(?:\.(\d*))?")
 _DIGITS = re.compile(r"\d+")
 
 
-def _check_format(fmt: str, args: Iterable[Any]) -> None:
-    """Widths and precisions in a %-format or str.format string, and numbers fed to ``*`` widths."""
-    for run in _DIGITS.findall(fmt):
+def _format_widths(fmt: str, percent: bool) -> list[str]:
+    """The width and precision numbers in a %-format, or in the specs of a str.format string."""
+    if percent:
+        return [n for match in _PERCENT_SPEC.finditer(fmt) for n in match.groups() if n]
+    try:
+        specs = [spec or "" for _, _, spec, _ in string.Formatter().parse(fmt)]
+    except ValueError:  # malformed: formatting it fails on its own
+        return []
+    return [n for spec in specs for n in _DIGITS.findall(spec)]
+
+
+def _check_format(fmt: str, args: Iterable[Any], percent: bool = False) -> None:
+    """Widths and precisions in a format string, and numbers that ``*`` or ``{}`` widths may take."""
+    for run in _format_widths(fmt, percent):
         if len(run) > 6 or int(run) > WIDTH_CAP:
             raise TemplateError(f"has a format string that asks for a width of {run}")
     for arg in args:
@@ -150,7 +163,7 @@ def _plus(left: Any, right: Any) -> Any:
 
 def _modulo(left: Any, right: Any) -> Any:
     if isinstance(left, str):
-        _check_format(left, right if isinstance(right, tuple) else (right,))
+        _check_format(left, right if isinstance(right, tuple) else (right,), percent=True)
         result = left % right
         budget().allocate(len(result))
         return result
@@ -218,7 +231,8 @@ def _str_method_size(text: str, name: str, args: tuple, kwargs: dict) -> int:
         items = values[0]
         return sum(len(i) if isinstance(i, str) else 0 for i in items) + len(text) * max(len(items) - 1, 0)
     if name in ("format", "format_map"):
-        _check_format(text, args)
+        mapping = values[0] if name == "format_map" and values and isinstance(values[0], dict) else {}
+        _check_format(text, values + list(mapping.values()))
         return len(text)
     if name == "translate":
         raise TemplateError("called str.translate, which templates may not use")
@@ -248,7 +262,7 @@ def _bounded_filter(name: str, func: Callable) -> Callable:
                 width = (rest or [kwargs.get("width", 4)])[0]
                 b.allocate(len(value) + (value.count("\n") + 1) * (len(width) if isinstance(width, str) else width))
             elif name == "format":
-                _check_format(value, rest)
+                _check_format(value, rest, percent=True)
         result = func(*args, **kwargs)
         if _sized(result):
             b.allocate(len(result))
