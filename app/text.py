@@ -76,7 +76,11 @@ def model_tooltip(info: ModelInfo) -> str:
         lines.append("A base model: it continues text rather than following instructions, so replies may ramble.")
     if info.chat_template.startswith("builtin:"):
         family = info.chat_template.split(":", 1)[1]
-        lines.append(f"The model file has no chat format; Hearth uses its built-in {family} format.")
+        if info.chat_template_refused:
+            lines.append(f"The model file's chat template was refused ({info.chat_template_refused}); "
+                         f"Hearth uses its built-in {family} format.")
+        else:
+            lines.append(f"The model file has no chat format; Hearth uses its built-in {family} format.")
     return "\n".join(lines)
 
 

@@ -172,7 +172,8 @@ class Hearth:
         self._engine = engine
         self._sessions = ChatSessions(engine, self.checkpoints)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
-                               engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source)
+                               engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
+                               engine.template.refused)
         return self._info
 
     def _require_engine(self):

@@ -61,7 +61,8 @@ def cmd_model_info(args: argparse.Namespace) -> int:
     footprint = model_footprint(gguf, args.weights)
     info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": CONVERTER_VERSION,
             "precisions": {name: p.summary for name, p in PRECISIONS.items()},
-            "kind": text.kind, "chat_template_source": text.chat_template_source, "text": text.as_dict(),
+            "kind": text.kind, "chat_template_source": text.chat_template_source,
+            "chat_template_refused": text.chat_template_refused or None, "text": text.as_dict(),
             "catalog": None if catalog is None else {"name": catalog.key, "title": catalog.title,
                                                      "description": catalog.description},
             "architecture": footprint.architecture, "quant_types": footprint.quant_types, "weights": footprint.weights,
@@ -69,7 +70,7 @@ def cmd_model_info(args: argparse.Namespace) -> int:
     lines = [str(path)]
     if catalog is not None:
         lines.append(f"  catalog: {catalog.key}: {catalog.description}")
-    lines += [f"  kind: {text.kind}", f"  chat_template_source: {text.chat_template_source or 'none (cannot chat)'}",
+    lines += [f"  kind: {text.kind}", f"  chat_template_source: {text.template_label}",
               f"  tokenizer: {text.tokenizer}, {text.vocab_size} tokens; stops at {' '.join(text.stop_tokens)}"]
     lines += [f"  {k}: {v}" for k, v in config.items()] if config else [f"  cannot run yet: {unsupported}"]
     lines += footprint_lines(footprint)

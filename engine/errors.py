@@ -31,6 +31,10 @@ class PromptError(HearthError):
     """The prompt or messages cannot be run (empty, malformed, longer than the context)."""
 
 
+class TemplateError(PromptError):
+    """A chat template refused the messages, failed while rendering, or ran past its limits."""
+
+
 class ProviderError(HearthError):
     """An execution provider was asked for and cannot be used."""
 

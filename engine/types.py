@@ -126,6 +126,7 @@ class ModelInfo:
     load_ms: float = 0.0
     kind: str = "chat"  # "chat" (instruction-tuned) or "base" (continues text; chats through a template anyway)
     chat_template: str = "gguf"  # where its chat format comes from: "gguf" or "builtin:<family>"
+    chat_template_refused: str = ""  # why the file's own template was set aside for the built-in one, or ""
 
     @property
     def label(self) -> str:

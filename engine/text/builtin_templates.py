@@ -7,12 +7,17 @@ file's own template, so both paths produce text the same way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from engine.errors import PromptError
 from engine.model.gguf_file import GGUFModel
 from engine.text.chat_template import ChatTemplate
+from engine.text.template_check import template_problem
 from engine.text.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 # Gemma has no system role: a leading system message opens the first user turn, and the assistant
 # is called "model". Any later system message is shown to the model as a user turn.
@@ -68,29 +73,47 @@ def choose_family(architecture: str, vocabulary: Collection[str]) -> Family | No
     return usable[0] if usable else None
 
 
-def template_source(gguf: GGUFModel, vocabulary: Collection[str] | None = None) -> str | None:
-    """"gguf", "builtin:<family>", or None when the model has no usable chat format."""
-    if gguf.value("tokenizer.chat_template"):
-        return "gguf"
-    vocab = set(vocabulary if vocabulary is not None else gguf.string_array("tokenizer.ggml.tokens"))
-    family = choose_family(str(gguf.value("general.architecture", "")), vocab)
-    return f"builtin:{family.name}" if family else None
+@dataclass(frozen=True)
+class TemplateChoice:
+    """The chat format a model gets: the file's own template if it passes its trial render, else a
+    built-in family's; ``refused`` says why the file's template was set aside ("" if it was not)."""
+
+    source: str | None  # "gguf", "builtin:<family>", or None (no usable format)
+    family: Family | None
+    refused: str = ""
+
+
+def choose_template(gguf: GGUFModel, vocabulary: Collection[str], bos: str, eos: str) -> TemplateChoice:
+    own = gguf.value("tokenizer.chat_template")
+    refused = template_problem(str(own), bos, eos) if own else ""
+    if own and not refused:
+        return TemplateChoice("gguf", None)
+    if refused:
+        log.warning("%s: its chat template was refused (%s); trying a built-in format", gguf.path.name, refused)
+    family = choose_family(str(gguf.value("general.architecture", "")), vocabulary)
+    return TemplateChoice(f"builtin:{family.name}" if family else None, family, refused)
 
 
 def template_for(gguf: GGUFModel, tokenizer: Tokenizer) -> ChatTemplate | None:
-    """The GGUF's own chat template, else the built-in one for its family, else None."""
+    """The GGUF's own chat template, else the built-in one for its family, else None (a PromptError
+    when the file's template was refused and no built-in format fits)."""
 
     def text(i: int | None) -> str:
         return tokenizer.tokens[i] if i is not None else ""
 
     bos, eos = text(tokenizer.specials.bos), text(tokenizer.specials.eos)
-    source = gguf.value("tokenizer.chat_template")
-    if source:
-        return ChatTemplate(source, bos, eos)
-    family = choose_family(str(gguf.value("general.architecture", "")), set(tokenizer.tokens))
-    if family is None:
+    choice = choose_template(gguf, set(tokenizer.tokens), bos, eos)
+    if choice.source == "gguf":
+        return ChatTemplate(str(gguf.value("tokenizer.chat_template")), bos, eos,
+                            name=f"the chat template in {gguf.path.name}")
+    if choice.family is None:
+        if choice.refused:
+            raise PromptError(f"the chat template in {gguf.path.name} was refused ({choice.refused}), and its "
+                              f"vocabulary fits none of Hearth's built-in formats ({', '.join(f.name for f in FAMILIES)})")
         return None
-    return ChatTemplate(family.source, bos, eos, f"builtin:{family.name}", family.end_of_turn)
+    family = choice.family
+    return ChatTemplate(family.source, bos, eos, choice.source, family.end_of_turn,
+                        name=f"the built-in {family.name} chat template", refused=choice.refused)
 
 
 def stop_ids(tokenizer: Tokenizer, template: ChatTemplate) -> frozenset[int]:

@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from engine.model.gguf_file import GGUFModel
-from engine.text.builtin_templates import choose_family, template_source
+from engine.text.builtin_templates import choose_template
 from engine.text.tokenizer import special_ids
 
 # Words in general.finetune / general.name that say how the weights were trained.
@@ -21,9 +21,18 @@ class TextProfile:
     chat_template_source: str | None  # "gguf", "builtin:<family>", or None (cannot chat)
     kind: str  # "chat" (instruction-tuned) or "base" (continues text)
     stop_tokens: tuple[str, ...]
+    chat_template_refused: str = ""  # why the file's own template was set aside for a built-in one, or ""
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "stop_tokens": list(self.stop_tokens)}
+        fields = {k: v for k, v in asdict(self).items() if k != "chat_template_refused"}  # model info has it on top
+        return {**fields, "stop_tokens": list(self.stop_tokens)}
+
+    @property
+    def template_label(self) -> str:
+        """The template source as ``model info`` prints it, with why the file's own was refused."""
+        source = self.chat_template_source or "none (cannot chat)"
+        return f"{source} (the file's template was refused: {self.chat_template_refused})" if self.chat_template_refused \
+            else source
 
 
 def model_kind(gguf: GGUFModel) -> str:
@@ -47,9 +56,9 @@ def describe(gguf: GGUFModel) -> TextProfile:
 
     specials = special_ids(tokens, *(token_id(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "eot")))
     stop = {tokens[i] for i in specials.stop}
-    source = template_source(gguf, vocab)
-    if source and source.startswith("builtin:"):
-        family = choose_family(str(gguf.value("general.architecture", "")), vocab)
-        stop.add(family.end_of_turn)
-    return TextProfile(str(gguf.value("tokenizer.ggml.model", "")), len(tokens), source, model_kind(gguf),
-                       tuple(sorted(stop)))
+    bos, eos = (tokens[i] if i is not None else "" for i in (specials.bos, specials.eos))
+    choice = choose_template(gguf, vocab, bos, eos)
+    if choice.family is not None:
+        stop.add(choice.family.end_of_turn)
+    return TextProfile(str(gguf.value("tokenizer.ggml.model", "")), len(tokens), choice.source, model_kind(gguf),
+                       tuple(sorted(stop)), choice.refused)
