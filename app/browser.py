@@ -447,8 +447,7 @@ class BrowserWindow(QWidget):
             self.import_progress.deleteLater()
             self.import_progress = None
         if isinstance(result, HearthError):  # TransferError and the rest: nothing was imported, says why
-            text = str(result)
-            self._warn(f"Nothing was imported. {text[:1].upper()}{text[1:]}")
+            self._warn(f"Nothing was imported: {result}")
             return
         n = len(result)
         self.verify_result.setText(f"Imported {n:,} conversation{'s' if n != 1 else ''}.")
