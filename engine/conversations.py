@@ -240,7 +240,8 @@ class ConversationStore:
 
     def get(self, conversation_id: str) -> Conversation | None:
         with self._tx() as db:
-            row = db.execute(f"SELECT {COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            row = db.execute(f"SELECT {COLUMNS} FROM conversations WHERE id = ? AND {visible()}",
+                             (conversation_id,)).fetchone()
         return self._conversation(row) if row else None
 
     def require(self, conversation_id: str) -> Conversation:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PySide6.QtWidgets import QMessageBox, QProgressDialog
+from PySide6.QtWidgets import QMessageBox, QProgressDialog, QPushButton
 
 from engine.conversations import ConversationStore
 from engine.errors import HearthError, ImportCancelledError, TransferError
@@ -175,7 +175,7 @@ def test_an_abandoned_import_stays_hidden_and_the_next_import_removes_it(store, 
     with sqlite3.connect(store.path) as con:
         con.execute("UPDATE imports SET beat_ms = 0")
     import_json(store, write_doc(tmp_path / "one.json", [conversation(1)]))
-    assert [c.id for c in store.list()] == ["c1"] and store.get("orphan") is None
+    assert [c.id for c in store.list()] == ["c1"] and count(store.path) == 1  # the orphan row is gone
 
 
 # fuzz -------------------------------------------------------------------------------------------------------
@@ -233,9 +233,9 @@ def test_the_window_imports_off_the_ui_thread_and_cancel_removes_it(qtbot, brows
     assert dialog is not None and dialog.isVisible()
     qtbot.waitUntil(lambda: dialog.value() >= 2000, timeout=TIMEOUT)  # batches are landing
     assert len(ticks) > 3  # the UI kept processing events meanwhile
-    dialog.cancel()
-    qtbot.waitUntil(lambda: browser.findChild(QProgressDialog, "importProgress") is None
-                    or not browser.findChild(QProgressDialog, "importProgress").isVisible(), timeout=TIMEOUT)
+    assert browser.store.get("c0") is None  # stored, but hidden until the last batch
+    dialog.findChild(QPushButton).click()  # the dialog's Cancel button
+    qtbot.waitUntil(lambda: browser.import_progress is None, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
     box = browser.findChildren(QMessageBox, "browserWarning")[-1]
     assert "Nothing was imported: the import was cancelled" in box.text() and "were removed" in box.text()
