@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QProgressBar,
+    QProgressDialog,
     QPushButton,
     QSpinBox,
     QSplitter,
@@ -36,19 +37,19 @@ from PySide6.QtWidgets import (
 
 from app.browser_model import ID_ROLE, ConversationTableModel
 from app.engine_worker import EngineHost
+from app.import_worker import ImportHost
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
     export_json,
     export_markdown,
     fts_query,
-    import_json,
     read_bundle,
     search,
     snippet_html,
     to_document,
 )
-from engine.errors import ConversationError, HearthError, TransferError
+from engine.errors import ConversationError, HearthError
 from engine.types import (
     BundleExported,
     BundleImported,
@@ -99,6 +100,11 @@ class BrowserWindow(QWidget):
         self.usage = StoreUsage(0, 0)
         self._trash: list[str] = []
         self._verify_cancel: CancelToken | None = None
+        self._import_cancel: CancelToken | None = None
+        self.import_progress: QProgressDialog | None = None
+        self.importer = ImportHost(self)
+        self.importer.worker.progress.connect(self._on_import_progress)
+        self.importer.worker.finished.connect(self._on_imported)
         self._build()
         host.worker.checkpoint_report.connect(self._on_report)
         host.worker.checkpoint_progress.connect(self._on_verify_progress)
@@ -109,6 +115,7 @@ class BrowserWindow(QWidget):
         self.undo_timer.setSingleShot(True)
         self.undo_timer.timeout.connect(self._purge_trash)
         self._summaries: dict[str, dict] = {}
+        self.imported_ids: list[str] = []  # the last import's, for the status line and tests
         self.reload()
         self.check_contexts(full=False)
 
@@ -392,19 +399,60 @@ class BrowserWindow(QWidget):
         self.verify_result.setText(f"Exported {n} conversation{'s' if n != 1 else ''}.")
         return n
 
-    def import_file(self, path: str | None) -> list[str]:
+    def import_file(self, path: str | None) -> bool:
+        """Start importing a JSON export on the import thread, with a progress dialog and Cancel; the
+        result (or the reason nothing was imported) arrives in ``_on_imported``. False if not started."""
+        if self._import_cancel is not None:
+            self._warn("An import is already running; wait for it or cancel it first.")
+            return False
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "", "Hearth export (*.json)")
             if not path:
-                return []
-        try:
-            ids = import_json(self.store, path)
-        except ConversationError as exc:  # TransferError included: says what is wrong, nothing imported
-            self._warn(f"Nothing was imported. {exc}" if isinstance(exc, TransferError) else str(exc))
-            return []
-        self.verify_result.setText(f"Imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}.")
+                return False
+        self._import_cancel = token = CancelToken()
+        dialog = QProgressDialog("Reading the file…", "Cancel", 0, 0, self)
+        dialog.setObjectName("importProgress")
+        dialog.setWindowTitle("Importing conversations — Hearth")
+        dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        dialog.setMinimumDuration(0)
+        dialog.setAutoClose(False)
+        dialog.setAutoReset(False)
+        dialog.canceled.disconnect()  # by default Cancel hides the dialog at once; it stays until the rollback ends
+        dialog.canceled.connect(lambda: self._cancel_import(token))
+        dialog.show()
+        self.import_progress = dialog
+        self.buttons["import"].setEnabled(False)
+        self.importer.start(self.store.path, str(path), token)
+        return True
+
+    def _cancel_import(self, token: CancelToken) -> None:
+        token.cancel()
+        if self.import_progress is not None:
+            self.import_progress.setLabelText("Cancelling: removing what was imported so far…")
+            self.import_progress.setCancelButton(None)
+
+    def _on_import_progress(self, done: int, total: int) -> None:
+        dialog = self.import_progress
+        if dialog is None or self._import_cancel is None or self._import_cancel.cancelled:
+            return
+        dialog.setMaximum(max(1, total))
+        dialog.setValue(done)
+        dialog.setLabelText(f"Imported {done:,} of {total:,} conversations…")
+
+    def _on_imported(self, result: list[str] | HearthError) -> None:
+        self._import_cancel = None
+        self.buttons["import"].setEnabled(True)
+        if self.import_progress is not None:
+            self.import_progress.close()
+            self.import_progress.deleteLater()
+            self.import_progress = None
+        if isinstance(result, HearthError):  # TransferError and the rest: nothing was imported, says why
+            self._warn(f"Nothing was imported: {result}")
+            return
+        n = len(result)
+        self.verify_result.setText(f"Imported {n:,} conversation{'s' if n != 1 else ''}.")
+        self.imported_ids = result
         self._changed()
-        return ids
 
     def export_bundle(self, path: str | None) -> bool:
         """Conversations and their saved context in one portable file (written on the engine thread)."""
@@ -517,4 +565,12 @@ class BrowserWindow(QWidget):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self._purge_trash()
+        if self._import_cancel is not None:  # closing cancels a running import (it removes what it added)
+            self._cancel_import(self._import_cancel)
         super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """End the import thread (a running import is cancelled and rolled back first)."""
+        if self._import_cancel is not None:
+            self._import_cancel.cancel()
+        self.importer.stop()

@@ -333,6 +333,7 @@ class MainWindow(QMainWindow):
         self._save_state()
         if self.browser is not None:
             self.browser.close()  # ends its undo window: trashed chats are deleted for good
+            self.browser.shutdown()  # a running import is cancelled and removes what it added
         self.turns.stop_all()
         if not self.host.stop():
             log.warning("the engine thread did not stop in time")

@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = csub.add_parser("show", parents=[common], help="one conversation with its messages in order")
     show.add_argument("id", metavar="ID")
     show.set_defaults(func=cli_store.cmd_conversations_show)
+    imp = csub.add_parser("import", parents=[common], help="import a JSON export (validated; all or nothing)")
+    imp.add_argument("file", metavar="FILE.json")
+    imp.set_defaults(func=cli_store.cmd_conversations_import)
 
     kv = sub.add_parser("kv", parents=[common], help="list, inspect, verify and clean up saved KV checkpoints")
     ksub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")

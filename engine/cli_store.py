@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.api import Hearth
+from engine.api import Hearth, import_json
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
@@ -123,6 +123,18 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
         lines.append(f"\n[system]\n{conv.system_prompt}")
     lines += [f"\n[{m.role}]\n{m.content}" for m in messages]
     emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_conversations_import(args: argparse.Namespace) -> int:
+    """Import a JSON export: the same batched, all-or-nothing engine path as the window's; progress on
+    stderr like every long CLI step; a bad file exits non-zero with one line naming the problem."""
+    store = ConversationStore(data_paths(args).conversations_db)
+    try:
+        ids = import_json(store, Path(args.file), progress=Progress("importing"))
+    finally:
+        store.close()
+    emit(args, {"imported": len(ids), "ids": ids}, f"imported {len(ids)} conversation(s)")
     return 0
 
 

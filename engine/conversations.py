@@ -23,9 +23,11 @@ from engine.errors import ConversationError, DiskFullError
 from engine.types import Conversation, Message
 
 ROLES = ("system", "user", "assistant")
+COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms"  # what a Conversation is made of
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 TITLE_CHARS = 60
 LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
+IMPORT_STALE_MS = 10 * 60 * 1000  # an import with no batch for this long was abandoned (its process died)
 
 try:
     import resource
@@ -87,8 +89,20 @@ MIGRATIONS: list[str] = [
     END;
     CREATE INDEX messages_by_conversation ON messages(conversation_id, seq);
     """,
+    # 3: imports land in batches; a conversation whose import_id is still in ``imports`` belongs to an
+    # import under way and is hidden, so an import is all or nothing for whoever is looking.
+    """
+    ALTER TABLE conversations ADD COLUMN import_id TEXT;
+    CREATE TABLE imports (id TEXT PRIMARY KEY, started_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL);
+    CREATE INDEX conversations_by_import ON conversations(import_id) WHERE import_id IS NOT NULL;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def visible(alias: str = "") -> str:
+    """SQL condition: the row is not part of an import still under way."""
+    return f"({alias}import_id IS NULL OR {alias}import_id NOT IN (SELECT id FROM imports))"
 
 
 def now_ms() -> int:
@@ -226,7 +240,8 @@ class ConversationStore:
 
     def get(self, conversation_id: str) -> Conversation | None:
         with self._tx() as db:
-            row = db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            row = db.execute(f"SELECT {COLUMNS} FROM conversations WHERE id = ? AND {visible()}",
+                             (conversation_id,)).fetchone()
         return self._conversation(row) if row else None
 
     def require(self, conversation_id: str) -> Conversation:
@@ -238,7 +253,8 @@ class ConversationStore:
     def list(self) -> list[Conversation]:
         """Every conversation not in the trash, most recent first."""
         with self._tx() as db:
-            rows = db.execute("SELECT * FROM conversations WHERE deleted_ms IS NULL ORDER BY updated_ms DESC").fetchall()
+            rows = db.execute(f"SELECT {COLUMNS} FROM conversations WHERE deleted_ms IS NULL AND {visible()} "
+                              "ORDER BY updated_ms DESC").fetchall()
         return [self._conversation(r) for r in rows]
 
     def ids(self) -> set[str]:
@@ -252,13 +268,14 @@ class ConversationStore:
             rows = db.execute(
                 "SELECT c.id, c.title, c.created_ms, c.updated_ms, c.model, COUNT(m.id) "
                 "FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id "
-                "WHERE c.deleted_ms IS NULL GROUP BY c.id ORDER BY c.updated_ms DESC").fetchall()
+                f"WHERE c.deleted_ms IS NULL AND {visible('c.')} GROUP BY c.id ORDER BY c.updated_ms DESC").fetchall()
         return [{"id": r[0], "title": r[1], "created_ms": r[2], "updated_ms": r[3], "model": r[4], "messages": r[5]}
                 for r in rows]
 
     def models(self) -> list[str]:
         with self._tx() as db:
-            return [r[0] for r in db.execute("SELECT DISTINCT model FROM conversations WHERE model != '' ORDER BY 1")]
+            return [r[0] for r in db.execute("SELECT DISTINCT model FROM conversations WHERE model != '' AND "
+                                             f"{visible()} ORDER BY 1")]
 
     def set_model(self, conversation_id: str, model: str) -> None:
         with self._tx() as db:
@@ -286,21 +303,69 @@ class ConversationStore:
     def insert_full(self, conversations: list[dict]) -> list[str]:
         """Insert whole conversations (already validated) in one transaction: all or nothing. Each
         keeps its id unless that id is taken (then it gets a new one); returns the ids used."""
-        used: list[str] = []
         with self._write() as db:
-            for c in conversations:
-                cid = c.get("id")
-                if not cid or db.execute("SELECT 1 FROM conversations WHERE id = ?", (cid,)).fetchone():
-                    cid = uuid.uuid4().hex
-                db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, "
-                           "updated_ms) VALUES (?,?,?,?,?,?,?)",
-                           (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
-                            c["created_ms"], c["updated_ms"]))
-                db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
-                               "VALUES (?,?,?,?,?)", [(cid, i, m["role"], m["content"], m["created_ms"])
-                                                     for i, m in enumerate(c["messages"])])
-                used.append(cid)
+            return self._insert(db, conversations, None)
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, conversations: list[dict], import_id: str | None) -> list[str]:
+        used: list[str] = []
+        for c in conversations:
+            cid = c.get("id")
+            if not cid or db.execute("SELECT 1 FROM conversations WHERE id = ?", (cid,)).fetchone():
+                cid = uuid.uuid4().hex
+            db.execute("INSERT INTO conversations (id, title, system_prompt, settings, model, created_ms, "
+                       "updated_ms, import_id) VALUES (?,?,?,?,?,?,?,?)",
+                       (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
+                        c["created_ms"], c["updated_ms"], import_id))
+            db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
+                           "VALUES (?,?,?,?,?)", [(cid, i, m["role"], m["content"], m["created_ms"])
+                                                 for i, m in enumerate(c["messages"])])
+            used.append(cid)
         return used
+
+    # imports in batches: each batch is its own short transaction, the rows stay hidden until the end --------
+    def begin_import(self) -> str:
+        """Register an import (removing any abandoned one first); its id marks every row it adds."""
+        self.remove_stale_imports()
+        import_id, t = uuid.uuid4().hex, now_ms()
+        with self._write() as db:
+            db.execute("INSERT INTO imports (id, started_ms, beat_ms) VALUES (?,?,?)", (import_id, t, t))
+        return import_id
+
+    def insert_batch(self, conversations: list[dict], import_id: str) -> list[str]:
+        """One batch of an import (validated conversations), hidden until ``finish_import``."""
+        with self._write() as db:
+            if db.execute("UPDATE imports SET beat_ms = ? WHERE id = ?", (now_ms(), import_id)).rowcount == 0:
+                raise ConversationError("the import was abandoned (no progress for a long time) and removed")
+            return self._insert(db, conversations, import_id)
+
+    def finish_import(self, import_id: str) -> None:
+        """Show everything the import added, at once (the rows keep their import_id as provenance)."""
+        with self._write() as db:
+            if db.execute("DELETE FROM imports WHERE id = ?", (import_id,)).rowcount == 0:
+                raise ConversationError("the import was abandoned (no progress for a long time) and removed")
+
+    def abort_import(self, import_id: str, batch: int = 1000) -> int:
+        """Delete what the import added, a batch per transaction (other writers get in between);
+        return how many conversations went."""
+        removed = 0
+        while True:
+            with self._write() as db:
+                rows = db.execute("SELECT rowid FROM conversations WHERE import_id = ? AND import_id IN "
+                                  "(SELECT id FROM imports) LIMIT ?", (import_id, batch)).fetchall()
+                db.executemany("DELETE FROM conversations WHERE rowid = ?", rows)
+            if not rows:
+                break
+            removed += len(rows)
+        with self._write() as db:
+            db.execute("DELETE FROM imports WHERE id = ?", (import_id,))
+        return removed
+
+    def remove_stale_imports(self) -> int:
+        """Remove the rows of imports whose process stopped mid-way (a crash): none of them was shown."""
+        with self._tx() as db:
+            stale = [r[0] for r in db.execute("SELECT id FROM imports WHERE beat_ms < ?", (now_ms() - IMPORT_STALE_MS,))]
+        return sum(self.abort_import(i) for i in stale)
 
     def duplicate(self, conversation_id: str, upto_seq: int | None = None) -> Conversation:
         """A new conversation with the same settings and the messages up to ``upto_seq`` (all if None)."""

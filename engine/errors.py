@@ -67,6 +67,10 @@ class TransferError(ConversationError):
     """An import file that is not a valid Hearth export; the message says where and what."""
 
 
+class ImportCancelledError(TransferError):
+    """The user cancelled an import; what it had added was removed (the message says how much)."""
+
+
 class CheckpointStoreError(HearthError):
     """The saved-context store (its index) cannot be opened; saved context is a cache, text is safe."""
 

@@ -5,21 +5,34 @@ conversation exactly: ids, titles, system prompts, settings, model label, timest
 Exporting, importing into an empty store and exporting again gives the same document. An import is
 checked completely before anything is written; the first problem is reported with its place in the
 file (``conversations[3].messages[7].role``) and nothing is imported.
+
+Limits, checked before anything is written: the file is at most ``MAX_IMPORT_BYTES`` (256 MiB, checked
+before it is read), nests no deeper than the parser's own guard allows (about 1,000 levels; the
+document itself needs 5, and a conversation's settings at most ``MAX_SETTINGS_DEPTH`` more), and holds
+only real Unicode text (a lone UTF-16 surrogate such as ``"\\ud800"`` cannot be stored). The checked
+conversations then go in by ``engine.importer``: in batches, hidden until the last one, removed on
+failure or Cancel.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.conversations import ID_PATTERN, ROLES, ConversationStore
 from engine.errors import TransferError
 from engine.fsutil import atomic_write
+from engine.importer import import_conversations
+from engine.types import CancelToken
 
 FORMAT, VERSION = "hearth.conversations", 1
-MAX_IMPORT_BYTES = 1 << 30  # a bigger file is refused before it is read
+MAX_IMPORT_BYTES = 256 << 20  # a bigger file is refused before it is read (1,000,000 small chats are ~115 MB)
 MAX_CONVERSATIONS = 1_000_000
+MAX_SETTINGS_DEPTH = 32  # a conversation's settings are a flat dict in practice
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def to_document(store: ConversationStore, ids: list[str]) -> dict:
@@ -71,11 +84,23 @@ def read_document(path: Path) -> list[dict]:
     if size > MAX_IMPORT_BYTES:
         raise TransferError(f"{path.name} is {size >> 20} MiB; an import may be at most {MAX_IMPORT_BYTES >> 20} MiB")
     try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
+        with path.open("rb") as fh:
+            data = fh.read(MAX_IMPORT_BYTES + 1)  # the file may have grown since stat
+    except OSError as exc:
+        raise TransferError(f"cannot read {path.name}: {exc.strerror or exc}") from None
+    if len(data) > MAX_IMPORT_BYTES:
+        raise TransferError(f"{path.name} is over {MAX_IMPORT_BYTES >> 20} MiB, the most an import may be")
+    try:
+        doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise TransferError(f"{path.name} is not UTF-8 text") from None
+    except RecursionError:  # the C parser's guard: no crash, and nothing deeper than ~1,000 levels is read
+        raise TransferError(f"{path.name} nests lists or objects too deeply (thousands of levels); "
+                            "a Hearth export needs only a few") from None
     except ValueError as exc:
         raise TransferError(f"{path.name} is not valid JSON: {exc}") from None
+    finally:
+        del data  # the parsed document is what stays in memory
     return validate_document(doc)
 
 
@@ -101,7 +126,36 @@ def _need(obj: dict, key: str, kind: type | tuple, where: str):
     value = obj[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TransferError(f"{where}.{key}: expected {getattr(kind, '__name__', 'a value')}, got {type(value).__name__}")
+    if kind is str:
+        _text(value, f"{where}.{key}")
     return value
+
+
+def _text(value: str, where: str) -> None:
+    """JSON may spell a lone surrogate (``"\\ud800"``); SQLite cannot store it as UTF-8: refuse it here."""
+    if not value.isascii() and (bad := _SURROGATE.search(value)):
+        raise TransferError(f"{where}: character {bad.start()} is a lone UTF-16 surrogate "
+                            f"(U+{ord(bad.group()):04X}), which is not valid Unicode text")
+
+
+def _settings(c: dict, where: str) -> dict:
+    """The settings object: nested at most MAX_SETTINGS_DEPTH deep, every key and string real text
+    (walked with a stack, not recursion)."""
+    settings = _need(c, "settings", dict, where)
+    stack: list[tuple[object, str, int]] = [(settings, f"{where}.settings", 1)]
+    while stack:
+        value, at, depth = stack.pop()
+        if isinstance(value, str):
+            _text(value, at)
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_SETTINGS_DEPTH:
+                raise TransferError(f"{at}: nested more than {MAX_SETTINGS_DEPTH} levels deep")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                if isinstance(k, str):
+                    _text(k, f"{at} key {k!r}")
+                stack.append((v, f"{at}[{k!r}]", depth + 1))
+    return settings
 
 
 def _conversation(c: object, where: str, seen: set[str]) -> dict:
@@ -115,7 +169,7 @@ def _conversation(c: object, where: str, seen: set[str]) -> dict:
     if cid:
         seen.add(cid)
     out = {"id": cid, "title": _need(c, "title", str, where), "system_prompt": _need(c, "system_prompt", str, where),
-           "settings": _need(c, "settings", dict, where), "model": _need(c, "model", str, where),
+           "settings": _settings(c, where), "model": _need(c, "model", str, where),
            "created_ms": _time(c, "created_ms", where), "updated_ms": _time(c, "updated_ms", where)}
     msgs = _need(c, "messages", list, where)
     out["messages"] = []
@@ -138,6 +192,8 @@ def _time(obj: dict, key: str, where: str) -> int:
     return value
 
 
-def import_json(store: ConversationStore, path: Path) -> list[str]:
-    """Import every conversation in ``path`` (validated first; all or nothing); return their ids."""
-    return store.insert_full(read_document(path))
+def import_json(store: ConversationStore, path: Path, *, progress: Callable[[int, int], None] | None = None,
+                cancel: CancelToken | None = None) -> list[str]:
+    """Import every conversation in ``path``: validated first, then stored in batches, all or nothing
+    (see ``engine.importer``); ``progress(done, total)`` after each batch. Returns the ids used."""
+    return import_conversations(store, read_document(path), progress=progress, cancel=cancel)

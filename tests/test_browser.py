@@ -136,8 +136,9 @@ def test_export_import_round_trip_through_the_browser(qtbot, browser, tmp_path):
     before = json.loads(path.read_text())["conversations"]
     browser.store.purge(ids)
     browser.refresh()
-    imported = browser.import_file(str(path))
-    assert sorted(imported) == sorted(ids)
+    assert browser.import_file(str(path))  # on the import thread
+    qtbot.waitUntil(lambda: bool(browser.imported_ids), timeout=TIMEOUT)
+    assert sorted(browser.imported_ids) == sorted(ids)
     after = [c for c in json.loads(json.dumps(before))]
     from engine.transfer import to_document
 
@@ -154,7 +155,7 @@ def test_export_import_round_trip_through_the_browser(qtbot, browser, tmp_path):
 def test_a_malformed_import_says_what_is_wrong_and_imports_nothing(qtbot, browser, tmp_path, content, needle):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    assert browser.import_file(str(path)) == []
+    assert browser.import_file(str(path))
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
     box = browser.findChildren(QMessageBox, "browserWarning")[-1]
     assert "Nothing was imported" in box.text() and needle in box.text()

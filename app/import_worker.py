@@ -1,0 +1,65 @@
+"""JSON imports on their own thread, so a large file never freezes the window.
+
+Same shape as ``engine_worker``: a QObject living in a QThread, called through a queued signal, results
+back as signals, stopping by a ``CancelToken`` the window sets directly. Its own thread (not the engine
+thread) so an import neither waits behind a model load nor holds up a turn; its own connection to the
+conversation database, whose batches let the window's and the CLI's writes in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine.api import ConversationStore, import_json
+from engine.errors import HearthError
+from engine.types import CancelToken
+
+log = logging.getLogger(__name__)
+
+
+class ImportWorker(QObject):
+    progress = Signal(int, int)  # conversations stored, total (after each batch)
+    finished = Signal(object)  # list[str] of imported ids | HearthError (nothing was imported)
+
+    @Slot(str, str, object)
+    def run(self, database: str, path: str, cancel: CancelToken) -> None:
+        try:
+            store = ConversationStore(Path(database))
+            try:
+                ids = import_json(store, Path(path), progress=self.progress.emit, cancel=cancel)
+            finally:
+                store.close()
+        except HearthError as exc:
+            self.finished.emit(exc)
+        except Exception as exc:  # a bug: keep the traceback in the log, give the window a readable line
+            log.error("importing %s failed:\n%s", path, traceback.format_exc())
+            self.finished.emit(HearthError(f"the import failed unexpectedly: {exc}"))
+        else:
+            self.finished.emit(ids)
+
+
+class ImportHost(QObject):
+    """Owns the import thread; ``start`` queues one import."""
+
+    request = Signal(str, str, object)  # database path, file path, CancelToken
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("hearth-import")
+        self.worker = ImportWorker()
+        self.worker.moveToThread(self.thread)
+        self.request.connect(self.worker.run)
+        self.thread.start()
+
+    def start(self, database: Path, path: str, cancel: CancelToken) -> None:
+        self.request.emit(str(database), path, cancel)
+
+    def stop(self, timeout_ms: int = 30000) -> bool:
+        """Let a running import finish its rollback (its token is cancelled first), then end the thread."""
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)
