@@ -83,7 +83,7 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
-    "ConversationStore", "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json",
+    "ConversationStore", "Hearth", "HearthPaths", "bundle_signed_here", "check_id", "default_model_title", "export_json",
     "export_markdown", "fts_query", "import_json", "model_footprint", "open_conversations", "read_bundle", "resolve_paths",
     "run_terminal_chat", "search", "snippet_html", "to_document",
 ]
@@ -99,6 +99,16 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
     from engine.bundle import read_bundle as read
 
     return read(path)
+
+
+def bundle_signed_here(path: Path, paths: HearthPaths) -> bool:
+    """Whether this installation signed the bundle, so its saved contexts are used without asking."""
+    from engine.bundle import open_zip, signed_manifest
+    from engine.install_key import install_key
+
+    with open_zip(Path(path)) as z:
+        signed, _ = signed_manifest(z, Path(path).name, install_key(paths.data))
+    return signed is not None
 
 
 def run_terminal_chat(paths: HearthPaths, **options) -> int:

@@ -146,9 +146,9 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
     """(validated conversations, conversation id → archive entry of its context). Raises TransferError."""
     path = Path(path)
     with open_zip(path) as z:
-        infos = check_structure(z, path.name)
-        if DOCUMENT not in infos:
+        if DOCUMENT not in z.namelist():
             raise TransferError(f"{path.name} is not a Hearth bundle: it has no {DOCUMENT}")
+        infos = check_structure(z, path.name)
         data = read_entry(z, infos[DOCUMENT], MAX_IMPORT_BYTES, path.name)
     try:
         doc = json.loads(data.decode("utf-8"))
