@@ -448,3 +448,18 @@ def test_cli_import_of_a_broken_bundle_is_one_clear_error(target, tmp_path):
     path = tmp_path / "broken.hearth"
     raw_zip(path, [("conversations.json", b"\xff" * 64, 8, 100, 0, 0)])
     assert_clean_error(run_cli("bundle", "import", str(path), home=target), "corrupt compressed data")
+
+
+def test_cli_import_without_a_model_keeps_the_chats_and_rebuilds(source, target, forged_bundle, tmp_path):
+    proc = run_cli("bundle", "import", str(forged_bundle), "--trust-contexts", "--json", "--model",
+                   str(tmp_path / "missing.gguf"), home=target)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["conversations"]
+    assert (row["context"], row["reason"]) == ("rebuilt", "no_model") and "no model" in row["message"]
+    assert leftovers(target) == []
+
+
+def test_cli_export_to_an_unwritable_place_is_one_clear_error(source, tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert_clean_error(run_cli("bundle", "export", A, "--out", str(tmp_path / "file" / "x.hearth"), home=source),
+                       "cannot write")
