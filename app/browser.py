@@ -41,6 +41,7 @@ from app.import_worker import ImportHost
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
+    bundle_signed_here,
     export_json,
     export_markdown,
     fts_query,
@@ -65,6 +66,15 @@ MAX_MATCHES = 200  # a search shows the newest matches; refine it to see others
 MAX_LISTED = 1_000_000  # no words: every conversation
 UNDO_SECONDS = 8
 STATUSES = ("any", "valid", "stale", "damaged", "none")
+
+
+def import_summary(result: BundleImported) -> str:
+    """Which saved contexts an import used and which will be rebuilt, and why, in a sentence or two."""
+    text = f"Saved context used for {len(result.used)} conversation(s)" + (" (trusted by you)" if result.trusted else "")
+    if result.rebuilt:
+        whys = sorted({result.notes.get(cid) or result.rebuilt[cid] for cid in result.rebuilt})
+        text += f"; {len(result.rebuilt)} will be rebuilt when opened — " + "; ".join(whys)
+    return text + "."
 
 
 class HtmlDelegate(QStyledItemDelegate):
@@ -468,15 +478,18 @@ class BrowserWindow(QWidget):
         self.host.request_export_bundle.emit(path, to_document(self.store, ids), ids)
         return True
 
-    def import_bundle(self, path: str | None) -> list[str]:
+    def import_bundle(self, path: str | None, trust: bool | None = None) -> list[str]:
         """Import a bundle: conversations now (validated, all or nothing), their saved contexts on the
-        engine thread, each used only if it verifies against this model."""
+        engine thread, each used only if this installation signed it (or ``trust``) and it verifies
+        against this model. ``trust`` None: ask, when the bundle has context this installation did not sign."""
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import a bundle", "", "Hearth bundle (*.hearth)")
             if not path:
                 return []
         try:
             convs, entries = read_bundle(path)
+            if trust is None:
+                trust = bool(entries) and not bundle_signed_here(path, self.host.config.paths) and self.ask_trust()
             ids = self.store.insert_full(convs)
         except ConversationError as exc:
             self._warn(f"Nothing was imported. {exc}")
@@ -484,9 +497,29 @@ class BrowserWindow(QWidget):
         owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
         self.verify_result.setText(f"Imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}; "
                                    "checking their saved context…")
-        self.host.request_import_bundle.emit(path, entries, owners)
+        self.host.request_import_bundle.emit(path, entries, owners, bool(trust))
         self._changed()
         return ids
+
+    def trust_question(self) -> QMessageBox:
+        """The plain warning before using saved context that another installation made."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Use this bundle's saved context?",
+                          "This bundle's saved context was not made by this Hearth.\n\n"
+                          "Saved context is what the model remembers of a chat. It cannot be checked against the "
+                          "chat's text: a forged one can make the model answer from a different conversation than "
+                          "the one you see.\n\nUse it only if you trust whoever made this file. Otherwise Hearth "
+                          "rebuilds it from the chat's text when you open the chat (slower, always safe).",
+                          QMessageBox.StandardButton.NoButton, self)
+        box.setObjectName("bundleTrust")
+        box.addButton("Rebuild (safe)", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(box.buttons()[0])
+        box.addButton("Trust and use it", QMessageBox.ButtonRole.AcceptRole)
+        return box
+
+    def ask_trust(self) -> bool:
+        box = self.trust_question()
+        box.exec()
+        return box.buttonRole(box.clickedButton()) == QMessageBox.ButtonRole.AcceptRole
 
     def _on_bundle(self, result: BundleExported | BundleImported | HearthError) -> None:
         if isinstance(result, HearthError):
@@ -495,11 +528,7 @@ class BrowserWindow(QWidget):
             self.verify_result.setText(f"Exported {result.conversations} conversations with "
                                        f"{result.contexts} saved contexts.")
         else:
-            text = f"Saved context used for {len(result.used)} conversation(s)"
-            if result.rebuilt:
-                reasons = ", ".join(sorted(set(result.rebuilt.values())))
-                text += f"; {len(result.rebuilt)} will be rebuilt when opened ({reasons})"
-            self.verify_result.setText(text + ".")
+            self.verify_result.setText(import_summary(result))
             self.check_contexts(full=False)
 
     def _warn(self, message: str) -> None:

@@ -215,10 +215,10 @@ class EngineWorker(QObject):
         except HearthError as exc:
             self.bundle_done.emit(exc)
 
-    @Slot(str, object, object)
-    def import_bundle_contexts(self, path: str, entries: dict, owners: dict) -> None:
+    @Slot(str, object, object, bool)
+    def import_bundle_contexts(self, path: str, entries: dict, owners: dict, trust: bool) -> None:
         try:
-            self.bundle_done.emit(self.hearth.import_bundle_contexts(Path(path), entries, owners))
+            self.bundle_done.emit(self.hearth.import_bundle_contexts(Path(path), entries, owners, trust))
         except (HearthError, OSError) as exc:
             self.bundle_done.emit(exc if isinstance(exc, HearthError) else TransferError(str(exc)))
         self._emit_cache_states()
@@ -258,10 +258,11 @@ class EngineHost(QObject):
     request_set_budget = Signal(object)  # bytes: may not fit a 32-bit int
     request_reclaim = Signal(object)
     request_export_bundle = Signal(str, object, object)  # path, document, conversations
-    request_import_bundle = Signal(str, object, object)  # path, entries, owners
+    request_import_bundle = Signal(str, object, object, bool)  # path, entries, owners, trust their contexts
 
     def __init__(self, config: AppConfig, parent: QObject | None = None):
         super().__init__(parent)
+        self.config = config
         self.thread = QThread()
         self.thread.setObjectName("hearth-engine")
         self.worker = EngineWorker(config)

@@ -18,6 +18,7 @@ The conversation text in SQLite is the truth; saved context is a cache that can 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -82,7 +83,7 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
-    "ConversationStore", "Hearth", "HearthPaths", "check_id", "default_model_title", "export_json",
+    "ConversationStore", "Hearth", "HearthPaths", "bundle_signed_here", "check_id", "default_model_title", "export_json",
     "export_markdown", "fts_query", "import_json", "model_footprint", "open_conversations", "read_bundle", "resolve_paths",
     "run_terminal_chat", "search", "snippet_html", "to_document",
 ]
@@ -98,6 +99,16 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
     from engine.bundle import read_bundle as read
 
     return read(path)
+
+
+def bundle_signed_here(path: Path, paths: HearthPaths) -> bool:
+    """Whether this installation signed the bundle, so its saved contexts are used without asking."""
+    from engine.bundle import open_zip, signed_manifest
+    from engine.install_key import install_key
+
+    with open_zip(Path(path)) as z:
+        signed, _ = signed_manifest(z, Path(path).name, install_key(paths.data))
+    return signed is not None
 
 
 def run_terminal_chat(paths: HearthPaths, **options) -> int:
@@ -450,8 +461,10 @@ class Hearth:
         return GcReport(r["temp_files"], tuple(r["orphans"]), tuple(r["evicted"]), r["bytes"], r["budget"])
 
     def export_bundle(self, path: Path, document: dict, conversations: Sequence[str]) -> BundleExported:
-        """Write conversations with their saved context into one file (the live one is saved first)."""
+        """Write conversations with their saved context into one file (the live one is saved first),
+        signed with this installation's key so that importing it here uses the contexts."""
         from engine.bundle import write_bundle
+        from engine.install_key import install_key
 
         if self._sessions is not None and self._sessions.active in conversations:
             self._sessions.save("switch")
@@ -460,19 +473,46 @@ class Hearth:
             entry = self.checkpoints.conversation_entry(cid)
             if entry is not None:
                 contexts[cid] = self.checkpoints.path(entry.name)
-        added = write_bundle(Path(path), document, contexts)
+        added = write_bundle(Path(path), document, contexts, install_key(self.paths.data))
         return BundleExported(len(conversations), added)
 
-    def import_bundle_contexts(self, path: Path, entries: dict[str, str], owners: dict[str, str]) -> BundleImported:
-        """Install a bundle's saved contexts for their (new) conversations, each only if it fully verifies
-        against this model; the others are rebuilt when opened."""
-        from engine.bundle import install_contexts
+    def import_bundle_contexts(self, path: Path, entries: dict[str, str], owners: dict[str, str],
+                               trust: bool = False) -> BundleImported:
+        """Install a bundle's saved contexts for their (new) conversations. A context is used only if
+        this installation signed the bundle (or ``trust``: the user vouches for it) and it fully
+        verifies against this model; the others are rebuilt when opened, and ``notes`` says why."""
+        from engine.bundle_install import install_contexts
+        from engine.install_key import install_key
 
-        if self._sessions is None:
-            return BundleImported((), {owners[k]: "the model is not loaded" for k in entries if k in owners})
-        report = install_contexts(Path(path), entries, owners, self.checkpoints, self._sessions.identity,
-                                  self._engine.tokenizer.vocab_size)
-        return BundleImported(tuple(report["used"]), dict(report["rebuilt"]))
+        identity, vocab = self._local_identity()
+        report = install_contexts(Path(path), entries, owners, self.checkpoints, identity, vocab,
+                                  install_key(self.paths.data), trust)
+        return BundleImported(tuple(report.used), dict(report.rebuilt), dict(report.notes), trust)
+
+    def import_bundle(self, path: Path, trust: bool = False) -> BundleImported:
+        """Import a ``.hearth`` bundle whole: its conversations (validated first; all or nothing), then
+        their saved contexts as ``import_bundle_contexts``. ``conversations`` maps new ids to the bundle's."""
+        from engine.bundle import read_bundle as read
+
+        convs, entries = read(Path(path))
+        ids = self.conversations.insert_full(convs)
+        owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
+        result = self.import_bundle_contexts(Path(path), entries, owners, trust)
+        return dataclasses.replace(result, conversations={new: c["id"] or "" for c, new in zip(convs, ids, strict=True)})
+
+    def _local_identity(self):
+        """(What a checkpoint must match here, the vocabulary size): from the loaded model, else read from
+        the model's GGUF without starting ONNX Runtime; (None, None) when there is no model."""
+        if self._sessions is not None:
+            return self._sessions.identity, self._engine.tokenizer.vocab_size
+        from engine.checkpoint.identity import gguf_identity
+        from engine.loader import resolve_gguf
+
+        try:
+            return gguf_identity(resolve_gguf(self.paths, self.model_path), self.weights)
+        except HearthError as exc:
+            log.info("no model to check bundle contexts against: %s", exc)
+            return None, None
 
     # shutting down --------------------------------------------------------------------------------------
     def close(self) -> SaveResult | None:

@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from engine import cli_store, terminal_chat
+from engine import cli_bundle, cli_store, terminal_chat
 from engine.api import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PRECISION,
@@ -263,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     enc = ksub.add_parser("encoding", parents=[common], help="show or set how new checkpoints store the KV")
     enc.add_argument("name", nargs="?", help="exact (lossless, the default) or int8 (a quarter of float32's bytes)")
     enc.set_defaults(func=cli_store.cmd_kv_encoding)
+
+    cli_bundle.add_parser(sub, common, model_options)
 
     tok = sub.add_parser("tokenize", parents=[common], help="token ids of TEXT (no special tokens added)")
     tok.add_argument("text")

@@ -1,6 +1,6 @@
 """What every ``hearth-cli`` command shares: progress on stderr, output, paths, sampling flags.
 
-The command modules (``cli.py``, ``cli_store.py``, ``terminal_chat.py``) import this one and never each
+The command modules (``cli.py``, ``cli_store.py``, ``cli_bundle.py``, ``terminal_chat.py``) import this one and never each
 other, except ``cli.py``, which builds the parser over all of them.
 """
 

@@ -423,7 +423,10 @@ class BundleExported:
 @dataclass(frozen=True)
 class BundleImported:
     used: tuple[str, ...]  # conversations whose saved context verified and was installed
-    rebuilt: Mapping[str, str]  # conversation → why its context will be rebuilt on open
+    rebuilt: Mapping[str, str]  # conversation → why its context will be rebuilt on open (a reason id)
+    notes: Mapping[str, str] = field(default_factory=dict)  # conversation → one line saying what happened
+    trusted: bool = False  # the user trusted the bundle's contexts without this installation's signature
+    conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Hearth.import_bundle)
 
 
 @dataclass(frozen=True)

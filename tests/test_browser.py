@@ -256,6 +256,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
 
 def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtbot, browser, tmp_path, tiny_dir):
     from engine.bundle import write_bundle
+    from engine.install_key import install_key
     from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
     from engine.transfer import to_document
 
@@ -274,7 +275,8 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     sessions.sync(conv, w.store.chat_messages(conv))
     sessions.save("turn")
     bundle = tmp_path / "foreign.hearth"
-    write_bundle(bundle, doc, {conv: sessions.store.path(conversation_file(conv))})
+    # Signed with this installation's key: trusted, so only the model fingerprint can turn it away.
+    write_bundle(bundle, doc, {conv: sessions.store.path(conversation_file(conv))}, install_key(w.config.paths.data))
     done: list = []
     from .qt_helpers import on_ui_thread
 
@@ -283,8 +285,43 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     assert len(new_ids) == 1 and new_ids[0] != conv  # the id was taken: a copy
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "model_mismatch"}
-    assert "rebuilt when opened (model_mismatch)" in browser.verify_result.text()
+    assert "rebuilt when opened — the saved context was made by a different model" in browser.verify_result.text()
     assert not (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists()
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, browser, tmp_path, trust):
+    from .qt_helpers import on_ui_thread
+
+    w = browser.window_
+    conv = new_chat_with_turn(qtbot, w, "a chat someone else sends")
+    bundle = tmp_path / "foreign.hearth"
+    from engine.bundle import write_bundle
+    from engine.transfer import to_document
+
+    done: list = []
+    on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
+    browser.export_bundle(str(tmp_path / "mine.hearth"))  # saves the live context first
+    qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
+    import os
+
+    write_bundle(bundle, to_document(w.store, [conv]), {conv: w.config.paths.checkpoints / conversation_file(conv)},
+                 os.urandom(32))  # another installation's key
+    new_ids = browser.import_bundle(str(bundle), trust=trust)
+    qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
+    if trust:
+        assert done[-1].used == tuple(new_ids) and "(trusted by you)" in browser.verify_result.text()
+    else:
+        assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "untrusted"}
+        assert "saved context from another installation: rebuilt" in browser.verify_result.text()
+    assert (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists() == trust
+
+
+def test_the_trust_question_warns_plainly_and_defaults_to_rebuilding(browser):
+    box = browser.trust_question()
+    assert "forged" in box.text() and "trust" in box.text()
+    assert box.buttonRole(box.defaultButton()) == QMessageBox.ButtonRole.RejectRole
+    box.deleteLater()
 
 
 @pytest.mark.parametrize("make,needle", [

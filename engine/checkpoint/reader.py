@@ -42,6 +42,19 @@ log = logging.getLogger(__name__)
 READ_THREADS = min(4, os.cpu_count() or 1)
 
 
+def check_identity(h: FileHeader, identity: Identity) -> None:
+    """Raise CheckpointError unless a file with header ``h`` was made by this model and tokenizer."""
+    if h.model_fp != identity.model_fp:
+        raise CheckpointError(Reason.MODEL_MISMATCH, f"made by another model ({h.label or 'unnamed'}, "
+                              f"fingerprint {h.model_fp.hex()[:12]} ≠ {identity.model_fp.hex()[:12]})")
+    if h.tokenizer_fp != identity.tokenizer_fp:
+        raise CheckpointError(Reason.TOKENIZER_MISMATCH, "made with another tokenizer or chat template "
+                              f"({h.tokenizer_fp.hex()[:12]} ≠ {identity.tokenizer_fp.hex()[:12]})")
+    # The element type may differ (an fp16 GPU cache and an fp32 CPU one): rows are converted on load.
+    if replace(h.shape, dtype=identity.shape.dtype) != identity.shape:
+        raise CheckpointError(Reason.LAYOUT, f"KV shape {h.shape} does not match the model's {identity.shape}")
+
+
 def io_error(path: Path, exc: OSError) -> CheckpointError:
     return CheckpointError(Reason.IO_ERROR, f"cannot read {path.name}: {exc.strerror or exc}")
 
@@ -78,16 +91,7 @@ class CheckpointReader:
         return self.header
 
     def check_identity(self, identity: Identity) -> None:
-        h = self.header or self.read_header()
-        if h.model_fp != identity.model_fp:
-            raise CheckpointError(Reason.MODEL_MISMATCH, f"made by another model ({h.label or 'unnamed'}, "
-                                  f"fingerprint {h.model_fp.hex()[:12]} ≠ {identity.model_fp.hex()[:12]})")
-        if h.tokenizer_fp != identity.tokenizer_fp:
-            raise CheckpointError(Reason.TOKENIZER_MISMATCH, "made with another tokenizer or chat template "
-                                  f"({h.tokenizer_fp.hex()[:12]} ≠ {identity.tokenizer_fp.hex()[:12]})")
-        # The element type may differ (an fp16 GPU cache and an fp32 CPU one): rows are converted on load.
-        if replace(h.shape, dtype=identity.shape.dtype) != identity.shape:
-            raise CheckpointError(Reason.LAYOUT, f"KV shape {h.shape} does not match the model's {identity.shape}")
+        check_identity(self.header or self.read_header(), identity)
 
     # records ----------------------------------------------------------------------------------------
     def scan(self) -> tuple[list[RecordInfo], CheckpointError | None]:

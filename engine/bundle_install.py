@@ -1,0 +1,185 @@
+"""Installing a bundle's saved contexts: trust first, then bounded extraction, then full verification.
+
+A context is extracted only if this installation signed the bundle (``engine/bundle.py``) or the
+user chose to trust it. Extraction never trusts a size: the checkpoint header is read from the first
+bytes of the entry and checked against the local model before anything is written; the entry's
+declared size must lie between the smallest checkpoint and the most this model's context can hold
+(context length × bytes per token, plus headers); free space is checked; the copy streams with a
+running byte budget. Any failure removes the temp file, so nothing partial is left behind, and the
+conversation's context is simply rebuilt when it is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.bundle import ZIP_ERRORS, open_zip, signed_manifest, zip_problem
+from engine.checkpoint.format import (
+    HEADER_SIZE,
+    PLAIN_WORDS,
+    RECORD_HEADER_SIZE,
+    CheckpointError,
+    FileHeader,
+    Identity,
+    Reason,
+    unpack_header,
+)
+from engine.checkpoint.reader import check_identity
+from engine.checkpoint.status import VALID, checkpoint_status
+from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.errors import TransferError
+from engine.fsutil import fsync_dir
+
+log = logging.getLogger(__name__)
+UNTRUSTED, NO_SPACE, BUNDLE_DAMAGED, NO_MODEL = "untrusted", "no_space", "bundle_damaged", "no_model"
+FOREIGN = "saved context from another installation: rebuilt"
+SPACE_HEADROOM = 16 << 20  # leave the disk this much beyond the context itself
+CHUNK = 1 << 20
+
+
+@dataclass
+class InstallReport:
+    used: list[str] = field(default_factory=list)  # owners whose context was installed
+    rebuilt: dict[str, str] = field(default_factory=dict)  # owner → reason id
+    notes: dict[str, str] = field(default_factory=dict)  # owner → one line for the person importing
+
+
+class _Refused(Exception):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def size_bounds(header: FileHeader, context_length: int) -> tuple[int, int]:
+    """(smallest, largest) byte size a checkpoint with this header can have for a model whose context
+    holds ``context_length`` tokens: one record of one token, up to a record per token filling it."""
+    smallest = HEADER_SIZE + RECORD_HEADER_SIZE + header.payload_bytes(1)
+    largest = HEADER_SIZE + context_length * RECORD_HEADER_SIZE + header.payload_bytes(context_length)
+    return smallest, largest
+
+
+def install_contexts(bundle: Path, entries: dict[str, str], owners: dict[str, str], store: CheckpointStore,
+                     identity: Identity | None, vocab_size: int | None, key: bytes, trust: bool = False) -> InstallReport:
+    """Install each context (original id → entry) for its new owner (original id → new id) when it is
+    trusted (signed by ``key``'s installation, or ``trust``) and fully verifies against the local model."""
+    report = InstallReport()
+    todo = {orig: entry for orig, entry in entries.items() if orig in owners}
+    if not todo:
+        return report
+    if identity is None:
+        for orig in todo:
+            _refuse(report, owners[orig], NO_MODEL, "no model to check the saved context against: rebuilt")
+        return report
+    bundle = Path(bundle)
+    with open_zip(bundle) as z:
+        signed, why = None, ""
+        if not trust:
+            try:
+                signed, why = signed_manifest(z, bundle.name, key)
+            except TransferError as exc:  # a manifest too big or unreadable signs nothing
+                why = str(exc)
+        for orig, entry in todo.items():
+            owner = owners[orig]
+            expected = None
+            if not trust:
+                expected = signed.contexts.get(orig) if signed else None
+                if expected is None:
+                    log.info("context of %s not used: %s", owner, why or "not listed in the signed manifest")
+                    _refuse(report, owner, UNTRUSTED, FOREIGN)
+                    continue
+            try:
+                _install(z, _info(z, entry), owner, store, identity, vocab_size, expected)
+            except _Refused as exc:
+                _refuse(report, owner, exc.reason, f"{exc}: rebuilt")
+                continue
+            report.used.append(owner)
+            report.notes[owner] = "saved context used" + (" (trusted by you)" if trust else "")
+    return report
+
+
+def _info(z: zipfile.ZipFile, entry: str) -> zipfile.ZipInfo:
+    try:
+        return z.getinfo(entry)
+    except KeyError:  # the file changed since it was read
+        raise _Refused(BUNDLE_DAMAGED, f"{entry} is no longer in the bundle") from None
+
+
+def _refuse(report: InstallReport, owner: str, reason: str, note: str) -> None:
+    report.rebuilt[owner] = reason
+    report.notes[owner] = note
+
+
+def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: CheckpointStore, identity: Identity,
+             vocab_size: int | None, expected: tuple[str, int] | None) -> None:
+    final = store.path(conversation_file(owner))
+    tmp = final.with_name(f".{final.name}.import.tmp")  # the store's start-up clean-up removes strays
+    try:
+        digest = _extract(z, info, tmp, store.root, identity, expected)
+        if expected is not None and digest != expected[0]:
+            raise _Refused(UNTRUSTED, "the saved context does not match the bundle's signed manifest")
+        status, problem, _ = checkpoint_status(tmp, identity, vocab_size, full=True)
+        if status != VALID:
+            reason = problem.reason if problem else status
+            raise _Refused(reason, f"{PLAIN_WORDS.get(reason, reason)} ({problem})")
+        with store.lock.held():
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+    store.reconcile()
+    store.conversation_entry(owner)
+
+
+def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, root: Path, identity: Identity,
+             expected: tuple[str, int] | None) -> str:
+    """Stream ``info`` into ``tmp`` within the bounds its checkpoint header allows; its SHA-256 hex."""
+    name, declared = info.filename, info.file_size
+    try:
+        with z.open(info) as src:
+            head = src.read(HEADER_SIZE)
+            try:
+                header = unpack_header(head)
+                check_identity(header, identity)
+            except CheckpointError as exc:
+                raise _Refused(exc.reason, f"{exc.plain} ({exc})") from None
+            smallest, largest = size_bounds(header, identity.shape.context_length)
+            if declared > largest:
+                raise _Refused(Reason.TOO_LARGE, f"{name} declares {declared} bytes; a saved context of this model "
+                                                 f"holds at most {largest}")
+            if declared < smallest:
+                raise _Refused(Reason.TRUNCATED, f"{name} declares {declared} bytes; its header needs at least "
+                                                 f"{smallest}")
+            if expected is not None and declared != expected[1]:
+                raise _Refused(UNTRUSTED, f"{name} declares {declared} bytes; the signed manifest says {expected[1]}")
+            free = shutil.disk_usage(root).free
+            if free < declared + SPACE_HEADROOM:
+                raise _Refused(NO_SPACE, f"not enough free disk space for {name}: it needs {declared >> 20} MiB "
+                                         f"and {SPACE_HEADROOM >> 20} MiB to spare, {free >> 20} MiB are free")
+            digest = hashlib.sha256(head)
+            written = len(head)
+            with open(tmp, "wb") as dst:
+                dst.write(head)
+                while chunk := src.read(min(CHUNK, declared - written + 1)):  # +1: sees a stream that runs on
+                    written += len(chunk)
+                    if written > declared:
+                        raise _Refused(Reason.TOO_LARGE, f"{name} holds more than the {declared} bytes it declares")
+                    digest.update(chunk)
+                    dst.write(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())
+            if written != declared:
+                raise _Refused(Reason.TRUNCATED, f"{name} holds {written} bytes; it declares {declared}")
+            return digest.hexdigest()
+    except _Refused:
+        raise
+    except OSError as exc:  # reading the bundle or writing the temp file (a full disk)
+        raise _Refused(Reason.IO_ERROR, f"{name} could not be extracted: {exc.strerror or exc}") from None
+    except ZIP_ERRORS as exc:
+        problem: TransferError = zip_problem(Path(z.filename or "bundle").name, name, exc)
+        raise _Refused(BUNDLE_DAMAGED, str(problem)) from None
