@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +35,7 @@ from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCan
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
+from engine.private_files import FILE_MODE
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
 from engine.transfer import export_json, export_markdown, import_json, to_document
@@ -440,7 +442,9 @@ class Hearth:
             self._sessions.save("switch")
         try:
             with store.lock.held():
-                shutil.copyfile(store.path(conversation_file(source)), store.path(conversation_file(target)))
+                target_path = store.path(conversation_file(target))
+                shutil.copyfile(store.path(conversation_file(source)), target_path)
+                os.chmod(target_path, FILE_MODE)  # copyfile makes it by the umask
             store.reconcile()
             return store.conversation_entry(target) is not None
         except OSError as exc:

@@ -35,6 +35,7 @@ from engine.checkpoint.status import VALID, checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.errors import TransferError
 from engine.fsutil import fsync_dir
+from engine.private_files import open_private
 
 log = logging.getLogger(__name__)
 UNTRUSTED, NO_SPACE, BUNDLE_DAMAGED, NO_MODEL = "untrusted", "no_space", "bundle_damaged", "no_model"
@@ -163,7 +164,7 @@ def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, root: Path, i
                                          f"and {SPACE_HEADROOM >> 20} MiB to spare, {free >> 20} MiB are free")
             digest = hashlib.sha256(head)
             written = len(head)
-            with open(tmp, "wb") as dst:
+            with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as dst:
                 dst.write(head)
                 while chunk := src.read(min(CHUNK, declared - written + 1)):  # +1: sees a stream that runs on
                     written += len(chunk)

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.errors import ConversationError, DiskFullError
+from engine.private_files import private_dir, private_file
 from engine.types import Conversation, Message
 
 ROLES = ("system", "user", "assistant")
@@ -124,7 +125,8 @@ def title_from(text: str) -> str:
 class ConversationStore:
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        private_file(self.path)  # before SQLite creates it: its -wal and -shm files take its mode
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)

@@ -24,6 +24,7 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     """Yield a file to write; it replaces ``path`` only if the block finishes without error."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # mkstemp makes the file 0600 whatever the umask: every atomically written file is private.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -27,8 +27,11 @@ class HearthPaths:
         return self.data / "locks"
 
     def ensure(self) -> HearthPaths:
-        for p in (self.models, self.converted, self.data, self.checkpoints):
-            p.mkdir(parents=True, exist_ok=True)
+        """Create the directories, private to this user (engine/private_files.py)."""
+        from engine.private_files import private_dir
+
+        for p in (self.data, self.models, self.converted, self.checkpoints):
+            private_dir(p)
         return self
 
 

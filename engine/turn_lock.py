@@ -13,13 +13,14 @@ from pathlib import Path
 
 from engine.checkpoint.lock import StoreLock
 from engine.errors import ConversationBusyError, HearthError
+from engine.private_files import private_dir
 
 DEFAULT_TURN_WAIT_S = 600.0  # a long reply at a long context can take minutes on a CPU
 
 
 class TurnLock(StoreLock):
     def __init__(self, locks_dir: Path, conversation: str, timeout_s: float = DEFAULT_TURN_WAIT_S):
-        locks_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(locks_dir)
         # Conversation ids are safe file names already; hashing keeps the name short and uniform.
         name = hashlib.sha256(conversation.encode("utf-8")).hexdigest()[:32]
         super().__init__(locks_dir / f"turn-{name}.lock", timeout_s)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.errors import HearthError
+from engine.private_files import open_private
 
 try:
     import fcntl
@@ -61,7 +62,7 @@ class StoreLock:
         ``give_up`` returning an error stops the wait with it (a user's Stop)."""
         with self._local:
             if self._depth == 0:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
                 deadline = time.monotonic() + self.timeout_s
                 waited = False
                 while not self._try_lock(fd):

@@ -29,6 +29,7 @@ from engine.checkpoint.lock import StoreLock
 from engine.checkpoint.reader import CheckpointReader
 from engine.errors import CheckpointStoreError
 from engine.fsutil import atomic_write
+from engine.private_files import private_dir, private_file
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ class CheckpointStore:
     def __init__(self, root: Path, budget_bytes: int | None = None, lock_timeout_s: float = 15.0):
         """``budget_bytes`` None: the budget saved in ``store.json`` (``set_budget``), else 2 GiB."""
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root)
+        private_file(self.root / "index.sqlite3")  # before SQLite creates it: its -wal and -shm take its mode
         self.budget_bytes = budget_bytes if budget_bytes is not None else self._saved_budget()
         self.kv_encoding = self._saved_encoding()
         self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)

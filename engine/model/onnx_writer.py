@@ -14,13 +14,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from engine.private_files import open_private
+
 ALIGN = 4096  # page-aligned offsets let ONNX Runtime memory-map initializers
 
 
 class OnnxWriter:
     def __init__(self, data_path: Path):
         self.data_path = Path(data_path)
-        self._fh: BinaryIO = open(self.data_path, "wb")
+        self._fh: BinaryIO = os.fdopen(open_private(self.data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb")
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -87,7 +89,7 @@ class OnnxWriter:
         for key, value in metadata.items():
             entry = model.metadata_props.add()
             entry.key, entry.value = key, value
-        with open(model_path, "wb") as fh:
+        with os.fdopen(open_private(model_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
             fh.write(model.SerializeToString())
             fh.flush()
             os.fsync(fh.fileno())

@@ -1,0 +1,50 @@
+"""Hearth's files are private to the user who owns them, whatever the umask: directories 0700, files 0600.
+
+Conversations, checkpoints (the same text as token ids) and the installation key are personal data; a
+umask of 022 (or 000) must not make them readable by others. Modes are set explicitly after creation,
+since ``mkdir``'s and ``open``'s modes are filtered through the umask. SQLite creates a database's
+-wal, -shm and -journal files with the database file's own mode, so creating that file 0600 first
+covers them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and missing parents) and make ``path`` itself 0700; parents made here too, but
+    not ones that existed (say ~/.cache, which is not Hearth's to change)."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    for made in missing:
+        os.chmod(made, DIR_MODE)
+    if not path.is_symlink():  # a test or a user may point a subdirectory elsewhere on purpose
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Make sure ``path`` exists and is 0600 (created empty if missing; contents untouched)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    return Path(path)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` for a file of Hearth's own: created 0600, and made 0600 if it existed otherwise."""
+    fd = os.open(path, flags, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    return fd
