@@ -152,11 +152,14 @@ def test_trial_render_reports_why_a_template_is_refused():
     assert SAMPLE[0]["role"] == "user"  # no system message: some real templates refuse one
 
 
-def test_the_child_process_is_killed_past_its_time_limit():
-    # Too little time for the child even to start: the parent gives up and says so.
-    source = "{{ 'a child that never answers in time' }}"
-    assert template_problem(source, seconds=0.001) == "rendering it took longer than 0.001 s"
-    assert template_problem(source, seconds=0.001) == "rendering it took longer than 0.001 s"  # the verdict is kept
+def test_a_child_past_its_time_limit_is_killed_and_the_sandbox_decides():
+    """Too little time for the child even to start (a busy machine): the child is killed and the
+    template tried in this process under the sandbox's limits, so the verdict never depends on load."""
+    fine = "{{ 'a child that never answers in time' }}"
+    assert template_problem(fine, seconds=0.001) == ""
+    assert template_problem(fine, seconds=0.001) == ""  # the verdict is kept
+    problem = template_problem(HANGS + "{# slow child #}", seconds=0.001)
+    assert problem == "rendering it took longer than 0.001 s in a child process, and here: it ran past its limit on loop steps"
 
 
 def test_a_verdict_is_kept_per_template():
