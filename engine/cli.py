@@ -245,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("file", metavar="FILE.json")
     imp.set_defaults(func=cli_store.cmd_conversations_import)
 
+    db = sub.add_parser("db", parents=[common], help="check, back up or restore the conversation database")
+    db.add_argument("action", choices=["check", "backup", "restore"],
+                    help="check: quick_check and list backups (exit 1 if damaged); backup: copy it now; restore: put "
+                         "the newest sound backup (or --from FILE) in place, keeping the old file aside")
+    db.add_argument("--from", dest="source", metavar="FILE", help="restore from this backup")
+    db.set_defaults(func=cli_store.cmd_db)
+
     kv = sub.add_parser("kv", parents=[common], help="list, inspect, verify and clean up saved KV checkpoints")
     ksub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")
     ls = ksub.add_parser("ls", parents=[common], help="checkpoints in the store")

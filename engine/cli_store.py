@@ -259,3 +259,27 @@ def cmd_kv_gc(args: argparse.Namespace) -> int:
                         f"evicted {len(report['evicted'])}; {report['bytes'] / 2**20:.1f} MiB of "
                         f"{report['budget'] / 2**20:.0f} MiB used")
     return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """``db check|backup|restore``: the conversation database's health, backups and recovery."""
+    from engine import db_recovery
+
+    db = data_paths(args).conversations_db
+    if args.action == "check":
+        result = db_recovery.check(db)
+        payload = {"path": str(db), "ok": result.ok, "problem": result.problem or None,
+                   "backups": [str(p) for p in result.backups]}
+        human = (f"{db}: {'ok' if result.ok else result.problem}\n{len(result.backups)} backup(s)"
+                 + "".join(f"\n  {p}" for p in result.backups))
+        emit(args, payload, human)
+        return 0 if result.ok else 1
+    if args.action == "backup":
+        made = db_recovery.backup(db, force=True)
+        emit(args, {"path": str(db), "backup": str(made) if made else None},
+             f"backed up to {made}" if made else f"nothing to back up at {db}")
+        return 0
+    used, aside = db_recovery.restore(db, Path(args.source) if args.source else None)
+    emit(args, {"path": str(db), "restored_from": str(used), "damaged_kept_at": str(aside) if aside else None},
+         f"restored {db.name} from {used}" + (f"; the previous file is kept at {aside}" if aside else ""))
+    return 0

@@ -137,7 +137,8 @@ class ConversationStore:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except sqlite3.DatabaseError as exc:
-            raise ConversationError(f"the conversation database {self.path} cannot be used: {exc}") from None
+            raise ConversationError(f"the conversation database {self.path} cannot be used: {exc}; 'hearth-cli db check' "
+                                    "says more and 'hearth-cli db restore' puts the newest backup in its place") from None
 
     def close(self) -> None:
         with self._lock:
@@ -209,6 +210,9 @@ class ConversationStore:
                                      "may be failing (everything stored before is kept)")
         if code is not None and code & 0xFF == sqlite3.SQLITE_BUSY:
             return ConversationError(f"the conversation database {self.path} is locked by another program; try again")
+        if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            return ConversationError(f"the conversation database {self.path} is damaged ({exc}); 'hearth-cli db check' "
+                                     "says more and 'hearth-cli db restore' puts the newest backup in its place")
         return ConversationError(f"the conversation database failed: {exc}")
 
     def read(self, sql: str, args: tuple | dict = ()) -> list[tuple]:

@@ -34,13 +34,22 @@ def private_dir(path: Path) -> Path:
 
 
 def private_file(path: Path) -> Path:
-    """Make sure ``path`` exists and is 0600 (created empty if missing; contents untouched)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    """Make sure ``path`` exists and is 0600 (created empty if missing; contents untouched).
+
+    An existing file is changed by name, never opened: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, and SQLite's locks on an open database are such locks.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        os.chmod(path, FILE_MODE)
+        return path
     try:
         os.fchmod(fd, FILE_MODE)
     finally:
         os.close(fd)
-    return Path(path)
+    return path
 
 
 def open_private(path: Path, flags: int) -> int:

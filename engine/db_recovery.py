@@ -1,0 +1,151 @@
+"""The conversation database's safety net: rolling backups, a quick check, and restore.
+
+One damaged page of ``conversations.sqlite3`` would otherwise lock the user out of every conversation.
+Backups are made with SQLite's online backup API (a consistent copy while the app runs) into
+``backups/`` next to the database, at most once a day, the newest ``KEEP`` kept, never of a database
+that fails its check (a damaged copy must not push out a good one). Restore moves the damaged file aside
+(never deletes it) and puts the newest good backup, or a named one, in its place atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ConversationError
+from engine.fsutil import fsync_dir
+from engine.private_files import FILE_MODE, private_dir
+
+log = logging.getLogger(__name__)
+
+KEEP = 3
+EVERY_S = 24 * 3600
+MAX_BYTES = 2 << 30  # a larger database is not copied automatically (say so in the log); `db backup` still can
+SPARE_BYTES = 256 << 20  # free space to leave after a backup
+PREFIX, SUFFIX = "conversations-", ".sqlite3"
+
+
+@dataclass(frozen=True)
+class DbCheck:
+    path: Path
+    ok: bool
+    problem: str  # "" when ok
+    backups: list[Path]  # newest first
+
+
+def backups_dir(db: Path) -> Path:
+    return Path(db).parent / "backups"
+
+
+def list_backups(db: Path) -> list[Path]:
+    """The backups of ``db``, newest first (their names sort by time)."""
+    folder = backups_dir(db)
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.glob(f"{PREFIX}*{SUFFIX}") if p.is_file()), reverse=True)
+
+
+def problem_with(path: Path) -> str:
+    """"" when ``path`` is a sound SQLite database (or absent: nothing to lose), else what is wrong."""
+    path = Path(path)
+    if not path.exists():
+        return ""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return f"{path.name} cannot be read as a database ({exc})"
+    if rows != ["ok"]:
+        return f"{path.name} is damaged: {'; '.join(str(r) for r in rows[:3])}"
+    return ""
+
+
+def check(db: Path) -> DbCheck:
+    problem = problem_with(db)
+    return DbCheck(Path(db), not problem, problem, list_backups(db))
+
+
+def backup(db: Path, force: bool = False) -> Path | None:
+    """Copy ``db`` into its backups; None when skipped (not due, too large, short of space, or nothing to
+    copy). A damaged database is an error: it would replace a good backup with a bad one."""
+    db = Path(db)
+    if not db.exists():
+        return None
+    existing = list_backups(db)
+    if not force and existing and time.time() - existing[0].stat().st_mtime < EVERY_S:
+        return None
+    size = db.stat().st_size
+    folder = private_dir(backups_dir(db))
+    if not force and size > MAX_BYTES:
+        log.info("not backing up %s automatically: %d MiB is more than %d MiB", db.name, size >> 20, MAX_BYTES >> 20)
+        return None
+    if shutil.disk_usage(folder).free < size + SPARE_BYTES:
+        log.warning("not backing up %s: not enough free disk space", db.name)
+        return None
+    problem = problem_with(db)
+    if problem:
+        raise ConversationError(f"not backing up {db.name}: {problem}")
+    target = folder / f"{PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}{SUFFIX}"
+    tmp = target.with_name("." + target.name + ".tmp")
+    try:
+        _copy_database(db, tmp)
+        os.replace(tmp, target)
+        fsync_dir(folder)
+    finally:
+        tmp.unlink(missing_ok=True)
+    for old in list_backups(db)[KEEP:]:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def restore(db: Path, source: Path | None = None) -> tuple[Path, Path | None]:
+    """Put a good backup (``source``, else the newest that passes its check) in place of ``db``; the
+    current file, if any, moves aside as ``<name>.damaged-<time>`` with its -wal/-shm. Returns (the
+    backup used, where the old file went). The caller must have closed every connection to ``db``."""
+    db = Path(db)
+    candidates = [Path(source)] if source is not None else list_backups(db)
+    chosen = next((c for c in candidates if c.is_file() and not problem_with(c)), None)
+    if chosen is None:
+        what = f"{source} is not a sound backup" if source is not None else f"no sound backup of {db.name} was found"
+        raise ConversationError(f"cannot restore: {what} (in {backups_dir(db)})")
+    aside = None
+    if db.exists():
+        aside = db.with_name(f"{db.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            part = Path(str(db) + suffix)
+            if part.exists():
+                os.replace(part, Path(str(aside) + suffix))
+    tmp = db.with_name("." + db.name + ".restore.tmp")
+    try:
+        _copy_database(chosen, tmp)
+        os.replace(tmp, db)
+        fsync_dir(db.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return chosen, aside
+
+
+def _copy_database(src: Path, dst: Path) -> None:
+    """A consistent copy through SQLite's backup API, 0600, fsynced."""
+    dst.unlink(missing_ok=True)
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    os.close(fd)
+    source = sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=10)
+    target = sqlite3.connect(dst)
+    try:
+        source.backup(target)
+        target.execute("PRAGMA journal_mode=DELETE")  # a self-contained file, no -wal beside it
+    finally:
+        target.close()
+        source.close()
+    os.chmod(dst, FILE_MODE)
+    with open(dst, "rb") as fh:
+        os.fsync(fh.fileno())
