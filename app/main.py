@@ -76,6 +76,8 @@ def run_window(config, browse: bool = False, probe: bool = False) -> int:
         print(f"hearth: already running for {config.paths.data}; brought its window to the front", file=sys.stderr)
         return 0
     instance.listen()
+    if not database_usable(config):
+        return 1
     from app.main_window import MainWindow
 
     window = MainWindow(config)
@@ -94,6 +96,23 @@ def run_window(config, browse: bool = False, probe: bool = False) -> int:
 
         StartupProbe(app, window)
     return app.exec()
+
+
+def database_usable(config) -> bool:
+    """Check the conversation database (and make the day's backup) off the UI thread, the event loop
+    running meanwhile; a damaged one gets the recovery dialog (app/db_guard.py). False: the person quit."""
+    from PySide6.QtCore import QEventLoop
+
+    from app.db_guard import DatabaseGuard
+
+    guard = DatabaseGuard(config.paths)
+    loop, outcome = QEventLoop(), []
+    guard.passed.connect(lambda: (outcome.append(True), loop.quit()))
+    guard.gave_up.connect(lambda: (outcome.append(False), loop.quit()))
+    guard.start()
+    loop.exec()
+    guard.wait_job()
+    return outcome[0]
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import numpy as np
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id
+from engine.db_recovery import RestoreResult, StartCheck
 from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
@@ -86,8 +87,9 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
-    "ConversationStore", "Hearth", "HearthPaths", "bundle_signed_here", "check_id", "default_model_title", "export_json",
-    "export_markdown", "fts_query", "import_json", "model_footprint", "open_conversations", "read_bundle", "resolve_paths",
+    "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
+    "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_json",
+    "model_footprint", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
 ]
 
@@ -99,6 +101,21 @@ def open_conversations(paths: HearthPaths) -> ConversationStore:
     store = ConversationStore(paths.conversations_db)
     daily_backup(paths.conversations_db)
     return store
+
+
+def database_at_start(paths: HearthPaths) -> StartCheck:
+    """The conversation database's check and the day's backup (slow on a large file: not on a UI thread)."""
+    from engine import db_recovery
+
+    return db_recovery.at_start(paths.conversations_db)
+
+
+def restore_database(paths: HearthPaths) -> RestoreResult:
+    """Put the newest sound backup in place of a damaged database, keeping the damaged file aside."""
+    from engine import db_recovery
+
+    source, damaged = db_recovery.restore(paths.conversations_db)
+    return RestoreResult(source, damaged)
 
 
 def daily_backup(db: Path) -> Path | None:

@@ -38,6 +38,33 @@ class DbCheck:
     backups: list[Path]  # newest first
 
 
+@dataclass(frozen=True)
+class StartCheck:
+    """What the window learns before it opens the store: the check, the backups, the day's backup."""
+
+    check: DbCheck
+    backups: list[Path]  # newest first
+    backup_made: Path | None
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    source: Path  # the backup put in place
+    damaged: Path | None  # where the previous file went
+
+
+def at_start(db: Path) -> StartCheck:
+    """quick_check, and the day's backup when the database is sound (a failed backup is logged)."""
+    result = check(db)
+    made = None
+    if result.ok:
+        try:
+            made = backup(db)
+        except (ConversationError, OSError, sqlite3.Error) as exc:
+            log.warning("could not back up %s: %s", Path(db).name, exc)
+    return StartCheck(result, list_backups(db), made)
+
+
 def backups_dir(db: Path) -> Path:
     return Path(db).parent / "backups"
 
