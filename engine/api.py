@@ -22,7 +22,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -95,12 +94,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
 
 
 def open_conversations(paths: HearthPaths) -> ConversationStore:
-    """The conversation text store (SQLite, WAL): cheap to open, safe to use on a UI thread. Opening it
-    first makes the day's backup if none is due yet (engine/db_recovery.py: milliseconds for a typical
-    store; a store over 2 GiB is not copied automatically)."""
-    store = ConversationStore(paths.conversations_db)
-    daily_backup(paths.conversations_db)
-    return store
+    """The conversation text store (SQLite, WAL): cheap to open, safe to use on a UI thread. (Its check
+    and the day's backup are database_at_start's, which the window runs off the UI thread.)"""
+    return ConversationStore(paths.conversations_db)
 
 
 def database_at_start(paths: HearthPaths) -> StartCheck:
@@ -116,17 +112,6 @@ def restore_database(paths: HearthPaths) -> RestoreResult:
 
     source, damaged = db_recovery.restore(paths.conversations_db)
     return RestoreResult(source, damaged)
-
-
-def daily_backup(db: Path) -> Path | None:
-    """db_recovery.backup at most once a day; a failure is logged, never raised (the store opened)."""
-    from engine import db_recovery
-
-    try:
-        return db_recovery.backup(db)
-    except (HearthError, OSError, sqlite3.Error) as exc:
-        log.warning("could not back up %s: %s", db.name, exc)
-        return None
 
 
 def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:

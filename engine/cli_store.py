@@ -28,6 +28,11 @@ def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, Checkpoint
     return ConversationStore(paths.conversations_db), CheckpointStore(paths.checkpoints)
 
 
+def open_checkpoints(args: argparse.Namespace) -> CheckpointStore:
+    """The checkpoint store alone: the kv commands keep working while the conversation database is damaged."""
+    return CheckpointStore(data_paths(args).checkpoints)
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     check_id(args.conversation)
     if not args.message.strip():
@@ -140,7 +145,7 @@ def cmd_conversations_import(args: argparse.Namespace) -> int:
 
 # kv ------------------------------------------------------------------------------------------------
 def cmd_kv_ls(args: argparse.Namespace) -> int:
-    _, store = open_stores(args)
+    store = open_checkpoints(args)
     entries = [{"name": e.name, "path": str(store.path(e.name)), "conversation": e.conversation, "kind": e.kind,
                 "tokens": e.tokens, "bytes": e.bytes, "hits": e.hits, "created_ms": e.created_ms,
                 "last_used_ms": e.last_used_ms, "pinned": e.pinned} for e in store.entries()]
@@ -211,7 +216,7 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
     from engine.checkpoint.identity import gguf_identity
     from engine.loader import resolve_gguf
 
-    _, store = open_stores(args)
+    store = open_checkpoints(args)
     if args.all:
         files = [store.path(e.name) for e in store.entries()]
     elif args.paths:
@@ -236,7 +241,7 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
 
 def cmd_kv_encoding(args: argparse.Namespace) -> int:
     """Show, or set and remember, the encoding new checkpoint files get (existing files keep theirs)."""
-    _, store = open_stores(args)
+    store = open_checkpoints(args)
     if args.name is not None:
         if args.name not in ENCODINGS:
             raise PromptError(f"unknown KV encoding {args.name!r}; choose one of: {', '.join(ENCODINGS)}")

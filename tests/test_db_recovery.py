@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import db_recovery
-from engine.api import open_conversations
+from engine.api import database_at_start
 from engine.conversations import ConversationStore
 from engine.errors import ConversationError
 from engine.paths import resolve_paths
@@ -46,14 +46,15 @@ def _checkpointed(db: Path) -> None:
     con.close()
 
 
-def test_opening_makes_the_days_backup_once_private_and_bounded(tmp_path):
+def test_the_start_check_makes_the_days_backup_once_private_and_bounded(tmp_path):
     paths = resolve_paths(tmp_path / "home").ensure()
     _store_with(paths.conversations_db, 3)
-    open_conversations(paths).close()
+    first = database_at_start(paths)
     backups = db_recovery.list_backups(paths.conversations_db)
+    assert first.check.ok and first.backup_made == backups[0]
     assert len(backups) == 1 and stat.S_IMODE(backups[0].stat().st_mode) == 0o600
-    open_conversations(paths).close()
-    assert db_recovery.list_backups(paths.conversations_db) == backups  # at most once a day
+    assert database_at_start(paths).backup_made is None  # at most once a day
+    assert db_recovery.list_backups(paths.conversations_db) == backups
     for _ in range(4):  # forced ones (the CLI's) rotate: the newest three stay
         db_recovery.backup(paths.conversations_db, force=True)
     assert len(db_recovery.list_backups(paths.conversations_db)) == db_recovery.KEEP
@@ -108,6 +109,7 @@ def test_the_cli_checks_backs_up_and_restores(tmp_path):
     bad = run_cli("db", "check", "--json", home=home)
     assert bad.returncode == 1 and json.loads(bad.stdout)["problem"]
     assert_clean_error(run_cli("conversations", "ls", home=home), "hearth-cli db restore")
+    assert run_cli("kv", "ls", "--json", home=home).returncode == 0  # saved context needs no conversation text
     restored = json.loads(run_cli("db", "restore", "--json", home=home).stdout)
     assert restored["restored_from"] == made["backup"] and os.path.exists(restored["damaged_kept_at"])
     listed = json.loads(run_cli("conversations", "ls", "--json", home=home).stdout)["conversations"]
