@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 
 from app.browser_model import ID_ROLE, ConversationTableModel
 from app.engine_worker import EngineHost
-from app.import_worker import ImportHost
+from app.import_worker import BundleConversations, ImportHost
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
@@ -45,7 +45,6 @@ from engine.api import (
     export_json,
     export_markdown,
     fts_query,
-    read_bundle,
     search,
     snippet_html,
     to_document,
@@ -115,6 +114,8 @@ class BrowserWindow(QWidget):
         self.importer = ImportHost(self)
         self.importer.worker.progress.connect(self._on_import_progress)
         self.importer.worker.finished.connect(self._on_imported)
+        self.importer.worker.bundle_finished.connect(self._on_bundle_read)
+        self._bundle_trust: bool | None = None
         self._build()
         host.worker.checkpoint_report.connect(self._on_report)
         host.worker.checkpoint_progress.connect(self._on_verify_progress)
@@ -412,17 +413,24 @@ class BrowserWindow(QWidget):
     def import_file(self, path: str | None) -> bool:
         """Start importing a JSON export on the import thread, with a progress dialog and Cancel; the
         result (or the reason nothing was imported) arrives in ``_on_imported``. False if not started."""
-        if self._import_cancel is not None:
-            self._warn("An import is already running; wait for it or cancel it first.")
-            return False
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "", "Hearth export (*.json)")
             if not path:
                 return False
+        if not self._start_import_dialog("Importing conversations — Hearth"):
+            return False
+        self.importer.start(self.store.path, str(path), self._import_cancel)
+        return True
+
+    def _start_import_dialog(self, title: str) -> bool:
+        """The progress dialog with Cancel an import shows; False when one is already running."""
+        if self._import_cancel is not None:
+            self._warn("An import is already running; wait for it or cancel it first.")
+            return False
         self._import_cancel = token = CancelToken()
         dialog = QProgressDialog("Reading the file…", "Cancel", 0, 0, self)
         dialog.setObjectName("importProgress")
-        dialog.setWindowTitle("Importing conversations — Hearth")
+        dialog.setWindowTitle(title)
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
         dialog.setMinimumDuration(0)
         dialog.setAutoClose(False)
@@ -432,7 +440,6 @@ class BrowserWindow(QWidget):
         dialog.show()
         self.import_progress = dialog
         self.buttons["import"].setEnabled(False)
-        self.importer.start(self.store.path, str(path), token)
         return True
 
     def _cancel_import(self, token: CancelToken) -> None:
@@ -478,28 +485,35 @@ class BrowserWindow(QWidget):
         self.host.request_export_bundle.emit(path, to_document(self.store, ids), ids)
         return True
 
-    def import_bundle(self, path: str | None, trust: bool | None = None) -> list[str]:
-        """Import a bundle: conversations now (validated, all or nothing), their saved contexts on the
-        engine thread, each used only if this installation signed it (or ``trust``) and it verifies
-        against this model. ``trust`` None: ask, when the bundle has context this installation did not sign."""
+    def import_bundle(self, path: str | None, trust: bool | None = None) -> bool:
+        """Import a bundle: its conversations on the import thread (validated, in batches, all or nothing,
+        with progress and Cancel, as a JSON import), then their saved contexts on the engine thread, each
+        used only if this installation signed it (or ``trust``) and it verifies against this model.
+        ``trust`` None: ask, when the bundle has context this installation did not sign. The result lands
+        in ``_on_bundle_read``; False if not started."""
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import a bundle", "", "Hearth bundle (*.hearth)")
             if not path:
-                return []
-        try:
-            convs, entries = read_bundle(path)
-            if trust is None:
-                trust = bool(entries) and not bundle_signed_here(path, self.host.config.paths) and self.ask_trust()
-            ids = self.store.insert_full(convs)
-        except ConversationError as exc:
-            self._warn(f"Nothing was imported. {exc}")
-            return []
-        owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
-        self.verify_result.setText(f"Imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}; "
-                                   "checking their saved context…")
-        self.host.request_import_bundle.emit(path, entries, owners, bool(trust))
-        self._changed()
-        return ids
+                return False
+        if not self._start_import_dialog("Importing a bundle — Hearth"):
+            return False
+        self._bundle_trust = trust
+        self.importer.start_bundle(self.store.path, str(path), self._import_cancel)
+        return True
+
+    def _on_bundle_read(self, result: BundleConversations | HearthError) -> None:
+        if isinstance(result, HearthError):
+            self._on_imported(result)
+            return
+        self._on_imported(result.ids)  # stored: the progress dialog goes, the list shows them
+        trust = self._bundle_trust
+        if trust is None:
+            trust = bool(result.entries) and not bundle_signed_here(result.path, self.host.config.paths) \
+                and self.ask_trust()
+        owners = {c["id"]: new for c, new in zip(result.conversations, result.ids, strict=True) if c["id"]}
+        n = len(result.ids)
+        self.verify_result.setText(f"Imported {n} conversation{'s' if n != 1 else ''}; checking their saved context…")
+        self.host.request_import_bundle.emit(result.path, result.entries, owners, bool(trust))
 
     def trust_question(self) -> QMessageBox:
         """The plain warning before using saved context that another installation made."""

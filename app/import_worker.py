@@ -10,20 +10,51 @@ from __future__ import annotations
 
 import logging
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.api import ConversationStore, import_json
+from engine.api import ConversationStore, import_conversations, import_json, read_bundle
 from engine.errors import HearthError
 from engine.types import CancelToken
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class BundleConversations:
+    """A bundle's conversations, stored: what the window needs to ask about and install its contexts."""
+
+    path: str
+    conversations: list[dict]
+    entries: dict[str, str]  # context entries, by the bundle's conversation id
+    ids: list[str]  # the ids they were stored under, in order
+
+
 class ImportWorker(QObject):
     progress = Signal(int, int)  # conversations stored, total (after each batch)
     finished = Signal(object)  # list[str] of imported ids | HearthError (nothing was imported)
+    bundle_finished = Signal(object)  # BundleConversations | HearthError (nothing was imported)
+
+    @Slot(str, str, object)
+    def run_bundle(self, database: str, path: str, cancel: CancelToken) -> None:
+        """A bundle's conversations: read and validated, then stored in batches as a JSON import is; its
+        saved contexts are the engine thread's job afterwards."""
+        try:
+            conversations, entries = read_bundle(Path(path))
+            store = ConversationStore(Path(database))
+            try:
+                ids = import_conversations(store, conversations, progress=self.progress.emit, cancel=cancel)
+            finally:
+                store.close()
+        except HearthError as exc:
+            self.bundle_finished.emit(exc)
+        except Exception as exc:  # a bug: keep the traceback in the log, give the window a readable line
+            log.error("importing %s failed:\n%s", path, traceback.format_exc())
+            self.bundle_finished.emit(HearthError(f"the import failed unexpectedly: {exc}"))
+        else:
+            self.bundle_finished.emit(BundleConversations(path, conversations, entries, ids))
 
     @Slot(str, str, object)
     def run(self, database: str, path: str, cancel: CancelToken) -> None:
@@ -46,6 +77,7 @@ class ImportHost(QObject):
     """Owns the import thread; ``start`` queues one import."""
 
     request = Signal(str, str, object)  # database path, file path, CancelToken
+    request_bundle = Signal(str, str, object)  # database path, bundle path, CancelToken
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -54,10 +86,14 @@ class ImportHost(QObject):
         self.worker = ImportWorker()
         self.worker.moveToThread(self.thread)
         self.request.connect(self.worker.run)
+        self.request_bundle.connect(self.worker.run_bundle)
         self.thread.start()
 
     def start(self, database: Path, path: str, cancel: CancelToken) -> None:
         self.request.emit(str(database), path, cancel)
+
+    def start_bundle(self, database: Path, path: str, cancel: CancelToken) -> None:
+        self.request_bundle.emit(str(database), path, cancel)
 
     def stop(self, timeout_ms: int = 30000) -> bool:
         """Let a running import finish its rollback (its token is cancelled first), then end the thread."""

@@ -33,6 +33,7 @@ from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
+from engine.importer import import_conversations
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
@@ -87,7 +88,8 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
-    "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_json",
+    "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
+    "import_json",
     "model_footprint", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
 ]

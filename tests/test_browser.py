@@ -242,7 +242,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     assert isinstance(done[-1], BundleExported) and (done[-1].conversations, done[-1].contexts) == (1, 1)
     w.delete_current(confirm=False)  # gone: chat and saved context
     qtbot.waitUntil(lambda: not (w.config.paths.checkpoints / conversation_file(conv)).exists(), timeout=TIMEOUT)
-    ids = browser.import_bundle(str(bundle))
+    ids = import_bundle(qtbot, browser, bundle)
     assert ids == [conv]
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
     assert isinstance(done[-1], BundleImported) and done[-1].used == (conv,) and done[-1].rebuilt == {}
@@ -281,7 +281,7 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     from .qt_helpers import on_ui_thread
 
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
-    new_ids = browser.import_bundle(str(bundle))
+    new_ids = import_bundle(qtbot, browser, bundle)
     assert len(new_ids) == 1 and new_ids[0] != conv  # the id was taken: a copy
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "model_mismatch"}
@@ -307,7 +307,7 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
 
     write_bundle(bundle, to_document(w.store, [conv]), {conv: w.config.paths.checkpoints / conversation_file(conv)},
                  os.urandom(32))  # another installation's key
-    new_ids = browser.import_bundle(str(bundle), trust=trust)
+    new_ids = import_bundle(qtbot, browser, bundle, trust)
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
     if trust:
         assert done[-1].used == tuple(new_ids) and "(trusted by you)" in browser.verify_result.text()
@@ -315,6 +315,27 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
         assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "untrusted"}
         assert "saved context from another installation: rebuilt" in browser.verify_result.text()
     assert (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists() == trust
+
+
+def import_bundle(qtbot, browser, path, trust=None) -> list[str]:
+    """Start a bundle import and wait for its conversations (the import thread's part) to land."""
+    assert browser.import_bundle(str(path), trust=trust)
+    qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
+    return browser.imported_ids
+
+
+def test_a_bundle_imports_off_the_ui_thread_with_progress(qtbot, browser, tmp_path):
+    """The conversations go in on the import thread, behind the same progress dialog as a JSON import."""
+    path = tmp_path / "big.hearth"
+    doc = {"format": "hearth.conversations", "version": 1, "conversations": [
+        {"id": f"big-{i}", "title": f"chat {i}", "system_prompt": "", "settings": {}, "model": "", "created_ms": 1,
+         "updated_ms": 1, "messages": [{"role": "user", "content": "hello", "created_ms": 1}]} for i in range(2500)]}
+    _zip(path, {"conversations.json": json.dumps(doc).encode()})
+    before = len(browser.store.list())
+    assert browser.import_bundle(str(path))
+    assert browser.import_progress is not None and browser.import_progress.isVisible()
+    qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
+    assert len(browser.imported_ids) == 2500 and len(browser.store.list()) == before + 2500
 
 
 def test_the_trust_question_warns_plainly_and_defaults_to_rebuilding(browser):
@@ -334,7 +355,9 @@ def test_the_trust_question_warns_plainly_and_defaults_to_rebuilding(browser):
 def test_malformed_bundles_import_nothing(qtbot, browser, tmp_path, make, needle):
     path = tmp_path / "bad.hearth"
     make(path)
-    assert browser.import_bundle(str(path)) == []
+    before, stored = list(browser.imported_ids), len(browser.store.list())
+    assert import_bundle(qtbot, browser, path) == before  # nothing new was imported
+    assert len(browser.store.list()) == stored
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
     box = browser.findChildren(QMessageBox, "browserWarning")[-1]
     assert needle in box.text()
