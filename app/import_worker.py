@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,36 +42,34 @@ class ImportWorker(QObject):
     def run_bundle(self, database: str, path: str, cancel: CancelToken) -> None:
         """A bundle's conversations: read and validated, then stored in batches as a JSON import is; its
         saved contexts are the engine thread's job afterwards."""
-        try:
+
+        def work(store: ConversationStore) -> BundleConversations:
             conversations, entries = read_bundle(Path(path))
-            store = ConversationStore(Path(database))
-            try:
-                ids = import_conversations(store, conversations, progress=self.progress.emit, cancel=cancel)
-            finally:
-                store.close()
-        except HearthError as exc:
-            self.bundle_finished.emit(exc)
-        except Exception as exc:  # a bug: keep the traceback in the log, give the window a readable line
-            log.error("importing %s failed:\n%s", path, traceback.format_exc())
-            self.bundle_finished.emit(HearthError(f"the import failed unexpectedly: {exc}"))
-        else:
-            self.bundle_finished.emit(BundleConversations(path, conversations, entries, ids))
+            ids = import_conversations(store, conversations, progress=self.progress.emit, cancel=cancel)
+            return BundleConversations(path, conversations, entries, ids)
+
+        self.bundle_finished.emit(self._attempt(database, path, work))
 
     @Slot(str, str, object)
     def run(self, database: str, path: str, cancel: CancelToken) -> None:
+        self.finished.emit(self._attempt(
+            database, path, lambda store: import_json(store, Path(path), progress=self.progress.emit, cancel=cancel)))
+
+    @staticmethod
+    def _attempt(database: str, path: str, work: Callable[[ConversationStore], object]) -> object:
+        """``work`` on a connection of this thread's own; its result, or the HearthError that says why
+        nothing was imported."""
         try:
             store = ConversationStore(Path(database))
             try:
-                ids = import_json(store, Path(path), progress=self.progress.emit, cancel=cancel)
+                return work(store)
             finally:
                 store.close()
         except HearthError as exc:
-            self.finished.emit(exc)
+            return exc
         except Exception as exc:  # a bug: keep the traceback in the log, give the window a readable line
             log.error("importing %s failed:\n%s", path, traceback.format_exc())
-            self.finished.emit(HearthError(f"the import failed unexpectedly: {exc}"))
-        else:
-            self.finished.emit(ids)
+            return HearthError(f"the import failed unexpectedly: {exc}")
 
 
 class ImportHost(QObject):

@@ -15,11 +15,11 @@ import numpy as np
 from onnx import TensorProto
 
 from engine.model.onnx_writer import OnnxWriter
-from engine.model.quant import PackedWeight
+from engine.model.quant import BlockGeometry, PackedWeight
 
 
 @dataclass(frozen=True)
-class PackedInitializers:
+class PackedInitializers(BlockGeometry):
     """A packed layer written into the graph: what MatMulNBits and a row gather need, by name."""
 
     bits: int
@@ -31,14 +31,6 @@ class PackedInitializers:
     scales: str  # [N · K/block · planes]
     zero_points: str | None  # MatMulNBits' zero points (a split layer's, or float ones), else its default
     correction: str | None  # [K/block, N]: the per-block offsets the block-sum branch adds
-
-    @property
-    def matmul_k(self) -> int:
-        return self.k * self.planes
-
-    @property
-    def n_blocks(self) -> int:
-        return self.k // self.block
 
 
 def write_packed(w: OnnxWriter, name: str, layer: PackedWeight, dtype: type, zero_point_form: bool) -> PackedInitializers:

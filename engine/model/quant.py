@@ -52,8 +52,26 @@ Q5_0, Q5_1 = "Q5_0", "Q5_1"
 Q3_K, Q4_K, Q5_K, Q6_K = "Q3_K", "Q4_K", "Q5_K", "Q6_K"
 
 
+class BlockGeometry:
+    """``n_blocks`` and MatMulNBits' ``matmul_k`` from a layer's k, block and planes (a packed layer's
+    arrays, or the graph's handle on them once written: engine/arch/packed_ops.py)."""
+
+    k: int
+    block: int
+    planes: int
+
+    @property
+    def matmul_k(self) -> int:
+        """The K MatMulNBits is built with: the input size, doubled for a split layer's doubled input."""
+        return self.k * self.planes
+
+    @property
+    def n_blocks(self) -> int:
+        return self.k // self.block
+
+
 @dataclass
-class PackedWeight:
+class PackedWeight(BlockGeometry):
     """One linear layer in MatMulNBits form: out features N, in features K."""
 
     bits: int
@@ -64,15 +82,6 @@ class PackedWeight:
     correction: np.ndarray | None  # float32 [K/block, N] for types with offsets; None when exact without
     block: int = BLOCK
     planes: int = 1  # 2: 8-bit codes held as two 4-bit planes per block (see split_planes); MatMulNBits' K is 2·k
-
-    @property
-    def matmul_k(self) -> int:
-        """The K MatMulNBits is built with: the input size, doubled for a split layer's doubled input."""
-        return self.k * self.planes
-
-    @property
-    def n_blocks(self) -> int:
-        return self.k // self.block
 
     def stored_bytes(self, float_size: int = 4) -> int:
         """What the layer takes in the converted model: codes, scales and correction (floats of
