@@ -113,6 +113,16 @@ def real_model_home(real_home, tmp_path) -> Path:
     return home
 
 
+@pytest.fixture
+def tiny_home(tmp_path, tiny_dir, tiny_converted) -> Path:
+    """A data dir sharing the tiny model's int4 conversion (converted once per session)."""
+    tiny_converted("int4")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    return home
+
+
 # the desktop window on the tiny model ------------------------------------------------------------------
 @pytest.fixture
 def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted):

@@ -52,16 +52,6 @@ GREEDY = SamplingParams.greedy_params()
 
 
 @pytest.fixture
-def tiny_home(tmp_path, tiny_dir, tiny_converted) -> Path:
-    """A data dir sharing the tiny model's conversion (converted once per session)."""
-    tiny_converted("int4")
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "converted").symlink_to(tiny_dir / "converted")
-    return home
-
-
-@pytest.fixture
 def hearth(tiny_home, tiny_gguf):
     service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
     service.load()

@@ -238,16 +238,6 @@ def test_catalog_name_resolves_to_the_installed_gemma(gemma_gguf):
 
 
 # generate --top-logprobs and --raw, model info's memory (issue 14) ------------------------------------
-@pytest.fixture
-def cli_home(tmp_path, tiny_dir, tiny_converted) -> Path:
-    """A data dir sharing the tiny model's int4 conversion (converted once per session)."""
-    tiny_converted("int4")
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "converted").symlink_to(tiny_dir / "converted")
-    return home
-
-
 def generate_json(home: Path, model: Path, *flags: str) -> dict:
     proc = run_cli("generate", "--model", str(model), "--data-dir", str(home), "--provider", "cpu", "--json", *flags)
     assert proc.returncode == 0, proc.stderr
@@ -261,9 +251,9 @@ def reference_log_softmax(logits) -> np.ndarray:
     return x - m - np.log(np.exp(x - m).sum())
 
 
-def test_top_logprobs_are_the_raw_log_softmax_of_the_models_logits(cli_home, tiny_gguf, tiny_engine):
+def test_top_logprobs_are_the_raw_log_softmax_of_the_models_logits(tiny_home, tiny_gguf, tiny_engine):
     k = 5
-    out = generate_json(cli_home, tiny_gguf, "--prompt", "hello world", "--greedy", "--max-new-tokens", "6",
+    out = generate_json(tiny_home, tiny_gguf, "--prompt", "hello world", "--greedy", "--max-new-tokens", "6",
                         "--top-logprobs", str(k))
     tokens, entries = out["tokens"], out["logprobs"]
     assert len(entries) == len(tokens) == 6
@@ -283,16 +273,16 @@ def test_top_logprobs_are_the_raw_log_softmax_of_the_models_logits(cli_home, tin
         assert sum(np.exp(values)) <= 1.0 + 1e-9
 
 
-def test_top_logprobs_zero_gives_each_token_an_empty_top(cli_home, tiny_gguf):
-    out = generate_json(cli_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "4", "--seed", "3",
+def test_top_logprobs_zero_gives_each_token_an_empty_top(tiny_home, tiny_gguf):
+    out = generate_json(tiny_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "4", "--seed", "3",
                         "--temperature", "1.5", "--top-logprobs", "0")
     assert [e["token"] for e in out["logprobs"]] == out["tokens"]
     assert all(e["top"] == [] and e["logprob"] <= 0 for e in out["logprobs"])
-    assert "logprobs" not in generate_json(cli_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "2")
+    assert "logprobs" not in generate_json(tiny_home, tiny_gguf, "--prompt", "hello", "--max-new-tokens", "2")
 
 
-def test_top_logprobs_table_without_json(cli_home, tiny_gguf):
-    proc = run_cli("generate", "--model", str(tiny_gguf), "--data-dir", str(cli_home), "--prompt", "hello", "--greedy",
+def test_top_logprobs_table_without_json(tiny_home, tiny_gguf):
+    proc = run_cli("generate", "--model", str(tiny_gguf), "--data-dir", str(tiny_home), "--prompt", "hello", "--greedy",
                    "--max-new-tokens", "3", "--top-logprobs", "2")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -311,7 +301,7 @@ def test_bad_top_logprobs_is_a_usage_error(tmp_path, tiny_gguf, value, needle):
 
 
 @pytest.mark.parametrize("add_bos", [False, True])
-def test_raw_prompt_is_tokenized_as_it_is(tmp_path, cli_home, tiny_gguf, add_bos):
+def test_raw_prompt_is_tokenized_as_it_is(tmp_path, tiny_home, tiny_gguf, add_bos):
     from engine.model.gguf_file import GGUFModel
     from engine.text.tokenizer import Tokenizer
 
@@ -324,9 +314,9 @@ def test_raw_prompt_is_tokenized_as_it_is(tmp_path, cli_home, tiny_gguf, add_bos
     assert tokenizer.add_bos is add_bos
     prompt = "hello world, the end"
     expected = ([tokenizer.specials.bos] if add_bos else []) + tokenizer.encode(prompt)
-    raw = generate_json(cli_home, model, "--raw", "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
+    raw = generate_json(tiny_home, model, "--raw", "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
     assert raw["prompt_tokens"] == expected
-    chat = generate_json(cli_home, model, "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
+    chat = generate_json(tiny_home, model, "--prompt", prompt, "--greedy", "--max-new-tokens", "2")
     # The template path wraps the message in ChatML (which starts with the BOS token, so none is added).
     assert chat["prompt_tokens"] == tokenizer.encode(f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
     assert chat["prompt_tokens"] != raw["prompt_tokens"]

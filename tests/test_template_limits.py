@@ -217,21 +217,12 @@ def test_model_info_shows_the_refused_template(synthetic_gguf, tmp_path):
 
 
 def test_a_refused_template_without_a_builtin_format_is_a_clean_error(tmp_path):
-    import gguf as gguf_writer
-
     from engine.generation import Engine
     from engine.model.gguf_file import GGUFModel
     from engine.text.tokenizer import Tokenizer
+    from tests.text_helpers import write_bare_gguf
 
-    # A vocabulary with no format's markers: nothing to fall back to.
-    writer = gguf_writer.GGUFWriter(str(tmp_path / "bare.gguf"), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "▁", "a"])
-    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0])
-    writer.add_token_types([2, 3, 3, 1, 1])
-    writer.add_chat_template("{{ 10**10000000 }}")
-    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
-        step()
+    write_bare_gguf(tmp_path / "bare.gguf", "{{ 10**10000000 }}")
     bare = GGUFModel(tmp_path / "bare.gguf")
     with pytest.raises(PromptError, match=r"bare.gguf was refused \(it computed a power over 4096 bits\), and its "
                                           "vocabulary fits none"):

@@ -8,7 +8,7 @@ import pytest
 from engine.errors import PromptError, UnsupportedModelError
 from engine.text.chat_template import ChatTemplate
 from engine.text.stream import StreamDecoder
-from tests.text_helpers import gguf_vocabulary, reference_spm, spm_vocabulary, write_spm_gguf
+from tests.text_helpers import gguf_vocabulary, reference_spm, spm_vocabulary, write_bare_gguf, write_spm_gguf
 
 SAMPLES = [
     "Hello, world!",
@@ -313,19 +313,11 @@ def test_template_source_and_stop_ids_for_synthetic_files(tmp_path, tiny_gguf):
 
 
 def test_model_without_any_usable_format_cannot_chat(tmp_path):
-    import gguf
-
     from engine.generation import Engine
     from engine.model.gguf_file import GGUFModel
     from engine.text.tokenizer import Tokenizer
 
-    writer = gguf.GGUFWriter(str(tmp_path / "bare.gguf"), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "▁", "a"])
-    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0])
-    writer.add_token_types([2, 3, 3, 1, 1])
-    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
-        step()
+    write_bare_gguf(tmp_path / "bare.gguf")
     bare = GGUFModel(tmp_path / "bare.gguf")
     with pytest.raises(PromptError, match="has no chat template, and its vocabulary fits none"):
         Engine.template_for(bare, Tokenizer.from_gguf(bare))

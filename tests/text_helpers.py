@@ -105,3 +105,19 @@ def gguf_vocabulary(gguf_model) -> tuple[list[str], list[int], list[float]]:
     types = gguf_model.int_array("tokenizer.ggml.token_type").tolist()
     scores = np.asarray(gguf_model.value("tokenizer.ggml.scores"), dtype=np.float32).tolist()
     return tokens, types, scores
+
+
+def write_bare_gguf(path: Path, chat_template: str | None = None) -> Path:
+    """A llama-tokenizer GGUF whose vocabulary spells no chat format's markers (nothing to fall back to)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "<s>", "</s>", "▁", "a"])
+    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0])
+    writer.add_token_types([2, 3, 3, 1, 1])
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
+        step()
+    return path

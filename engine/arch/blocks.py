@@ -34,7 +34,7 @@ class Graph:
                  logits_mode: str = "last", progress: ProgressFn | None = None):
         self.model, self.cfg, self.precision, self.w = model, cfg, precision, writer
         self.logits_mode, self.progress = logits_mode, progress
-        self._blocksums: dict[str, str] = {}
+        self._input_forms: dict[str, str] = {}  # block sums and doubled copies, per input
         self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
         self._tied_head: PackedInitializers | None = None  # embed()'s table in blocks, when the head shares it
         self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
@@ -112,23 +112,23 @@ class Graph:
 
     def _blocksum(self, x: str, k: int, block: int) -> str:
         key = f"{x}/{block}"  # layers that share an input and a block size share its block sums
-        if key not in self._blocksums:
+        if key not in self._input_forms:
             shape = self.w.constant(self.w.fresh("blockshape"), np.array([0, 0, k // block, block], np.int64))
             grouped = self.w.op1("Reshape", [x, shape])
             axes = self.w.constant(self.w.fresh("axes"), np.array([-1], np.int64))
-            self._blocksums[key] = self.w.op1("ReduceSum", [grouped, axes], keepdims=0)
-        return self._blocksums[key]
+            self._input_forms[key] = self.w.op1("ReduceSum", [grouped, axes], keepdims=0)
+        return self._input_forms[key]
 
     def _doubled(self, x: str, k: int, block: int) -> str:
         """x with each block of ``block`` inputs repeated once: [.., k] → [.., 2k]."""
         key = f"{x}/{block}/doubled"
-        if key not in self._blocksums:
+        if key not in self._input_forms:
             shape = self.w.constant(self.w.fresh("blockshape"), np.array([0, 0, k // block, 1, block], np.int64))
             grouped = self.w.op1("Reshape", [x, shape])
             pairs = self.w.op1("Concat", [grouped, grouped], axis=3)
             flat = self.w.constant(self.w.fresh("doubledshape"), np.array([0, 0, 2 * k], np.int64))
-            self._blocksums[key] = self.w.op1("Reshape", [pairs, flat])
-        return self._blocksums[key]
+            self._input_forms[key] = self.w.op1("Reshape", [pairs, flat])
+        return self._input_forms[key]
 
     def fused_linear(self, x: str, name: str, layers: dict[str, weights.Layer],
                      biases: dict[str, np.ndarray] | None = None) -> str:
