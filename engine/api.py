@@ -154,8 +154,11 @@ class Hearth:
     """The engine service. Not thread-safe: use it from one thread (``CancelToken`` may be set from any)."""
 
     def __init__(self, paths: HearthPaths, *, model: str | None = None, weights: str = DEFAULT_PRECISION,
-                 provider: str = "auto", threads: int | None = None, turn_wait_s: float = DEFAULT_TURN_WAIT_S):
+                 provider: str = "auto", threads: int | None = None, turn_wait_s: float = DEFAULT_TURN_WAIT_S,
+                 context_length: int | None = None):
+        """``context_length``: use at most this many tokens of context (None: the model's own)."""
         self.paths = paths
+        self.context_length = context_length
         self.model_path, self.weights, self.provider, self.threads = model, weights, provider, threads
         self.turn_wait_s = turn_wait_s
         self._engine = None
@@ -200,6 +203,7 @@ class Hearth:
         report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.CONVERT, d, t)))
         engine, converted, load_ms = load_engine(self.paths, model=self.model_path, weights=self.weights,
                                                  provider=self.provider, threads=self.threads, convert_progress=report)
+        engine.set_context_limit(self.context_length)
         if self._sessions is not None:
             self._sessions.close()
         self._engine = engine

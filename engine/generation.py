@@ -71,6 +71,7 @@ class Engine:
         self.cache = runner.new_cache()
         self.tokens: list[int] = []
         self.kind = "chat"  # or "base": a pretrained model that continues text (engine.text.profile)
+        self.context_limit: int | None = None  # the user's context length setting, at most the model's own
 
     @classmethod
     def load(cls, converted: ConvertedModel, provider: str = "auto", threads: int | None = None, *,
@@ -101,7 +102,15 @@ class Engine:
     # facts --------------------------------------------------------------------------------------
     @property
     def context_length(self) -> int:
-        return self.runner.config.context_length
+        """The longest prompt + reply: the model's own context, or less when the user chose less. The KV
+        shape a checkpoint records stays the model's own, so saved context survives a change of setting."""
+        own = self.runner.config.context_length
+        return own if self.context_limit is None else min(own, self.context_limit)
+
+    def set_context_limit(self, tokens: int | None) -> None:
+        if tokens is not None and tokens < 16:
+            raise PromptError(f"a context length of {tokens} tokens is too short (16 at least)")
+        self.context_limit = tokens
 
     @property
     def provider(self) -> str:

@@ -201,3 +201,23 @@ def test_onnx_runtime_telemetry_is_off(tiny_converted, tmp_path):
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / ".cache" / "Microsoft").exists()
+
+
+def test_a_context_length_setting_caps_the_window_but_not_the_checkpoint_shape(tiny_engine):
+    from engine.checkpoint.identity import engine_identity
+
+    own = tiny_engine.context_length
+    tiny_engine.set_context_limit(64)
+    try:
+        assert tiny_engine.context_length == 64
+        with pytest.raises(PromptError, match="context window holds 64"):
+            tiny_engine.generate([1] * 64, GREEDY, 5)
+        r = tiny_engine.generate(PROMPT[:1] * 60, GREEDY, 50)
+        assert r.stop_reason == "context_full" and len(tiny_engine.tokens) < 64
+        assert engine_identity(tiny_engine).shape.context_length == own  # checkpoints survive the setting
+        tiny_engine.set_context_limit(10 * own)
+        assert tiny_engine.context_length == own  # never more than the model's own
+        with pytest.raises(PromptError, match="too short"):
+            tiny_engine.set_context_limit(3)
+    finally:
+        tiny_engine.set_context_limit(None)
