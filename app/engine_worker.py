@@ -18,7 +18,7 @@ from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
 from engine.api import Hearth
-from engine.errors import HearthError, ModelNotInstalledError, TransferError
+from engine.errors import HearthError, ModelNotInstalledError, ModelTooLargeError, TransferError
 from engine.types import (
     Accepted,
     CancelToken,
@@ -49,6 +49,8 @@ class EngineWorker(QObject):
     setup_progress = Signal(object)  # SetupProgress (byte counts may pass 2**31)
     setup_failed = Signal(str)  # why, in plain words
     ready = Signal(object)  # ModelInfo
+    switch_failed = Signal(str, str)  # a model the window asked for could not be loaded: name, why
+    too_large = Signal(str, str)  # loading it would not fit in memory: name, the warning with the numbers
     # turns and opening conversations (conversation id first, so the window can route them)
     waiting = Signal(str)  # another Hearth process is running a turn on it; this one waits
     accepted = Signal(str, object)  # Accepted: the user's message is stored
@@ -116,6 +118,26 @@ class EngineWorker(QObject):
             self.setup_failed.emit(f"could not save the model: {exc.strerror or exc}")
             return
         self.load()
+
+    @Slot(str, bool)
+    def switch_model(self, name: str, force: bool) -> None:
+        """Run ``name`` instead (the live context is saved first); ``force``: even if it may not fit in memory."""
+        try:
+            if self._loaded() and self.hearth.model_key == name:
+                info = self.hearth.model
+            else:
+                info = self.hearth.switch_model(name, progress=self.setup_progress.emit, force=force)
+        except ModelTooLargeError as exc:
+            self.too_large.emit(name, str(exc))
+            return
+        except HearthError as exc:
+            self.switch_failed.emit(name, str(exc))
+            return
+        except Exception as exc:
+            self.switch_failed.emit(name, str(_unexpected("loading the model", exc)))
+            return
+        self.ready.emit(info)
+        self._emit_cache_states()
 
     # turns and conversations ------------------------------------------------------------------------------
     @Slot(object, object)
@@ -248,6 +270,7 @@ class EngineHost(QObject):
 
     request_load = Signal()
     request_fetch = Signal()
+    request_switch_model = Signal(str, bool)  # library name, load even if it may not fit
     request_open = Signal(str, object)  # conversation, CancelToken
     request_turn = Signal(object, object)  # TurnRequest, CancelToken
     request_forget = Signal(str)
@@ -269,6 +292,7 @@ class EngineHost(QObject):
         self.worker.moveToThread(self.thread)
         w = self.worker
         for request, slot in ((self.request_load, w.load), (self.request_fetch, w.fetch_model),
+                              (self.request_switch_model, w.switch_model),
                               (self.request_open, w.open_conversation), (self.request_turn, w.run_turn),
                               (self.request_forget, w.forget), (self.request_shutdown, w.shutdown),
                               (self.request_inspect, w.inspect_checkpoints), (self.request_drop_context, w.drop_context),

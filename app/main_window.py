@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QMainWindow, QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from app.chat_pane import ChatPane
 from app.config import AppConfig
 from app.engine_worker import EngineHost
+from app.model_control import ModelControl, gguf_paths
 from app.model_setup import ModelSetup
 from app.settings_dialog import ChatSettingsDialog
 from app.sidebar import ID_ROLE, ConversationList
@@ -45,9 +46,11 @@ class MainWindow(QMainWindow):
         self._data_version: int | None = None
         self._purge_leftover_trash()
         self.setWindowTitle("Hearth")
+        self.setAcceptDrops(True)  # a .gguf dropped on the window is added to the library and used
         self._build_ui()
         self._build_actions()
         self._connect()
+        self.models = ModelControl(self)
         self._sync_list()
         self._restore_state()
         self._ages = QTimer(self)
@@ -110,6 +113,8 @@ class MainWindow(QMainWindow):
         m = self.menuBar()
         file_menu = m.addMenu("&File")
         self.act_new = self._action("&New chat", QKeySequence.StandardKey.New, self.new_chat, file_menu)
+        self._action("&Open model file…", QKeySequence.StandardKey.Open, lambda: self.models.open_file(), file_menu)
+        self._action("&Models…", "Ctrl+M", lambda: self.models.show_dialog(), file_menu)
         file_menu.addSeparator()
         self._action("&Quit", QKeySequence.StandardKey.Quit, self.close, file_menu)
         edit_menu = m.addMenu("&Edit")
@@ -182,7 +187,8 @@ class MainWindow(QMainWindow):
 
     def _sync_list(self) -> None:
         """The list as stored (the newest activity first); if the open chat is gone, show another."""
-        self.sidebar.sync([(c.id, c.title, c.updated_ms) for c in self.store.list()])
+        self.sidebar.sync([(c.id, c.title, c.updated_ms, self.models.short_title(c.model_key))
+                           for c in self.store.list()])
         if self.current is not None and self.sidebar.item_for(self.current) is None:
             self.sidebar.blockSignals(True)  # the list may have moved its current item already, silently
             self.sidebar.setCurrentItem(self.sidebar.item(0))
@@ -225,6 +231,7 @@ class MainWindow(QMainWindow):
             self.setWindowTitle("Hearth")
             return
         self._update_title(conversation)
+        self.models.on_chat_shown(conversation)
         if self.model_info is not None and not self.turns.running(conversation):
             self.turns.open(conversation)
 
@@ -312,6 +319,17 @@ class MainWindow(QMainWindow):
             self.sidebar.upsert(conversation, conv.title, conv.updated_ms, tokens=finished.context_tokens)
         self._data_version = None  # look at the store again on the next tick
 
+    # drag and drop of a model file -------------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt's name
+        if event.mimeData().hasUrls() and gguf_paths(event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt's name
+        paths = gguf_paths(event.mimeData().urls()) if event.mimeData().hasUrls() else []
+        if paths:
+            event.acceptProposedAction()
+            self.models.add_and_use(paths[0])
+
     # help -------------------------------------------------------------------------------------------------
     def show_data_locations(self) -> None:
         p = self.config.paths
@@ -335,6 +353,7 @@ class MainWindow(QMainWindow):
             self.browser.close()  # ends its undo window: trashed chats are deleted for good
             self.browser.shutdown()  # a running import is cancelled and removes what it added
         self.turns.stop_all()
+        self.models.stop()
         if not self.host.stop():
             log.warning("the engine thread did not stop in time")
         self.store.close()

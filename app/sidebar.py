@@ -14,6 +14,7 @@ SUBTITLE_ROLE = Qt.ItemDataRole.UserRole + 1
 BADGE_ROLE = Qt.ItemDataRole.UserRole + 2
 UPDATED_ROLE = Qt.ItemDataRole.UserRole + 3
 TOKENS_ROLE = Qt.ItemDataRole.UserRole + 4
+MODEL_ROLE = Qt.ItemDataRole.UserRole + 5  # the model the chat was last used with, as a short title
 BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
@@ -102,8 +103,8 @@ class ConversationList(QListWidget):
         self._refresh(item)
         return item
 
-    def sync(self, rows: list[tuple[str, str, int]]) -> None:
-        """Show exactly ``rows`` (id, title, last activity), in that order, keeping each item's badge and
+    def sync(self, rows: list[tuple]) -> None:
+        """Show exactly ``rows`` (id, title, last activity[, model]), in that order, keeping each item's badge and
         token count and the current item, without a selection signal (the window decides what to show
         when its chat is gone)."""
         items = {self.item(i).data(ID_ROLE): self.item(i) for i in range(self.count())}
@@ -113,18 +114,21 @@ class ConversationList(QListWidget):
             if list(items) != [r[0] for r in rows]:
                 while self.count():
                     self.takeItem(0)
-                for cid, _, _ in rows:
+                for cid, *_ in rows:
                     if cid not in items:
                         items[cid] = QListWidgetItem()
                         items[cid].setData(ID_ROLE, cid)
                     self.addItem(items[cid])
                 if current is not None and current.data(ID_ROLE) in {r[0] for r in rows}:
                     self.setCurrentItem(current)
-            for cid, title, updated_ms in rows:
+            for cid, title, updated_ms, *rest in rows:
                 item = items[cid]
-                if item.data(Qt.ItemDataRole.DisplayRole) != (title or "New chat") or item.data(UPDATED_ROLE) != updated_ms:
+                model = rest[0] if rest else item.data(MODEL_ROLE)
+                if (item.data(Qt.ItemDataRole.DisplayRole) != (title or "New chat") or item.data(UPDATED_ROLE) != updated_ms
+                        or item.data(MODEL_ROLE) != model):
                     item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
                     item.setData(UPDATED_ROLE, updated_ms)
+                    item.setData(MODEL_ROLE, model)
                     self._refresh(item)
         finally:
             self.blockSignals(False)
@@ -157,6 +161,8 @@ class ConversationList(QListWidget):
         parts = [age(item.data(UPDATED_ROLE) or 0)]
         if tokens:
             parts.append(f"{count(tokens)} tokens")
+        if item.data(MODEL_ROLE):
+            parts.append(item.data(MODEL_ROLE))
         item.setData(SUBTITLE_ROLE, " · ".join(parts))
         badge = item.data(BADGE_ROLE) or "none"
         item.setToolTip(f"{item.data(Qt.ItemDataRole.DisplayRole)}\n{item.data(SUBTITLE_ROLE)}\n{BADGE_TIPS[badge]}")

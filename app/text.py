@@ -86,3 +86,23 @@ def model_tooltip(info: ModelInfo) -> str:
 
 def context_label(used: int, limit: int) -> str:
     return f"Context {count(used)} / {count(limit)}"
+
+
+def byte_size(n: int) -> str:
+    """'812 KB', '88.0 MB', '4.58 GB' (decimal units, as file managers and download pages show them)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}" if n < 100 * scale \
+                else f"{n / scale:.0f} {unit}"
+    return f"{n} B"
+
+
+def quant_label(mix: object) -> str:
+    """A model's quantization: a label as the catalog gives it, or the most common tensor types of the file."""
+    if isinstance(mix, str):
+        return mix or "—"
+    if isinstance(mix, dict) and mix:
+        quantized = {k: v for k, v in mix.items() if k not in ("F32", "F16", "BF16")} or mix  # norms are F32
+        top = sorted(quantized.items(), key=lambda kv: -kv[1])[:2]
+        return " + ".join(name for name, _ in top)
+    return "—"

@@ -1,0 +1,207 @@
+"""A model per chat: the header's picker, the Models dialog, Open model file and drag-and-drop of a GGUF.
+
+A chat remembers the model it was last used with. Showing a chat whose model is not the loaded one asks
+the engine thread to switch first; requests to that thread run in order, so the chat's opening (and a
+message sent meanwhile) waits for the switch. If the chat's model is gone from the library, a banner
+offers to continue with the model that is loaded. Choosing a model in the picker runs the open chat on
+it and makes it the model new chats start with.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QWidget
+
+from app.library_worker import LibraryHost
+from app.model_picker import ModelPicker
+from engine.types import LibraryModel, ModelInfo
+
+log = logging.getLogger(__name__)
+
+
+def gguf_paths(urls) -> list[str]:
+    """The local ``.gguf`` files among dropped URLs."""
+    return [u.toLocalFile() for u in urls if u.isLocalFile() and u.toLocalFile().lower().endswith(".gguf")]
+
+
+class ModelControl(QObject):
+    switching = Signal(str)  # the engine is loading this model for the open chat
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+        self.host = window.host
+        self.library = LibraryHost(window.config.paths, self)
+        self.models: dict[str, LibraryModel] = {}
+        self.loaded: str | None = None  # the model the engine has (or is loading, once asked)
+        self.dialog = None
+        self._after_add_use = False  # the file being added was opened to run the chat on it
+        self._build_header()
+        lw = self.library.worker
+        lw.listed.connect(self._on_listed)
+        lw.added.connect(self._on_added)
+        lw.changed.connect(self._on_changed)
+        w = self.host.worker
+        w.ready.connect(self._on_ready)
+        w.switch_failed.connect(self._on_switch_failed)
+        w.too_large.connect(self._on_too_large)
+        self.library.request_refresh.emit()
+
+    def _build_header(self) -> None:
+        """Above the chat: the model picker and a note when the chat's model is not available."""
+        self.header = QWidget()
+        row = QHBoxLayout(self.header)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel("Model:"))
+        self.picker = ModelPicker()
+        row.addWidget(self.picker)
+        self.missing_note = QLabel("")
+        self.missing_note.setWordWrap(True)
+        self.missing_note.setAccessibleName("The chat's model is not available")
+        self.missing_note.hide()
+        row.addWidget(self.missing_note, 1)
+        self.continue_button = QPushButton("Continue with the loaded model")
+        self.continue_button.hide()
+        self.continue_button.clicked.connect(self._continue_here)
+        row.addWidget(self.continue_button)
+        row.addStretch(0)
+        self.window.chat.layout().insertWidget(0, self.header)
+        self.picker.chosen.connect(self.choose)
+        self.picker.manage_requested.connect(self.show_dialog)
+
+    # the chat's model -----------------------------------------------------------------------------------
+    def chat_model(self, conversation: str | None) -> str | None:
+        conv = self.window.store.get(conversation) if conversation else None
+        return (conv.model_key or None) if conv is not None else None
+
+    def title(self, name: str | None) -> str:
+        m = self.models.get(name or "")
+        return m.title if m is not None else (name or "the model")
+
+    def short_title(self, name: str | None) -> str:
+        """A chat's model as the sidebar shows it: the title without its details in parentheses."""
+        if not name:
+            return ""
+        return self.title(name).split(" (")[0]
+
+    def on_chat_shown(self, conversation: str | None) -> None:
+        """Before the chat opens in the engine: switch to its model when it has another, available one."""
+        self._hide_missing()
+        wanted = self.chat_model(conversation)
+        if not wanted or wanted == self.loaded:
+            self.picker.show_current(self.loaded)
+            return
+        m = self.models.get(wanted)
+        if m is not None and m.status == "ready":
+            self.picker.show_current(wanted)
+            self.switch(wanted)
+        elif self.models or m is not None:  # the list is known and the model is gone or unusable
+            why = m.problem if m is not None and m.problem else "it is no longer in the library"
+            self.missing_note.setText(f"This chat was last used with {self.title(wanted)}, which cannot be loaded "
+                                      f"({why}). Replies will come from {self.title(self.loaded)}.")
+            self.missing_note.show()
+            self.continue_button.show()
+            self.picker.show_current(self.loaded)
+
+    def _hide_missing(self) -> None:
+        self.missing_note.hide()
+        self.continue_button.hide()
+
+    def _continue_here(self) -> None:
+        conversation = self.window.current
+        if conversation and self.loaded:
+            self.window.store.set_model_key(conversation, self.loaded)
+        self._hide_missing()
+
+    def choose(self, name: str) -> None:
+        """The user picked ``name`` for the open chat: it runs there now and new chats start with it."""
+        conversation = self.window.current
+        self.library.request_use.emit(name)
+        self._hide_missing()
+        if conversation:
+            self.window.store.set_model_key(conversation, name)
+        if name != self.loaded:
+            self.switch(name)
+            if conversation and not self.window.turns.running(conversation):
+                self.window.turns.open(conversation)  # after the switch, in the engine's queue
+
+    def switch(self, name: str, force: bool = False) -> None:
+        self.loaded = name
+        self.window.status.model.setText(f"Loading {self.title(name)}…")
+        self.switching.emit(name)
+        self.host.request_switch_model.emit(name, force)
+
+    # the engine's answers --------------------------------------------------------------------------------
+    def _on_ready(self, info: ModelInfo) -> None:
+        self.loaded = info.key or self.loaded
+        self.picker.show_current(self.loaded)
+
+    def _on_switch_failed(self, name: str, message: str) -> None:
+        self.window.status.problem(f"{self.title(name)} could not be loaded")
+        self.loaded = None
+        QMessageBox.warning(self.window, "Hearth", f"{self.title(name)} could not be loaded:\n\n{message}")
+
+    def _on_too_large(self, name: str, message: str) -> None:
+        """Loading would not fit in memory: say so with the numbers, and load only if the user insists."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Not enough memory", message, QMessageBox.StandardButton.Cancel,
+                          self.window)
+        load = box.addButton("Load anyway", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.finished.connect(lambda _r: self.switch(name, force=True) if box.clickedButton() is load else None)
+        self.loaded = None
+        self.window.status.problem(f"{self.title(name)} was not loaded: not enough memory")
+        box.open()
+
+    # the library ------------------------------------------------------------------------------------------
+    def _on_listed(self, models: list) -> None:
+        self.models = {m.name: m for m in models}
+        self.picker.set_models(models)
+        self.picker.show_current(self.loaded)
+        self.window.reload_list()  # the sidebar names each chat's model by its title
+
+    def show_dialog(self) -> None:
+        from app.models_dialog import ModelsDialog
+
+        if self.dialog is None:
+            self.dialog = ModelsDialog(self.library, self.window, current=self.loaded)
+            self.dialog.use_requested.connect(self.choose)
+        else:
+            self.library.request_refresh.emit()
+        self.dialog.current = self.loaded
+        self.dialog.show()
+        self.dialog.raise_()
+
+    def open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open a model file", str(Path.home()),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.add_and_use(path)
+
+    def add_and_use(self, path: str) -> None:
+        """Add a GGUF to the library (linked where it is) and run the open chat on it."""
+        self._after_add_use = True
+        self.window.status.say(f"Adding {Path(path).name}…")
+        self.library.request_add.emit(path)
+
+    def _on_added(self, model: LibraryModel) -> None:
+        use, self._after_add_use = self._after_add_use, False
+        if not use:
+            return
+        if model.status == "ready":
+            self.choose(model.name)
+        else:
+            QMessageBox.warning(self.window, "Hearth", f"{model.title} cannot be used: {model.problem}")
+
+    def _on_changed(self, what: str, problem: str) -> None:
+        if problem and what.startswith("added") and self._after_add_use:
+            self._after_add_use = False
+            QMessageBox.warning(self.window, "Hearth", f"The model file could not be added:\n\n{problem}")
+
+    def stop(self) -> None:
+        if self.dialog is not None:
+            self.dialog.close()
+        self.library.stop()
