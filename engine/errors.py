@@ -77,3 +77,11 @@ class CheckpointStoreError(HearthError):
 
 class TurnCancelledError(HearthError):
     """The user stopped a turn while it waited for another process's turn on the conversation."""
+
+
+class ConversionCancelledError(HearthError):
+    """The person cancelled a model's conversion; nothing half-built was kept, so the next load starts over."""
+
+
+class PreferencesError(HearthError):
+    """A preference that cannot be kept (out of range, wrong kind); the message names it and its bounds."""

@@ -113,7 +113,8 @@ class ProgressPhase(StrEnum):
 class SetupProgress:
     stage: SetupStage
     done: int
-    total: int
+    total: int  # 0: how far along is not known (a busy indicator)
+    step: str = ""  # what is being done now, in words: "layer 12 of 30", "writing the graph"
 
 
 @dataclass(frozen=True)
