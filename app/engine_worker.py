@@ -18,7 +18,7 @@ from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
 from engine.api import Hearth
-from engine.errors import HearthError, ModelNotInstalledError, TransferError
+from engine.errors import ConversionCancelledError, HearthError, ModelNotInstalledError, TransferError
 from engine.types import (
     Accepted,
     CancelToken,
@@ -48,6 +48,7 @@ class EngineWorker(QObject):
     needs_model = Signal()  # the default model is not installed: the window offers the download
     setup_progress = Signal(object)  # SetupProgress (byte counts may pass 2**31)
     setup_failed = Signal(str)  # why, in plain words
+    load_cancelled = Signal(str)  # the person cancelled the conversion: no model was loaded (what was kept: nothing)
     ready = Signal(object)  # ModelInfo
     # turns and opening conversations (conversation id first, so the window can route them)
     waiting = Signal(str)  # another Hearth process is running a turn on it; this one waits
@@ -75,6 +76,7 @@ class EngineWorker(QObject):
         self.config = config
         self._hearth: Hearth | None = None
         self._turning = False  # inside run_turn (a REBUILT resume there is not an opening's rebuild)
+        self._load_cancel: CancelToken | None = None  # the running load's, while one runs (cancel_load sets it)
 
     @property
     def hearth(self) -> Hearth:
@@ -88,10 +90,20 @@ class EngineWorker(QObject):
         return self._hearth is not None and self._hearth.model is not None
 
     # model ----------------------------------------------------------------------------------------------
+    def cancel_load(self) -> None:
+        """Stop the conversion of the load now running, at its next step (any thread; no load: nothing)."""
+        token = self._load_cancel
+        if token is not None:
+            token.cancel()
+
     @Slot()
     def load(self) -> None:
+        self._load_cancel = CancelToken()
         try:
-            info = self.hearth.load(self.setup_progress.emit)
+            info = self.hearth.load(self.setup_progress.emit, cancel=self._load_cancel)
+        except ConversionCancelledError as exc:
+            self.load_cancelled.emit(str(exc))
+            return
         except ModelNotInstalledError:
             self.needs_model.emit()
             return
@@ -101,6 +113,8 @@ class EngineWorker(QObject):
         except Exception as exc:
             self.setup_failed.emit(str(_unexpected("loading the model", exc)))
             return
+        finally:
+            self._load_cancel = None
         self.ready.emit(info)
         self._emit_cache_states()
 
@@ -278,10 +292,16 @@ class EngineHost(QObject):
             request.connect(slot)
         self.thread.start()
 
+    def cancel_load(self) -> None:
+        """Cancel the model's conversion now running (the worker reports ``load_cancelled``)."""
+        self.worker.cancel_load()
+
     def stop(self, timeout_ms: int = 15000) -> bool:
-        """Save and stop the worker thread; True if it finished in time."""
+        """Save and stop the worker thread; True if it finished in time. A conversion running is
+        cancelled first: quitting does not wait for it."""
         if not self.thread.isRunning():
             return True
+        self.cancel_load()
         loop = QEventLoop()
         self.worker.stopped.connect(loop.quit)
         QTimer.singleShot(timeout_ms, loop.quit)

@@ -11,6 +11,7 @@ fails before it was never stored (``refused``: the text goes back to the compose
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
@@ -50,9 +51,13 @@ class TurnControl(QObject):
     failed = Signal(str, str)  # the turn failed after its message was stored (or with nothing to store)
     refused = Signal(str, str, str)  # conversation, the message that was NOT stored, why
 
-    def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None):
+    def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None,
+                 effective: Callable[[str, Mapping], dict] | None = None):
+        """``effective(conversation, its own settings)``: the settings its turns use (Preferences and its
+        model's values under the chat's own); None: the chat's own over the built-in defaults."""
         super().__init__(parent)
         self.host, self.store = host, store
+        self.effective = effective or (lambda _conversation, own: dict(own))
         self._turns: dict[str, Turn] = {}
         self._opening: dict[str, list[CancelToken]] = {}  # rebuilds on opening a chat, also stopped by Stop
         w = host.worker
@@ -84,7 +89,8 @@ class TurnControl(QObject):
         if conversation in self._turns:
             return  # one reply at a time per chat
         try:
-            params, max_new_tokens = turn_settings(self.store.require(conversation).settings)
+            own = self.store.require(conversation).settings
+            params, max_new_tokens = turn_settings(self.effective(conversation, own))
         except HearthError as exc:
             if message is None:
                 self.failed.emit(conversation, str(exc))
