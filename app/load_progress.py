@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QW
 from engine.types import SetupProgress
 
 NOT_LOADED = "The model was not loaded: you cancelled its conversion."
+CANCELLED = "— you cancelled its conversion."
 
 
 def step_text(progress: SetupProgress) -> str:
@@ -59,7 +60,8 @@ class LoadProgress(QWidget):
         self.show()
 
     def cancelled(self) -> None:
-        self.label.setText(NOT_LOADED)
+        """Beside the model label's "The model was not loaded"."""
+        self.label.setText(CANCELLED)
         self.bar.hide()
         self.cancel.hide()
         self.retry.show()

@@ -132,6 +132,7 @@ class ModelSetup(QObject):
         if self.dialog is not None:
             self.dialog.on_progress(progress)
         elif progress.stage == SetupStage.CONVERT and progress.total:
+            self.status.setText("")  # the conversion's own widget says what is happening
             self.converting.converting(progress)
         elif progress.stage == SetupStage.CONVERT:  # checking or starting: short, nothing to cancel
             self.converting.hide()

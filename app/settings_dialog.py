@@ -200,8 +200,9 @@ class ChatSettingsDialog(QDialog):
         row = QWidget()
         line = QHBoxLayout(row)
         line.setContentsMargins(0, 0, 0, 0)
-        line.addWidget(box, 1)
-        line.addWidget(hint)
+        box.setFixedWidth(110)  # the same for every field, whatever its note says
+        line.addWidget(box)
+        line.addWidget(hint, 1)
         self._update_hint(key)
         return row
 

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.config import AppConfig
-from app.load_progress import NOT_LOADED
+from app.load_progress import CANCELLED
 from app.main_window import MainWindow
 from app.model_setup import ModelSetupDialog
 from app.preferences import PreferencesDialog
@@ -191,7 +191,7 @@ def test_cancel_during_the_conversion_says_the_model_was_not_loaded_and_try_agai
     assert not bar.cancel.isEnabled() and "Cancelling" in bar.label.text()
     resume.set()
     qtbot.waitUntil(lambda: bar.retry.isVisible(), timeout=TIMEOUT)
-    assert bar.label.text() == NOT_LOADED and not bar.cancel.isVisible()
+    assert bar.label.text() == CANCELLED and not bar.cancel.isVisible()
     assert w.status.model.text() == "The model was not loaded" and w.model_info is None
     assert [p.name for p in paths.converted.iterdir()] == []  # no conversion, no temporary left
 
@@ -222,3 +222,24 @@ def test_the_first_run_dialog_shows_the_conversion_step_and_cancel(qtbot):
     assert dialog.retry.isVisible() and not dialog.cancel.isVisible()
     dialog.on_progress(SetupProgress(SetupStage.CONVERT, 1, 33, "layer 2 of 30"))  # Retry: a new conversion
     assert dialog.cancel.isVisible() and dialog.cancel.isEnabled() and not dialog.retry.isVisible()
+
+
+def test_the_first_run_dialog_says_plainly_when_the_conversion_was_cancelled(qtbot, tmp_path, monkeypatch):
+    """The dialog's wiring: the worker's reports (emitted here as the engine thread would) drive it."""
+    from app.load_progress import NOT_LOADED
+
+    monkeypatch.setenv("HEARTH_PYPI_URL", "http://127.0.0.1:9/simple")  # offline: the fetch fails at once
+    w = MainWindow(AppConfig(resolve_paths(tmp_path / "fresh").ensure(), model=None, provider="cpu"),
+                   start_engine=False)
+    qtbot.addWidget(w)
+    w.show()
+    w.worker.needs_model.emit()
+    dialog = w.setup.dialog
+    qtbot.waitUntil(lambda: dialog.retry.isVisible(), timeout=TIMEOUT)  # the offline failure
+    w.worker.setup_progress.emit(SetupProgress(SetupStage.CONVERT, 2, 5, "layer 3 of 4"))
+    assert dialog.cancel.isVisible() and not w.setup.converting.isVisible()  # the dialog shows it, not the bar
+    qtbot.mouseClick(dialog.cancel, Qt.MouseButton.LeftButton)
+    w.worker.load_cancelled.emit("the conversion of x.gguf was cancelled; nothing was kept")
+    assert dialog.stage.text() == NOT_LOADED and dialog.retry.isVisible() and not dialog.cancel.isVisible()
+    assert "nothing was kept" in dialog.error.text() and w.status.model.text() == "The model was not loaded"
+    w.host.stop()

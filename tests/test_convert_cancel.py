@@ -80,3 +80,21 @@ def test_hearth_load_reports_steps_and_cancel_leaves_the_cache_clean(tmp_path, t
     assert info.name == "tiny" and [n for n in leftovers(paths.converted) if n.startswith(".convert-")] == []
     assert seen[-1].step == "starting the model" and "converted" in [p.step for p in seen]
     hearth.close()
+
+
+def test_the_cli_meter_shows_the_step_and_skips_steps_of_unknown_length(capsys):
+    from engine.cli_common import Progress
+
+    meter = Progress("converting")
+    meter.tty = True  # as on a terminal
+    meter.setup(SetupProgress(SetupStage.CONVERT, 0, 0, "checking the model file"))  # every load: not shown
+    assert capsys.readouterr().err == ""
+    meter.setup(SetupProgress(SetupStage.CONVERT, 0, 5, "the token embedding"))
+    meter.setup(SetupProgress(SetupStage.CONVERT, 1, 5, "layer 2 of 2"))
+    meter.setup(SetupProgress(SetupStage.CONVERT, 5, 5, "converted"))
+    meter.setup(SetupProgress(SetupStage.CONVERT, 0, 0, "starting the model"))
+    err = capsys.readouterr().err
+    first = "converting: 0% (the token embedding)"
+    width = len(first)  # later, shorter lines are padded over it
+    assert err == ("\r" + first + "\r" + "converting: 20% (layer 2 of 2)".ljust(width)
+                   + "\r" + "converting: 100% (converted)".ljust(width) + "\n")

@@ -2,8 +2,8 @@
 
     QT_QPA_PLATFORM=offscreen python docs/screenshots/take.py [--data-dir .test-cache/home]
 
-Writes main-window.png (a chat with code), cache-banner.png (a damaged checkpoint being rebuilt) and
-settings.png (the chat settings dialog) next to this file.
+Writes main-window.png (a chat with code) and cache-banner.png (a damaged checkpoint being rebuilt)
+next to this file. The dialogs, which need no model, are take_dialogs.py's.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ def main() -> None:
 
     from app.config import AppConfig
     from app.main_window import MainWindow
-    from app.settings_dialog import ChatSettingsDialog
     from engine.api import resolve_paths
     from engine.checkpoint.store import conversation_file
 
@@ -86,13 +85,6 @@ def main() -> None:
     w.grab().save(str(HERE / "cache-banner.png"))
     wait_until(lambda: "Rebuilt" in w.banner.message.text())
     w.grab().save(str(HERE / "cache-banner-done.png"))
-
-    dialog = ChatSettingsDialog("You are a concise assistant. Answer in plain English.",
-                                {"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 512, "seed": 42}, w)
-    dialog.show()
-    wait_until(lambda: True)
-    dialog.grab().save(str(HERE / "settings.png"))
-    dialog.close()
     w.close()
     print("wrote", *sorted(p.name for p in HERE.glob("*.png")))
 
