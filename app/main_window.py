@@ -10,7 +10,7 @@ reply. Turns and chats added by other processes (``hearth-cli chat``) show up th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
@@ -266,13 +266,13 @@ class MainWindow(QMainWindow):
         self.host.request_forget.emit(conv.id)
         self._sync_list()
 
-    def open_settings(self) -> None:
+    def open_settings(self) -> ChatSettingsDialog | None:
         if self.current is None:
-            return
+            return None
         conv = self.store.require(self.current)
         dialog = ChatSettingsDialog(conv.system_prompt, conv.settings, self, inherited=self.inherited_settings(conv.id))
         dialog.defaults_requested.connect(lambda: self.open_preferences(
-            lambda: dialog.set_inherited(self.inherited_settings(conv.id))))
+            lambda: dialog.set_inherited(self.inherited_settings(conv.id)), parent=dialog))
 
         def keep() -> None:
             system, settings = dialog.values()
@@ -297,9 +297,10 @@ class MainWindow(QMainWindow):
         if self._preference_problems:
             self.notice.say("Your preferences could not all be used: " + "; ".join(self._preference_problems))
 
-    def open_preferences(self, after=None) -> PreferencesDialog:
-        """Edit → Preferences…; ``after`` runs once new preferences are kept."""
-        dialog = PreferencesDialog(self.config.paths, self.preferences, self)
+    def open_preferences(self, after: Callable[[], None] | None = None,
+                         parent: QWidget | None = None) -> PreferencesDialog:
+        """Edit → Preferences… (over ``parent``, else the window); ``after`` runs once new preferences are kept."""
+        dialog = PreferencesDialog(self.config.paths, self.preferences, parent or self)
 
         def keep() -> None:
             self.preferences = dialog.saved
