@@ -17,9 +17,11 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
+from app.settings_dialog import turn_settings
 from engine.api import Hearth
 from engine.errors import HearthError, ModelNotInstalledError, TransferError
 from engine.types import (
+    DEFAULT_MAX_NEW_TOKENS,
     Accepted,
     CancelToken,
     Finished,
@@ -60,6 +62,7 @@ class EngineWorker(QObject):
     token = Signal(str, str)  # a piece of the reply
     turn_finished = Signal(str, object)  # Finished: the reply is stored (then the context saved, or not)
     turn_failed = Signal(str, object)  # HearthError; before ``accepted``: the message was not stored
+    dropped_messages = Signal(str, int)  # stored messages outside the model's view (on opening, and each turn)
     failed = Signal(str, object)  # HearthError opening or forgetting a conversation
     cache_states = Signal(object)  # dict[str, ContextState]: the sidebar's badges
     stopped = Signal()
@@ -139,12 +142,20 @@ class EngineWorker(QObject):
         if not self._loaded():
             return
         try:
-            self.hearth.open_conversation(conversation, self._event, cancel)
+            self.hearth.open_conversation(conversation, self._event, cancel,
+                                          max_new_tokens=self._longest_reply(conversation))
         except HearthError as exc:
             self.failed.emit(conversation, exc)
         except Exception as exc:
             self.failed.emit(conversation, _unexpected("opening the conversation", exc))
         self._emit_cache_states()
+
+    def _longest_reply(self, conversation: str) -> int:
+        """The chat's longest reply, as its turns get it: the room they keep for it decides the model's view."""
+        try:
+            return turn_settings(self.hearth.conversations.require(conversation).settings)[1]
+        except HearthError:  # its turns say what is wrong with its settings
+            return DEFAULT_MAX_NEW_TOKENS
 
     def _event(self, event: object) -> None:
         """An API event as the matching signal (emitted from this thread, delivered queued)."""
@@ -157,10 +168,12 @@ class EngineWorker(QObject):
                 self.rebuild_progress.emit(conversation, done, total)
             case Resumed(conversation, resume):
                 self.resumed.emit(conversation, resume)
+                self.dropped_messages.emit(conversation, event.dropped_messages)
                 if resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
                     self.rebuilding.emit(conversation, resume)
             case Accepted():
                 self.accepted.emit(event.conversation, event)
+                self.dropped_messages.emit(event.conversation, event.dropped_messages)
             case Waiting(conversation):
                 self.waiting.emit(conversation)
             case Rebuilt():

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from app.engine_worker import EngineHost
 from app.settings_dialog import turn_settings
 from engine.api import ConversationStore
-from engine.errors import HearthError
+from engine.errors import ContextFullError, HearthError
 from engine.types import Accepted, CancelToken, Finished, TurnRequest
 
 PROGRESS_MIN_TOKENS = 128  # shorter prefills finish before a progress bar would help
@@ -40,6 +40,15 @@ class Turn:
         return None if self.accepted else self.message
 
 
+@dataclass(frozen=True)
+class ContextLimitHit:
+    """A turn refused because the chat no longer fits the model's context (nothing was stored)."""
+
+    conversation: str
+    message: str | None  # the message that was not stored (given back to be sent again); None: an answer
+    error: ContextFullError
+
+
 class TurnControl(QObject):
     started = Signal(str)  # a turn was requested: show the pending message and an empty reply
     waiting = Signal(str)  # another process is answering in this chat first
@@ -49,6 +58,7 @@ class TurnControl(QObject):
     finished = Signal(str, object)  # Finished: the reply is stored
     failed = Signal(str, str)  # the turn failed after its message was stored (or with nothing to store)
     refused = Signal(str, str, str)  # conversation, the message that was NOT stored, why
+    context_full = Signal(str, object)  # ContextLimitHit: instead of refused/failed, when the chat is too long
 
     def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None):
         super().__init__(parent)
@@ -150,7 +160,9 @@ class TurnControl(QObject):
         turn = self._turns.pop(conversation, None)
         if turn is None:
             return
-        if turn.accepted or turn.message is None:
+        if isinstance(error, ContextFullError):  # refused before anything was stored, either way
+            self.context_full.emit(conversation, ContextLimitHit(conversation, turn.message, error))
+        elif turn.accepted or turn.message is None:
             self.failed.emit(conversation, str(error))
         else:  # refused before it was stored: nothing typed may be lost
             self.refused.emit(conversation, turn.message, str(error))

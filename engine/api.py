@@ -335,7 +335,7 @@ class Hearth:
         turn = self._sessions.generate(
             cid, view.messages, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
             progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
-            on_ready=lambda report: emit(Resumed(cid, report.freeze())), keep_reply=keep_reply)
+            on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply)
         result = turn.generation
         finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
