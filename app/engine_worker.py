@@ -17,9 +17,11 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
-from engine.api import Hearth
+from app.settings_dialog import turn_settings
+from engine.api import Hearth, effective_settings, load_preferences
 from engine.errors import ConversionCancelledError, HearthError, ModelNotInstalledError, TransferError
 from engine.types import (
+    DEFAULT_MAX_NEW_TOKENS,
     Accepted,
     CancelToken,
     Finished,
@@ -61,6 +63,7 @@ class EngineWorker(QObject):
     token = Signal(str, str)  # a piece of the reply
     turn_finished = Signal(str, object)  # Finished: the reply is stored (then the context saved, or not)
     turn_failed = Signal(str, object)  # HearthError; before ``accepted``: the message was not stored
+    dropped_messages = Signal(str, int)  # stored messages outside the model's view (on opening, and each turn)
     failed = Signal(str, object)  # HearthError opening or forgetting a conversation
     cache_states = Signal(object)  # dict[str, ContextState]: the sidebar's badges
     stopped = Signal()
@@ -153,12 +156,24 @@ class EngineWorker(QObject):
         if not self._loaded():
             return
         try:
-            self.hearth.open_conversation(conversation, self._event, cancel)
+            max_new_tokens, policy = self._view_settings(conversation)
+            self.hearth.open_conversation(conversation, self._event, cancel, max_new_tokens=max_new_tokens,
+                                          context_policy=policy)
         except HearthError as exc:
             self.failed.emit(conversation, exc)
         except Exception as exc:
             self.failed.emit(conversation, _unexpected("opening the conversation", exc))
         self._emit_cache_states()
+
+    def _view_settings(self, conversation: str) -> tuple[int, str | None]:
+        """(The chat's longest reply, its context policy) as its turns get them (its own settings over the
+        Preferences): the room kept for the reply and the policy decide the model's view of the chat."""
+        try:
+            own = self.hearth.conversations.require(conversation).settings
+            effective = effective_settings(load_preferences(self.config.paths).preferences, {}, own)
+            return turn_settings(effective)[1], effective.get("context_policy")
+        except HearthError:  # its turns say what is wrong with its settings
+            return DEFAULT_MAX_NEW_TOKENS, None
 
     def _event(self, event: object) -> None:
         """An API event as the matching signal (emitted from this thread, delivered queued)."""
@@ -171,10 +186,12 @@ class EngineWorker(QObject):
                 self.rebuild_progress.emit(conversation, done, total)
             case Resumed(conversation, resume):
                 self.resumed.emit(conversation, resume)
+                self.dropped_messages.emit(conversation, event.dropped_messages)
                 if resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
                     self.rebuilding.emit(conversation, resume)
             case Accepted():
                 self.accepted.emit(event.conversation, event)
+                self.dropped_messages.emit(event.conversation, event.dropped_messages)
             case Waiting(conversation):
                 self.waiting.emit(conversation)
             case Rebuilt():

@@ -10,6 +10,7 @@ import math
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -25,7 +26,9 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import HearthError
-from engine.types import DEFAULT_MAX_NEW_TOKENS, SamplingParams
+from engine.types import DEFAULT_MAX_NEW_TOKENS, ContextPolicy, SamplingParams
+
+CONTEXT_POLICY_CHOICES = ((ContextPolicy.STOP, "Stop"), (ContextPolicy.DROP_OLDEST, "Drop the oldest messages"))
 
 
 def default_settings() -> dict:
@@ -114,6 +117,7 @@ class ChatSettingsDialog(QDialog):
         self.seed.setPlaceholderText("random")
         self.seed.setAccessibleName("Seed")
         form.addRow("Seed", self.seed)
+        self._add_context_policy_row(form, settings)
         layout.addLayout(form)
         self.error = QLabel("")
         self.error.setStyleSheet("color: #c0392b;")
@@ -153,6 +157,18 @@ class ChatSettingsDialog(QDialog):
         box.setAccessibleName(name)
         return box
 
+    def _add_context_policy_row(self, form: QFormLayout, settings: dict) -> None:
+        """What the chat does once it is longer than the model's context. Written back only when the chat
+        had a choice or one is made here, so a chat without one keeps following the default."""
+        self.context_policy = QComboBox()
+        self.context_policy.setAccessibleName("When the chat is longer than the model's context")
+        for value, label in CONTEXT_POLICY_CHOICES:
+            self.context_policy.addItem(label, str(value))
+        self._stored_policy = settings.get("context_policy")
+        self.context_policy.setCurrentIndex(max(0, self.context_policy.findData(self._stored_policy)))
+        self._shown_policy = self.context_policy.currentData()
+        form.addRow("When the chat is longer than the model's context", self.context_policy)
+
     def restore_defaults(self) -> None:
         d = self.inherited
         self.temperature.setValue(d["temperature"])
@@ -176,7 +192,11 @@ class ChatSettingsDialog(QDialog):
             turn_settings({**self.inherited, **chosen})
         except HearthError as exc:
             raise ValueError(str(exc)) from None
-        return self.system.toPlainText(), self._overrides(chosen)
+        overrides = self._overrides(chosen)
+        policy = self.context_policy.currentData()
+        if self._stored_policy is not None or policy != self._shown_policy:
+            overrides["context_policy"] = policy  # else the chat keeps following the default policy
+        return self.system.toPlainText(), overrides
 
     def accept(self) -> None:
         try:

@@ -23,8 +23,9 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
-from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
+from engine.errors import ContextFullError, HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.importer import import_conversations
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
@@ -52,6 +53,7 @@ from engine.types import (
     Completion,
     ContextBadge,
     ContextHealth,
+    ContextPolicy,
     ContextReport,
     ContextState,
     ContextStatus,
@@ -78,6 +80,9 @@ from engine.types import (
     TurnRequest,
     Waiting,
 )
+
+if TYPE_CHECKING:
+    from engine.session.view_window import ViewWindow
 
 log = logging.getLogger(__name__)
 # check_restore: restored vs cold next-token logits. float32 on the CPU differs only by chunked sums (~1e-5);
@@ -183,6 +188,7 @@ class Hearth:
         self.turn_wait_s = turn_wait_s
         self._engine = None
         self._sessions = None
+        self._planner = None  # ViewPlanner: which stored messages a turn reads (the chat's context policy)
         self._info: ModelInfo | None = None
         self._conversations: ConversationStore | None = None
         self._checkpoints: CheckpointStore | None = None
@@ -221,6 +227,7 @@ class Hearth:
         ConversionCancelledError, keeping nothing of it (the model already loaded, if any, stays)."""
         from engine.loader import load_engine
         from engine.session import ChatSessions
+        from engine.session.view_window import ViewPlanner
 
         self.paths.ensure()
         report = None if progress is None else (
@@ -233,6 +240,7 @@ class Hearth:
             self._sessions.close()
         self._engine = engine
         self._sessions = ChatSessions(engine, self.checkpoints)
+        self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
                                engine.template.refused)
@@ -274,6 +282,12 @@ class Hearth:
         ``create``: make the conversation when it does not exist (the CLI); the window's conversations
         exist already, and one deleted meanwhile must not come back. Events go to ``on_event`` in order:
         [Waiting], Accepted, Progress*, Resumed, Token*, Finished (also returned).
+
+        When the chat no longer fits the context, its context policy decides (the chat's
+        ``context_policy`` setting, else ``request.context_policy``, else "stop"): "stop" refuses the
+        turn with ContextFullError before the message is stored; "drop_oldest" has the model read the
+        system prompt and the newest messages that fit (``dropped_messages`` in Accepted and Finished
+        says how many stored messages it did not read); the stored conversation is never changed.
         """
         emit = on_event or _noop
         cid = check_id(request.conversation)
@@ -282,20 +296,28 @@ class Hearth:
             raise PromptError("the longest reply must be at least 1 token")
         if request.user_message is not None and not request.user_message.strip():
             raise PromptError("the message is empty: write something to say")
+        if request.context_policy is not None:
+            from engine.session.context_policy import check_policy
+
+            check_policy(request.context_policy, "the default for a chat longer than the context")
         with self._turn_lock(cid, emit, cancel):
-            user_seq = self._store_message(request, create)
+            user_seq, planned = self._store_message(request, create)
             convs = self.conversations
-            emit(Accepted(cid, user_seq, tuple(convs.messages(cid))))
             chat = convs.chat_messages(cid)
+            if planned is not None and planned[0] == chat:
+                view = planned[1]
+            else:  # answering what is stored, or the stored chat is not what was checked
+                view = self._plan_view(cid, chat, request, convs.require(cid).settings)
+            emit(Accepted(cid, user_seq, tuple(convs.messages(cid)), view.dropped))
             if not any(m["role"] == "user" for m in chat):
                 raise PromptError("the conversation has no message to answer")
-            return self._answer(cid, chat, request, emit, cancel)
+            return self._answer(cid, view, request, emit, cancel)
 
     def store_message(self, request: TurnRequest, *, create: bool = False) -> int | None:
         """Only store the request's message (and system prompt), as a turn would before any model work:
         for a front end that cannot run the turn (no model), so nothing typed is lost."""
         with self._turn_lock(check_id(request.conversation), _noop):
-            return self._store_message(request, create)
+            return self._store_message(request, create)[0]
 
     def _turn_lock(self, cid: str, emit: EventSink, cancel: CancelToken | None = None):
         def give_up() -> HearthError | None:
@@ -306,17 +328,23 @@ class Hearth:
 
         return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(lambda: emit(Waiting(cid)), give_up)
 
-    def _store_message(self, request: TurnRequest, create: bool) -> int | None:
+    def _store_message(self, request: TurnRequest, create: bool) -> tuple[int | None, tuple[list[dict], ViewWindow] | None]:
+        """(the stored message's seq, (the chat it made, the view a turn reads of it)). A message the
+        turn could not read (ContextFullError) is refused before it is stored: then the conversation is
+        not left ending in a message no turn can answer. Without a model nothing is checked."""
         convs, cid = self.conversations, request.conversation
         conv = convs.ensure(cid) if create else convs.require(cid)
         if request.system_prompt is not None and request.system_prompt != conv.system_prompt:
             convs.set_system_prompt(cid, request.system_prompt)
         if request.user_message is None:
-            return None
-        self._check_fits(cid, convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}])
-        return convs.append(cid, "user", request.user_message).seq
+            return None, None
+        planned = None
+        if self._planner is not None:
+            chat = convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}]
+            planned = chat, self._plan_view(cid, chat, request, conv.settings)
+        return convs.append(cid, "user", request.user_message).seq, planned
 
-    def _answer(self, cid: str, chat: list[dict], request: TurnRequest, emit: EventSink,
+    def _answer(self, cid: str, view: ViewWindow, request: TurnRequest, emit: EventSink,
                 cancel: CancelToken | None) -> Finished:
         engine = self._require_engine()
         info = self._info
@@ -327,23 +355,60 @@ class Hearth:
                 stored.append(self.conversations.append(cid, "assistant", result.text).seq)
                 self.conversations.set_model(cid, info.label)
 
+        if view.moved:
+            self._drop_saved_view(cid)
         turn = self._sessions.generate(
-            cid, chat, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
+            cid, view.messages, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
             progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
-            on_ready=lambda report: emit(Resumed(cid, report.freeze())), keep_reply=keep_reply)
+            on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply)
         result = turn.generation
         finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
                             engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
-                            info)
+                            info, dropped_messages=view.dropped)
         emit(finished)
         return finished
 
-    def _check_fits(self, conversation: str, chat: list[dict]) -> None:
-        """Refuse a message that cannot fit the context before it is stored (then the conversation is
-        not left ending in a message no turn can answer); the error gives the token counts."""
-        if self._sessions is not None:
-            self._sessions.check_fits(conversation, chat)
+    # the model's view of a chat (engine/session/view_window.py) ------------------------------------------
+    def _plan_view(self, cid: str, chat: list[dict], request: TurnRequest, settings: Mapping) -> ViewWindow:
+        """What a turn on ``chat`` reads, by the chat's context policy; raises ContextFullError."""
+        return self._view_of(cid, chat, settings, request.context_policy, request.max_new_tokens)
+
+    def _view_of(self, cid: str, chat: list[dict], settings: Mapping, default_policy: str | None,
+                 max_new_tokens: int) -> ViewWindow:
+        from engine.session.context_policy import chat_policy
+        from engine.session.view_window import ViewWindow
+
+        policy = chat_policy(settings, default_policy)
+        if self._planner is None:  # no model: the turn stops at _answer with ModelNotLoadedError
+            return ViewWindow(list(chat))
+        live = list(self._engine.tokens) if self._sessions.active == cid else None
+        return self._planner.plan(chat, policy, max_new_tokens, live)
+
+    def _drop_saved_view(self, cid: str) -> None:
+        """This turn dropped messages: the chat's saved context holds the old view, which no longer
+        starts the prompt. Delete it now rather than have the restore try it and report it damaged;
+        the live KV (when it is this chat's) or the shared-prefix file serves the system prompt."""
+        try:
+            self.checkpoints.remove(conversation_file(cid), "the chat dropped its oldest messages")
+        except OSError as exc:  # the restore then finds it unusable and deletes it itself
+            log.warning("could not delete the outdated saved context of %s: %s", cid, exc)
+
+    def view_window(self, conversation: str, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                    context_policy: str | None = None) -> int:
+        """How many stored messages of ``conversation`` its last turn's model did not read (0 under
+        "stop"), for a chat opened again. The same number in every process for the same stored chat,
+        settings, context length and ``max_new_tokens``; no model work. ContextFullError when even the
+        newest message does not fit under "drop_oldest"."""
+        from engine.session.context_policy import chat_policy
+
+        self._require_engine()
+        settings = self.conversations.require(conversation).settings
+        if chat_policy(settings, context_policy) == ContextPolicy.STOP:
+            return 0  # nothing is left out under "stop": a turn that cannot fit is refused instead
+        chat = self.conversations.chat_messages(conversation)
+        upto = max((i for i, m in enumerate(chat) if m["role"] == "user"), default=-1) + 1
+        return self._view_of(conversation, chat[:upto], settings, context_policy, max_new_tokens).dropped
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
@@ -384,9 +449,13 @@ class Hearth:
 
     # conversations ----------------------------------------------------------------------------------
     def open_conversation(self, conversation: str, on_event: EventSink | None = None,
-                          cancel: CancelToken | None = None) -> Resume | None:
+                          cancel: CancelToken | None = None, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                          context_policy: str | None = None) -> Resume | None:
         """Make ``conversation`` live: restore its saved context (no prefill of new text); when that
-        failed verification, rebuild it now (Progress and Rebuilt events). None: nothing to resume."""
+        failed verification, rebuild it now (Progress and Rebuilt events). None: nothing to resume.
+        What is restored is the model's view of the chat (``view_window``, with ``max_new_tokens`` and
+        ``context_policy`` as its turns get them); ``Resumed.dropped_messages`` says how many stored
+        messages are outside it."""
         emit = on_event or _noop
         sessions = self._sessions
         if sessions is None:
@@ -395,9 +464,17 @@ class Hearth:
         if not any(m["role"] == "user" for m in messages):
             sessions.switch_away()
             return None
+        try:
+            dropped = self.view_window(conversation, max_new_tokens, context_policy)
+        except ContextFullError as exc:  # its next turn says so; there is no view to restore
+            log.info("not restoring %s: %s", conversation, exc)
+            sessions.switch_away()
+            return None
+        system = 1 if messages[0]["role"] == "system" else 0
+        messages = messages[:system] + messages[system + dropped:]
         _, report = sessions.prepare(conversation, messages)
         resume = report.freeze()
-        emit(Resumed(conversation, resume))
+        emit(Resumed(conversation, resume, dropped))
         if resume.source == ResumeSource.REBUILT:
             started = time.perf_counter()
             logits, prompt, _ = sessions.sync(

@@ -277,6 +277,9 @@ class TurnRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     system_prompt: str | None = None  # set the conversation's system prompt first, when given
+    # What to do when the chat outgrows the context, when the chat's own setting does not say:
+    # "stop" or "drop_oldest" (engine/session/context_policy.py); None: "stop".
+    context_policy: str | None = None
 
 
 # the events a turn (or opening a conversation) reports, in order -----------------------------------------
@@ -294,12 +297,14 @@ class Accepted:
     conversation: str
     user_seq: int | None
     messages: tuple[Message, ...]  # what is stored now, turns added by other processes included
+    dropped_messages: int = 0  # stored messages before the model's view (policy "drop_oldest")
 
 
 @dataclass(frozen=True)
 class Resumed:
     conversation: str
     resume: Resume
+    dropped_messages: int = 0  # stored messages before the model's view (policy "drop_oldest")
 
 
 @dataclass(frozen=True)
@@ -341,6 +346,7 @@ class Finished:
     save: SaveResult | None
     timings: Timings
     model: ModelInfo
+    dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
 
 
 @dataclass(frozen=True)
@@ -445,3 +451,12 @@ class RestoreCheck:
     @property
     def matches(self) -> bool:
         return self.max_logit_diff <= self.tolerance and self.same_next_token
+
+
+# a chat longer than the context ------------------------------------------------------------------------
+class ContextPolicy(StrEnum):
+    """What a turn does when the chat no longer fits the model's context (a chat's ``context_policy``
+    setting; engine/session/context_policy.py)."""
+
+    STOP = "stop"  # refuse the turn (ContextFullError); the message is not stored
+    DROP_OLDEST = "drop_oldest"  # the model reads the system prompt and the newest messages that fit

@@ -339,7 +339,8 @@ def test_a_message_too_long_for_the_context_is_refused_and_given_back(qtbot, win
     assert w.transcript.pending_message.text == long_text  # shown at once, pending
     w.composer.setPlainText("typed meanwhile")
     qtbot.waitUntil(lambda: not w.turns.running(), timeout=TIMEOUT)
-    assert "context window holds 256" in w.status.resume.text()
+    block = w.transcript.context_limit
+    assert block.isVisible() and "but the model reads at most 256" in block.message.text()
     assert w.composer.toPlainText() == long_text + "\ntyped meanwhile"
     assert w.transcript.pending_message is None and shown(w) == before == stored(w, conv)
     assert len(w.transcript.messages) == 2 and w.send_button.isEnabled()
