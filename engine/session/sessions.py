@@ -41,6 +41,9 @@ class ChatSessions:
         self.kv_encoding = store.kv_encoding if kv_encoding is None else kv_encoding
         encoding_layout(self.kv_encoding)  # ValueError naming the choices
         self.identity = identity or engine_identity(engine)
+        # The store names this model in words (kv ls) and can later tell its files apart once its GGUF is gone.
+        store.note_model(self.identity.model_fp, self.identity.label,
+                         engine.model.gguf_path if engine.model is not None else None)
         self.save_align = save_align
         self.active: str | None = None
         self.throughput = Throughput(store.root / "throughput.json", engine.provider)
@@ -152,7 +155,7 @@ class ChatSessions:
         return report
 
     def forget(self, conversation: str) -> int:
-        """Clear or delete a conversation: drop its live state and delete its checkpoints."""
+        """Clear or delete a conversation: drop its live state and delete its checkpoints (every model's)."""
         if self.active == conversation:
             self.engine.reset()
             self.active, self._dirty = None, False
