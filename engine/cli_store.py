@@ -10,6 +10,7 @@ are in the README.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ from engine.cli_common import Progress, data_paths, emit, sampling_from_args
 from engine.conversations import ConversationStore, check_id
 from engine.errors import ConversationError, HearthError, PromptError
 from engine.types import ConversationSummary, Token, TurnRequest, Waiting
+
+log = logging.getLogger(__name__)
 
 
 def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
@@ -59,11 +62,15 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
     else the default."""
     from engine.loader import resolve_gguf
 
-    probe = Hearth(paths)
-    try:
-        remembered = probe.conversation_model(conversation)
-    finally:
-        probe.close()
+    remembered = None
+    if paths.conversations_db.exists():  # a new data dir remembers nothing; the turn creates the database
+        probe = Hearth(paths)
+        try:
+            remembered = probe.conversation_model(conversation)
+        except ConversationError as exc:  # the turn itself reports what is wrong with the database
+            log.debug("cannot read the model %s was last used with: %s", conversation, exc)
+        finally:
+            probe.close()
     if remembered is None:
         return requested, None
     if requested is not None:
