@@ -230,3 +230,22 @@ def test_switching_conversations_on_one_model_still_resumes_live(engines, tmp_pa
     assert s.sync("c", TURN2)[2].source == LIVE
     s.sync("other", TURN1)
     assert s.sync("c", TURN2)[2].source == DISK
+
+
+def test_prefill_rates_are_kept_per_model_and_the_disk_rate_per_provider(tmp_path):
+    from engine.checkpoint.adaptive import DEFAULTS, Throughput
+
+    path = tmp_path / "throughput.json"
+    tiny = Throughput(path, "cpu", "aaaa")
+    tiny.record_prefill(10_000, 10.0)  # a tiny model reads a million tokens a second
+    tiny.record_restore(64 << 20, 100.0)
+    tiny.flush()
+    big = Throughput(path, "cpu", "bbbb")
+    assert big.prefill_tps == DEFAULTS["cpu"][1]  # not the tiny model's: it would never restore from disk
+    assert big.read_bps == tiny.read_bps != DEFAULTS["cpu"][0]  # one disk for every model
+    big.record_prefill(1000, 5000.0)
+    big.flush()
+    assert Throughput(path, "cpu", "aaaa").prefill_tps == pytest.approx(tiny.prefill_tps)
+    assert Throughput(path, "cpu", "bbbb").prefill_tps == pytest.approx(big.prefill_tps)
+    path.write_text(json.dumps({"cpu": "not a dict", "cpu:aaaa": [1]}))  # a damaged file: the defaults
+    assert Throughput(path, "cpu", "aaaa").prefill_tps == DEFAULTS["cpu"][1]

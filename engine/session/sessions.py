@@ -18,7 +18,7 @@ import numpy as np
 from engine.checkpoint.adaptive import Throughput
 from engine.checkpoint.format import Identity, encoding_layout
 from engine.checkpoint.identity import engine_identity
-from engine.checkpoint.store import CheckpointStore
+from engine.checkpoint.store import CheckpointStore, model_tag
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
 from engine.sampling import SamplingParams
 from engine.session import prefix
@@ -46,7 +46,7 @@ class ChatSessions:
                          engine.model.gguf_path if engine.model is not None else None)
         self.save_align = save_align
         self.active: str | None = None
-        self.throughput = Throughput(store.root / "throughput.json", engine.provider)
+        self.throughput = Throughput(store.root / "throughput.json", engine.provider, model_tag(self.identity.model_fp))
         self._lead_len = 0
         self._dirty = False
         self._files = FileStates()
