@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 1 << 20
 MAX_MODELS = 256  # the least recently used are forgotten past this (their files then just count as unknown)
 MAX_TEXT = 4096
+REFRESH_MS = 3600 * 1000  # last_used_ms is for ordering: rewriting it more often than hourly buys nothing
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,12 @@ class ModelRegistry:
     def note(self, model_fp: bytes, label: str, gguf: Path | None) -> None:
         """Record that this model is in use now (the caller holds the store lock). Raises OSError."""
         known = self.read()
-        known[model_fp.hex()] = KnownModel(label, None if gguf is None else str(Path(gguf).resolve()),
-                                           int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        entry = KnownModel(label, None if gguf is None else str(Path(gguf).resolve()), now)
+        old = known.get(model_fp.hex())
+        if old is not None and (old.label, old.gguf) == (entry.label, entry.gguf) and now - old.last_used_ms < REFRESH_MS:
+            return  # nothing new to say: no write (every session start would otherwise fsync the file)
+        known[model_fp.hex()] = entry
         newest = sorted(known.items(), key=lambda kv: -kv[1].last_used_ms)[:MAX_MODELS]
         with atomic_write(self.path) as fh:
             fh.write(json.dumps({k: asdict(v) for k, v in newest}, ensure_ascii=False).encode("utf-8"))
