@@ -188,3 +188,9 @@ def test_cli_chat_whose_remembered_model_is_gone_falls_back_and_says_so(two_mode
 def test_cli_chat_with_a_model_that_does_not_exist_is_one_clear_error(tiny_home, tmp_path):
     proc = chat(tiny_home, "e", "hello", str(tmp_path / "nope.gguf"))
     assert_clean_error(proc, "model file not found")
+
+
+def test_cli_chat_on_a_damaged_database_is_one_clear_error(tiny_home, tiny_gguf):
+    (tiny_home / "conversations.sqlite3").write_bytes(b"this is not a database" * 200)
+    proc = chat(tiny_home, "e", "hello", str(tiny_gguf))
+    assert_clean_error(proc, "cannot be used", "hearth-cli db restore")

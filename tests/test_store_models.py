@@ -249,3 +249,41 @@ def test_prefill_rates_are_kept_per_model_and_the_disk_rate_per_provider(tmp_pat
     assert Throughput(path, "cpu", "bbbb").prefill_tps == pytest.approx(big.prefill_tps)
     path.write_text(json.dumps({"cpu": "not a dict", "cpu:aaaa": [1]}))  # a damaged file: the defaults
     assert Throughput(path, "cpu", "aaaa").prefill_tps == DEFAULTS["cpu"][1]
+
+
+def test_a_registry_that_cannot_be_written_costs_nothing_but_the_names(engines, tmp_path, caplog):
+    a, _ = engines
+    (tmp_path / "models.json").mkdir()  # something that is neither readable as JSON nor replaceable
+    store = CheckpointStore(tmp_path)
+    s = ChatSessions(a, store, adaptive=False)
+    assert "could not note the model" in caplog.text and store.known_models() == {}
+    assert s.generate("c", TURN1, GREEDY, 4).save.ok  # saving context does not depend on it
+    assert store.model_label(store.conversation_entry("c", s.identity.model_fp)) == s.identity.label  # from the header
+
+
+def test_a_legacy_file_that_cannot_be_renamed_is_still_used(engines, tmp_path, caplog):
+    import os
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("chattr") is None:
+        pytest.skip("needs root and chattr to make a file that cannot be renamed in a writable directory")
+    a, _ = engines
+    first = turn(a, tmp_path / "new", TURN1)
+    fp = sessions(a, tmp_path / "new").identity.model_fp
+    legacy = tmp_path / legacy_conversation_file("c")
+    shutil.copyfile(tmp_path / "new" / conversation_file("c", fp), legacy)
+    if subprocess.run(["chattr", "+i", str(legacy)]).returncode != 0:
+        pytest.skip("this filesystem has no immutable attribute")
+    try:
+        CheckpointStore(tmp_path).close()
+        assert "cannot adopt checkpoint" in caplog.text and legacy.exists()
+        resumed = turn(a, tmp_path, TURN2)  # found under its old name, and used
+        assert resumed.resume.source == DISK and resumed.resume.restored_tokens >= first.prompt_tokens
+        assert (tmp_path / conversation_file("c", fp)).exists()  # saved under the new name
+        caplog.clear()
+        CheckpointStore(tmp_path).close()  # the old one cannot go yet either: said, not raised
+        assert "cannot adopt checkpoint" in caplog.text
+    finally:
+        subprocess.run(["chattr", "-i", str(legacy)], check=False)
+    CheckpointStore(tmp_path).close()
+    assert not legacy.exists()

@@ -247,32 +247,33 @@ class CheckpointStore:
         conversation's is tried, reported and rebuilt when the conversation is next used (see
         ``conversation_entry``); a shared prefix's is deleted, there being no one to report it to."""
         for path in sorted(self.root.glob(f"*{SUFFIX}")):
-            if not LEGACY_NAME.fullmatch(path.name):
-                continue
-            try:
-                with CheckpointReader(path) as reader:
-                    header = reader.read_header()
-            except CheckpointError as exc:
-                if path.name.startswith("prefix-"):
-                    self.remove(path.name, f"an unreadable shared prefix ({exc})")
-                else:
-                    log.info("checkpoint %s cannot be read (%s); a session will report and rebuild it", path.name, exc)
-                continue
-            target = f"{path.name[:-len(SUFFIX)]}-{model_tag(header.model_fp)}{SUFFIX}"
-            try:
-                if self.path(target).exists():  # written by this Hearth, so newer: the old one is redundant
-                    self.remove(path.name, f"superseded by {target}")
-                    continue
-                os.replace(path, self.path(target))
-                fsync_dir(self.root)
-            except OSError as exc:
-                log.warning("cannot adopt checkpoint %s: %s", path.name, exc)
-                continue
-            with self._sql() as db:
-                db.execute("DELETE FROM entries WHERE name = ?", (target,))
-                db.execute("UPDATE entries SET name = ?, model_fp = ?, label = ? WHERE name = ?",
-                           (target, header.model_fp, header.label, path.name))
-            log.info("adopted checkpoint %s as %s (%s)", path.name, target, header.label)
+            if LEGACY_NAME.fullmatch(path.name):
+                try:
+                    self._adopt(path)
+                except OSError as exc:  # it keeps its old name: still found by its conversation, adopted later
+                    log.warning("cannot adopt checkpoint %s: %s", path.name, exc)
+
+    def _adopt(self, path: Path) -> None:
+        try:
+            with CheckpointReader(path) as reader:
+                header = reader.read_header()
+        except CheckpointError as exc:
+            if path.name.startswith("prefix-"):
+                self.remove(path.name, f"an unreadable shared prefix ({exc})")
+            else:
+                log.info("checkpoint %s cannot be read (%s); a session will report and rebuild it", path.name, exc)
+            return
+        target = f"{path.name[:-len(SUFFIX)]}-{model_tag(header.model_fp)}{SUFFIX}"
+        if self.path(target).exists():  # written by this Hearth, so newer: the old one is redundant
+            self.remove(path.name, f"superseded by {target}")
+            return
+        os.replace(path, self.path(target))
+        fsync_dir(self.root)
+        with self._sql() as db:
+            db.execute("DELETE FROM entries WHERE name = ?", (target,))
+            db.execute("UPDATE entries SET name = ?, model_fp = ?, label = ? WHERE name = ?",
+                       (target, header.model_fp, header.label, path.name))
+        log.info("adopted checkpoint %s as %s (%s)", path.name, target, header.label)
 
     def _fill_label(self, name: str) -> None:
         try:
