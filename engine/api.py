@@ -255,11 +255,11 @@ class Hearth:
         self.model_path, self.weights = model, weights
         try:
             return self.load(progress)
-        except HearthError:
+        except Exception:  # whatever stopped it, the previous model is better than none
             self.model_path, self.weights = previous
             try:
                 self.load()
-            except HearthError as exc:
+            except Exception as exc:
                 log.warning("could not load the previous model again: %s", exc)
             raise
 

@@ -75,6 +75,8 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
         return requested, None
     if requested is not None:
         return requested, None if model_key_for(requested) == remembered else f"last used with {remembered}"
+    if remembered == model_key_for(None):
+        return None, None  # the default model is found by its own rules (a packaged build ships it converted)
     try:
         resolve_gguf(paths, remembered)
     except HearthError as exc:
