@@ -10,8 +10,14 @@ One turn rule everywhere (``Hearth.run_turn``):
 1. the conversation's turn lock is taken (another process's turn on it finishes first);
 2. the user's message is stored before any model work;
 3. the model reads what is stored (turns added elsewhere included) and writes its reply;
-4. the reply is stored — a stopped reply keeps what was written — and only then
+4. the reply is stored — a stopped reply keeps what was written — with the model that wrote it
+   (``Hearth.model_key``: the conversation remembers it), and only then
 5. the context is saved; a failed save (full disk, read-only store) is reported, never costs the reply.
+
+A turn runs on the loaded model, whatever model the conversation remembers: choosing the model is the
+front end's (the window switches with ``Hearth.switch_model`` before the turn; ``hearth-cli chat``
+loads the remembered one). Saved context is kept per (conversation, model), so a chat moved to another
+model and back resumes each model's context from disk.
 
 The conversation text in SQLite is the truth; saved context is a cache that can always be rebuilt.
 """
@@ -19,6 +25,7 @@ The conversation text in SQLite is the truth; saved context is a cache that can 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import shutil
@@ -30,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_key
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.errors import ContextFullError, HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
@@ -96,7 +103,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
     "import_json",
-    "model_footprint", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
+    "model_footprint", "model_key_for", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
@@ -175,6 +182,17 @@ def _noop(_event: object) -> None:
     pass
 
 
+def model_key_for(model: str | None) -> str:
+    """How a conversation remembers a model: an existing GGUF path made absolute (so it resolves from
+    any working directory), a library name as it is, None as the default model's catalog name."""
+    if model is None:
+        from engine.model.fetch import default_model
+
+        return default_model().key
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
 class Hearth:
     """The engine service. Not thread-safe: use it from one thread (``CancelToken`` may be set from any)."""
 
@@ -246,6 +264,49 @@ class Hearth:
                                engine.template.refused)
         return self._info
 
+    @property
+    def model_key(self) -> str:
+        """The model this service runs, as a conversation remembers it: a library name or a GGUF path."""
+        return model_key_for(self.model_path)
+
+    def switch_model(self, model: str | None, weights: str | None = None,
+                     progress: Callable[[SetupProgress], None] | None = None) -> ModelInfo:
+        """Run another model (a library name, a GGUF path, or None for the default) from now on.
+
+        The live context is saved first and the old model dropped before the new one loads, so memory
+        holds one model at a time; the stores stay open. A model that cannot be found fails before
+        anything is dropped; one that fails to load brings the previous model back, then the error
+        is raised. ``weights`` None keeps the current precision."""
+        from engine.loader import locate_model
+
+        weights = weights or self.weights
+        if self._info is not None and model_key_for(model) == self.model_key and weights == self.weights:
+            return self._info
+        locate_model(self.paths, model, weights)  # raises ModelFileError / ModelNotInstalledError
+        previous = (self.model_path, self.weights)
+        self._unload()
+        self.model_path, self.weights = model, weights
+        try:
+            return self.load(progress)
+        except Exception:  # whatever stopped it, the previous model is better than none
+            self.model_path, self.weights = previous
+            try:
+                self.load()
+            except Exception as exc:
+                log.warning("could not load the previous model again: %s", exc)
+            raise
+
+    def _unload(self) -> None:
+        """Save what is live and drop the engine (its memory is freed before another model loads)."""
+        if self._sessions is not None:
+            self._sessions.close()
+        self._engine = self._sessions = self._info = None
+        gc.collect()  # ONNX Runtime's session goes now, not whenever a cycle is collected
+
+    def conversation_model(self, conversation: str) -> str | None:
+        """The model (library name or GGUF path) the conversation was last used with; None if none."""
+        return self.conversations.model_key(conversation) or None
+
     def _require_engine(self):
         if self._engine is None:
             raise ModelNotLoadedError("the model is not loaded yet")
@@ -267,11 +328,16 @@ class Hearth:
         return self._checkpoints
 
     def conversation_summaries(self, ids: Sequence[str] | None = None) -> list[ConversationSummary]:
-        """Stored conversations (not in the trash), most recent first, with their saved-context size."""
-        tokens = {e.conversation: e.tokens for e in self.checkpoints.entries(kind="conversation") if e.conversation}
+        """Stored conversations (not in the trash), most recent first, with their saved-context size (the
+        loaded model's, else the most recently used model's) and the model each remembers."""
+        fp = self._sessions.identity.model_fp if self._sessions is not None else None
+        tokens: dict[str, int] = {}
+        for e in self.checkpoints.entries(kind="conversation"):  # most recently used first
+            if e.conversation and (e.conversation not in tokens or e.model_fp == fp):
+                tokens[e.conversation] = e.tokens
         wanted = None if ids is None else set(ids)
         return [ConversationSummary(r["id"], r["title"], r["created_ms"], r["updated_ms"], r["model"], r["messages"],
-                                    tokens.get(r["id"], 0))
+                                    tokens.get(r["id"], 0), r["model_key"])
                 for r in self.conversations.summaries() if wanted is None or r["id"] in wanted]
 
     # turns ----------------------------------------------------------------------------------------------
@@ -347,13 +413,13 @@ class Hearth:
     def _answer(self, cid: str, view: ViewWindow, request: TurnRequest, emit: EventSink,
                 cancel: CancelToken | None) -> Finished:
         engine = self._require_engine()
-        info = self._info
+        info, key = self._info, self.model_key
         stored: list[int] = []
 
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
             if result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
                 stored.append(self.conversations.append(cid, "assistant", result.text).seq)
-                self.conversations.set_model(cid, info.label)
+                self.conversations.set_model(cid, info.label, key)
 
         if view.moved:
             self._drop_saved_view(cid)
@@ -514,28 +580,54 @@ class Hearth:
 
     # saved context ------------------------------------------------------------------------------------
     def context_states(self) -> dict[str, ContextState]:
-        """The sidebar's badge for every conversation with saved or live context."""
+        """The sidebar's badge for every conversation with saved or live context: LIVE or SAVED for the
+        loaded model's context; STALE (naming the model) when only other models saved context for it."""
+        store = self.checkpoints
         states: dict[str, ContextState] = {}
-        identity = self._sessions.identity if self._sessions is not None else None
-        for e in self.checkpoints.entries(kind="conversation"):
-            if e.conversation:
-                fresh = identity is not None and e.model_fp == identity.model_fp
-                states[e.conversation] = ContextState(ContextBadge.SAVED if fresh else ContextBadge.STALE, e.tokens)
+        others: dict[str, Entry] = {}
+        fp = self._sessions.identity.model_fp if self._sessions is not None else None
+        for e in store.entries(kind="conversation"):  # most recently used first
+            if not e.conversation:
+                continue
+            if fp is not None and e.model_fp == fp:
+                states[e.conversation] = ContextState(ContextBadge.SAVED, e.tokens, store.model_label(e))
+            else:
+                others.setdefault(e.conversation, e)
+        for cid, e in others.items():
+            if cid not in states:
+                states[cid] = ContextState(ContextBadge.STALE, e.tokens, store.model_label(e))
         active = self._sessions.active if self._sessions is not None else None
         if active and self._engine.tokens:
-            states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens))
+            states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens), self._sessions.identity.label)
         return states
 
+    def _context_entry(self, conversation: str) -> Entry | None:
+        """The saved context that serves the conversation: the loaded model's, or with no model loaded
+        the most recently used one."""
+        store = self.checkpoints
+        if self._sessions is not None:
+            return store.conversation_entry(conversation, self._sessions.identity.model_fp)
+        entries = store.conversation_entries(conversation)
+        return entries[0] if entries else None
+
     def context_status(self, conversation: str, full: bool = False) -> ContextStatus:
-        """A quick (headers) or full (every checksum) check of one conversation's saved context."""
-        entry = self.checkpoints.conversation_entry(conversation)
+        """A quick (headers) or full (every checksum) check of one conversation's saved context for the
+        loaded model; STALE, naming the other model, when only other models saved context for it."""
+        store = self.checkpoints
+        entry = self._context_entry(conversation)
         if entry is None:
-            return ContextStatus(conversation, ContextHealth.NONE)
+            others = store.conversation_entries(conversation)
+            if not others:
+                return ContextStatus(conversation, ContextHealth.NONE)
+            label = store.model_label(others[0]) or "another model"
+            return ContextStatus(conversation, ContextHealth.STALE, "model_mismatch",
+                                 f"saved by {label}, not the loaded model: kept for when {label} runs it again",
+                                 others[0].tokens, others[0].bytes, label)
         identity = self._sessions.identity if self._sessions is not None else None
         vocab = self._engine.tokenizer.vocab_size if self._engine is not None else None
-        status, problem, tokens = checkpoint_status(self.checkpoints.path(entry.name), identity, vocab, full)
+        status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
         return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
-                             str(problem) if problem else "", tokens, entry.bytes)
+                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry))
 
     def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
                          progress: Callable[[int, int], None] | None = None) -> ContextReport:
@@ -562,17 +654,19 @@ class Hearth:
         """Give a branch its source's saved context, so it opens without re-reading (the frontiers past
         the branch point simply stop matching its text). False when there was none to copy."""
         store = self.checkpoints
-        if store.conversation_entry(source) is None:
-            return False
         if self._sessions is not None and self._sessions.active == source:
             self._sessions.save("switch")
+        entry = self._context_entry(source)  # the loaded model's: the one the branch will be opened with
+        if entry is None:
+            return False
         try:
             with store.lock.held():
-                target_path = store.path(conversation_file(target))
-                shutil.copyfile(store.path(conversation_file(source)), target_path)
+                target_name = conversation_key(target) + entry.name[len(conversation_key(source)):]
+                target_path = store.path(target_name)
+                shutil.copyfile(store.path(entry.name), target_path)
                 os.chmod(target_path, FILE_MODE)  # copyfile makes it by the umask
             store.reconcile()
-            return store.conversation_entry(target) is not None
+            return store.conversation_entry(target, entry.model_fp) is not None
         except OSError as exc:
             log.warning("could not copy the saved context of %s: %s", source, exc)
             return False
@@ -600,7 +694,7 @@ class Hearth:
             self._sessions.save("switch")
         contexts = {}
         for cid in conversations:
-            entry = self.checkpoints.conversation_entry(cid)
+            entry = self._context_entry(cid)  # a bundle holds one context per conversation: the loaded model's
             if entry is not None:
                 contexts[cid] = self.checkpoints.path(entry.name)
         added = write_bundle(Path(path), document, contexts, install_key(self.paths.data))

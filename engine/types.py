@@ -211,6 +211,7 @@ class ConversationSummary:
     model: str
     messages: int
     tokens: int = 0  # tokens of saved context, 0 when none
+    model_key: str = ""  # the model it was last used with, as a library name or GGUF path ("" before it had one)
 
 
 # a turn --------------------------------------------------------------------------------------------------
@@ -385,6 +386,9 @@ EventSink = Callable[[TurnEvent], None]
 class ContextState:
     badge: ContextBadge
     tokens: int
+    # The model in words whose saved context this is (its label); with STALE, the other model that saved
+    # it (the loaded model has none for the chat). "" when unknown.
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -395,6 +399,7 @@ class ContextStatus:
     message: str = ""
     tokens: int = 0
     bytes: int = 0
+    model: str = ""  # the model in words whose saved context was checked (STALE: another model's), or ""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def main() -> None:
     from app.config import AppConfig
     from app.main_window import MainWindow
     from engine.api import resolve_paths
-    from engine.checkpoint.store import conversation_file
+    from engine.checkpoint.store import conversation_key
 
     _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
     home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
@@ -74,7 +74,7 @@ def main() -> None:
     chat(w, "Here are my notes; summarize them in one sentence.\n\n" + " ".join(
         f"Note {i}: the river rose after the storm and the lanterns by the harbour went out." for i in range(180)))
     w.close()
-    path = config.paths.checkpoints / conversation_file(long_chat)
+    path = next(config.paths.checkpoints.glob(f"{conversation_key(long_chat)}-*.hkv"))
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x20
     path.write_bytes(bytes(data))
