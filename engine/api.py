@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_key
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.errors import ContextFullError, HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
@@ -455,8 +455,11 @@ class Hearth:
         """This turn dropped messages: the chat's saved context holds the old view, which no longer
         starts the prompt. Delete it now rather than have the restore try it and report it damaged;
         the live KV (when it is this chat's) or the shared-prefix file serves the system prompt."""
-        try:
-            self.checkpoints.remove(conversation_file(cid), "the chat dropped its oldest messages")
+        if self._sessions is None:
+            return
+        try:  # only this model's file: another model's context of the chat is another view, kept for it
+            self.checkpoints.remove(conversation_file(cid, self._sessions.identity.model_fp),
+                                    "the chat dropped its oldest messages")
         except OSError as exc:  # the restore then finds it unusable and deletes it itself
             log.warning("could not delete the outdated saved context of %s: %s", cid, exc)
 
