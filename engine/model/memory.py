@@ -178,7 +178,9 @@ def size_words(n: int) -> str:
         return f"{n / 10**9:.1f} GB"
     if n >= 10**6:
         return f"{n / 10**6:.0f} MB"
-    return f"{max(n, 0) / 10**3:.0f} kB"
+    if n >= 10**3:
+        return f"{n / 10**3:.0f} kB"
+    return f"{max(n, 0)} bytes"
 
 
 def fit_message(title: str, weights: int, kv: int, context: int, available: int | None, where: str) -> str:
