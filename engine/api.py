@@ -156,6 +156,10 @@ def _noop(_event: object) -> None:
 class Hearth:
     """The engine service. Not thread-safe: use it from one thread (``CancelToken`` may be set from any)."""
 
+    # The free memory load() and check_memory() plan with, in bytes; None: measured each time (a caller
+    # that knows better, or a test, sets it).
+    available_memory: int | None = None
+
     def __init__(self, paths: HearthPaths, *, model: str | None = None, weights: str = DEFAULT_PRECISION,
                  provider: str = "auto", threads: int | None = None, turn_wait_s: float = DEFAULT_TURN_WAIT_S,
                  context_length: int | None = None):
@@ -202,16 +206,19 @@ class Hearth:
     @property
     def library(self) -> ModelLibrary:
         """The model library of this data dir (cheap: made on each use, it reads its state afresh)."""
-        return ModelLibrary(self.paths, weights=self.weights)
+        return ModelLibrary(self.paths, weights=self.weights, available_bytes=self.available_memory)
 
     def library_model(self) -> LibraryModel | None:
         """The model this service loads, as the library describes it (None when it cannot be told here:
         no file yet, or a packaged build's conversion without its GGUF)."""
+        return self._described(self.library)
+
+    def _described(self, library: ModelLibrary) -> LibraryModel | None:
         try:
             source = self.locate_model()
         except HearthError:
             return None
-        return None if source.gguf is None else self.library.describe_file(Path(source.gguf))
+        return None if source.gguf is None else library.describe_file(Path(source.gguf))
 
     def check_memory(self, available_bytes: int | None = None) -> MemoryFit | None:
         """Whether the model, at the context it would load with, fits the free memory (RAM, or the GPU's
@@ -233,10 +240,11 @@ class Hearth:
         from engine.session import ChatSessions
 
         self.paths.ensure()
-        model = self.library_model()
+        library = self.library
+        model = self._described(library)
         limit = self.context_length or (model.chosen_context if model is not None and model.loadable else None)
         if model is not None and model.loadable and not force:
-            fit = self.library.fit(model, limit, provider=self.provider)
+            fit = library.fit(model, limit, provider=self.provider)
             if not fit.fits:
                 raise ModelTooLargeError(fit.message, fit)
         report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.CONVERT, d, t)))

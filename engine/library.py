@@ -181,9 +181,11 @@ class ModelLibrary:
             provider: str = "cpu") -> MemoryFit:
         """memory_fit for a model already described."""
         context = context or model.chosen_context or model.context_length
+        context = min(context, model.context_length) if model.context_length else context
         weights, kv = model.ram_weights_bytes, _kv_bytes(model, context)
-        where, available = "RAM", self._available() if available_bytes is None else available_bytes
-        gpu = None if available_bytes is not None else _gpu_plan(model, provider, self.weights, context)
+        override = self.available_bytes if available_bytes is None else available_bytes
+        where, available = "RAM", memory.available_ram() if override is None else override
+        gpu = None if override is not None else _gpu_plan(model, provider, self.weights, context)
         if gpu is not None:
             weights, kv, available = gpu
             where = "GPU memory"
@@ -444,23 +446,21 @@ class ModelLibrary:
         self._delete_conversions(target, item.entry.gguf_sha256)
         _unlink_model_file(target)
 
-    def _delete_conversions(self, gguf: Path, digest: str | None = None) -> None:
+    def _delete_conversions(self, gguf: Path, pinned: str | None = None) -> None:
         """Delete the data dir's conversions of ``gguf`` (every precision), unless another model in the
         library is the same file content."""
         from engine.model.convert import CONVERTER_VERSION
 
         cache = self._facts_cache()
-        digest = digest or cache.digest(gguf)
-        if digest is None:
-            return
         others = [i.path for i in self._items(self._read()) if i.path is not None and not _same_file(i.path, gguf)]
         try:
-            if any(cache.digest(p) == digest for p in others):  # large files only by a hash already known
-                return
+            digests = {d for d in (pinned, cache.digest(gguf)) if d}
+            shared = {cache.digest(p) for p in others}  # large files only by a hash already known
         finally:
             cache.save()
-        for folder in self.paths.converted.glob(f"{digest[:16]}-c{CONVERTER_VERSION}-*"):
-            shutil.rmtree(folder, ignore_errors=True)
+        for digest in digests - shared:
+            for folder in self.paths.converted.glob(f"{digest[:16]}-c{CONVERTER_VERSION}-*"):
+                shutil.rmtree(folder, ignore_errors=True)
 
     # the state file -------------------------------------------------------------------------------------------
     @property

@@ -77,12 +77,15 @@ def _facts_of(model, weights: str, model_footprint, largest_dense_matmul_bytes) 
     if isinstance(parts, int) and parts > 1:
         return _with(base, "unsupported", f"{model.path.name} is one part of a model split into {parts} files; join them "
                      "with llama.cpp's 'llama-gguf-split --merge' and add the joined file")
+    try:
+        model.config()  # the architecture, and its settings, can run
+    except UnsupportedModelError as exc:
+        return _with(base, "unsupported", str(exc))
     footprint = model_footprint(model, weights)
     cannot = [name for name, use in footprint.types.items() if use.form == "unsupported"]
     if cannot:
         return _with(base, "unsupported", f"{model.path.name} holds {', '.join(cannot)} tensors, which Hearth cannot "
                      "convert; choose another quantization of this model")
-    model.config()  # UnsupportedModelError: the architecture or its settings cannot run
     per_token = footprint.kv_cache_bytes // footprint.context_length if footprint.context_length else 0
     return FileFacts("ready", "", base.title, base.architecture, base.parameter_count, base.parameters, base.quant,
                      base.quant_mix, footprint.context_length or base.context_length, per_token,
