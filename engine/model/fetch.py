@@ -34,6 +34,7 @@ from urllib.parse import urljoin
 from engine.checkpoint.lock import StoreLock
 from engine.errors import DownloadCancelledError, HearthError, ModelFetchError
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
+from engine.model.memory import size_words
 from engine.private_files import open_private, private_dir
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ def download(url: str, dest: Path, expected_sha256: str, progress: ProgressFn | 
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", None) or exc
             kept = part.stat().st_size if part.exists() else 0
-            again = f"run it again to resume ({kept >> 20} MiB kept)" if kept else "try again"
+            again = f"run it again to resume ({size_words(kept)} kept)" if kept else "try again"
             raise ModelFetchError(f"the download of {url} failed ({reason}); {again}") from None
         digest = sha256_file(part)
         if digest != expected_sha256:
@@ -246,7 +247,7 @@ def _download_part(url: str, part: Path, progress: ProgressFn | None, cancel: Ca
             while True:
                 if cancelled(cancel):
                     raise DownloadCancelledError(f"the download was cancelled; nothing was installed "
-                                                 f"({done >> 20} MiB kept to resume next time)")
+                                                 f"({size_words(done)} kept to resume next time)")
                 block = resp.read1(_CHUNK)
                 if not block:
                     break
