@@ -112,8 +112,8 @@ def cmd_use(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     model = _library(args).set_context(args.name, args.tokens)
     how = "automatic" if model.context_setting is None else "set"
-    emit(args, model.as_dict(), f"{model.name}: {model.chosen_context:,} tokens of context ({how}; "
-                                f"KV cache up to {size_words(model.ram_kv_bytes)})")
+    emit(args, model.as_dict(), f"{model.name}: {model.chosen_context:,} tokens of context ({how}); about "
+                                f"{size_words(model.ram_bytes)} of memory in all")
     return 0
 
 

@@ -182,7 +182,8 @@ class ModelLibrary:
         """memory_fit for a model already described."""
         context = context or model.chosen_context or model.context_length
         context = min(context, model.context_length) if model.context_length else context
-        weights, kv = model.ram_weights_bytes, _kv_bytes(model, context)
+        weights = model.ram_weights_bytes
+        kv = memory.context_bytes(model.ram_resident_bytes, weights, model.kv_bytes_per_token, context)
         override = self.available_bytes if available_bytes is None else available_bytes
         where, available = "RAM", memory.available_ram() if override is None else override
         gpu = None if override is not None else _gpu_plan(model, provider, self.weights, context)
@@ -382,8 +383,10 @@ class ModelLibrary:
             is_default=item.name == (state.get("default") or load_manifest()[0]))
         if item.path is None:  # a catalog model not downloaded: what the catalog pins
             per_token = _kv_per_token(entry.kv_bytes_per_token, self.weights)
-            load = entry.int4_load_bytes if get_precision(self.weights).weights_id == "int4" else 0
-            return self._with_memory(base, load, per_token, available)
+            pinned = get_precision(self.weights).weights_id == "int4"  # the pins are for int4 weights
+            weights = memory.WeightsMemory(entry.int4_resident_bytes if pinned else 0, 0)
+            return self._with_memory(base, weights.resident_bytes, entry.int4_load_bytes if pinned else 0, per_token,
+                                     available)
         try:
             size = item.path.stat().st_size
         except OSError:
@@ -399,16 +402,19 @@ class ModelLibrary:
         weights = memory.WeightsMemory(facts.weights_bytes, facts.transient_bytes)
         if conversion is not None:
             weights = cache.conversion_memory(conversion) or weights
-        return self._with_memory(replace(base, converted=conversion is not None), weights.peak_bytes,
-                                 facts.kv_bytes_per_token, available)
+        return self._with_memory(replace(base, converted=conversion is not None), weights.resident_bytes,
+                                 weights.peak_bytes, facts.kv_bytes_per_token, available)
 
-    def _with_memory(self, model: LibraryModel, load_bytes: int, kv_per_token: int, available: int | None) -> LibraryModel:
+    def _with_memory(self, model: LibraryModel, resident: int, peak: int, kv_per_token: int,
+                     available: int | None) -> LibraryModel:
         own = model.context_length
         if model.context_setting is not None:
             chosen = min(model.context_setting, own) if own else model.context_setting
         else:
-            chosen = memory.auto_context(own, load_bytes, kv_per_token, available)
-        return replace(model, chosen_context=chosen, ram_weights_bytes=load_bytes, ram_kv_bytes=kv_per_token * chosen)
+            chosen = memory.auto_context(own, resident, kv_per_token, available)
+        return replace(model, chosen_context=chosen, ram_weights_bytes=peak, ram_resident_bytes=resident,
+                       kv_bytes_per_token=kv_per_token,
+                       ram_kv_bytes=memory.context_bytes(resident, peak, kv_per_token, chosen) if peak else 0)
 
     def _conversion(self, gguf: Path, digest: str | None) -> Path | None:
         """The conversion at the library's precision, when one is complete (the data dir's, or a packaged build's)."""
@@ -575,11 +581,6 @@ def _with_facts(model: LibraryModel, facts: FileFacts) -> LibraryModel:
 
 def _kv_per_token(fp32_bytes: int, weights: str) -> int:
     return fp32_bytes // 2 if get_precision(weights).compute == "float16" else fp32_bytes
-
-
-def _kv_bytes(model: LibraryModel, context: int) -> int:
-    per_token = model.ram_kv_bytes // model.chosen_context if model.chosen_context else 0
-    return per_token * context
 
 
 def _gpu_plan(model: LibraryModel, provider: str, weights: str, context: int) -> tuple[int, int, int] | None:

@@ -485,8 +485,13 @@ class LibraryModel:
     chosen_context: int = 0  # what loading it uses: the user's setting, else the model's own capped to fit memory
     context_setting: int | None = None  # the user's setting (None: automatic)
     converted: bool = False  # a conversion for the library's precision is in the cache
-    ram_weights_bytes: int = 0  # the most memory loading the weights takes (see engine/model/memory.py)
-    ram_kv_bytes: int = 0  # the KV cache at chosen_context
+    # Memory (engine/model/memory.py): ram_weights_bytes is the most the model takes whatever its context
+    # (loading it: the weights and a transient copy of one matrix); ram_kv_bytes what chosen_context tokens
+    # add on top (the KV cache and working memory, past what loading needed). Their sum is the peak.
+    ram_weights_bytes: int = 0
+    ram_kv_bytes: int = 0
+    ram_resident_bytes: int = 0  # the weights once loaded
+    kv_bytes_per_token: int = 0  # the KV cache per token of context
     description: str = ""
     license: str = ""
     defaults: Mapping[str, float] = field(default_factory=dict)  # recommended sampling settings (SamplingParams names)

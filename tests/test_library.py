@@ -50,7 +50,8 @@ def test_catalog_models_are_listed_with_their_pinned_facts_before_download(libra
     for m in (smol, gemma):
         assert m.source == ModelOrigin.CATALOG and m.status == ModelStatus.NOT_DOWNLOADED and m.path is None
         assert m.problem == "" and not m.converted and m.description and m.license
-        assert m.ram_weights_bytes > m.file_bytes > 0 and m.ram_kv_bytes > 0
+        assert m.ram_weights_bytes > m.ram_resident_bytes > m.file_bytes > 0 and m.ram_kv_bytes > 0
+        assert m.kv_bytes_per_token > 0
         SamplingParams(**m.defaults).validate()  # the defaults are SamplingParams settings, and valid ones
     assert (smol.architecture, smol.parameters, smol.quant, smol.context_length) == ("llama", "135M", "Q4_1", 8192)
     assert (gemma.architecture, gemma.parameters, gemma.quant, gemma.context_length) == ("gemma3", "270M", "Q4_K_M", 32768)
@@ -69,8 +70,10 @@ def test_catalog_pins_match_the_real_files(real_paths, gemma_gguf):
         assert (facts.architecture, facts.parameters, facts.quant, facts.context_length) == (
             entry.architecture, entry.parameters, entry.quant, entry.context_length)
         assert facts.kv_bytes_per_token == entry.kv_bytes_per_token
-        estimate = memory.WeightsMemory(facts.weights_bytes, facts.transient_bytes).peak_bytes
-        assert abs(estimate - entry.int4_load_bytes) <= 0.1 * entry.int4_load_bytes  # refresh the pin when this fails
+        estimate = memory.WeightsMemory(facts.weights_bytes, facts.transient_bytes)
+        # refresh the pins when the converter's layout changes
+        assert abs(estimate.resident_bytes - entry.int4_resident_bytes) <= 0.1 * entry.int4_resident_bytes
+        assert abs(estimate.peak_bytes - entry.int4_load_bytes) <= 0.1 * entry.int4_load_bytes
 
 
 def test_ls_json_contract(home):
@@ -96,7 +99,8 @@ def test_add_links_a_file_in_place_and_remove_only_forgets_it(library, tiny_gguf
     assert (added.name, added.source, added.status, added.path) == ("tiny", ModelOrigin.ADDED, ModelStatus.READY, str(gguf))
     assert (added.architecture, added.quant, added.context_length, added.file_bytes) == ("llama", "Q4_1", 256, gguf.stat().st_size)
     assert added.quant_mix == {"F32": 5, "Q4_1": 14, "Q8_0": 1} and added.parameter_count > 0
-    assert added.chosen_context == 256 and added.ram_weights_bytes > 0 and added.ram_kv_bytes > 0
+    assert added.chosen_context == 256 and added.ram_weights_bytes > added.ram_resident_bytes > 0
+    assert added.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # layers × K and V × KV heads × head dim × fp32
     assert library.add(gguf) == added and names(library) == CATALOG + ["tiny"]  # the same file twice: one entry
     assert library.add(str(gguf.parent / ".." / "mine" / gguf.name)).name == "tiny"  # however it is spelled
     assert list(library.paths.models.iterdir()) == []  # linked, not copied
@@ -296,7 +300,7 @@ def test_the_context_setting_flows_into_the_loaded_model(tiny_home, tiny_gguf):
     library.add(tiny_gguf)
     set_to = library.set_context("tiny", 128)
     assert (set_to.context_setting, set_to.chosen_context) == (128, 128)
-    assert set_to.ram_kv_bytes * 2 == library.set_context("tiny", None).ram_kv_bytes  # auto: the model's own 256
+    assert library.set_context("tiny", None).chosen_context == 256  # auto: the model's own
     library.set_context("tiny", 128)
     hearth = Hearth(paths, model="tiny", provider="cpu")
     try:
@@ -374,13 +378,13 @@ def test_the_automatic_context_is_capped_to_fit_free_memory(home, long_gguf):
     paths = resolve_paths(home).ensure()
     roomy = ModelLibrary(paths).add(long_gguf)
     assert roomy.chosen_context == 8192
-    per_token = roomy.ram_kv_bytes // 8192
-    # room for the weights and 1,000 tokens, after the margin
-    available = memory.MARGIN_MIN_BYTES + roomy.ram_weights_bytes + 1000 * per_token
+    per_token = roomy.kv_bytes_per_token + memory.ACTIVATION_PER_TOKEN
+    # room for the weights, the runtime and 1,000 tokens, after the margin
+    available = memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes + memory.ACTIVATION_BYTES + 1000 * per_token
     short = ModelLibrary(paths, available_bytes=available).get("long")
     assert short.context_setting is None and short.chosen_context == 768  # whole 256-token steps
-    assert short.ram_kv_bytes == 768 * per_token
-    tight = ModelLibrary(paths, available_bytes=memory.MARGIN_MIN_BYTES + roomy.ram_weights_bytes)
+    assert short.ram_bytes <= memory.usable_bytes(available)
+    tight = ModelLibrary(paths, available_bytes=memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes)
     assert tight.get("long").chosen_context == memory.MIN_AUTO_CONTEXT  # never below 512 tokens
     hearth = Hearth(paths, model="long", provider="cpu")
     hearth.available_memory = available
@@ -393,12 +397,12 @@ def test_the_automatic_context_is_capped_to_fit_free_memory(home, long_gguf):
 def test_a_model_that_does_not_fit_is_refused_with_the_numbers(home, long_gguf):
     paths = resolve_paths(home).ensure()
     library = ModelLibrary(paths)
-    model = library.add(long_gguf)
-    library.set_context("long", 8192)
-    available = memory.MARGIN_MIN_BYTES + model.ram_weights_bytes + 100 * (model.ram_kv_bytes // 8192)
+    model = library.set_context(library.add(long_gguf).name, 8192)
+    per_token = model.kv_bytes_per_token + memory.ACTIVATION_PER_TOKEN
+    available = memory.MARGIN_MIN_BYTES + model.ram_resident_bytes + memory.ACTIVATION_BYTES + 100 * per_token
     fit = library.memory_fit("long", available_bytes=available)
     assert not fit.fits and fit.context == 8192 and fit.where == "RAM" and fit.available_bytes == available
-    assert fit.needed_bytes == model.ram_weights_bytes + model.ram_kv_bytes
+    assert (fit.weights_bytes, fit.kv_bytes) == (model.ram_weights_bytes, model.ram_kv_bytes)
     assert fit.message == (f"long needs about {memory.size_words(fit.weights_bytes)} for its weights and "
                            f"{memory.size_words(fit.kv_bytes)} for 8,192 tokens of context; "
                            f"{memory.size_words(available)} of RAM is free. Choose a shorter context or close other programs.")

@@ -80,7 +80,8 @@ class ModelEntry:
     context_length: int = 0
     defaults: Mapping[str, float] = field(default_factory=dict)  # recommended SamplingParams values
     defaults_source: str = ""  # where those values come from
-    int4_load_bytes: int = 0  # engine/model/memory.py's estimate of loading it at int4, without the KV cache
+    int4_resident_bytes: int = 0  # its int4 weights once loaded (engine/model/footprint.py's estimate)
+    int4_load_bytes: int = 0  # engine/model/memory.py's weights_peak at int4
     kv_bytes_per_token: int = 0  # its fp32 KV cache per token of context
 
     def wheels(self) -> list[WheelPin]:

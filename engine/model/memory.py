@@ -1,16 +1,21 @@
-"""How much memory loading a model takes, and how much is free: behind the library's RAM column, the
-automatic context length and Hearth's refusal to load a model that would not fit.
+"""How much memory loading and running a model takes, and how much is free: behind the library's RAM
+figures, the automatic context length and Hearth's refusal to load a model that would not fit.
 
-What loading takes, measured with tests/test_library_ram.py (peak RSS of a load and a filled context):
+Measured with tests/test_library_ram.py (peak RSS of a fresh process: a load, then a prompt filling the
+context), for SmolLM2 135M and Gemma 3 270M at 512–2,048 tokens, with conversions of two layouts:
 
-* the converted weights (a conversion on disk: its files' size; none yet: ``model_footprint``'s
-  estimate of what the converter will write);
-* for a moment, one more copy of the largest matrix kept dense for a MatMul: ONNX Runtime prepacks such
-  a matrix into its own layout while the session loads, and frees the original only afterwards (a
-  dense fp32 head of Gemma 3 270M is 640 MiB: its load peaks 630 MiB above where it settles);
-* the runtime's own working memory (tokenizer, activations of a prefill chunk): ``RUNTIME_BYTES``;
-* the KV cache at the context length used (it grows with the conversation on the CPU, so this is the
-  most it takes).
+* **loading** peaks at the converted weights (their files' size when converted; else ``model_footprint``'s
+  estimate of what the converter will write) plus one more copy of the largest matrix kept dense for a
+  MatMul (ONNX Runtime prepacks it into its own layout, and frees the original only afterwards: a dense
+  fp32 head of Gemma 3 270M is 640 MiB, and its load peaks 630 MiB above where it settles), plus
+  ``RUNTIME_BYTES``;
+* **running** at N tokens of context takes the settled weights, the KV cache for N tokens (it grows with
+  the conversation on the CPU, so this is the most it takes), and the runtime's working memory:
+  ``ACTIVATION_BYTES`` plus ``ACTIVATION_PER_TOKEN`` per token of context (a 512-token prefill chunk's
+  attention scores grow with the context it attends to).
+
+The peak is the larger of the two. ``weights_peak`` is the part that does not depend on the context;
+``context_bytes`` what N tokens add on top of it (0 while running stays below the load's peak).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 RUNTIME_BYTES = 16 << 20
+ACTIVATION_BYTES = 56 << 20
+ACTIVATION_PER_TOKEN = 32 << 10
 # Memory left alone when deciding what fits: other programs grow, and the page cache keeps the system fast.
 MARGIN_FRACTION = 0.10
 MARGIN_MIN_BYTES = 256 << 20
@@ -40,8 +47,19 @@ class WeightsMemory:
 
     @property
     def peak_bytes(self) -> int:
-        """The most memory loading the weights takes, the runtime's own included."""
-        return self.resident_bytes + self.transient_bytes + RUNTIME_BYTES
+        """The most memory the model takes whatever its context: loading it, or running it at none."""
+        return weights_peak(self.resident_bytes, self.transient_bytes)
+
+
+def weights_peak(resident: int, transient: int) -> int:
+    return max(resident + transient + RUNTIME_BYTES, resident + ACTIVATION_BYTES)
+
+
+def context_bytes(resident: int, peak: int, kv_per_token: int, context: int) -> int:
+    """What running at ``context`` tokens adds to ``peak`` (weights_peak): the KV cache and working memory
+    beyond what loading needed already."""
+    running = resident + ACTIVATION_BYTES + (kv_per_token + ACTIVATION_PER_TOKEN) * context
+    return max(0, running - peak)
 
 
 def conversion_memory(onnx_path: Path) -> WeightsMemory:
@@ -72,13 +90,13 @@ def usable_bytes(available: int) -> int:
     return max(0, available - max(MARGIN_MIN_BYTES, int(available * MARGIN_FRACTION)))
 
 
-def auto_context(own: int, weights_peak: int, kv_per_token: int, available: int | None) -> int:
-    """The model's own context, shortened (in whole KV growth steps, not below MIN_AUTO_CONTEXT) so the
-    weights and a full KV cache fit the memory that is free; the model's own when that is unknown."""
+def auto_context(own: int, resident: int, kv_per_token: int, available: int | None) -> int:
+    """The model's own context, shortened (in whole KV growth steps, not below MIN_AUTO_CONTEXT) so that
+    running it fits the memory that is free; the model's own when that is unknown."""
     if available is None or kv_per_token <= 0:
         return own
-    room = usable_bytes(available) - weights_peak
-    fitting = room // kv_per_token if room > 0 else 0
+    room = usable_bytes(available) - resident - ACTIVATION_BYTES
+    fitting = room // (kv_per_token + ACTIVATION_PER_TOKEN) if room > 0 else 0
     if fitting >= own:
         return own
     return min(own, max(MIN_AUTO_CONTEXT, fitting // CONTEXT_STEP * CONTEXT_STEP))
@@ -185,7 +203,8 @@ def size_words(n: int) -> str:
 
 def fit_message(title: str, weights: int, kv: int, context: int, available: int | None, where: str) -> str:
     """The numbers in plain words; when it does not fit, what to do about it."""
-    needs = f"{title} needs about {size_words(weights)} for its weights and {size_words(kv)} for {context:,} tokens of context"
+    needs = (f"{title} needs about {size_words(weights)} for its weights and {size_words(kv)} for {context:,} tokens of context"
+             if kv else f"{title} needs about {size_words(weights)} for its weights, {context:,} tokens of context included")
     if available is None:
         return f"{needs}; how much {where} is free cannot be told here."
     free = f"{size_words(available)} of {where} is free"
