@@ -53,6 +53,7 @@ from engine.types import LibraryModel, MemoryFit, ModelOrigin, ModelStatus
 log = logging.getLogger(__name__)
 
 STATE_FILE = "library.json"
+FACTS_FILE = "model-facts.json"
 STATE_VERSION = 1
 MAX_STATE_BYTES = 4 << 20
 MAX_ADDED = 1000
@@ -163,7 +164,8 @@ class ModelLibrary:
         try:
             return self._describe(item or _Item(slug(path.stem), ModelOrigin.ADDED, path), state, cache, self._available())
         finally:
-            cache.save()
+            if item is not None:  # a file outside the library leaves no trace
+                cache.save()
 
     def context_for(self, model: LibraryModel) -> int | None:
         """The context length loading ``model`` uses (None: the model's own, which is unknown here)."""
@@ -439,7 +441,8 @@ class ModelLibrary:
         return memory.available_ram() if self.available_bytes is None else self.available_bytes
 
     def _facts_cache(self) -> FactsCache:
-        return FactsCache(self.paths.data / "library-cache.json")
+        # Beside the models and conversions: the cache dir (the data dir under HEARTH_HOME).
+        return FactsCache(self.paths.models.parent / FACTS_FILE)
 
     # deleting ---------------------------------------------------------------------------------------------------
     def _delete_download(self, item: _Item) -> None:

@@ -431,7 +431,7 @@ def test_facts_are_cached_per_file_version(library, tiny_gguf, tmp_path):
 
     gguf = copy_of(tiny_gguf, tmp_path / "mine")
     library.add(gguf)
-    cache_file = library.paths.data / "library-cache.json"
+    cache_file = library.paths.models.parent / "model-facts.json"
     stored = json.loads(cache_file.read_text())["files"][str(gguf)]
     assert stored["facts"]["int4"]["status"] == "ready" and len(stored["sha256"]) == 64
     gguf.write_bytes(b"GGUF but not any more")  # a new version of the file: read again, not from the cache
