@@ -60,6 +60,7 @@ MAX_ADDED = 1000
 MAX_FOLDER_FILES = 1000  # a folder holding more .gguf files lists the first ones, by path
 MAX_PATH_CHARS = 4096
 MIN_CONTEXT = 16  # as Engine.set_context_limit
+LOCK_WAIT_S = 10.0
 MAX_CONTEXT = 1 << 24
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
 
@@ -213,8 +214,6 @@ class ModelLibrary:
         if not source.is_file():
             raise ModelFileError(f"no such file: {source}")
         source = source.resolve()
-        if len(str(source)) > MAX_PATH_CHARS:
-            raise ModelFileError(f"the path of {source.name} is too long")
         known = next((i for i in self._items(self._read()) if i.path is not None and i.source != ModelOrigin.FOLDER
                       and _same_file(i.path, source)), None)
         if known is not None:
@@ -475,7 +474,7 @@ class ModelLibrary:
     @property
     def _lock(self) -> _LibraryLock:
         private_dir(self.paths.data)
-        return _LibraryLock(self.paths.data / "library.lock", timeout_s=10.0)
+        return _LibraryLock(self.paths.data / "library.lock", timeout_s=LOCK_WAIT_S)
 
     def _read(self) -> dict:
         """The state, validated; a damaged or foreign file is set aside and the library starts afresh."""
@@ -511,16 +510,15 @@ class ModelLibrary:
     # copying --------------------------------------------------------------------------------------------------
     def _copy_in(self, source: Path, progress: ProgressFn | None) -> Path:
         """An atomic copy of ``source`` in the models dir (a free file name there)."""
-        models = private_dir(self.paths.models)
-        size = source.stat().st_size
-        if size > shutil.disk_usage(models).free:
-            raise ModelFileError(f"not enough disk space in {models} to copy {source.name} ({memory.size_words(size)})")
-        target, n = models / source.name, 2
-        while target.exists():
-            target = models / f"{source.stem}-{n}{source.suffix}"
-            n += 1
-        done = 0
+        models = self.paths.models
         try:
+            private_dir(models)
+            size = source.stat().st_size  # a full disk fails the write: atomic_write leaves nothing behind
+            target, n = models / source.name, 2
+            while target.exists():
+                target = models / f"{source.stem}-{n}{source.suffix}"
+                n += 1
+            done = 0
             with open(source, "rb") as src, atomic_write(target) as out:
                 while block := src.read(1 << 20):
                     out.write(block)

