@@ -394,6 +394,10 @@ def test_the_automatic_context_is_capped_to_fit_free_memory(home, long_gguf):
     assert short.ram_bytes <= memory.usable_bytes(available)
     tight = ModelLibrary(paths, available_bytes=memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes)
     assert tight.get("long").chosen_context == memory.MIN_AUTO_CONTEXT  # never below 512 tokens
+    # past 2,048 tokens only the KV cache grows: room for 3,000 tokens of it
+    wide = (memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes + memory.ACTIVATION_BYTES
+            + memory.ACTIVATION_PER_TOKEN * memory.ACTIVATION_TOKENS + 3000 * roomy.kv_bytes_per_token)
+    assert ModelLibrary(paths, available_bytes=wide).get("long").chosen_context == 2816
     hearth = Hearth(paths, model="long", provider="cpu")
     hearth.available_memory = available
     try:
