@@ -74,3 +74,34 @@ class CacheBanner(QFrame):
             self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)} ({self.plain_reason}); "
                                  "the context is saved again.")
         self.show()
+
+
+class NoticeBanner(QFrame):
+    """A dismissable line above the chat for something the person should know but need not act on now
+    (say, a damaged preferences file that was set aside)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("noticeBanner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet("#noticeBanner { background-color: rgba(230, 170, 40, 0.18); border-radius: 6px; }")
+        self.setAccessibleName("Notice")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(10, 6, 6, 6)
+        self.message = QLabel("")
+        self.message.setTextFormat(Qt.TextFormat.PlainText)  # the text may quote a damaged file
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row.addWidget(self.message, 1)
+        self.dismiss = QToolButton(self)
+        self.dismiss.setText("✕")
+        self.dismiss.setAutoRaise(True)
+        self.dismiss.setToolTip("Dismiss")
+        self.dismiss.setAccessibleName("Dismiss the notice")
+        self.dismiss.clicked.connect(self.hide)
+        row.addWidget(self.dismiss)
+        self.hide()
+
+    def say(self, text: str) -> None:
+        self.message.setText(text)
+        self.show()

@@ -18,10 +18,10 @@ from app.find_bar import FindBar
 from app.status import StatusLine
 from app.text import duration, turn_note
 from app.transcript import TranscriptView, copy_to_clipboard
-from app.turns import TurnControl
+from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
 from engine.errors import ConversationError
-from engine.types import Accepted, Finished, Rebuilt, Resume
+from engine.types import Accepted, ContextPolicy, Finished, Rebuilt, Resume
 
 Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
 
@@ -38,6 +38,8 @@ class ChatPane(QWidget):
         self.conversation: str | None = None
         self.editing: int | None = None  # the seq of the message being edited
         self.model_ready = False
+        self._dropped: dict[str, int] = {}  # chat → stored messages outside the model's view, as last reported
+        self._limit_hit: ContextLimitHit | None = None  # the refusal the error block is about
         self._build()
         t = turns
         t.started.connect(self._on_started)
@@ -48,12 +50,14 @@ class ChatPane(QWidget):
         t.finished.connect(self._on_finished)
         t.failed.connect(self._on_failed)
         t.refused.connect(self._on_refused)
+        t.context_full.connect(self._on_context_full)
         w = turns.host.worker
         w.resumed.connect(self._on_resumed)
         w.rebuilding.connect(self._on_rebuilding)
         w.rebuild_progress.connect(self._on_rebuild_progress)
         w.rebuilt.connect(self._on_rebuilt)
         w.failed.connect(self._on_open_failed)
+        w.dropped_messages.connect(self._on_dropped_messages)
 
     def _build(self) -> None:
         rv = QVBoxLayout(self)
@@ -94,6 +98,8 @@ class ChatPane(QWidget):
         self.transcript.copy_requested.connect(copy_to_clipboard)
         self.transcript.edit_requested.connect(self.begin_edit)
         self.transcript.regenerate_requested.connect(self.regenerate)
+        self.transcript.context_limit.new_chat_requested.connect(self.new_chat_with_system_prompt)
+        self.transcript.context_limit.drop_oldest_requested.connect(self.drop_oldest_and_retry)
 
     # what is shown ------------------------------------------------------------------------------------------
     def show_chat(self, conversation: str | None) -> None:
@@ -113,6 +119,7 @@ class ChatPane(QWidget):
     def render(self, stored: Stored) -> None:
         """The stored messages, then a turn's message not stored yet and its reply so far."""
         self.transcript.load(stored)
+        self.transcript.set_dropped(self._dropped.get(self.conversation, 0))
         turn = self.turns.turn(self.conversation)
         if turn is not None:
             if turn.pending is not None:
@@ -230,6 +237,7 @@ class ChatPane(QWidget):
     # turns ----------------------------------------------------------------------------------------------------
     def _on_started(self, conversation: str) -> None:
         if conversation == self.conversation:
+            self.transcript.hide_context_limit()
             turn = self.turns.turn(conversation)
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "sending…")
@@ -286,13 +294,71 @@ class ChatPane(QWidget):
 
     def _on_refused(self, conversation: str, text: str, message: str) -> None:
         """The engine did not store the message: take it off the transcript and give it back to edit."""
+        self._give_back(conversation, text)
+        self._problem(self.conversation, message)
+
+    def _give_back(self, conversation: str, text: str | None) -> None:
+        """Show the chat a refused turn was in, without its message and reply; the message goes back to
+        the composer (before anything typed since), so nothing typed is lost."""
         if conversation != self.conversation:
             self.show_requested.emit(conversation)  # the text goes back to the chat it was written in
         self.transcript.remove(self.transcript.pending_message)
         self.transcript.remove(self.transcript.stream_widget)
-        typed = self.composer.toPlainText()
-        self.composer.setPlainText(text + ("\n" + typed if typed.strip() else ""))
-        self._problem(self.conversation, message)
+        if text is not None:
+            typed = self.composer.toPlainText()
+            self.composer.setPlainText(text + ("\n" + typed if typed.strip() else ""))
+
+    # a chat longer than the model's context --------------------------------------------------------------
+    def _on_dropped_messages(self, conversation: str, count: int) -> None:
+        self._dropped[conversation] = count
+        if conversation == self.conversation:
+            self.transcript.set_dropped(count)
+
+    def _on_context_full(self, conversation: str, hit: ContextLimitHit) -> None:
+        """A turn was refused because the chat is too long: an error block with the ways on, not a status line."""
+        self._give_back(conversation, hit.message)
+        self._limit_hit = hit
+        self.prefill_bar.hide()
+        self.status.say("")
+        self.transcript.show_context_limit(str(hit.error), can_drop=hit.error.policy == ContextPolicy.STOP)
+        self.update_buttons()
+
+    def new_chat_with_system_prompt(self) -> None:
+        """A new chat with the refused chat's system prompt and settings; the message waits in the composer."""
+        hit = self._limit_hit
+        source = self.store.get(hit.conversation) if hit is not None else None
+        if source is None:
+            return
+        self.transcript.hide_context_limit()
+        conv = self._new_chat()
+        try:
+            self.store.set_system_prompt(conv, source.system_prompt)
+            self.store.set_settings(conv, dict(source.settings))
+        except ConversationError as exc:
+            QMessageBox.warning(self, "Hearth", f"The new chat could not take the system prompt: {exc}")
+        self._limit_hit = None
+
+    def drop_oldest_and_retry(self) -> None:
+        """Let the refused chat drop its oldest messages from now on, and send its message again."""
+        hit = self._limit_hit
+        conv = self.store.get(hit.conversation) if hit is not None else None
+        if conv is None or self.turns.running(conv.id):
+            return
+        try:
+            self.store.set_settings(conv.id, {**conv.settings, "context_policy": str(ContextPolicy.DROP_OLDEST)})
+        except ConversationError as exc:
+            QMessageBox.warning(self, "Hearth", f"The chat's setting could not be saved: {exc}")
+            return
+        self._limit_hit = None
+        self.transcript.hide_context_limit()
+        if hit.message is None:
+            self.turns.answer(conv.id)
+            return
+        typed = self.composer.toPlainText()  # the message was given back in front of anything typed since
+        if typed == hit.message or typed.startswith(hit.message + "\n"):
+            self.composer.setPlainText(typed[len(hit.message) + 1:])
+        self.sending.emit()
+        self.turns.send(conv.id, hit.message)
 
     def _problem(self, conversation: str | None, message: str) -> None:
         if conversation == self.conversation or not conversation:

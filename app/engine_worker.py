@@ -17,9 +17,11 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
-from engine.api import Hearth
-from engine.errors import HearthError, ModelNotInstalledError, TransferError
+from app.settings_dialog import turn_settings
+from engine.api import Hearth, effective_settings, load_preferences
+from engine.errors import ConversionCancelledError, HearthError, ModelNotInstalledError, TransferError
 from engine.types import (
+    DEFAULT_MAX_NEW_TOKENS,
     Accepted,
     CancelToken,
     Finished,
@@ -48,6 +50,7 @@ class EngineWorker(QObject):
     needs_model = Signal()  # the default model is not installed: the window offers the download
     setup_progress = Signal(object)  # SetupProgress (byte counts may pass 2**31)
     setup_failed = Signal(str)  # why, in plain words
+    load_cancelled = Signal(str)  # the person cancelled the conversion: no model was loaded (what was kept: nothing)
     ready = Signal(object)  # ModelInfo
     # turns and opening conversations (conversation id first, so the window can route them)
     waiting = Signal(str)  # another Hearth process is running a turn on it; this one waits
@@ -60,6 +63,7 @@ class EngineWorker(QObject):
     token = Signal(str, str)  # a piece of the reply
     turn_finished = Signal(str, object)  # Finished: the reply is stored (then the context saved, or not)
     turn_failed = Signal(str, object)  # HearthError; before ``accepted``: the message was not stored
+    dropped_messages = Signal(str, int)  # stored messages outside the model's view (on opening, and each turn)
     failed = Signal(str, object)  # HearthError opening or forgetting a conversation
     cache_states = Signal(object)  # dict[str, ContextState]: the sidebar's badges
     stopped = Signal()
@@ -75,6 +79,7 @@ class EngineWorker(QObject):
         self.config = config
         self._hearth: Hearth | None = None
         self._turning = False  # inside run_turn (a REBUILT resume there is not an opening's rebuild)
+        self._load_cancel: CancelToken | None = None  # the running load's, while one runs (cancel_load sets it)
 
     @property
     def hearth(self) -> Hearth:
@@ -88,10 +93,20 @@ class EngineWorker(QObject):
         return self._hearth is not None and self._hearth.model is not None
 
     # model ----------------------------------------------------------------------------------------------
+    def cancel_load(self) -> None:
+        """Stop the conversion of the load now running, at its next step (any thread; no load: nothing)."""
+        token = self._load_cancel
+        if token is not None:
+            token.cancel()
+
     @Slot()
     def load(self) -> None:
+        self._load_cancel = CancelToken()
         try:
-            info = self.hearth.load(self.setup_progress.emit)
+            info = self.hearth.load(self.setup_progress.emit, cancel=self._load_cancel)
+        except ConversionCancelledError as exc:
+            self.load_cancelled.emit(str(exc))
+            return
         except ModelNotInstalledError:
             self.needs_model.emit()
             return
@@ -101,6 +116,8 @@ class EngineWorker(QObject):
         except Exception as exc:
             self.setup_failed.emit(str(_unexpected("loading the model", exc)))
             return
+        finally:
+            self._load_cancel = None
         self.ready.emit(info)
         self._emit_cache_states()
 
@@ -139,12 +156,24 @@ class EngineWorker(QObject):
         if not self._loaded():
             return
         try:
-            self.hearth.open_conversation(conversation, self._event, cancel)
+            max_new_tokens, policy = self._view_settings(conversation)
+            self.hearth.open_conversation(conversation, self._event, cancel, max_new_tokens=max_new_tokens,
+                                          context_policy=policy)
         except HearthError as exc:
             self.failed.emit(conversation, exc)
         except Exception as exc:
             self.failed.emit(conversation, _unexpected("opening the conversation", exc))
         self._emit_cache_states()
+
+    def _view_settings(self, conversation: str) -> tuple[int, str | None]:
+        """(The chat's longest reply, its context policy) as its turns get them (its own settings over the
+        Preferences): the room kept for the reply and the policy decide the model's view of the chat."""
+        try:
+            own = self.hearth.conversations.require(conversation).settings
+            effective = effective_settings(load_preferences(self.config.paths).preferences, {}, own)
+            return turn_settings(effective)[1], effective.get("context_policy")
+        except HearthError:  # its turns say what is wrong with its settings
+            return DEFAULT_MAX_NEW_TOKENS, None
 
     def _event(self, event: object) -> None:
         """An API event as the matching signal (emitted from this thread, delivered queued)."""
@@ -157,10 +186,12 @@ class EngineWorker(QObject):
                 self.rebuild_progress.emit(conversation, done, total)
             case Resumed(conversation, resume):
                 self.resumed.emit(conversation, resume)
+                self.dropped_messages.emit(conversation, event.dropped_messages)
                 if resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
                     self.rebuilding.emit(conversation, resume)
             case Accepted():
                 self.accepted.emit(event.conversation, event)
+                self.dropped_messages.emit(event.conversation, event.dropped_messages)
             case Waiting(conversation):
                 self.waiting.emit(conversation)
             case Rebuilt():
@@ -278,10 +309,16 @@ class EngineHost(QObject):
             request.connect(slot)
         self.thread.start()
 
+    def cancel_load(self) -> None:
+        """Cancel the model's conversion now running (the worker reports ``load_cancelled``)."""
+        self.worker.cancel_load()
+
     def stop(self, timeout_ms: int = 15000) -> bool:
-        """Save and stop the worker thread; True if it finished in time."""
+        """Save and stop the worker thread; True if it finished in time. A conversion running is
+        cancelled first: quitting does not wait for it."""
         if not self.thread.isRunning():
             return True
+        self.cancel_load()
         loop = QEventLoop()
         self.worker.stopped.connect(loop.quit)
         QTimer.singleShot(timeout_ms, loop.quit)

@@ -10,20 +10,23 @@ reply. Turns and chats added by other processes (``hearth-cli chat``) show up th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QMainWindow, QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.banner import NoticeBanner
 from app.chat_pane import ChatPane
 from app.config import AppConfig
 from app.engine_worker import EngineHost
 from app.model_setup import ModelSetup
+from app.preferences import PreferencesDialog
 from app.settings_dialog import ChatSettingsDialog
 from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
 from app.turns import TurnControl
-from engine.api import open_conversations
+from engine.api import Preferences, effective_settings, load_preferences, open_conversations
 from engine.types import Accepted, ContextBadge, Finished, ModelInfo, Resume
 
 log = logging.getLogger(__name__)
@@ -38,7 +41,8 @@ class MainWindow(QMainWindow):
         self.settings = QSettings(str(config.settings_file), QSettings.Format.IniFormat)
         self.host = EngineHost(config, self)
         self.worker = self.host.worker
-        self.turns = TurnControl(self.host, self.store, self)
+        self.preferences, self._preference_problems = self._read_preferences()
+        self.turns = TurnControl(self.host, self.store, self, effective=self.chat_settings)
         self.model_info: ModelInfo | None = None
         self.browser = None
         self._closing = False
@@ -47,6 +51,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Hearth")
         self._build_ui()
         self._build_actions()
+        self._build_preference_actions()
         self._connect()
         self._sync_list()
         self._restore_state()
@@ -112,7 +117,7 @@ class MainWindow(QMainWindow):
         self.act_new = self._action("&New chat", QKeySequence.StandardKey.New, self.new_chat, file_menu)
         file_menu.addSeparator()
         self._action("&Quit", QKeySequence.StandardKey.Quit, self.close, file_menu)
-        edit_menu = m.addMenu("&Edit")
+        edit_menu = self.edit_menu = m.addMenu("&Edit")
         self._action("&Find in chat", QKeySequence.StandardKey.Find, self.find_bar.open, edit_menu)
         self._action("Find &next", QKeySequence.StandardKey.FindNext, lambda: self.find_bar.find(False), edit_menu)
         self._action("&Browse conversations…", "Ctrl+B", self.show_browser, file_menu)
@@ -121,7 +126,7 @@ class MainWindow(QMainWindow):
         self.act_regenerate = self._action("&Regenerate reply", "Ctrl+R", self.regenerate, chat_menu)
         chat_menu.addSeparator()
         self.act_rename = self._action("Re&name…", "F2", self.rename_current, chat_menu)
-        self.act_settings = self._action("Chat &settings…", "Ctrl+,", self.open_settings, chat_menu)
+        self.act_settings = self._action("Chat &settings…", "Ctrl+Shift+S", self.open_settings, chat_menu)
         self.act_delete = self._action("&Delete…", "Ctrl+Shift+Delete", self.delete_current, chat_menu)
         delete_key = QAction(self.sidebar)  # plain Delete only while the list has focus
         delete_key.setShortcut(QKeySequence.StandardKey.Delete)
@@ -210,7 +215,7 @@ class MainWindow(QMainWindow):
         if current and not self.store.messages(current) and not self.turns.running(current):
             self.composer.setFocus()  # the current chat is still empty: use it
             return current
-        conv = self.store.create()
+        conv = self.store.create(system_prompt=self.preferences.system_prompt)
         item = self.sidebar.upsert(conv.id, "", conv.updated_ms, top=True)
         self.sidebar.setCurrentItem(item)
         self.composer.setFocus()
@@ -261,15 +266,62 @@ class MainWindow(QMainWindow):
         self.host.request_forget.emit(conv.id)
         self._sync_list()
 
-    def open_settings(self) -> None:
+    def open_settings(self) -> ChatSettingsDialog | None:
         if self.current is None:
-            return
+            return None
         conv = self.store.require(self.current)
-        dialog = ChatSettingsDialog(conv.system_prompt, conv.settings, self)
-        if dialog.exec():
+        dialog = ChatSettingsDialog(conv.system_prompt, conv.settings, self, inherited=self.inherited_settings(conv.id))
+        dialog.defaults_requested.connect(lambda: self.open_preferences(
+            lambda: dialog.set_inherited(self.inherited_settings(conv.id)), parent=dialog))
+
+        def keep() -> None:
             system, settings = dialog.values()
             self.store.set_system_prompt(conv.id, system)
             self.store.set_settings(conv.id, settings)
+
+        dialog.accepted.connect(keep)
+        dialog.open()  # window-modal, without a nested event loop
+        return dialog
+
+    # preferences: the defaults for every chat ----------------------------------------------------------------
+    def _read_preferences(self) -> tuple[Preferences, tuple[str, ...]]:
+        loaded = load_preferences(self.config.paths)  # a small file: read here, before the window shows
+        return loaded.preferences, loaded.problems
+
+    def _build_preference_actions(self) -> None:
+        self.edit_menu.addSeparator()
+        self.act_preferences = self._action("&Preferences…", "Ctrl+,", lambda: self.open_preferences(), self.edit_menu)
+        self.act_preferences.setMenuRole(QAction.MenuRole.PreferencesRole)
+        self.notice = NoticeBanner()
+        self.chat.layout().insertWidget(0, self.notice)
+        if self._preference_problems:
+            self.notice.say("Your preferences could not all be used: " + "; ".join(self._preference_problems))
+
+    def open_preferences(self, after: Callable[[], None] | None = None,
+                         parent: QWidget | None = None) -> PreferencesDialog:
+        """Edit → Preferences… (over ``parent``, else the window); ``after`` runs once new preferences are kept."""
+        dialog = PreferencesDialog(self.config.paths, self.preferences, parent or self)
+
+        def keep() -> None:
+            self.preferences = dialog.saved
+            if after is not None:
+                after()
+
+        dialog.accepted.connect(keep)
+        dialog.open()
+        return dialog
+
+    def model_defaults(self, _conversation: str) -> dict:
+        """The values the chat's model recommends (the model library's per-model defaults); none yet."""
+        return {}
+
+    def inherited_settings(self, conversation: str) -> dict:
+        """What ``conversation`` gets where it sets nothing itself: its model's values over Preferences."""
+        return effective_settings(self.preferences, self.model_defaults(conversation), {})
+
+    def chat_settings(self, conversation: str, own: Mapping) -> dict:
+        """The settings a turn of ``conversation`` uses: its own, over its model's, over Preferences."""
+        return effective_settings(self.preferences, self.model_defaults(conversation), own)
 
     # the browser --------------------------------------------------------------------------------------------
     def show_browser(self) -> None:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.context_blocks import ContextLimitBlock, ViewMarker
 from app.markdown_view import to_html
 
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
@@ -152,11 +153,16 @@ class TranscriptView(QScrollArea):
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_hint.setEnabled(False)
         self._layout.insertWidget(0, self.empty_hint)
+        self._dropped = 0  # stored messages before the first one the model reads
+        self.view_marker = ViewMarker(inner)
+        self.context_limit = ContextLimitBlock(inner)
 
     # content ------------------------------------------------------------------------------------------
     def clear(self) -> None:
         self._render_timer.stop()
         self._streaming, self._pending, self.pending_message = None, None, None
+        self.set_dropped(0)
+        self.hide_context_limit()
         for w in self.messages:
             w.hide()
         self._graveyard.extend(self.messages)
@@ -184,6 +190,8 @@ class TranscriptView(QScrollArea):
             self.messages.insert(0, w)
         self.empty_hint.setVisible(not self.messages)
         self._update_regenerate()
+        if self._dropped and self.view_marker.isHidden():
+            self._place_marker()  # its message may have just been drawn
         if at_bottom:
             self.scroll_to_bottom()
         if self._backlog:
@@ -232,6 +240,37 @@ class TranscriptView(QScrollArea):
         if at_bottom or role == "user":
             self.scroll_to_bottom()
         return w
+
+    # the model's view and the context limit -----------------------------------------------------------------
+    def set_dropped(self, count: int) -> None:
+        """Mark where the model's view starts: ``count`` stored messages come before it (0: no marker)."""
+        self._dropped = max(0, count)
+        self._place_marker()
+
+    def _place_marker(self) -> None:
+        marker = self.view_marker
+        self._layout.removeWidget(marker)
+        marker.hide()
+        stored = [w for w in self.messages if w.seq != UNSTORED]
+        first = self._dropped - len(self._backlog)  # the first message read, among those drawn
+        if self._dropped <= 0 or not 0 <= first < len(stored):
+            return  # no marker, or its message is not drawn yet (placed when it is)
+        marker.set_count(self._dropped)
+        self._layout.insertWidget(self._layout.indexOf(stored[first]), marker)
+        marker.show()
+
+    def show_context_limit(self, message: str, can_drop: bool) -> None:
+        """The error block at the end of the chat: the turn was refused because the chat is too long."""
+        block = self.context_limit
+        block.set_problem(message, can_drop)
+        self._layout.removeWidget(block)
+        self._layout.insertWidget(self._layout.count() - 1, block)  # after the last message
+        block.show()
+        self.scroll_to_bottom()
+
+    def hide_context_limit(self) -> None:
+        self._layout.removeWidget(self.context_limit)
+        self.context_limit.hide()
 
     def _update_regenerate(self) -> None:
         for i, w in enumerate(self.messages):

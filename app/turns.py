@@ -11,6 +11,7 @@ fails before it was never stored (``refused``: the text goes back to the compose
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
@@ -18,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 from app.engine_worker import EngineHost
 from app.settings_dialog import turn_settings
 from engine.api import ConversationStore
-from engine.errors import HearthError
+from engine.errors import ContextFullError, HearthError
 from engine.types import Accepted, CancelToken, Finished, TurnRequest
 
 PROGRESS_MIN_TOKENS = 128  # shorter prefills finish before a progress bar would help
@@ -40,6 +41,15 @@ class Turn:
         return None if self.accepted else self.message
 
 
+@dataclass(frozen=True)
+class ContextLimitHit:
+    """A turn refused because the chat no longer fits the model's context (nothing was stored)."""
+
+    conversation: str
+    message: str | None  # the message that was not stored (given back to be sent again); None: an answer
+    error: ContextFullError
+
+
 class TurnControl(QObject):
     started = Signal(str)  # a turn was requested: show the pending message and an empty reply
     waiting = Signal(str)  # another process is answering in this chat first
@@ -49,10 +59,15 @@ class TurnControl(QObject):
     finished = Signal(str, object)  # Finished: the reply is stored
     failed = Signal(str, str)  # the turn failed after its message was stored (or with nothing to store)
     refused = Signal(str, str, str)  # conversation, the message that was NOT stored, why
+    context_full = Signal(str, object)  # ContextLimitHit: instead of refused/failed, when the chat is too long
 
-    def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None):
+    def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None,
+                 effective: Callable[[str, Mapping], dict] | None = None):
+        """``effective(conversation, its own settings)``: the settings its turns use (Preferences and its
+        model's values under the chat's own); None: the chat's own over the built-in defaults."""
         super().__init__(parent)
         self.host, self.store = host, store
+        self.effective = effective or (lambda _conversation, own: dict(own))
         self._turns: dict[str, Turn] = {}
         self._opening: dict[str, list[CancelToken]] = {}  # rebuilds on opening a chat, also stopped by Stop
         w = host.worker
@@ -84,7 +99,9 @@ class TurnControl(QObject):
         if conversation in self._turns:
             return  # one reply at a time per chat
         try:
-            params, max_new_tokens = turn_settings(self.store.require(conversation).settings)
+            own = self.store.require(conversation).settings
+            effective = self.effective(conversation, own)
+            params, max_new_tokens = turn_settings(effective)
         except HearthError as exc:
             if message is None:
                 self.failed.emit(conversation, str(exc))
@@ -93,7 +110,9 @@ class TurnControl(QObject):
             return
         turn = self._turns[conversation] = Turn(conversation, CancelToken(), message)
         self.started.emit(conversation)
-        self.host.request_turn.emit(TurnRequest(conversation, message, params, max_new_tokens), turn.cancel)
+        request = TurnRequest(conversation, message, params, max_new_tokens,
+                              context_policy=effective.get("context_policy"))  # the chat's own, else the default
+        self.host.request_turn.emit(request, turn.cancel)
 
     def open(self, conversation: str) -> None:
         """Make the chat live in the engine (restore its saved context; rebuild it if unusable)."""
@@ -150,7 +169,9 @@ class TurnControl(QObject):
         turn = self._turns.pop(conversation, None)
         if turn is None:
             return
-        if turn.accepted or turn.message is None:
+        if isinstance(error, ContextFullError):  # refused before anything was stored, either way
+            self.context_full.emit(conversation, ContextLimitHit(conversation, turn.message, error))
+        elif turn.accepted or turn.message is None:
             self.failed.emit(conversation, str(error))
         else:  # refused before it was stored: nothing typed may be lost
             self.refused.emit(conversation, turn.message, str(error))

@@ -73,13 +73,13 @@ def measure(engine, size: int, workdir: Path, steps: int) -> list[dict]:
     rows, reference = [], None
     for enc in ENCODINGS:
         store_dir = workdir / f"{enc}-{size}"
-        path = store_dir / conversation_file("c")
         engine.reset()
         s = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False, kv_encoding=enc)
+        path = store_dir / conversation_file("c", s.identity.model_fp)
         _, prompt, _ = s.sync("c", msgs)
         out: dict = {"target_tokens": size, "encoding": enc, "tokens": len(prompt)}
         s.save("turn")  # the prefill saved at aligned frontiers: time one whole-context save instead
-        s.store.remove(conversation_file("c"))
+        s.store.remove(path.name)
         full = s.save("turn")
         out["full_save_ms"], out["file_bytes"] = full.elapsed_ms, path.stat().st_size
         out["bytes_per_token"] = out["file_bytes"] / len(prompt)

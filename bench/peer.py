@@ -186,7 +186,7 @@ class HearthSide:
         from engine.session import ChatSessions
 
         s, engine = self.session, self.engine
-        s.store.remove(conversation_file("c"))  # a whole new file, as llama.cpp's save writes
+        s.store.remove(conversation_file("c", s.identity.model_fp))  # a whole new file, as llama.cpp's save writes
         saved = s.save("turn")
         if not saved.ok:
             raise RuntimeError(f"Hearth's save failed: {saved.error}")

@@ -77,7 +77,7 @@ def measure(engine, size: int, workdir: Path) -> dict:
     # a save of the whole context into a new file (the cold prefill above already saved at every
     # 2,048-token frontier, so drop that file first), then one turn appended: its own rows only
     s.save("turn")
-    s.store.remove(conversation_file("c"))
+    s.store.remove(conversation_file("c", s.identity.model_fp))
     full = s.save("turn")
     out["full_save_ms"], out["full_save_bytes"] = full.elapsed_ms, full.bytes_written
     follow = msgs + [{"role": "assistant", "content": paragraph(99, 40)},
@@ -85,7 +85,7 @@ def measure(engine, size: int, workdir: Path) -> dict:
     _, follow_prompt, _ = s.sync("c", follow)
     append = s.save("turn")
     out["append_tokens"], out["append_bytes"], out["append_ms"] = append.new_tokens, append.bytes_written, append.elapsed_ms
-    path = store_dir / conversation_file("c")
+    path = store_dir / conversation_file("c", s.identity.model_fp)
     out["file_bytes"] = path.stat().st_size
     shape = s.identity.shape
     out["bytes_per_token"] = out["file_bytes"] / len(follow_prompt)

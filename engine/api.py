@@ -10,8 +10,14 @@ One turn rule everywhere (``Hearth.run_turn``):
 1. the conversation's turn lock is taken (another process's turn on it finishes first);
 2. the user's message is stored before any model work;
 3. the model reads what is stored (turns added elsewhere included) and writes its reply;
-4. the reply is stored — a stopped reply keeps what was written — and only then
+4. the reply is stored — a stopped reply keeps what was written — with the model that wrote it
+   (``Hearth.model_key``: the conversation remembers it), and only then
 5. the context is saved; a failed save (full disk, read-only store) is reported, never costs the reply.
+
+A turn runs on the loaded model, whatever model the conversation remembers: choosing the model is the
+front end's (the window switches with ``Hearth.switch_model`` before the turn; ``hearth-cli chat``
+loads the remembered one). Saved context is kept per (conversation, model), so a chat moved to another
+model and back resumes each model's context from disk.
 
 The conversation text in SQLite is the truth; saved context is a cache that can always be rebuilt.
 """
@@ -19,25 +25,35 @@ The conversation text in SQLite is the truth; saved context is a cache that can 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
-from engine.errors import HearthError, ModelNotLoadedError, ModelTooLargeError, PromptError, TurnCancelledError
+from engine.errors import (
+    ContextFullError,
+    HearthError,
+    ModelNotLoadedError,
+    ModelTooLargeError,
+    PromptError,
+    TurnCancelledError,
+)
 from engine.importer import import_conversations
 from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
+from engine.preferences import CONTEXT_POLICIES, SETTING_LIMITS, LoadedPreferences, Preferences, effective_settings
 from engine.private_files import FILE_MODE
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
@@ -52,6 +68,7 @@ from engine.types import (
     Completion,
     ContextBadge,
     ContextHealth,
+    ContextPolicy,
     ContextReport,
     ContextState,
     ContextStatus,
@@ -81,6 +98,9 @@ from engine.types import (
     Waiting,
 )
 
+if TYPE_CHECKING:
+    from engine.session.view_window import ViewWindow
+
 log = logging.getLogger(__name__)
 # check_restore: restored vs cold next-token logits. float32 on the CPU differs only by chunked sums (~1e-5);
 # fp16 activations or CUDA's TF32 products by a few fp16 steps of the largest logit (0.0625 of ~20 seen on an
@@ -93,8 +113,11 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
     "import_json", "ModelLibrary",
-    "model_footprint", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
+    "model_footprint", "model_key_for", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
+    # preferences
+    "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
+    "save_preferences",
 ]
 
 
@@ -143,6 +166,22 @@ def run_terminal_chat(paths: HearthPaths, **options) -> int:
     return run(paths, **options)
 
 
+# preferences (the defaults every chat starts from) ------------------------------------------------------
+def load_preferences(paths: HearthPaths) -> LoadedPreferences:
+    """The preferences in the data dir (defaults when there are none); a damaged file gives the defaults
+    and says why in ``problems``, never raises."""
+    from engine.preferences import preferences_path, read_preferences
+
+    return read_preferences(preferences_path(paths))
+
+
+def save_preferences(paths: HearthPaths, prefs: Preferences) -> None:
+    """Keep ``prefs`` (atomically, private); PreferencesError for a value out of range, OSError for the disk."""
+    from engine.preferences import preferences_path, write_preferences
+
+    write_preferences(preferences_path(paths), prefs)
+
+
 def default_model_title() -> str:
     from engine.model.fetch import default_model
 
@@ -151,6 +190,17 @@ def default_model_title() -> str:
 
 def _noop(_event: object) -> None:
     pass
+
+
+def model_key_for(model: str | None) -> str:
+    """How a conversation remembers a model: an existing GGUF path made absolute (so it resolves from
+    any working directory), a library name as it is, None as the default model's catalog name."""
+    if model is None:
+        from engine.model.fetch import default_model
+
+        return default_model().key
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
 
 
 class Hearth:
@@ -170,6 +220,7 @@ class Hearth:
         self.turn_wait_s = turn_wait_s
         self._engine = None
         self._sessions = None
+        self._planner = None  # ViewPlanner: which stored messages a turn reads (the chat's context policy)
         self._info: ModelInfo | None = None
         self._conversations: ConversationStore | None = None
         self._checkpoints: CheckpointStore | None = None
@@ -229,15 +280,19 @@ class Hearth:
         return self.library.fit(model, self.context_length or model.chosen_context, available_bytes=available_bytes,
                                 provider=self.provider)
 
-    def load(self, progress: Callable[[SetupProgress], None] | None = None, *, force: bool = False) -> ModelInfo:
+    def load(self, progress: Callable[[SetupProgress], None] | None = None,
+             cancel: CancelToken | Callable[[], bool] | None = None, *, force: bool = False) -> ModelInfo:
         """Load the model (converting it on first use). Raises ModelNotInstalledError when the default
         model needs fetching, ModelTooLargeError (with its MemoryFit) when it would not fit the free memory
-        (``force``: load it anyway), other HearthErrors for unusable files.
+        (``force``: load it anyway), other HearthErrors for unusable files. ``progress`` hears each step of a
+        conversion (``SetupProgress.step``); ``cancel`` stops a conversion between steps with
+        ConversionCancelledError, keeping nothing of it (the model already loaded, if any, stays).
 
         The context length is ``context_length`` when given, else the library's for this model: the
         user's setting (``hearth-cli model context``), else the model's own capped to fit free memory."""
         from engine.loader import load_engine
         from engine.session import ChatSessions
+        from engine.session.view_window import ViewPlanner
 
         self.paths.ensure()
         library = self.library
@@ -247,18 +302,69 @@ class Hearth:
             fit = library.fit(model, limit, provider=self.provider)
             if not fit.fits:
                 raise ModelTooLargeError(fit.message, fit)
-        report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.CONVERT, d, t)))
+        report = None if progress is None else (
+            lambda d, t, step: progress(SetupProgress(SetupStage.CONVERT, d, t, step)))
         engine, converted, load_ms = load_engine(self.paths, model=self.model_path, weights=self.weights,
-                                                 provider=self.provider, threads=self.threads, convert_progress=report)
+                                                 provider=self.provider, threads=self.threads, convert_report=report,
+                                                 cancel=cancel)
         engine.set_context_limit(limit)
         if self._sessions is not None:
             self._sessions.close()
         self._engine = engine
         self._sessions = ChatSessions(engine, self.checkpoints)
+        self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
                                engine.template.refused)
         return self._info
+
+    @property
+    def model_key(self) -> str:
+        """The model this service runs, as a conversation remembers it: a library name or a GGUF path."""
+        return self._key_of(self.model_path)
+
+    def _key_of(self, model: str | None) -> str:
+        """model_key_for, where no model named means the library's default (``hearth-cli model use``)."""
+        return self.library.default_name() if model is None else model_key_for(model)
+
+    def switch_model(self, model: str | None, weights: str | None = None,
+                     progress: Callable[[SetupProgress], None] | None = None, *, force: bool = False) -> ModelInfo:
+        """Run another model (a library name, a GGUF path, or None for the default) from now on.
+
+        The live context is saved first and the old model dropped before the new one loads, so memory
+        holds one model at a time; the stores stay open. A model that cannot be found fails before
+        anything is dropped; one that fails to load brings the previous model back, then the error
+        is raised. ``weights`` None keeps the current precision. ``force``: load it even when it would
+        not fit the free memory (else ModelTooLargeError, and the previous model stays)."""
+        from engine.loader import locate_model
+
+        weights = weights or self.weights
+        if self._info is not None and self._key_of(model) == self.model_key and weights == self.weights:
+            return self._info
+        locate_model(self.paths, model, weights)  # raises ModelFileError / ModelNotInstalledError
+        previous = (self.model_path, self.weights)
+        self._unload()
+        self.model_path, self.weights = model, weights
+        try:
+            return self.load(progress, force=force)
+        except Exception:  # whatever stopped it, the previous model is better than none
+            self.model_path, self.weights = previous
+            try:
+                self.load()
+            except Exception as exc:
+                log.warning("could not load the previous model again: %s", exc)
+            raise
+
+    def _unload(self) -> None:
+        """Save what is live and drop the engine (its memory is freed before another model loads)."""
+        if self._sessions is not None:
+            self._sessions.close()
+        self._engine = self._sessions = self._info = None
+        gc.collect()  # ONNX Runtime's session goes now, not whenever a cycle is collected
+
+    def conversation_model(self, conversation: str) -> str | None:
+        """The model (library name or GGUF path) the conversation was last used with; None if none."""
+        return self.conversations.model_key(conversation) or None
 
     def _require_engine(self):
         if self._engine is None:
@@ -281,11 +387,16 @@ class Hearth:
         return self._checkpoints
 
     def conversation_summaries(self, ids: Sequence[str] | None = None) -> list[ConversationSummary]:
-        """Stored conversations (not in the trash), most recent first, with their saved-context size."""
-        tokens = {e.conversation: e.tokens for e in self.checkpoints.entries(kind="conversation") if e.conversation}
+        """Stored conversations (not in the trash), most recent first, with their saved-context size (the
+        loaded model's, else the most recently used model's) and the model each remembers."""
+        fp = self._sessions.identity.model_fp if self._sessions is not None else None
+        tokens: dict[str, int] = {}
+        for e in self.checkpoints.entries(kind="conversation"):  # most recently used first
+            if e.conversation and (e.conversation not in tokens or e.model_fp == fp):
+                tokens[e.conversation] = e.tokens
         wanted = None if ids is None else set(ids)
         return [ConversationSummary(r["id"], r["title"], r["created_ms"], r["updated_ms"], r["model"], r["messages"],
-                                    tokens.get(r["id"], 0))
+                                    tokens.get(r["id"], 0), r["model_key"])
                 for r in self.conversations.summaries() if wanted is None or r["id"] in wanted]
 
     # turns ----------------------------------------------------------------------------------------------
@@ -296,6 +407,12 @@ class Hearth:
         ``create``: make the conversation when it does not exist (the CLI); the window's conversations
         exist already, and one deleted meanwhile must not come back. Events go to ``on_event`` in order:
         [Waiting], Accepted, Progress*, Resumed, Token*, Finished (also returned).
+
+        When the chat no longer fits the context, its context policy decides (the chat's
+        ``context_policy`` setting, else ``request.context_policy``, else "stop"): "stop" refuses the
+        turn with ContextFullError before the message is stored; "drop_oldest" has the model read the
+        system prompt and the newest messages that fit (``dropped_messages`` in Accepted and Finished
+        says how many stored messages it did not read); the stored conversation is never changed.
         """
         emit = on_event or _noop
         cid = check_id(request.conversation)
@@ -304,20 +421,28 @@ class Hearth:
             raise PromptError("the longest reply must be at least 1 token")
         if request.user_message is not None and not request.user_message.strip():
             raise PromptError("the message is empty: write something to say")
+        if request.context_policy is not None:
+            from engine.session.context_policy import check_policy
+
+            check_policy(request.context_policy, "the default for a chat longer than the context")
         with self._turn_lock(cid, emit, cancel):
-            user_seq = self._store_message(request, create)
+            user_seq, planned = self._store_message(request, create)
             convs = self.conversations
-            emit(Accepted(cid, user_seq, tuple(convs.messages(cid))))
             chat = convs.chat_messages(cid)
+            if planned is not None and planned[0] == chat:
+                view = planned[1]
+            else:  # answering what is stored, or the stored chat is not what was checked
+                view = self._plan_view(cid, chat, request, convs.require(cid).settings)
+            emit(Accepted(cid, user_seq, tuple(convs.messages(cid)), view.dropped))
             if not any(m["role"] == "user" for m in chat):
                 raise PromptError("the conversation has no message to answer")
-            return self._answer(cid, chat, request, emit, cancel)
+            return self._answer(cid, view, request, emit, cancel)
 
     def store_message(self, request: TurnRequest, *, create: bool = False) -> int | None:
         """Only store the request's message (and system prompt), as a turn would before any model work:
         for a front end that cannot run the turn (no model), so nothing typed is lost."""
         with self._turn_lock(check_id(request.conversation), _noop):
-            return self._store_message(request, create)
+            return self._store_message(request, create)[0]
 
     def _turn_lock(self, cid: str, emit: EventSink, cancel: CancelToken | None = None):
         def give_up() -> HearthError | None:
@@ -328,44 +453,90 @@ class Hearth:
 
         return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(lambda: emit(Waiting(cid)), give_up)
 
-    def _store_message(self, request: TurnRequest, create: bool) -> int | None:
+    def _store_message(self, request: TurnRequest, create: bool) -> tuple[int | None, tuple[list[dict], ViewWindow] | None]:
+        """(the stored message's seq, (the chat it made, the view a turn reads of it)). A message the
+        turn could not read (ContextFullError) is refused before it is stored: then the conversation is
+        not left ending in a message no turn can answer. Without a model nothing is checked."""
         convs, cid = self.conversations, request.conversation
         conv = convs.ensure(cid) if create else convs.require(cid)
         if request.system_prompt is not None and request.system_prompt != conv.system_prompt:
             convs.set_system_prompt(cid, request.system_prompt)
         if request.user_message is None:
-            return None
-        self._check_fits(cid, convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}])
-        return convs.append(cid, "user", request.user_message).seq
+            return None, None
+        planned = None
+        if self._planner is not None:
+            chat = convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}]
+            planned = chat, self._plan_view(cid, chat, request, conv.settings)
+        return convs.append(cid, "user", request.user_message).seq, planned
 
-    def _answer(self, cid: str, chat: list[dict], request: TurnRequest, emit: EventSink,
+    def _answer(self, cid: str, view: ViewWindow, request: TurnRequest, emit: EventSink,
                 cancel: CancelToken | None) -> Finished:
         engine = self._require_engine()
-        info = self._info
+        info, key = self._info, self.model_key
         stored: list[int] = []
 
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
             if result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
                 stored.append(self.conversations.append(cid, "assistant", result.text).seq)
-                self.conversations.set_model(cid, info.label)
+                self.conversations.set_model(cid, info.label, key)
 
+        if view.moved:
+            self._drop_saved_view(cid)
         turn = self._sessions.generate(
-            cid, chat, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
+            cid, view.messages, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
             progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
-            on_ready=lambda report: emit(Resumed(cid, report.freeze())), keep_reply=keep_reply)
+            on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply)
         result = turn.generation
         finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
                             engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
-                            info)
+                            info, dropped_messages=view.dropped)
         emit(finished)
         return finished
 
-    def _check_fits(self, conversation: str, chat: list[dict]) -> None:
-        """Refuse a message that cannot fit the context before it is stored (then the conversation is
-        not left ending in a message no turn can answer); the error gives the token counts."""
-        if self._sessions is not None:
-            self._sessions.check_fits(conversation, chat)
+    # the model's view of a chat (engine/session/view_window.py) ------------------------------------------
+    def _plan_view(self, cid: str, chat: list[dict], request: TurnRequest, settings: Mapping) -> ViewWindow:
+        """What a turn on ``chat`` reads, by the chat's context policy; raises ContextFullError."""
+        return self._view_of(cid, chat, settings, request.context_policy, request.max_new_tokens)
+
+    def _view_of(self, cid: str, chat: list[dict], settings: Mapping, default_policy: str | None,
+                 max_new_tokens: int) -> ViewWindow:
+        from engine.session.context_policy import chat_policy
+        from engine.session.view_window import ViewWindow
+
+        policy = chat_policy(settings, default_policy)
+        if self._planner is None:  # no model: the turn stops at _answer with ModelNotLoadedError
+            return ViewWindow(list(chat))
+        live = list(self._engine.tokens) if self._sessions.active == cid else None
+        return self._planner.plan(chat, policy, max_new_tokens, live)
+
+    def _drop_saved_view(self, cid: str) -> None:
+        """This turn dropped messages: the chat's saved context holds the old view, which no longer
+        starts the prompt. Delete it now rather than have the restore try it and report it damaged;
+        the live KV (when it is this chat's) or the shared-prefix file serves the system prompt."""
+        if self._sessions is None:
+            return
+        try:  # only this model's file: another model's context of the chat is another view, kept for it
+            self.checkpoints.remove(conversation_file(cid, self._sessions.identity.model_fp),
+                                    "the chat dropped its oldest messages")
+        except OSError as exc:  # the restore then finds it unusable and deletes it itself
+            log.warning("could not delete the outdated saved context of %s: %s", cid, exc)
+
+    def view_window(self, conversation: str, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                    context_policy: str | None = None) -> int:
+        """How many stored messages of ``conversation`` its last turn's model did not read (0 under
+        "stop"), for a chat opened again. The same number in every process for the same stored chat,
+        settings, context length and ``max_new_tokens``; no model work. ContextFullError when even the
+        newest message does not fit under "drop_oldest"."""
+        from engine.session.context_policy import chat_policy
+
+        self._require_engine()
+        settings = self.conversations.require(conversation).settings
+        if chat_policy(settings, context_policy) == ContextPolicy.STOP:
+            return 0  # nothing is left out under "stop": a turn that cannot fit is refused instead
+        chat = self.conversations.chat_messages(conversation)
+        upto = max((i for i, m in enumerate(chat) if m["role"] == "user"), default=-1) + 1
+        return self._view_of(conversation, chat[:upto], settings, context_policy, max_new_tokens).dropped
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
@@ -406,9 +577,13 @@ class Hearth:
 
     # conversations ----------------------------------------------------------------------------------
     def open_conversation(self, conversation: str, on_event: EventSink | None = None,
-                          cancel: CancelToken | None = None) -> Resume | None:
+                          cancel: CancelToken | None = None, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                          context_policy: str | None = None) -> Resume | None:
         """Make ``conversation`` live: restore its saved context (no prefill of new text); when that
-        failed verification, rebuild it now (Progress and Rebuilt events). None: nothing to resume."""
+        failed verification, rebuild it now (Progress and Rebuilt events). None: nothing to resume.
+        What is restored is the model's view of the chat (``view_window``, with ``max_new_tokens`` and
+        ``context_policy`` as its turns get them); ``Resumed.dropped_messages`` says how many stored
+        messages are outside it."""
         emit = on_event or _noop
         sessions = self._sessions
         if sessions is None:
@@ -417,9 +592,17 @@ class Hearth:
         if not any(m["role"] == "user" for m in messages):
             sessions.switch_away()
             return None
+        try:
+            dropped = self.view_window(conversation, max_new_tokens, context_policy)
+        except ContextFullError as exc:  # its next turn says so; there is no view to restore
+            log.info("not restoring %s: %s", conversation, exc)
+            sessions.switch_away()
+            return None
+        system = 1 if messages[0]["role"] == "system" else 0
+        messages = messages[:system] + messages[system + dropped:]
         _, report = sessions.prepare(conversation, messages)
         resume = report.freeze()
-        emit(Resumed(conversation, resume))
+        emit(Resumed(conversation, resume, dropped))
         if resume.source == ResumeSource.REBUILT:
             started = time.perf_counter()
             logits, prompt, _ = sessions.sync(
@@ -459,28 +642,54 @@ class Hearth:
 
     # saved context ------------------------------------------------------------------------------------
     def context_states(self) -> dict[str, ContextState]:
-        """The sidebar's badge for every conversation with saved or live context."""
+        """The sidebar's badge for every conversation with saved or live context: LIVE or SAVED for the
+        loaded model's context; STALE (naming the model) when only other models saved context for it."""
+        store = self.checkpoints
         states: dict[str, ContextState] = {}
-        identity = self._sessions.identity if self._sessions is not None else None
-        for e in self.checkpoints.entries(kind="conversation"):
-            if e.conversation:
-                fresh = identity is not None and e.model_fp == identity.model_fp
-                states[e.conversation] = ContextState(ContextBadge.SAVED if fresh else ContextBadge.STALE, e.tokens)
+        others: dict[str, Entry] = {}
+        fp = self._sessions.identity.model_fp if self._sessions is not None else None
+        for e in store.entries(kind="conversation"):  # most recently used first
+            if not e.conversation:
+                continue
+            if fp is not None and e.model_fp == fp:
+                states[e.conversation] = ContextState(ContextBadge.SAVED, e.tokens, store.model_label(e))
+            else:
+                others.setdefault(e.conversation, e)
+        for cid, e in others.items():
+            if cid not in states:
+                states[cid] = ContextState(ContextBadge.STALE, e.tokens, store.model_label(e))
         active = self._sessions.active if self._sessions is not None else None
         if active and self._engine.tokens:
-            states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens))
+            states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens), self._sessions.identity.label)
         return states
 
+    def _context_entry(self, conversation: str) -> Entry | None:
+        """The saved context that serves the conversation: the loaded model's, or with no model loaded
+        the most recently used one."""
+        store = self.checkpoints
+        if self._sessions is not None:
+            return store.conversation_entry(conversation, self._sessions.identity.model_fp)
+        entries = store.conversation_entries(conversation)
+        return entries[0] if entries else None
+
     def context_status(self, conversation: str, full: bool = False) -> ContextStatus:
-        """A quick (headers) or full (every checksum) check of one conversation's saved context."""
-        entry = self.checkpoints.conversation_entry(conversation)
+        """A quick (headers) or full (every checksum) check of one conversation's saved context for the
+        loaded model; STALE, naming the other model, when only other models saved context for it."""
+        store = self.checkpoints
+        entry = self._context_entry(conversation)
         if entry is None:
-            return ContextStatus(conversation, ContextHealth.NONE)
+            others = store.conversation_entries(conversation)
+            if not others:
+                return ContextStatus(conversation, ContextHealth.NONE)
+            label = store.model_label(others[0]) or "another model"
+            return ContextStatus(conversation, ContextHealth.STALE, "model_mismatch",
+                                 f"saved by {label}, not the loaded model: kept for when {label} runs it again",
+                                 others[0].tokens, others[0].bytes, label)
         identity = self._sessions.identity if self._sessions is not None else None
         vocab = self._engine.tokenizer.vocab_size if self._engine is not None else None
-        status, problem, tokens = checkpoint_status(self.checkpoints.path(entry.name), identity, vocab, full)
+        status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
         return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
-                             str(problem) if problem else "", tokens, entry.bytes)
+                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry))
 
     def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
                          progress: Callable[[int, int], None] | None = None) -> ContextReport:
@@ -507,17 +716,19 @@ class Hearth:
         """Give a branch its source's saved context, so it opens without re-reading (the frontiers past
         the branch point simply stop matching its text). False when there was none to copy."""
         store = self.checkpoints
-        if store.conversation_entry(source) is None:
-            return False
         if self._sessions is not None and self._sessions.active == source:
             self._sessions.save("switch")
+        entry = self._context_entry(source)  # the loaded model's: the one the branch will be opened with
+        if entry is None:
+            return False
         try:
             with store.lock.held():
-                target_path = store.path(conversation_file(target))
-                shutil.copyfile(store.path(conversation_file(source)), target_path)
+                target_name = conversation_key(target) + entry.name[len(conversation_key(source)):]
+                target_path = store.path(target_name)
+                shutil.copyfile(store.path(entry.name), target_path)
                 os.chmod(target_path, FILE_MODE)  # copyfile makes it by the umask
             store.reconcile()
-            return store.conversation_entry(target) is not None
+            return store.conversation_entry(target, entry.model_fp) is not None
         except OSError as exc:
             log.warning("could not copy the saved context of %s: %s", source, exc)
             return False
@@ -545,7 +756,7 @@ class Hearth:
             self._sessions.save("switch")
         contexts = {}
         for cid in conversations:
-            entry = self.checkpoints.conversation_entry(cid)
+            entry = self._context_entry(cid)  # a bundle holds one context per conversation: the loaded model's
             if entry is not None:
                 contexts[cid] = self.checkpoints.path(entry.name)
         added = write_bundle(Path(path), document, contexts, install_key(self.paths.data))

@@ -118,7 +118,7 @@ def _refuse(report: InstallReport, owner: str, reason: str, note: str) -> None:
 
 def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: CheckpointStore, identity: Identity,
              vocab_size: int | None, expected: tuple[str, int] | None) -> None:
-    final = store.path(conversation_file(owner))
+    final = store.path(conversation_file(owner, identity.model_fp))  # the header was checked to be this model's
     tmp = final.with_name(f".{final.name}.import.tmp")  # the store's start-up clean-up removes strays
     try:
         digest = _extract(z, info, tmp, store.root, identity, expected)
@@ -134,7 +134,7 @@ def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: Check
     finally:
         tmp.unlink(missing_ok=True)
     store.reconcile()
-    store.conversation_entry(owner)
+    store.conversation_entry(owner, identity.model_fp)
 
 
 def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, root: Path, identity: Identity,

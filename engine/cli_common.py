@@ -24,12 +24,15 @@ class Progress:
         self.label, self.unit = label, unit
         self.tty = sys.stderr.isatty()
         self._last = -1
+        self._width = 0  # the longest line written since the last newline
 
     def setup(self, progress: SetupProgress) -> None:
-        """As a ``Hearth.load`` / ``fetch_default_model`` progress callback."""
-        self(progress.done, progress.total)
+        """As a ``Hearth.load`` / ``fetch_default_model`` progress callback. Steps of unknown length
+        (checking the file, starting the model) come on every load, converted or not: not shown."""
+        if progress.total:
+            self(progress.done, progress.total, progress.step)
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, step: str = "") -> None:
         pct = int(done * 100 / total) if total else -1
         if pct == self._last:
             return
@@ -37,7 +40,9 @@ class Progress:
         amount = f"{done >> 20} MiB" if self.unit == "bytes" else f"{done}/{total}"
         if self.tty:
             end = "\n" if total and done >= total else ""
-            sys.stderr.write(f"\r{self.label}: {pct if pct >= 0 else '?'}% ({amount})" + end)
+            line = f"{self.label}: {pct if pct >= 0 else '?'}% ({step or amount})"
+            sys.stderr.write("\r" + line.ljust(self._width) + end)  # padded over a longer step's text
+            self._width = 0 if end else max(self._width, len(line))
             sys.stderr.flush()
         elif total and done >= total:
             sys.stderr.write(f"{self.label}: done ({amount})\n")

@@ -1,18 +1,21 @@
 """``hearth-cli chat``, ``conversations`` and ``kv``: stored conversations and their checkpoints, headless.
 
 ``chat`` appends a message to a stored conversation (creating it), resumes it from its checkpoint,
-replies, saves the reply and the new rows. ``kv`` lists, inspects, verifies and garbage-collects the
-checkpoint store. Output contracts for ``--json`` are in the README.
+replies, saves the reply and the new rows. It runs on ``--model`` when given, else on the model the
+conversation was last used with (while that can still be found), else on the default model. ``kv``
+lists, inspects, verifies and garbage-collects the checkpoint store. Output contracts for ``--json``
+are in the README.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
 
-from engine.api import Hearth, import_json
+from engine.api import Hearth, HearthPaths, ModelLibrary, import_json, model_key_for
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
@@ -21,6 +24,8 @@ from engine.cli_common import Progress, data_paths, emit, sampling_from_args
 from engine.conversations import ConversationStore, check_id
 from engine.errors import ConversationError, HearthError, PromptError
 from engine.types import ConversationSummary, Token, TurnRequest, Waiting
+
+log = logging.getLogger(__name__)
 
 
 def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
@@ -42,21 +47,53 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise PromptError("--max-new-tokens must be at least 1")
     if not args.wait >= 0:  # also NaN
         raise PromptError(f"--wait must be 0 or more seconds, got {args.wait}")
-    hearth = Hearth(data_paths(args), model=args.model, weights=args.weights, provider=args.provider,
-                    turn_wait_s=args.wait)
+    paths = data_paths(args)
+    model, why = chat_model(paths, args.conversation, args.model)
+    hearth = Hearth(paths, model=model, weights=args.weights, provider=args.provider, turn_wait_s=args.wait)
     try:
-        return _chat(args, hearth, params)
+        return _chat(args, hearth, params, why)
     finally:
         hearth.close()
 
 
-def _chat(args: argparse.Namespace, hearth: Hearth, params) -> int:
+def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> tuple[str | None, str | None]:
+    """(The model to answer with, and when it is not the one the conversation remembers, why): the
+    requested one; else the remembered one while it still resolves (a catalog name, an existing path);
+    else the default."""
+    from engine.loader import resolve_gguf
+
+    remembered = None
+    if paths.conversations_db.exists():  # a new data dir remembers nothing; the turn creates the database
+        probe = Hearth(paths)
+        try:
+            remembered = probe.conversation_model(conversation)
+        except ConversationError as exc:  # the turn itself reports what is wrong with the database
+            log.debug("cannot read the model %s was last used with: %s", conversation, exc)
+        finally:
+            probe.close()
+    if remembered is None:
+        return requested, None
+    if requested is not None:
+        return requested, None if model_key_for(requested) == remembered else f"last used with {remembered}"
+    if remembered == ModelLibrary(paths).default_name():  # the default (the one 'hearth-cli model use' chose)
+        return None, None  # the default model is found by its own rules (a packaged build ships it converted)
+    try:
+        resolve_gguf(paths, remembered)
+    except HearthError as exc:
+        return None, f"last used with {remembered}, which is not available ({exc})"
+    return remembered, None
+
+
+def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = None) -> int:
     request = TurnRequest(args.conversation, args.message, params, args.max_new_tokens, args.system)
     try:
         model = hearth.load(Progress("converting").setup)
     except HearthError:
         hearth.store_message(request, create=True)  # no model to answer: still keep what was typed
         raise
+    if why is not None:  # the answer comes from another model than last time: say which
+        sys.stderr.write(f"note: conversation {args.conversation} was {why}; {model.label} ({hearth.model_key}) "
+                         "answers this turn\n")
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
 
     def on_event(event) -> None:
@@ -79,6 +116,8 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params) -> int:
         "provider": model.provider,
         "weights": model.weights,
         "timings": turn.timings.as_dict(),
+        "model": model.label,
+        "model_key": hearth.model_key,
     }
     if args.json:
         emit(args, payload, "")
@@ -96,7 +135,14 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params) -> int:
 # conversations ---------------------------------------------------------------------------------------
 def _summary_json(s: ConversationSummary) -> dict:
     return {"id": s.id, "title": s.title, "messages": s.messages, "tokens": s.tokens, "created_ms": s.created_ms,
-            "last_activity_ms": s.updated_ms, "model": s.model}
+            "last_activity_ms": s.updated_ms, "model": s.model, "model_key": s.model_key or None}
+
+
+def _model_shown(s: ConversationSummary) -> str:
+    """A chat's model in a listing: its library name (a GGUF path by its file name), else its label."""
+    if s.model_key:
+        return Path(s.model_key).name if s.model_key.endswith(".gguf") else s.model_key
+    return s.model or "-"
 
 
 def _when(ms: int) -> str:
@@ -105,7 +151,7 @@ def _when(ms: int) -> str:
 
 def cmd_conversations_ls(args: argparse.Namespace) -> int:
     rows = Hearth(data_paths(args)).conversation_summaries()
-    lines = [f"{s.id:<34} {_when(s.updated_ms)}  {s.messages:>4} msg {s.tokens:>7} tok  {s.model or '-':<28} "
+    lines = [f"{s.id:<34} {_when(s.updated_ms)}  {s.messages:>4} msg {s.tokens:>7} tok  {_model_shown(s):<28} "
              f"{s.title or '(untitled)'}" for s in rows]
     lines.append(f"{len(rows)} conversation(s)")
     emit(args, {"conversations": [_summary_json(s) for s in rows]}, "\n".join(lines))
@@ -146,12 +192,16 @@ def cmd_conversations_import(args: argparse.Namespace) -> int:
 # kv ------------------------------------------------------------------------------------------------
 def cmd_kv_ls(args: argparse.Namespace) -> int:
     store = open_checkpoints(args)
+    gone = store.models.gone()
     entries = [{"name": e.name, "path": str(store.path(e.name)), "conversation": e.conversation, "kind": e.kind,
                 "tokens": e.tokens, "bytes": e.bytes, "hits": e.hits, "created_ms": e.created_ms,
-                "last_used_ms": e.last_used_ms, "pinned": e.pinned} for e in store.entries()]
+                "last_used_ms": e.last_used_ms, "pinned": e.pinned, "model": store.model_label(e) or None,
+                "model_fingerprint": e.model_fp.hex() or None, "model_gone": e.model_fp in gone}
+               for e in store.entries()]
     payload = {"store": str(store.root), "bytes": store.total_bytes(), "budget": store.budget_bytes, "entries": entries}
     lines = [f"{e['name']}  {e['kind']:<12} {e['tokens']:>7} tok {e['bytes'] / 2**20:>8.1f} MiB  "
-             f"{e['conversation'] or ''}" for e in entries]
+             f"{(e['model'] or 'unknown model') + (' (gone)' if e['model_gone'] else ''):<36} {e['conversation'] or ''}"
+             for e in entries]
     lines.append(f"{len(entries)} checkpoint(s), {payload['bytes'] / 2**20:.1f} MiB of {store.budget_bytes / 2**20:.0f} MiB")
     emit(args, payload, "\n".join(lines))
     return 0

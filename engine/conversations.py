@@ -97,6 +97,11 @@ MIGRATIONS: list[str] = [
     CREATE TABLE imports (id TEXT PRIMARY KEY, started_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL);
     CREATE INDEX conversations_by_import ON conversations(import_id) WHERE import_id IS NOT NULL;
     """,
+    # 4: the model a conversation was last used with, as what runs it: a library name or a GGUF path
+    # (``model`` keeps its label in words, for display). '' until a turn records one.
+    """
+    ALTER TABLE conversations ADD COLUMN model_key TEXT NOT NULL DEFAULT '';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -272,20 +277,33 @@ class ConversationStore:
         """One row per conversation for the browser: counts come from one grouped query."""
         with self._tx() as db:
             rows = db.execute(
-                "SELECT c.id, c.title, c.created_ms, c.updated_ms, c.model, COUNT(m.id) "
+                "SELECT c.id, c.title, c.created_ms, c.updated_ms, c.model, COUNT(m.id), c.model_key "
                 "FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id "
                 f"WHERE c.deleted_ms IS NULL AND {visible('c.')} GROUP BY c.id ORDER BY c.updated_ms DESC").fetchall()
-        return [{"id": r[0], "title": r[1], "created_ms": r[2], "updated_ms": r[3], "model": r[4], "messages": r[5]}
-                for r in rows]
+        return [{"id": r[0], "title": r[1], "created_ms": r[2], "updated_ms": r[3], "model": r[4], "messages": r[5],
+                 "model_key": r[6]} for r in rows]
 
     def models(self) -> list[str]:
         with self._tx() as db:
             return [r[0] for r in db.execute("SELECT DISTINCT model FROM conversations WHERE model != '' AND "
                                              f"{visible()} ORDER BY 1")]
 
-    def set_model(self, conversation_id: str, model: str) -> None:
+    def set_model(self, conversation_id: str, model: str, model_key: str | None = None) -> None:
+        """Record the model a turn ran on: ``model`` its label in words, ``model_key`` (when given) the
+        library name or GGUF path that runs it again."""
         with self._tx() as db:
-            db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+            if model_key is None:
+                db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+            else:
+                db.execute("UPDATE conversations SET model = ?, model_key = ? WHERE id = ?",
+                           (model, model_key, conversation_id))
+
+    def model_key(self, conversation_id: str) -> str:
+        """The library name or GGUF path the conversation was last used with; "" when none (or no such
+        conversation)."""
+        with self._tx() as db:
+            row = db.execute("SELECT model_key FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return row[0] if row else ""
 
     # trash: delete with undo ----------------------------------------------------------------------------
     def trash(self, ids: list[str]) -> None:
@@ -380,6 +398,8 @@ class ConversationStore:
         copy = self.create(title=f"{src.title or 'New chat'} (branch)", system_prompt=src.system_prompt,
                            settings=src.settings, model=src.model)
         with self._write() as db:
+            db.execute("UPDATE conversations SET model_key = (SELECT model_key FROM conversations WHERE id = ?) "
+                       "WHERE id = ?", (conversation_id, copy.id))
             db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
                            [(copy.id, i, m.role, m.content, m.created_ms) for i, m in enumerate(msgs)])
         return copy

@@ -94,3 +94,30 @@ class ModelTooLargeError(HearthError):
 
 class DownloadCancelledError(ModelFetchError):
     """The user cancelled a download; nothing was installed (a partial file is kept to resume)."""
+
+
+class ConversionCancelledError(HearthError):
+    """The person cancelled a model's conversion; nothing half-built was kept, so the next load starts over."""
+
+
+class PreferencesError(HearthError):
+    """A preference that cannot be kept (out of range, wrong kind); the message names it and its bounds."""
+
+
+class ContextFullError(PromptError):
+    """The conversation the model would have to read is longer than its context window.
+
+    ``tokens`` and ``limit`` are the numbers behind the message; ``policy`` is the chat's context policy
+    when it was refused ("stop": letting the chat drop its oldest messages would help; "drop_oldest":
+    even the newest message alone does not fit)."""
+
+    def __init__(self, tokens: int, limit: int, policy: str = "stop", message: str | None = None):
+        if message is None:
+            message = (f"This chat is {tokens:,} tokens, but the model reads at most {limit:,}. Start a new chat "
+                       "(it keeps the system prompt) or let this chat drop its oldest messages.")
+        super().__init__(message)
+        self.tokens, self.limit, self.policy = tokens, limit, policy
+
+
+class ContextPolicyError(HearthError):
+    """A chat's setting for what happens when it outgrows the context is not one of the choices."""

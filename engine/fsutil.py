@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -38,9 +38,12 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
         raise
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+def sha256_file(path: Path, chunk: int = 1 << 20, check: Callable[[], None] | None = None) -> str:
+    """The file's SHA-256; ``check`` runs between chunks and may raise to stop a long hash (a cancel)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
             h.update(block)
+            if check is not None:
+                check()
     return h.hexdigest()

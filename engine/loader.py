@@ -12,6 +12,7 @@ from engine.arch import architecture_for, fp16_activations_ok
 from engine.errors import ModelFileError, ModelNotFoundError, ModelNotInstalledError, ProviderError
 from engine.generation import Engine
 from engine.library import ModelLibrary, chosen_model
+from engine.model.conversion_steps import Cancel, StepFn, step_reporter
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
 from engine.model.gguf_file import GGUFModel
@@ -146,14 +147,20 @@ def load_engine(
     provider: str = "auto",
     threads: int | None = None,
     convert_progress: ProgressFn | None = None,
+    convert_report: StepFn | None = None,
+    cancel: Cancel = None,
 ) -> tuple[Engine, ConvertedModel, float]:
     """(engine, the conversion it runs, load time in ms including any conversion).
+
+    ``convert_report(done, total, step)`` hears each step of a conversion and then "starting the model";
+    ``cancel`` stops a conversion between its steps (ConversionCancelledError, nothing kept).
 
     The graph is chosen before any session is made, so a load makes one model session: ``weights``'
     CUDA variant when CUDA may run here (``cuda_variant``), on CUDA only; otherwise, or when that
     session cannot run on CUDA after all, ``weights`` itself.
     """
     start = time.perf_counter()
+    report = step_reporter(convert_progress, convert_report)
     gguf, shipped = locate_model(paths, model, weights)
     may_use_cuda = "cuda" in providers.candidate_providers(provider) and not providers.cuda_unavailable()
     fallback = ""
@@ -165,14 +172,17 @@ def load_engine(
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
         # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
         # fingerprint, so saved context carries over. It is chosen for CUDA, so it runs there or not at all.
-        converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), progress=convert_progress)
+        converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), report=report, cancel=cancel)
+        _starting(report)
         try:
             engine = Engine.load(converted, "cuda", threads, cpu_fallback=False)
             log.info("running %s as %s on CUDA", weights, variant)
             return engine, converted, (time.perf_counter() - start) * 1000
         except ProviderError as exc:
             fallback = exc.reason
-    converted = shipped or ensure_converted(gguf, weights, converted_root(paths, gguf, weights), progress=convert_progress)
+    converted = shipped or ensure_converted(gguf, weights, converted_root(paths, gguf, weights), report=report,
+                                            cancel=cancel)
+    _starting(report)
     engine = Engine.load(converted, "cpu" if fallback else provider, threads)
     if fallback:
         engine.runner.provider_note = providers.fallback_note(provider, fallback)
@@ -180,3 +190,9 @@ def load_engine(
         # A CPU bundle without the GGUF: nothing to build the CUDA variant from (the GPU build ships the GGUF).
         log.warning("running %s as is on CUDA: fetch the model ('hearth-cli model fetch') for its CUDA variant", weights)
     return engine, converted, (time.perf_counter() - start) * 1000
+
+
+def _starting(report: StepFn | None) -> None:
+    """Say that the model's session is being made (seconds for a large model; not cancellable)."""
+    if report is not None:
+        report(0, 0, "starting the model")

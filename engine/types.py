@@ -113,7 +113,8 @@ class ProgressPhase(StrEnum):
 class SetupProgress:
     stage: SetupStage
     done: int
-    total: int
+    total: int  # 0: how far along is not known (a busy indicator)
+    step: str = ""  # what is being done now, in words: "layer 12 of 30", "writing the graph"
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class ConversationSummary:
     model: str
     messages: int
     tokens: int = 0  # tokens of saved context, 0 when none
+    model_key: str = ""  # the model it was last used with, as a library name or GGUF path ("" before it had one)
 
 
 # a turn --------------------------------------------------------------------------------------------------
@@ -276,6 +278,9 @@ class TurnRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     system_prompt: str | None = None  # set the conversation's system prompt first, when given
+    # What to do when the chat outgrows the context, when the chat's own setting does not say:
+    # "stop" or "drop_oldest" (engine/session/context_policy.py); None: "stop".
+    context_policy: str | None = None
 
 
 # the events a turn (or opening a conversation) reports, in order -----------------------------------------
@@ -293,12 +298,14 @@ class Accepted:
     conversation: str
     user_seq: int | None
     messages: tuple[Message, ...]  # what is stored now, turns added by other processes included
+    dropped_messages: int = 0  # stored messages before the model's view (policy "drop_oldest")
 
 
 @dataclass(frozen=True)
 class Resumed:
     conversation: str
     resume: Resume
+    dropped_messages: int = 0  # stored messages before the model's view (policy "drop_oldest")
 
 
 @dataclass(frozen=True)
@@ -340,6 +347,7 @@ class Finished:
     save: SaveResult | None
     timings: Timings
     model: ModelInfo
+    dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
 
 
 @dataclass(frozen=True)
@@ -378,6 +386,9 @@ EventSink = Callable[[TurnEvent], None]
 class ContextState:
     badge: ContextBadge
     tokens: int
+    # The model in words whose saved context this is (its label); with STALE, the other model that saved
+    # it (the loaded model has none for the chat). "" when unknown.
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -388,6 +399,7 @@ class ContextStatus:
     message: str = ""
     tokens: int = 0
     bytes: int = 0
+    model: str = ""  # the model in words whose saved context was checked (STALE: another model's), or ""
 
 
 @dataclass(frozen=True)
@@ -530,3 +542,12 @@ class MemoryFit:
     @property
     def needed_bytes(self) -> int:
         return self.weights_bytes + self.kv_bytes
+
+
+# a chat longer than the context ------------------------------------------------------------------------
+class ContextPolicy(StrEnum):
+    """What a turn does when the chat no longer fits the model's context (a chat's ``context_policy``
+    setting; engine/session/context_policy.py)."""
+
+    STOP = "stop"  # refuse the turn (ContextFullError); the message is not stored
+    DROP_OLDEST = "drop_oldest"  # the model reads the system prompt and the newest messages that fit

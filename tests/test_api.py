@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from engine.api import Hearth, open_conversations, resolve_paths
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore
 from engine.errors import (
     ConversationBusyError,
@@ -46,6 +46,7 @@ from engine.types import (
     Waiting,
 )
 
+from .checkpoint_names import only_conv_path
 from .test_cli import assert_clean_error
 
 GREEDY = SamplingParams.greedy_params()
@@ -110,7 +111,7 @@ def test_the_window_path_never_creates_a_deleted_conversation(hearth):
 
 def test_a_message_that_cannot_fit_is_refused_before_it_is_stored(hearth):
     hearth.conversations.create("long")
-    with pytest.raises(PromptError, match="context window holds"):
+    with pytest.raises(PromptError, match=r"This chat is [\d,]+ tokens, but the model reads at most 256\."):
         hearth.run_turn(TurnRequest("long", "word " * 2000, GREEDY, 4))
     assert hearth.conversations.messages("long") == []  # the conversation is not left ending in it
 
@@ -131,7 +132,7 @@ def test_a_failed_save_never_costs_the_reply(hearth):
     assert first.save.ok
     # Make the checkpoint's path unusable for any user, root included: a directory stands where the
     # file must be renamed to, so the save's write fails.
-    target = hearth.paths.checkpoints / conversation_file("ro")
+    target = only_conv_path(hearth.paths.checkpoints, "ro")
     hearth.forget("ro")
     target.mkdir()
     second = hearth.run_turn(TurnRequest("ro", "and again", GREEDY, 4))
@@ -145,7 +146,7 @@ def test_opening_a_damaged_context_reports_and_rebuilds_it(hearth):
     hearth.open_conversation("d")  # make it live, then switch away so the next open reads the file
     hearth.conversations.create("other")
     assert hearth.open_conversation("other") is None  # no user message: nothing to resume
-    path = hearth.paths.checkpoints / conversation_file("d")
+    path = only_conv_path(hearth.paths.checkpoints, "d")
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))

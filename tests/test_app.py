@@ -20,10 +20,10 @@ from app.main_window import MainWindow
 from app.markdown_view import to_html
 from app.settings_dialog import ChatSettingsDialog
 from app.single_instance import SingleInstance
-from engine.checkpoint.store import conversation_file
 from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
 
+from .checkpoint_names import conv_paths, only_conv_path
 from .qt_helpers import TIMEOUT, collect, flip_byte, new_chat_with_turn, on_ui_thread, send, use_settings, wait_idle
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
@@ -44,7 +44,7 @@ def test_send_streams_the_reply_and_saves_the_turn(qtbot, windows):
     stored = w.store.messages(conv)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[0].content == "hello there"
     assert stored[1].content == w.transcript.messages[-1].text
-    assert (w.config.paths.checkpoints / conversation_file(conv)).exists()
+    assert conv_paths(w.config.paths.checkpoints, conv)
     assert "tokens from scratch" in w.status.resume.text()
     assert w.sidebar.currentItem().text() == "hello there"  # titled from the first message
     qtbot.waitUntil(lambda: w.sidebar.badge(conv) == "live")
@@ -94,7 +94,7 @@ def test_a_damaged_checkpoint_is_reported_rebuilt_and_answers_like_a_clean_run(q
     send(qtbot, w, "tell me something")
     wait_idle(qtbot, w)
     windows.close(w)
-    flip_byte(config.paths.checkpoints / conversation_file(conv), 0.5, 0x40)
+    flip_byte(only_conv_path(config.paths.checkpoints, conv), 0.5, 0x40)
 
     w = windows(wait_ready=False)  # reopens the last chat, finds the damage, rebuilds
     shown: list[str] = []  # what the banner said when the rebuild started (it is quick on the tiny model)
@@ -128,8 +128,7 @@ def test_deleting_a_chat_removes_its_checkpoint(qtbot, windows, config):
     conv = w.new_chat()
     send(qtbot, w, "soon gone")
     wait_idle(qtbot, w)
-    path = config.paths.checkpoints / conversation_file(conv)
-    assert path.exists()
+    path = only_conv_path(config.paths.checkpoints, conv)
     w.delete_current(confirm=False)
     qtbot.waitUntil(lambda: not path.exists(), timeout=TIMEOUT)
     assert w.store.get(conv) is None and w.sidebar.item_for(conv) is None
@@ -326,7 +325,7 @@ def test_a_failed_checkpoint_save_keeps_the_reply_and_says_so(qtbot, windows, co
     assert turn.reply_seq == w.store.messages(conv)[1].seq
     assert shown(w) == stored(w, conv)
     assert "context not saved: could not save" in w.transcript.messages[-1].note.text()
-    assert not (checkpoints / conversation_file(conv)).exists()
+    assert not conv_paths(checkpoints, conv)
 
 
 def test_a_message_too_long_for_the_context_is_refused_and_given_back(qtbot, windows):
@@ -339,7 +338,8 @@ def test_a_message_too_long_for_the_context_is_refused_and_given_back(qtbot, win
     assert w.transcript.pending_message.text == long_text  # shown at once, pending
     w.composer.setPlainText("typed meanwhile")
     qtbot.waitUntil(lambda: not w.turns.running(), timeout=TIMEOUT)
-    assert "context window holds 256" in w.status.resume.text()
+    block = w.transcript.context_limit
+    assert block.isVisible() and "but the model reads at most 256" in block.message.text()
     assert w.composer.toPlainText() == long_text + "\ntyped meanwhile"
     assert w.transcript.pending_message is None and shown(w) == before == stored(w, conv)
     assert len(w.transcript.messages) == 2 and w.send_button.isEnabled()
@@ -532,8 +532,8 @@ def test_window_uses_no_files_outside_its_data_dir(tmp_path, tiny_gguf, tiny_dir
     lock = TurnLock(data / "locks", conv).path.name
     assert files(data) == {
         "conversations.sqlite3", "window.ini", "models", "locks", f"locks/{lock}", "converted",
-        "checkpoints", f"checkpoints/{conversation_file(conv)}", "checkpoints/index.sqlite3",
-        "checkpoints/store.lock", "checkpoints/throughput.json"}
+        "checkpoints", f"checkpoints/{only_conv_path(data / 'checkpoints', conv).name}", "checkpoints/index.sqlite3",
+        "checkpoints/store.lock", "checkpoints/throughput.json", "checkpoints/models.json"}
 
 
 def test_the_installed_pyside_counts_references_on_emit():
@@ -640,7 +640,7 @@ def test_a_message_sent_during_a_rebuild_waits_for_it(qtbot, windows, real_confi
     send(qtbot, w, notes)
     wait_idle(qtbot, w)
     windows.close(w)
-    flip_byte(real_config.paths.checkpoints / conversation_file(conv), 1 / 3, 0x08)
+    flip_byte(only_conv_path(real_config.paths.checkpoints, conv), 1 / 3, 0x08)
 
     w = windows(real_config, wait_ready=False)
     order: list[str] = []

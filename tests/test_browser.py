@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 from engine.checkpoint.store import conversation_file
 from engine.types import BundleExported, BundleImported
 
+from .checkpoint_names import conv_paths, only_conv_path
 from .qt_helpers import TIMEOUT, new_chat_with_turn, send, wait_idle
 
 TOPICS = ["river delta sediment", "crème brûlée caramel", "C++ templates (SFINAE)", "東京 天気 予報",
@@ -172,8 +173,7 @@ def test_duplicate_as_branch_copies_messages_and_saved_context(qtbot, browser):
     type_query(qtbot, browser, "original")
     assert browser.proxy.rowCount() == 2
     branch = next(i for i in browser.ids_shown() if i != conv)
-    path = w.config.paths.checkpoints / conversation_file(branch)
-    qtbot.waitUntil(path.exists, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: bool(conv_paths(w.config.paths.checkpoints, branch)), timeout=TIMEOUT)
 
 
 def test_verify_all_finds_a_planted_damaged_checkpoint_and_drop_context(qtbot, browser):
@@ -182,7 +182,7 @@ def test_verify_all_finds_a_planted_damaged_checkpoint_and_drop_context(qtbot, b
     for text in ("first saved chat", "second saved chat"):
         convs.append(new_chat_with_turn(qtbot, w, text))
     w.new_chat()
-    damaged = w.config.paths.checkpoints / conversation_file(convs[0])
+    damaged = only_conv_path(w.config.paths.checkpoints, convs[0])
     data = bytearray(damaged.read_bytes())
     data[-7] ^= 0x01
     damaged.write_bytes(bytes(data))
@@ -241,7 +241,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert isinstance(done[-1], BundleExported) and (done[-1].conversations, done[-1].contexts) == (1, 1)
     w.delete_current(confirm=False)  # gone: chat and saved context
-    qtbot.waitUntil(lambda: not (w.config.paths.checkpoints / conversation_file(conv)).exists(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not conv_paths(w.config.paths.checkpoints, conv), timeout=TIMEOUT)
     ids = import_bundle(qtbot, browser, bundle)
     assert ids == [conv]
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
@@ -276,7 +276,8 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     sessions.save("turn")
     bundle = tmp_path / "foreign.hearth"
     # Signed with this installation's key: trusted, so only the model fingerprint can turn it away.
-    write_bundle(bundle, doc, {conv: sessions.store.path(conversation_file(conv))}, install_key(w.config.paths.data))
+    theirs = sessions.store.path(conversation_file(conv, sessions.identity.model_fp))
+    write_bundle(bundle, doc, {conv: theirs}, install_key(w.config.paths.data))
     done: list = []
     from .qt_helpers import on_ui_thread
 
@@ -286,7 +287,7 @@ def test_a_bundle_from_another_model_keeps_the_chat_and_rebuilds_its_context(qtb
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "model_mismatch"}
     assert "rebuilt when opened — the saved context was made by a different model" in browser.verify_result.text()
-    assert not (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists()
+    assert not conv_paths(w.config.paths.checkpoints, new_ids[0])
 
 
 @pytest.mark.parametrize("trust", [False, True])
@@ -305,7 +306,7 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     import os
 
-    write_bundle(bundle, to_document(w.store, [conv]), {conv: w.config.paths.checkpoints / conversation_file(conv)},
+    write_bundle(bundle, to_document(w.store, [conv]), {conv: only_conv_path(w.config.paths.checkpoints, conv)},
                  os.urandom(32))  # another installation's key
     new_ids = import_bundle(qtbot, browser, bundle, trust)
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
@@ -314,7 +315,7 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
     else:
         assert done[-1].used == () and dict(done[-1].rebuilt) == {new_ids[0]: "untrusted"}
         assert "saved context from another installation: rebuilt" in browser.verify_result.text()
-    assert (w.config.paths.checkpoints / conversation_file(new_ids[0])).exists() == trust
+    assert bool(conv_paths(w.config.paths.checkpoints, new_ids[0])) == trust
 
 
 def import_bundle(qtbot, browser, path, trust=None) -> list[str]:

@@ -24,7 +24,7 @@ from engine.bundle_install import FOREIGN, install_contexts
 from engine.checkpoint.format import HEADER_SIZE, Identity
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import VALID, checkpoint_status
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore
 from engine.checkpoint.writer import NewRecord, write_new
 from engine.errors import HearthError, TransferError
 from engine.install_key import KEY_FILE, install_key
@@ -32,6 +32,7 @@ from engine.paths import resolve_paths
 from engine.transfer import to_document
 from engine.types import SamplingParams, TurnRequest
 
+from .checkpoint_names import conv_paths
 from .test_cli import assert_clean_error, run_cli
 
 A, B = "conv-a", "conv-b"
@@ -70,7 +71,11 @@ def target(tmp_path, tiny_dir):
 
 
 def store_path(home: Path, cid: str) -> Path:
-    return home / "checkpoints" / conversation_file(cid)
+    """The conversation's one checkpoint (every home here runs the tiny model); with none, a path that
+    does not exist."""
+    found = conv_paths(home / "checkpoints", cid)
+    assert len(found) <= 1, found
+    return found[0] if found else home / "checkpoints" / "absent.hkv"
 
 
 def document(home: Path, ids: list[str]) -> dict:

@@ -186,7 +186,7 @@ def test_terminal_chat_session(tmp_path, tiny_gguf):
     reused = [int(n) for n in re.findall(r"(\d+) tokens reused", out)]
     assert reused[0] == 0 and reused[1] > 10  # the second turn resumes from the live KV cache
     assert "Commands:" in out and "(system prompt set)" in out
-    assert "(!) the conversation is" in out  # a too-long message is refused, the chat goes on
+    assert "(!) This chat is" in out  # a too-long message is refused, the chat goes on
     assert "Traceback" not in proc.stderr
     # talk's conversation is stored like any other: both turns, the refused message not among them
     listed = json.loads(run_cli("conversations", "ls", "--data-dir", str(tmp_path), "--json").stdout)["conversations"]

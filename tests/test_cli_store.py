@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint.store import conversation_file
 from engine.conversations import ConversationStore
 
+from .checkpoint_names import only_conv_path
 from .test_cli import assert_clean_error, run_cli
 
 CHAT_KEYS = {"conversation", "reply", "tokens", "stop_reason", "resume", "save", "context", "provider", "weights",
@@ -52,7 +52,7 @@ def test_chat_resumes_across_processes_and_stores_the_text(home, tiny_gguf):
 
 def test_chat_reports_a_damaged_checkpoint_and_rebuilds(home, tiny_gguf):
     assert chat(home, "--conversation", "c", "--message", "one", model=tiny_gguf).returncode == 0
-    path = home / "checkpoints" / conversation_file("c")
+    path = only_conv_path(home / "checkpoints", "c")
     data = bytearray(path.read_bytes())
     data[len(data) // 3] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -70,7 +70,7 @@ def test_kv_ls_inspect_verify_gc(home, tiny_gguf):
     listing = json.loads(run_cli("kv", "ls", "--json", home=home).stdout)
     kinds = sorted(e["kind"] for e in listing["entries"])
     assert kinds == ["conversation", "conversation", "prefix"] and listing["budget"] == 2 << 30
-    path = home / "checkpoints" / conversation_file("a")
+    path = only_conv_path(home / "checkpoints", "a")
     info = json.loads(run_cli("kv", "inspect", str(path), "--json", home=home).stdout)
     assert info["problem"] is None and info["header"]["layers"] == 2 and len(info["records"]) == 2
     assert info["tokens"] == info["records"][-1]["end"]
@@ -83,9 +83,10 @@ def test_kv_ls_inspect_verify_gc(home, tiny_gguf):
     assert bad.returncode == 1
     (result,) = json.loads(bad.stdout)["files"]
     assert result["status"] == "damaged" and result["reason"] == "checksum"
+    b_file = only_conv_path(home / "checkpoints", "b").name
     ConversationStore(home / "conversations.sqlite3").delete("b")
     gc = json.loads(run_cli("kv", "gc", "--budget-mb", "64", "--json", home=home).stdout)
-    assert conversation_file("b") in gc["orphans"] and gc["budget"] == 64 << 20
+    assert b_file in gc["orphans"] and gc["budget"] == 64 << 20
     assert json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["budget"] == 64 << 20
 
 
@@ -95,7 +96,7 @@ def test_kv_encoding_is_remembered_and_inspect_shows_it(home, tiny_gguf):
     assert run_cli("kv", "encoding", "int8", home=home).returncode == 0
     assert "int8" in run_cli("kv", "encoding", home=home).stdout
     assert chat(home, "--conversation", "a", "--message", "hi", model=tiny_gguf).returncode == 0
-    path = home / "checkpoints" / conversation_file("a")
+    path = only_conv_path(home / "checkpoints", "a")
     info = json.loads(run_cli("kv", "inspect", str(path), "--json", home=home).stdout)
     h = info["header"]
     assert h["encoding"] == "int8" and h["layout"] == 2 and info["problem"] is None

@@ -24,17 +24,17 @@ from engine.checkpoint.format import (
     xxh,
 )
 from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore
 from engine.generation import Engine
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.session import DISK, REBUILT, ChatSessions
 from engine.text.chat_template import ChatTemplate
+from tests.checkpoint_names import conv_path
 from tests.dialogues import GREEDY, SYSTEM, TURN1, TURN2, TURN3
 
 OTHER = [SYSTEM, {"role": "user", "content": "another chat entirely"}]
 OTHER2 = OTHER + [{"role": "assistant", "content": "sure"}, {"role": "user", "content": "more of it"}]
-CONV = conversation_file("c")
 MAX_PEAK = 4 << 20  # the tiny model's whole KV is 64 KiB; a hostile header would ask for gigabytes
 
 
@@ -56,7 +56,7 @@ def write_conversation(engine: Engine, root: Path, conv: str, *turns: list[dict]
     for msgs in turns:
         s.sync(conv, msgs)
         s.save("turn")
-    return (root / conversation_file(conv)).read_bytes()
+    return conv_path(root, engine, conv).read_bytes()
 
 
 def scan(data: bytes, tmp: Path) -> list[RecordInfo]:
@@ -86,7 +86,7 @@ def run_case(lab: Lab, tmp: Path, data: bytes | None, with_prefix: bool = False,
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir()
     if data is not None:
-        (root / CONV).write_bytes(data)
+        conv_path(root, lab.engine).write_bytes(data)
     if with_prefix:
         (root / lab.prefix_name).write_bytes(lab.prefix)
     sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
@@ -159,19 +159,19 @@ def test_damage_everywhere_falls_back_to_the_shared_prefix(lab, tmp_path):
 def test_a_file_damaged_beyond_repair_is_deleted_and_rewritten(lab, tmp_path):
     root = tmp_path / "case"
     root.mkdir()
-    (root / CONV).write_bytes(flip(lab.golden, 20))
+    conv_path(root, lab.engine).write_bytes(flip(lab.golden, 20))
     sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
     _, report = sessions.prepare("c", TURN3)
-    assert report.reason == Reason.CHECKSUM and not (root / CONV).exists()
+    assert report.reason == Reason.CHECKSUM and not conv_path(root, lab.engine).exists()
 
 
 def test_a_damaged_tail_is_cut_back_to_the_last_good_record(lab, tmp_path):
     root = tmp_path / "case"
     root.mkdir()
-    (root / CONV).write_bytes(flip(lab.golden, lab.records[-1].offset + 40))
+    conv_path(root, lab.engine).write_bytes(flip(lab.golden, lab.records[-1].offset + 40))
     _, report = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False).prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM
-    assert (root / CONV).stat().st_size == lab.records[0].end_offset
+    assert conv_path(root, lab.engine).stat().st_size == lab.records[0].end_offset
 
 
 # sweeps over the whole file ----------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_rows_of_a_failed_record_do_not_linger_in_the_cache(lab, tmp_path):
     last = lab.records[-1]
     root = tmp_path / "case"
     root.mkdir()
-    (root / CONV).write_bytes(flip(lab.golden, last.end_offset - 3))
+    conv_path(root, lab.engine).write_bytes(flip(lab.golden, last.end_offset - 3))
     sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
     _, report = sessions.prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM and lab.engine.cache.length == lab.records[0].end
@@ -319,7 +319,7 @@ def test_rows_of_a_failed_record_do_not_linger_in_the_cache(lab, tmp_path):
 def test_a_checkpoint_that_cannot_be_read_is_an_io_error(lab, tmp_path):
     root = tmp_path / "case"
     root.mkdir()
-    (root / CONV).mkdir()  # something unreadable where the file should be
+    conv_path(root, lab.engine).mkdir()  # something unreadable where the file should be
     sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
     turn = sessions.generate("c", TURN3, GREEDY, 12)
     assert turn.resume.reason == Reason.IO_ERROR and turn.resume.source == REBUILT

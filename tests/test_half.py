@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore
 from engine.generation import Engine
 from engine.sampling import SamplingParams
 from engine.session import DISK, ChatSessions
+from tests.checkpoint_names import conv_path
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a question about half floats"}]
 FOLLOW = MSGS + [{"role": "assistant", "content": "an answer"}, {"role": "user", "content": "and another"}]
@@ -43,7 +44,7 @@ def test_an_fp16_checkpoint_loads_into_an_fp32_cache_and_back(tiny_converted, tm
     full = Engine.load(tiny_converted("int4"), "cpu")
     half = Engine.load(tiny_converted("int4-half"), "cpu")
     _save(half, tmp_path / "from-half")
-    with CheckpointReader(tmp_path / "from-half" / conversation_file("c")) as r:
+    with CheckpointReader(conv_path(tmp_path / "from-half", half)) as r:
         assert r.read_header().shape.dtype == "float16"
         records, _ = r.scan()
     per_token = 2 * 2 * 2 * 16 * 2  # layers × K,V × kv heads × head dim × 2 bytes

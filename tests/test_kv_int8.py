@@ -32,12 +32,12 @@ from engine.checkpoint.format import (
 from engine.checkpoint.int8 import dequantize_into, quantize_layer
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import DAMAGED, checkpoint_status
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore
 from engine.generation import Engine
 from engine.session import DISK, LIVE, REBUILT, ChatSessions
+from tests.checkpoint_names import conv_path
 from tests.dialogues import GREEDY, TURN1, TURN2, TURN3
 
-CONV = conversation_file("c")
 STEP = 1 / 254 * (1 + 2**-10)  # half a code step of the row's absmax, plus float16's rounding of the scale
 
 
@@ -46,7 +46,7 @@ def write(engine: Engine, root: Path, encoding: str | None, *turns: list[dict], 
     for msgs in turns:
         s.sync(conv, msgs)
         s.save("turn")
-    return root / conversation_file(conv)
+    return conv_path(root, engine, conv)
 
 
 def read_file(path: Path):
@@ -90,7 +90,7 @@ def test_int8_round_trip_restores_rows_within_tolerance_and_answers_alike(tiny_c
     live.sync("c", TURN1)
     assert live.save("turn").ok
     keys, values = engine.cache.export()
-    header, records, problem = read_file(tmp_path / CONV)
+    header, records, problem = read_file(conv_path(tmp_path, engine))
     assert header.layout == LAYOUT_INT8_ROWS and header.encoding == "int8" and problem is None
     shape = header.shape
     per_token = shape.n_layers * 2 * shape.n_kv_heads * (shape.head_dim + 2)
@@ -110,7 +110,7 @@ def test_int8_round_trip_restores_rows_within_tolerance_and_answers_alike(tiny_c
     assert np.abs(logits_disk - logits_live).max() < 0.01 * np.abs(logits_live).max()
     assert logits_disk.argmax() == logits_live.argmax()
     assert engine.generate(prompt_disk, GREEDY, 12, ready_logits=logits_disk).tokens == reply_live
-    with CheckpointReader(tmp_path / CONV) as r:
+    with CheckpointReader(conv_path(tmp_path, engine)) as r:
         good, problem = r.verify_all(engine.tokenizer.vocab_size)
     assert problem is None and len(good) == 1
 
@@ -162,7 +162,7 @@ def test_the_store_remembers_the_encoding_and_sessions_use_it(tiny_converted, tm
     s = ChatSessions(engine, again, adaptive=False)
     assert s.kv_encoding == "int8"
     s.generate("c", TURN1, GREEDY, 4)
-    assert read_file(tmp_path / CONV)[0].encoding == "int8"
+    assert read_file(conv_path(tmp_path, engine))[0].encoding == "int8"
     (prefix,) = again.entries(kind="prefix")  # the shared prefix is written in the same encoding
     assert read_file(tmp_path / prefix.name)[0].encoding == "int8"
     assert ChatSessions(engine, again, kv_encoding="exact").kv_encoding == "exact"
@@ -218,7 +218,7 @@ def run_case(lab: Lab, tmp: Path, data: bytes):
     root = tmp / "case"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir()
-    (root / CONV).write_bytes(data)
+    conv_path(root, lab.engine).write_bytes(data)
     turn = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False).generate("c", TURN3, GREEDY, 8)
     assert turn.save is not None and turn.save.ok  # the rebuilt state is saved again
     return turn
@@ -333,7 +333,7 @@ def test_failed_int8_rows_do_not_linger_in_the_cache(lab, tmp_path):
     r0, r1 = lab.records
     root = tmp_path / "case"
     root.mkdir()
-    (root / CONV).write_bytes(flip(lab.golden, r1.end_offset - 40))  # a code near the end of record 1
+    conv_path(root, lab.engine).write_bytes(flip(lab.golden, r1.end_offset - 40))  # a code near the end of record 1
     _, report = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False).prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM and lab.engine.cache.length == r0.end
     for block in lab.engine.cache.host_blocks(r1.start, r1.end):
@@ -458,7 +458,7 @@ def test_int8_checkpoints_move_between_the_gpu_and_the_cpu(cuda_engine, real_eng
         writer.reset()
         first = ChatSessions(writer, CheckpointStore(root), adaptive=False, kv_encoding="int8")
         said = first.generate("c", question, GREEDY, 12)
-        assert read_file(root / CONV)[0].encoding == "int8"
+        assert read_file(conv_path(root, writer))[0].encoding == "int8"
         follow = question + [{"role": "assistant", "content": said.generation.text},
                              {"role": "user", "content": "And of Italy?"}]
         reader.reset()

@@ -330,12 +330,12 @@ def test_verify_and_restore_pass_on_a_good_saved_context(saved_turn):
 
 def test_a_damaged_saved_context_fails_verification(saved_turn):
     from app.self_test import SelfTestFailed, SelfTestReport, verify_and_restore
-    from engine.checkpoint.store import conversation_file
 
+    from .checkpoint_names import only_conv_path
     from .qt_helpers import flip_byte
 
     config, conv = saved_turn
-    flip_byte(config.paths.checkpoints / conversation_file(conv), 0.7, 0x10)
+    flip_byte(only_conv_path(config.paths.checkpoints, conv), 0.7, 0x10)
     with pytest.raises(SelfTestFailed, match="the saved context is damaged") as exc:
         verify_and_restore(config, conv, SelfTestReport(config.paths.data, throwaway=False))
     assert exc.value.step == "verify"

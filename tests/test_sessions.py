@@ -68,10 +68,20 @@ def test_each_architecture_resumes_its_own_saved_context_and_rejects_another_mod
     logits_disk, _, r_disk = new_sessions(converted, tmp_path / "own").sync("c", second)
     assert r_live.source == LIVE and r_disk.source == DISK and r_disk.restored_tokens > 0
     np.testing.assert_array_equal(logits_live, logits_disk)  # bit for bit
-    new_sessions(arch_converted(FOREIGN[name]), tmp_path / "foreign").generate("c", first, GREEDY, 8)
+    foreign = new_sessions(arch_converted(FOREIGN[name]), tmp_path / "foreign")
+    foreign.generate("c", first, GREEDY, 8)
+    theirs = foreign.store.path(conversation_file("c", foreign.identity.model_fp))
+    # Another model's context of the same chat is kept beside this model's, never read for it.
+    logits_cold, _, r_other = new_sessions(converted, tmp_path / "foreign").sync("c", second)
+    assert r_other.source == COLD and r_other.reason is None and theirs.exists()
+    np.testing.assert_allclose(logits_cold, logits_live, atol=1e-4, rtol=1e-4)  # its own answer, from scratch
+    # A file named for this model that holds another model's context is damage: reported, replaced.
+    mine = tmp_path / "foreign" / conversation_file("c", live.identity.model_fp)
+    mine.write_bytes(theirs.read_bytes())
     logits_rebuilt, _, r_foreign = new_sessions(converted, tmp_path / "foreign").sync("c", second)
     assert r_foreign.source == REBUILT and r_foreign.reason == Reason.MODEL_MISMATCH
-    np.testing.assert_allclose(logits_rebuilt, logits_live, atol=1e-4, rtol=1e-4)  # its own answer, from scratch
+    np.testing.assert_allclose(logits_rebuilt, logits_live, atol=1e-4, rtol=1e-4)
+    assert theirs.exists()  # the other model's own file is left alone
 
 
 def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_converted, tmp_path):
@@ -87,10 +97,10 @@ def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_conver
                                                  {"role": "user", "content": "second"}])
     assert report2.source == DISK and report2.restored_tokens == len(prompt)
     assert report2.prefilled_tokens == len(prompt2) - len(prompt)
-    with CheckpointReader(again.store.path(conversation_file("c"))) as r:
+    with CheckpointReader(again.store.path(conversation_file("c", again.identity.model_fp))) as r:
         header = r.read_header()
     assert header.hits == 1 and header.last_used_ms >= header.created_ms  # the usage slot counts restores
-    assert again.store.conversation_entry("c").hits == 1
+    assert again.store.conversation_entry("c", again.identity.model_fp).hits == 1
 
 
 def test_editing_an_earlier_message_prefills_only_the_suffix(tiny_converted, tmp_path):
@@ -129,7 +139,7 @@ def test_turn_saves_write_only_the_new_rows(tiny_converted, tmp_path):
     assert t2.save.new_tokens == t2.save.tokens - t2.resume.reused_tokens - (t2.save.tokens - len(s.engine.tokens))
     assert t2.save.bytes_written < per_token * t2.save.new_tokens + 3 * 128  # record headers only on top
     assert t2.save.bytes_written < t2.save.tokens * per_token  # not a rewrite of the whole context
-    with CheckpointReader(s.store.path(conversation_file("c"))) as r:
+    with CheckpointReader(s.store.path(conversation_file("c", s.identity.model_fp))) as r:
         r.read_header()
         records, problem = r.scan()
     assert problem is None and records[-1].end == t2.save.tokens
@@ -141,7 +151,7 @@ def test_switching_saves_the_conversation_left_and_restores_it(tiny_converted, t
     a, b = chat("chat A"), chat("chat B is different")
     _, prompt_a, _ = s.sync("a", a)
     s.sync("b", b)  # switching away saves "a"
-    assert s.store.conversation_entry("a").tokens == len(prompt_a)
+    assert s.store.conversation_entry("a", s.identity.model_fp).tokens == len(prompt_a)
     _, _, back = s.sync("a", a)
     assert back.source == DISK and back.restored_tokens == len(prompt_a) and back.prefilled_tokens == 1
 
@@ -160,7 +170,7 @@ def test_a_new_conversation_reuses_the_saved_system_prompt(tiny_converted, tmp_p
 def test_forget_drops_live_state_and_checkpoints(tiny_converted, tmp_path):
     s = new_sessions(tiny_converted("int4"), tmp_path)
     s.generate("c", chat("remember me"), GREEDY, 4)
-    path = s.store.path(conversation_file("c"))
+    path = s.store.path(conversation_file("c", s.identity.model_fp))
     assert path.exists()
     assert s.forget("c") == 1
     assert not path.exists() and s.engine.tokens == [] and s.store.entries(conversation="c") == []
@@ -179,7 +189,7 @@ def test_interrupted_long_prefill_resumes_from_the_last_aligned_frontier(tiny_co
 
     logits, prompt, report = s.sync("c", msgs, progress=stop_late, cancel=cancel)
     assert logits is None and len(prompt) > 192
-    entry = s.store.conversation_entry("c")
+    entry = s.store.conversation_entry("c", s.identity.model_fp)
     assert entry.tokens == 128  # saved at 64 and 128; the cancel came before 192
     again = new_sessions(converted, tmp_path, save_align=64)
     _, prompt2, report2 = again.sync("c", msgs)

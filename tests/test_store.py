@@ -21,6 +21,15 @@ from engine.session import DISK, ChatSessions
 GREEDY = SamplingParams.greedy_params()
 
 
+def fp_of(sessions: ChatSessions) -> bytes:
+    return sessions.identity.model_fp
+
+
+def file_of(sessions: ChatSessions, conversation: str) -> str:
+    """The conversation's checkpoint name under the sessions' model."""
+    return conversation_file(conversation, fp_of(sessions))
+
+
 def chat(text: str) -> list[dict]:
     return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
 
@@ -35,14 +44,14 @@ def test_index_survives_restarts_and_heals(sessions, tmp_path):
     sessions.generate("b", chat("two"), GREEDY, 4)
     root = tmp_path / "ck"
     names = {e.name for e in CheckpointStore(root).entries(kind="conversation")}
-    assert names == {conversation_file("a"), conversation_file("b")}
-    (root / conversation_file("a")).unlink()  # a file vanished behind the index's back
+    assert names == {file_of(sessions, "a"), file_of(sessions, "b")}
+    (root / file_of(sessions, "a")).unlink()  # a file vanished behind the index's back
     (root / "index.sqlite3").unlink()  # and the index itself is lost
     for extra in ("index.sqlite3-wal", "index.sqlite3-shm"):
         (root / extra).unlink(missing_ok=True)
     store = CheckpointStore(root)
-    assert [e.name for e in store.entries(kind="conversation")] == [conversation_file("b")]
-    assert store.conversation_entry("b").conversation == "b"  # the owner is found again by name
+    assert [e.name for e in store.entries(kind="conversation")] == [file_of(sessions, "b")]
+    assert store.conversation_entry("b", fp_of(sessions)).conversation == "b"  # the owner is found again by name
 
 
 def test_stale_temp_files_are_removed_at_start(tmp_path):
@@ -58,23 +67,23 @@ def test_budget_evicts_the_lowest_scores_and_protects_newest_and_pinned(sessions
     for i, name in enumerate(["old", "pinned", "busy", "new"]):
         sessions.generate(name, chat(f"conversation {name} " * (i + 1)), GREEDY, 4)
     store = sessions.store
-    store.set_pinned(conversation_file("pinned"), True)
+    store.set_pinned(file_of(sessions, "pinned"), True)
     for _ in range(5):
-        store.touch(conversation_file("busy"))
+        store.touch(file_of(sessions, "busy"))
     # Age "old" and "pinned" so they score low.
     with store._sql() as db:
         db.execute("UPDATE entries SET last_used_ms = last_used_ms - 30 * 86400000 WHERE name IN (?, ?)",
-                   (conversation_file("old"), conversation_file("pinned")))
+                   (file_of(sessions, "old"), file_of(sessions, "pinned")))
     with store._sql() as db:  # "new" is the most recent by a clear margin (touches share a millisecond)
-        db.execute("UPDATE entries SET last_used_ms = last_used_ms + 60000 WHERE name = ?", (conversation_file("new"),))
+        db.execute("UPDATE entries SET last_used_ms = last_used_ms + 60000 WHERE name = ?", (file_of(sessions, "new"),))
     keep = {e.name: e.bytes for e in store.entries()}
-    store.budget_bytes = sum(keep.values()) - keep[conversation_file("old")] // 2
+    store.budget_bytes = sum(keep.values()) - keep[file_of(sessions, "old")] // 2
     evicted = store.enforce_budget()
-    assert evicted == [conversation_file("old")]
+    assert evicted == [file_of(sessions, "old")]
     store.budget_bytes = 1  # nothing but protected entries can go
     store.enforce_budget(protect={"busy"})
     left = {e.name for e in store.entries()}
-    assert {conversation_file("pinned"), conversation_file("new"), conversation_file("busy")} <= left
+    assert {file_of(sessions, "pinned"), file_of(sessions, "new"), file_of(sessions, "busy")} <= left
 
 
 def test_budget_is_remembered(tmp_path):
@@ -91,8 +100,8 @@ def test_gc_removes_orphans_and_checkpoints_of_deleted_conversations(sessions, t
     (root / "stray.hkv").write_bytes(b"not ours")
     store = CheckpointStore(root)
     report = store.gc(live_conversations={"kept"})
-    assert "stray.hkv" in report["orphans"] and conversation_file("deleted") in report["orphans"]
-    assert (root / conversation_file("kept")).exists() and not (root / conversation_file("deleted")).exists()
+    assert "stray.hkv" in report["orphans"] and file_of(sessions, "deleted") in report["orphans"]
+    assert (root / file_of(sessions, "kept")).exists() and not (root / file_of(sessions, "deleted")).exists()
 
 
 HOLD_LOCK = """
@@ -144,7 +153,7 @@ def test_a_read_only_store_reports_and_generation_continues(sessions, tmp_path):
     root = tmp_path / "ck"
     msgs = chat("first")
     first = sessions.generate("c", msgs, GREEDY, 6)
-    files = [root / conversation_file("c"), *root.glob("prefix-*.hkv"), root]
+    files = [root / file_of(sessions, "c"), *root.glob("prefix-*.hkv"), root]
     _make_read_only(files)
     try:
         follow = msgs + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "second"}]

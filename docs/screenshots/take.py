@@ -2,8 +2,8 @@
 
     QT_QPA_PLATFORM=offscreen python docs/screenshots/take.py [--data-dir .test-cache/home]
 
-Writes main-window.png (a chat with code), cache-banner.png (a damaged checkpoint being rebuilt) and
-settings.png (the chat settings dialog) next to this file.
+Writes main-window.png (a chat with code) and cache-banner.png (a damaged checkpoint being rebuilt)
+next to this file. The dialogs, which need no model, are take_dialogs.py's.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ def main() -> None:
 
     from app.config import AppConfig
     from app.main_window import MainWindow
-    from app.settings_dialog import ChatSettingsDialog
     from engine.api import resolve_paths
-    from engine.checkpoint.store import conversation_file
+    from engine.checkpoint.store import conversation_key
 
     _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
     home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
@@ -75,7 +74,7 @@ def main() -> None:
     chat(w, "Here are my notes; summarize them in one sentence.\n\n" + " ".join(
         f"Note {i}: the river rose after the storm and the lanterns by the harbour went out." for i in range(180)))
     w.close()
-    path = config.paths.checkpoints / conversation_file(long_chat)
+    path = next(config.paths.checkpoints.glob(f"{conversation_key(long_chat)}-*.hkv"))
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x20
     path.write_bytes(bytes(data))
@@ -86,13 +85,6 @@ def main() -> None:
     w.grab().save(str(HERE / "cache-banner.png"))
     wait_until(lambda: "Rebuilt" in w.banner.message.text())
     w.grab().save(str(HERE / "cache-banner-done.png"))
-
-    dialog = ChatSettingsDialog("You are a concise assistant. Answer in plain English.",
-                                {"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 512, "seed": 42}, w)
-    dialog.show()
-    wait_until(lambda: True)
-    dialog.grab().save(str(HERE / "settings.png"))
-    dialog.close()
     w.close()
     print("wrote", *sorted(p.name for p in HERE.glob("*.png")))
 

@@ -1,9 +1,10 @@
 """Adaptive resume: restore from disk only when that is faster than reading the text again.
 
 Both rates are measured as the engine runs (restore bytes/s including verification, prefill
-tokens/s) and kept per provider in ``throughput.json`` next to the checkpoints, as moving averages,
-so a restart starts from what this machine did last time. With a tiny model on a fast GPU a prefill
-can beat the disk; on a CPU the disk nearly always wins.
+tokens/s) and kept in ``throughput.json`` next to the checkpoints, as moving averages, so a restart
+starts from what this machine did last time: the disk's rate per provider, the prefill rate per
+provider and model (a tiny model's prefill says nothing of a larger one's, which shares the store).
+With a tiny model on a fast GPU a prefill can beat the disk; on a CPU the disk nearly always wins.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ class Estimate:
 
 
 class Throughput:
-    def __init__(self, path: Path, provider: str):
+    def __init__(self, path: Path, provider: str, model: str = ""):
+        """``model``: a name for the model whose prefill is measured ("" keeps it per provider only)."""
         self.path, self.provider = Path(path), provider
+        self.model_key = f"{provider}:{model}" if model else provider
         self._saved_at = -SAVE_EVERY_S
         read_bps, prefill_tps = DEFAULTS.get(provider, DEFAULTS["cpu"])
         self.read_bps, self.prefill_tps = read_bps, prefill_tps
         try:
-            saved = json.loads(self.path.read_text()).get(provider, {})
-            self.read_bps = _positive(saved.get("read_bps"), read_bps)
-            self.prefill_tps = _positive(saved.get("prefill_tps"), prefill_tps)
+            data = json.loads(self.path.read_text())
+            self.read_bps = _positive(data.get(provider, {}).get("read_bps"), read_bps)
+            self.prefill_tps = _positive(data.get(self.model_key, {}).get("prefill_tps"), prefill_tps)
         except (OSError, ValueError, AttributeError):
             pass
 
@@ -73,7 +76,10 @@ class Throughput:
                 data = {}
         except (OSError, ValueError):
             data = {}
-        data[self.provider] = {"read_bps": self.read_bps, "prefill_tps": self.prefill_tps}
+        figures_by_key = ((self.provider, {"read_bps": self.read_bps}), (self.model_key, {"prefill_tps": self.prefill_tps}))
+        for key, figures in figures_by_key:
+            kept = data.get(key)
+            data[key] = {**(kept if isinstance(kept, dict) else {}), **figures}
         try:
             with atomic_write(self.path) as fh:
                 fh.write(json.dumps(data).encode())

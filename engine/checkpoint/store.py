@@ -1,14 +1,18 @@
 """The checkpoint store: one directory of checkpoint files, an SQLite index over them, a disk budget.
 
-Files are named from what they hold, never from user text: ``conv-<sha256(conversation id)>.hkv``
-for a conversation, ``prefix-<sha256(prefix text)>.hkv`` for a shared prefix (a system prompt and
-the template's preamble, reused by every conversation that starts with it). The index answers "which
-checkpoints could serve this conversation" without listing or opening files; it is reconciled with
-the directory once when the store opens, so a lost or stale index heals itself.
+Files are named from what they hold, never from user text: ``conv-<sha256(conversation id)>-<model>.hkv``
+for a conversation's context under one model, ``prefix-<sha256(prefix text)>-<model>.hkv`` for a shared
+prefix (a system prompt and the template's preamble, reused by every conversation that starts with it),
+``<model>`` being the first 8 bytes of the model fingerprint in hex. So a conversation keeps one
+context per model side by side, and switching models back and forth resumes each from disk. The index
+answers "which checkpoints could serve this conversation" without listing or opening files; it is
+reconciled with the directory once when the store opens, so a lost or stale index heals itself.
+Files named by an older Hearth (no model part) are adopted then: renamed to the name their header gives.
 
-Eviction keeps the store under its budget by dropping the entries with the lowest score: hits
-decayed by age (half-life one week) × tokens ÷ bytes. The entry used most recently, pinned entries
-and the caller's protected conversations are never evicted.
+Eviction keeps the store under its budget: first the files of models whose GGUF is gone (no one can
+use them again; ``model_registry.py``), then those with the lowest score: hits decayed by age
+(half-life one week) × tokens ÷ bytes. The entry used most recently, pinned entries and the caller's
+protected conversations are never evicted.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
 import sqlite3
 import threading
 import time
@@ -25,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.checkpoint.format import CheckpointError, encoding_layout
-from engine.checkpoint.lock import StoreLock
+from engine.checkpoint.lock import StoreBusyError, StoreLock
+from engine.checkpoint.model_registry import KnownModel, ModelRegistry
 from engine.checkpoint.reader import CheckpointReader
 from engine.errors import CheckpointStoreError
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, fsync_dir
 from engine.private_files import private_dir, private_file
 
 log = logging.getLogger(__name__)
@@ -50,7 +57,8 @@ CREATE TABLE IF NOT EXISTS entries (
     created_ms INTEGER NOT NULL,
     last_used_ms INTEGER NOT NULL,
     hits INTEGER NOT NULL DEFAULT 0,
-    pinned INTEGER NOT NULL DEFAULT 0
+    pinned INTEGER NOT NULL DEFAULT 0,
+    label TEXT NOT NULL DEFAULT ''  -- the model's name in words (from the file's header)
 );
 CREATE INDEX IF NOT EXISTS entries_by_conversation ON entries(conversation);
 """
@@ -70,18 +78,52 @@ class Entry:
     last_used_ms: int
     hits: int
     pinned: bool
+    label: str = ""  # the model in words, e.g. "SmolLM2-135M-Instruct-Q4_1 int4"; "" for an unreadable file
 
     def score(self, now_ms: int) -> float:
         age_h = max(0.0, (now_ms - self.last_used_ms) / 3.6e6)
         return (1 + self.hits) * 0.5 ** (age_h / HALF_LIFE_HOURS) * self.tokens / max(1, self.bytes)
 
 
-def conversation_file(conversation: str) -> str:
-    return f"conv-{hashlib.sha256(conversation.encode()).hexdigest()[:32]}{SUFFIX}"
+LEGACY_NAME = re.compile(r"(conv|prefix)-[0-9a-f]{32}\.hkv")  # before contexts were kept per model
+MODEL_TAG_BYTES = 8
 
 
-def prefix_file(text_sha: bytes) -> str:
-    return f"prefix-{text_sha.hex()[:32]}{SUFFIX}"
+def model_tag(model_fp: bytes) -> str:
+    """The model part of a file name."""
+    return model_fp[:MODEL_TAG_BYTES].hex()
+
+
+def conversation_key(conversation: str) -> str:
+    """What every file of ``conversation`` is named with, whatever the model."""
+    return f"conv-{hashlib.sha256(conversation.encode()).hexdigest()[:32]}"
+
+
+def conversation_file(conversation: str, model_fp: bytes) -> str:
+    """The conversation's checkpoint under the model with fingerprint ``model_fp``."""
+    return f"{conversation_key(conversation)}-{model_tag(model_fp)}{SUFFIX}"
+
+
+def legacy_conversation_file(conversation: str) -> str:
+    """The name an older Hearth gave the conversation's one checkpoint (adopted when the store opens)."""
+    return f"{conversation_key(conversation)}{SUFFIX}"
+
+
+def prefix_file(text_sha: bytes, model_fp: bytes) -> str:
+    return f"prefix-{text_sha.hex()[:32]}-{model_tag(model_fp)}{SUFFIX}"
+
+
+_ENTRY_COLUMNS = ("name, conversation, kind, tokens, text_len, text_sha, bytes, model_fp, created_ms, last_used_ms, "
+                  "hits, pinned, label")
+
+
+def _entry(row: tuple) -> Entry:
+    return Entry(*row[:11], bool(row[11]), row[12])
+
+
+def _owner_key(name: str) -> str:
+    """``conv-<sha>`` of a conversation file's name, whatever its model part."""
+    return name[: len("conv-") + 32]
 
 
 class CheckpointStore:
@@ -93,6 +135,7 @@ class CheckpointStore:
         self.budget_bytes = budget_bytes if budget_bytes is not None else self._saved_budget()
         self.kv_encoding = self._saved_encoding()
         self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)
+        self.models = ModelRegistry(self.root / "models.json")
         self._db_lock = threading.RLock()
         try:
             # The busy timeout first, and the switch to WAL under the store lock: two processes opening a
@@ -102,12 +145,20 @@ class CheckpointStore:
             with self.lock.held():
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.executescript(_SCHEMA)
+                self._add_label_column()
                 self.remove_stale_temp_files()
                 self.reconcile()
         except sqlite3.DatabaseError as exc:
             raise CheckpointStoreError(
                 f"the saved-context index in {self.root} cannot be used ({exc}); the disk may be full. Free some space, "
                 f"or delete {self.root} (saved context is a cache: no conversation is lost)") from None
+
+    def _add_label_column(self) -> None:
+        """An index made before labels were kept gets the column; its rows' labels come from their
+        headers at the next reconcile."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(entries)")}
+        if "label" not in columns:
+            self._db.execute("ALTER TABLE entries ADD COLUMN label TEXT NOT NULL DEFAULT ''")
 
     def _settings(self) -> dict:
         try:
@@ -174,14 +225,64 @@ class CheckpointStore:
         return removed
 
     def reconcile(self) -> None:
-        """Drop index rows whose file is gone; index files the index does not know (as orphans)."""
-        on_disk = {p.name for p in self.root.glob(f"*{SUFFIX}") if not p.name.startswith(".")}
+        """Adopt files named by an older Hearth, drop index rows whose file is gone, index files the
+        index does not know (as orphans) and fill in labels the index lacks."""
+        with self.lock.held():
+            self._adopt_legacy()
+            on_disk = {p.name for p in self.root.glob(f"*{SUFFIX}") if not p.name.startswith(".")}
+            with self._sql() as db:
+                known = {row[0] for row in db.execute("SELECT name FROM entries")}
+                for name in known - on_disk:
+                    db.execute("DELETE FROM entries WHERE name = ?", (name,))
+                unlabelled = [row[0] for row in db.execute(
+                    "SELECT name FROM entries WHERE label = '' AND kind != 'orphan'")]
+            for name in sorted(on_disk - known):
+                self._index_unknown(name)
+            for name in sorted(set(unlabelled) & on_disk):
+                self._fill_label(name)
+
+    def _adopt_legacy(self) -> None:
+        """Rename each ``conv-<sha>.hkv`` / ``prefix-<sha>.hkv`` to the per-model name its header gives,
+        keeping its index row (and so its owner). One whose header cannot be read keeps its name: a
+        conversation's is tried, reported and rebuilt when the conversation is next used (see
+        ``conversation_entry``); a shared prefix's is deleted, there being no one to report it to."""
+        for path in sorted(self.root.glob(f"*{SUFFIX}")):
+            if LEGACY_NAME.fullmatch(path.name):
+                try:
+                    self._adopt(path)
+                except OSError as exc:  # it keeps its old name: still found by its conversation, adopted later
+                    log.warning("cannot adopt checkpoint %s: %s", path.name, exc)
+
+    def _adopt(self, path: Path) -> None:
+        try:
+            with CheckpointReader(path) as reader:
+                header = reader.read_header()
+        except CheckpointError as exc:
+            if path.name.startswith("prefix-"):
+                self.remove(path.name, f"an unreadable shared prefix ({exc})")
+            else:
+                log.info("checkpoint %s cannot be read (%s); a session will report and rebuild it", path.name, exc)
+            return
+        target = f"{path.name[:-len(SUFFIX)]}-{model_tag(header.model_fp)}{SUFFIX}"
+        if self.path(target).exists():  # written by this Hearth, so newer: the old one is redundant
+            self.remove(path.name, f"superseded by {target}")
+            return
+        os.replace(path, self.path(target))
+        fsync_dir(self.root)
         with self._sql() as db:
-            known = {row[0] for row in db.execute("SELECT name FROM entries")}
-            for name in known - on_disk:
-                db.execute("DELETE FROM entries WHERE name = ?", (name,))
-        for name in sorted(on_disk - known):
-            self._index_unknown(name)
+            db.execute("DELETE FROM entries WHERE name = ?", (target,))
+            db.execute("UPDATE entries SET name = ?, model_fp = ?, label = ? WHERE name = ?",
+                       (target, header.model_fp, header.label, path.name))
+        log.info("adopted checkpoint %s as %s (%s)", path.name, target, header.label)
+
+    def _fill_label(self, name: str) -> None:
+        try:
+            with CheckpointReader(self.path(name)) as reader:
+                header = reader.read_header()
+        except CheckpointError:
+            return  # judged when a session tries it
+        with self._sql() as db:
+            db.execute("UPDATE entries SET label = ?, model_fp = ? WHERE name = ?", (header.label, header.model_fp, name))
 
     def _index_unknown(self, name: str) -> None:
         """Index a file the index did not know, without judging it: a damaged one is reported (with
@@ -201,17 +302,18 @@ class CheckpointStore:
         self.put(Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
                        last.text_sha if last else b"", path.stat().st_size, header.model_fp if header else b"",
                        created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
-                       False))
+                       False, header.label if header else ""))
 
     # the index ---------------------------------------------------------------------------------------
     def put(self, e: Entry) -> None:
         with self._sql() as db:
-            db.execute("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR REPLACE INTO entries (name, conversation, kind, tokens, text_len, text_sha, bytes, "
+                       "model_fp, created_ms, last_used_ms, hits, pinned, label) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                        (e.name, e.conversation, e.kind, e.tokens, e.text_len, e.text_sha, e.bytes, e.model_fp,
-                        e.created_ms, e.last_used_ms, e.hits, int(e.pinned)))
+                        e.created_ms, e.last_used_ms, e.hits, int(e.pinned), e.label))
 
     def entries(self, conversation: str | None = None, kind: str | None = None) -> list[Entry]:
-        sql, args = "SELECT * FROM entries WHERE 1=1", []
+        sql, args = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE 1=1", []
         if conversation is not None:
             sql += " AND conversation = ?"
             args.append(conversation)
@@ -220,20 +322,54 @@ class CheckpointStore:
             args.append(kind)
         with self._sql() as db:
             rows = db.execute(sql + " ORDER BY last_used_ms DESC", args).fetchall()
-        return [Entry(*row[:11], bool(row[11])) for row in rows]
+        return [_entry(row) for row in rows]
 
     def entry(self, name: str) -> Entry | None:
         with self._sql() as db:
-            row = db.execute("SELECT * FROM entries WHERE name = ?", (name,)).fetchone()
-        return Entry(*row[:11], bool(row[11])) if row else None
+            row = db.execute(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE name = ?", (name,)).fetchone()
+        return _entry(row) if row else None
 
-    def conversation_entry(self, conversation: str) -> Entry | None:
-        """The conversation's checkpoint, re-attaching it to its owner if the index had lost track."""
-        e = self.entry(conversation_file(conversation))
+    def _owned(self, e: Entry | None, conversation: str) -> Entry | None:
+        """Re-attach an entry found by name to its owner, if the index had lost track."""
         if e is not None and e.conversation != conversation:
             e.conversation = conversation
             self.put(e)
         return e
+
+    def conversation_entry(self, conversation: str, model_fp: bytes) -> Entry | None:
+        """The conversation's checkpoint under this model; else a file under the name an older Hearth
+        gave it, which is there only because its header could not be read (trying it reports why)."""
+        e = self.entry(conversation_file(conversation, model_fp)) or self.entry(legacy_conversation_file(conversation))
+        return self._owned(e, conversation)
+
+    def conversation_entries(self, conversation: str) -> list[Entry]:
+        """Every checkpoint of the conversation, whatever its model, most recently used first."""
+        key = conversation_key(conversation)
+        with self._sql() as db:
+            rows = db.execute(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE name = ? OR name LIKE ? "
+                              "ORDER BY last_used_ms DESC", (key + SUFFIX, key + "-%")).fetchall()
+        return [self._owned(_entry(row), conversation) for row in rows]
+
+    # the models -------------------------------------------------------------------------------------------
+    def note_model(self, model_fp: bytes, label: str, gguf: Path | None) -> None:
+        """Remember which model a fingerprint is (its label and GGUF), so its files can be named in
+        words and found gone later. A store that cannot be written only loses that knowledge."""
+        try:
+            with self.lock.held():
+                self.models.note(model_fp, label, gguf)
+        except (OSError, StoreBusyError) as exc:
+            log.warning("could not note the model in %s: %s", self.models.path, exc)
+
+    def known_models(self) -> dict[str, KnownModel]:
+        """Fingerprint (hex) → label, GGUF and last use of every model noted in this store."""
+        return self.models.read()
+
+    def model_label(self, entry: Entry) -> str:
+        """The entry's model in words: its header's label, else what the registry knows, else ""."""
+        if entry.label:
+            return entry.label
+        known = self.models.read().get(entry.model_fp.hex())
+        return known.label if known else ""
 
     def touch(self, name: str) -> None:
         with self._sql() as db:
@@ -258,8 +394,10 @@ class CheckpointStore:
             log.info("removed checkpoint %s: %s", name, why)
 
     def delete_conversation(self, conversation: str) -> int:
-        """Delete every checkpoint of ``conversation``; return how many files went."""
-        names = {e.name for e in self.entries(conversation=conversation)} | {conversation_file(conversation)}
+        """Delete every checkpoint of ``conversation``, under every model; return how many files went."""
+        names = ({e.name for e in self.entries(conversation=conversation)}
+                 | {e.name for e in self.conversation_entries(conversation)}
+                 | {p.name for p in self.root.glob(f"{conversation_key(conversation)}*{SUFFIX}")})
         gone = 0
         for name in names:
             gone += self.path(name).exists()
@@ -267,7 +405,8 @@ class CheckpointStore:
         return gone
 
     def enforce_budget(self, protect: Iterable[str] = ()) -> list[str]:
-        """Evict the lowest-scoring entries until the store fits its budget; return the names evicted."""
+        """Evict until the store fits its budget, every model's files counting: first those of models
+        whose GGUF is gone, then the lowest-scoring; return the names evicted."""
         protected = set(protect)
         evicted: list[str] = []
         with self.lock.held():
@@ -277,12 +416,14 @@ class CheckpointStore:
                 return evicted
             newest = max(entries, key=lambda e: e.last_used_ms).name
             now = int(time.time() * 1000)
+            gone = self.models.gone()
             candidates = [e for e in entries if not e.pinned and e.name != newest
                           and e.name not in protected and e.conversation not in protected]
-            for e in sorted(candidates, key=lambda e: e.score(now)):
+            for e in sorted(candidates, key=lambda e: (e.model_fp not in gone, e.score(now))):
                 if total <= self.budget_bytes:
                     break
-                self.remove(e.name, f"over the {self.budget_bytes >> 20} MiB budget")
+                why = "its model is gone" if e.model_fp in gone else "lowest score"
+                self.remove(e.name, f"over the {self.budget_bytes >> 20} MiB budget ({why})")
                 total -= e.bytes
                 evicted.append(e.name)
         return evicted
@@ -293,10 +434,10 @@ class CheckpointStore:
             temp = self.remove_stale_temp_files()
             self.reconcile()
             dropped = []
-            live_names = None if live_conversations is None else {conversation_file(c) for c in live_conversations}
+            live_keys = None if live_conversations is None else {conversation_key(c) for c in live_conversations}
             for e in self.entries():
                 gone = e.kind == "orphan" or (
-                    live_names is not None and e.kind == "conversation" and e.name not in live_names)
+                    live_keys is not None and e.kind == "conversation" and _owner_key(e.name) not in live_keys)
                 if gone:
                     self.remove(e.name, "no conversation owns it")
                     dropped.append(e.name)

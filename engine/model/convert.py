@@ -1,7 +1,8 @@
 """Convert a GGUF to ONNX once and keep the result, keyed by (GGUF sha256, converter version, precision).
 
 A conversion is built in a temporary directory next to the cache and renamed into place when
-complete, so an interrupted conversion never leaves a half-written model that looks finished. Its
+complete, so an interrupted (or cancelled) conversion never leaves a half-written model that looks
+finished. Its
 ``complete.json`` records the architecture and graph version it was built with; a conversion whose
 architecture has a newer graph since is built again.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from engine.arch import architecture_for, fp16_activations_ok, get_architecture
 from engine.errors import HearthError, ModelFileError, UnsupportedModelError
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
+from engine.model.conversion_steps import CHECKING, READING, Cancel, ConversionSteps, StepFn, step_reporter
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision, get_precision
@@ -57,8 +59,9 @@ def model_fingerprint(gguf_sha256: str, precision: str, architecture: str, graph
     return f"{gguf_sha256}:{converter_version}:{architecture}.{graph_version}:{precision}"
 
 
-def gguf_digest(path: Path) -> str:
-    """SHA-256 of a GGUF, remembered in a sidecar keyed by size and mtime to skip rehashing."""
+def gguf_digest(path: Path, check: Callable[[], None] | None = None) -> str:
+    """SHA-256 of a GGUF, remembered in a sidecar keyed by size and mtime to skip rehashing. ``check`` runs
+    between chunks of a hash and may raise to stop it."""
     path = Path(path)
     st = path.stat()
     sidecar = path.with_name(path.name + ".sha256.json")
@@ -69,7 +72,7 @@ def gguf_digest(path: Path) -> str:
             return cached["sha256"]
     except (OSError, ValueError):
         pass
-    digest = sha256_file(path)
+    digest = sha256_file(path, check=check)
     try:
         with atomic_write(sidecar) as fh:
             fh.write(json.dumps({"stamp": stamp, "sha256": digest}).encode())
@@ -99,32 +102,46 @@ def ensure_converted(
     *,
     logits_mode: str = "last",
     progress: ProgressFn | None = None,
+    report: StepFn | None = None,
+    cancel: Cancel = None,
 ) -> ConvertedModel:
-    """Return the cached conversion, converting first if there is none."""
+    """Return the cached conversion, converting first if there is none.
+
+    ``progress(done, total)`` and ``report(done, total, step)`` hear how far a conversion is (``report``
+    also what it is doing, and steps of unknown length with total 0). ``cancel`` (a CancelToken or a
+    callable) is looked at between steps and layers: once set, ConversionCancelledError is raised and
+    nothing of the conversion is kept, so a later call converts from scratch.
+    """
+    steps = ConversionSteps(Path(gguf_path).name, step_reporter(progress, report), cancel)
     prec = get_precision(precision)
     if not Path(gguf_path).is_file():
         raise ModelFileError(f"model file not found: {gguf_path}")
     if prec.compute == "float16":
         refuse_fp16_overflow(GGUFModel(gguf_path), prec.name)
     # A cache hit needs only the hash; the GGUF is parsed (and validated) only to build.
-    digest = gguf_digest(Path(gguf_path))
+    steps.step(0, 0, CHECKING)
+    digest = gguf_digest(Path(gguf_path), check=steps.check)
     final = conversion_dir(converted_root, digest, prec.name, logits_mode)
     cached = cached_conversion(final, Path(gguf_path), digest, prec.name)
     if cached is not None:
         return cached
+    steps.step(0, 0, READING)
     model = GGUFModel(gguf_path)
     arch = architecture_for(model)
     arch.read_config(model)  # refuse an unsupported model before making anything
+    steps.check()
     converted_root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(converted_root)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=converted_root))
     try:
         log.info("converting %s to ONNX (%s)", Path(gguf_path).name, prec.name)
-        build_onnx(model, prec, tmp, logits_mode=logits_mode, progress=progress,
+        build_onnx(model, prec, tmp, logits_mode=logits_mode, steps=steps,
                    metadata={"hearth.gguf_sha256": digest, "hearth.converter_version": str(CONVERTER_VERSION)})
+        steps.saving()
         with atomic_write(tmp / "complete.json") as fh:
             fh.write(json.dumps({"gguf_sha256": digest, "precision": prec.name, "converter_version": CONVERTER_VERSION,
                                  "architecture": arch.NAME, "graph_version": arch.GRAPH_VERSION}).encode())
+        steps.check()  # the last point a cancel takes effect: after it the conversion is put in place
         if final.exists() and cached_conversion(final, Path(gguf_path), digest, prec.name) is None:
             # Built by an older graph of this architecture: moved aside, removed later as a stale temporary.
             try:
@@ -139,6 +156,7 @@ def ensure_converted(
         fsync_dir(converted_root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    steps.done()
     return ConvertedModel(final / "model.onnx", Path(gguf_path), digest, prec.name, CONVERTER_VERSION,
                           arch.NAME, arch.GRAPH_VERSION)
 
@@ -165,8 +183,11 @@ def build_onnx(
     logits_mode: str = "last",
     metadata: dict[str, str] | None = None,
     progress: ProgressFn | None = None,
+    steps: ConversionSteps | None = None,
 ) -> Path:
-    """Write ``model.onnx`` (+ ``model.onnx.data``) into ``out_dir`` and return the .onnx path."""
+    """Write ``model.onnx`` (+ ``model.onnx.data``) into ``out_dir`` and return the .onnx path.
+
+    ``steps`` (ensure_converted's) hears of each layer and may stop the build there; else ``progress``."""
     from engine.arch.blocks import Graph
 
     if logits_mode not in ("last", "all"):
@@ -174,6 +195,9 @@ def build_onnx(
     arch = architecture_for(model)
     cfg = arch.read_config(model)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if steps is not None:
+        steps.start_layers(cfg.n_layers)
+        progress = steps.graph_progress
     writer = OnnxWriter(out_dir / "model.onnx.data")
     try:
         arch.build(Graph(model, cfg, precision, writer, logits_mode, progress))

@@ -13,6 +13,7 @@ One concern per module:
   repair.py    deleting a damaged file or cutting it back to its last good record
   saving.py    append-only saves, the shared-prefix save, what each file holds
   reports.py   the reports and constants
+  context_policy.py, view_window.py   which stored messages a turn reads when the chat outgrows the context
 Rows move between the cache and the files through the cache's row protocol
 (engine/runtime/kv_protocol.py), so none of these knows the cache's layout.
 """

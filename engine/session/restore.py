@@ -1,8 +1,9 @@
 """Restore planning: fill the engine's KV for one request with the best verified prefix of its prompt.
 
 The sources, in order: the live KV if it is this conversation (``live``); else the conversation's
-checkpoint (``disk``), when the adaptive estimate says reading it beats re-reading its text; else a
-saved shared prefix (the template's preamble and system prompt); else nothing (``cold``). A
+checkpoint under this model (``disk``; other models' files of it are left alone), when the adaptive
+estimate says reading it beats re-reading its text; else this model's saved shared prefix (the
+template's preamble and system prompt); else nothing (``cold``). A
 checkpoint that fails verification is reported (``rebuilt``, with its reason) and the next source is
 tried: first the same file's records before the damage (a shorter frontier), then a shared prefix,
 then a full prefill. A file whose header, identity or first record fails is deleted; a file damaged
@@ -57,7 +58,7 @@ class Restorer:
         else:
             engine.reset(keep_buffers=True)
         report = ResumeReport(LIVE if live else COLD, reused_tokens=live)
-        entry = self.store.conversation_entry(conversation)
+        entry = self.store.conversation_entry(conversation, self.identity.model_fp)
         failure = None
         if entry is not None and (entry.tokens > live or entry.tokens == 0) and not (
                 live_is_ours and self._file_is_ours(conversation)):
@@ -81,7 +82,8 @@ class Restorer:
     def _file_is_ours(self, conversation: str) -> bool:
         """True when the conversation's file is exactly what we last wrote or read: then, with the live
         KV being this conversation, the file holds nothing the live KV lacks."""
-        return self.files.unchanged(conversation, self.store.path(conversation_file(conversation)))
+        path = self.store.path(conversation_file(conversation, self.identity.model_fp))
+        return self.files.unchanged(conversation, path)
 
     def _worth_restoring(self, entry: Entry, have: int, report: ResumeReport) -> bool:
         """Adaptive resume: compare the estimated restore time with re-reading the same tokens."""

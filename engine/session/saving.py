@@ -1,5 +1,6 @@
-"""Saving: write only the rows past what a conversation's file already holds, save a shared prefix
-(the template's preamble and system prompt) once for every conversation that starts with it, and
+"""Saving: write only the rows past what a conversation's file (under this model) already holds, save a
+shared prefix (the template's preamble and system prompt; also per model) once for every conversation
+that starts with it, and
 remember what each file holds so the next save need not read it back.
 
 Rows come from the cache as blocks in the checkpoint's order (``read_rows``: views of the buffers
@@ -118,7 +119,7 @@ class Saver:
         return replace(report, elapsed_ms=(time.perf_counter() - started) * 1000)
 
     def _save_locked(self, conversation: str, tokens: list[int], reason: str, boundaries: Sequence[int]) -> SaveReport:
-        name = conversation_file(conversation)
+        name = conversation_file(conversation, self.identity.model_fp)
         path = self.store.path(name)
         state = self.files.current(conversation, path, self.identity, self.engine.tokenizer.vocab_size)
         n = len(tokens)
@@ -154,12 +155,12 @@ class Saver:
                tokens: list[int], reason: str, new_tokens: int, written: int) -> SaveReport:
         """Remember what the file now holds, in memory and in the index."""
         self.files.remember(conversation, header, records, tokens, path)
-        name = conversation_file(conversation)
+        name = conversation_file(conversation, self.identity.model_fp)
         old = self.store.entry(name)
         last = records[-1]
         self.store.put(Entry(name, conversation, "conversation", last.end, last.text_len, last.text_sha,
                              last.end_offset, self.identity.model_fp, header.created_ms, now_ms(),
-                             old.hits if old else 0, old.pinned if old else False))
+                             old.hits if old else 0, old.pinned if old else False, header.label))
         return SaveReport(True, reason, len(tokens), new_tokens, written)
 
     def save_shared_prefix(self, shared: bytes) -> None:
@@ -170,7 +171,7 @@ class Saver:
         if k < MIN_PREFIX_TOKENS:
             return
         text_sha = hashlib.sha256(shared[:spelled]).digest()
-        name = prefix_file(text_sha)
+        name = prefix_file(text_sha, self.identity.model_fp)
         if self.store.entry(name) is not None:
             return
         tokens = list(engine.tokens[:k])
@@ -180,6 +181,6 @@ class Saver:
                     self.store.path(name), self.identity,
                     [NewRecord(0, tokens, engine.cache.read_rows(0, k), spelled, text_sha, "prefix")], self.encoding)
                 self.store.put(Entry(name, None, "prefix", k, spelled, text_sha, written, self.identity.model_fp,
-                                     header.created_ms, now_ms(), 0, False))
+                                     header.created_ms, now_ms(), 0, False, header.label))
         except (OSError, StoreBusyError) as exc:
             log.warning("could not save the shared prefix: %s", exc)

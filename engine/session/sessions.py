@@ -18,7 +18,7 @@ import numpy as np
 from engine.checkpoint.adaptive import Throughput
 from engine.checkpoint.format import Identity, encoding_layout
 from engine.checkpoint.identity import engine_identity
-from engine.checkpoint.store import CheckpointStore
+from engine.checkpoint.store import CheckpointStore, model_tag
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
 from engine.sampling import SamplingParams
 from engine.session import prefix
@@ -41,9 +41,12 @@ class ChatSessions:
         self.kv_encoding = store.kv_encoding if kv_encoding is None else kv_encoding
         encoding_layout(self.kv_encoding)  # ValueError naming the choices
         self.identity = identity or engine_identity(engine)
+        # The store names this model in words (kv ls) and can later tell its files apart once its GGUF is gone.
+        store.note_model(self.identity.model_fp, self.identity.label,
+                         engine.model.gguf_path if engine.model is not None else None)
         self.save_align = save_align
         self.active: str | None = None
-        self.throughput = Throughput(store.root / "throughput.json", engine.provider)
+        self.throughput = Throughput(store.root / "throughput.json", engine.provider, model_tag(self.identity.model_fp))
         self._lead_len = 0
         self._dirty = False
         self._files = FileStates()
@@ -152,7 +155,7 @@ class ChatSessions:
         return report
 
     def forget(self, conversation: str) -> int:
-        """Clear or delete a conversation: drop its live state and delete its checkpoints."""
+        """Clear or delete a conversation: drop its live state and delete its checkpoints (every model's)."""
         if self.active == conversation:
             self.engine.reset()
             self.active, self._dirty = None, False

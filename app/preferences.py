@@ -1,0 +1,115 @@
+"""Edit → Preferences…: the defaults every chat starts from, kept in the data dir's preferences.json.
+
+A chat's own settings (Chat settings) beat these, and a model's recommended values sit in between
+(``engine.api.effective_settings``). The dialog saves on OK and stays open with the reason when it
+cannot (a full disk, a value out of range).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.api import CONTEXT_POLICIES, SETTING_LIMITS, HearthPaths, Preferences, save_preferences
+from engine.errors import HearthError
+
+POLICY_LABELS = {"stop": "Stop the reply", "drop_oldest": "Drop the oldest messages"}
+# (key, label, step, decimals) of the numeric settings, in the order shown
+NUMERIC_FIELDS = (("temperature", "Temperature", 0.05, 2), ("top_p", "Top-p", 0.01, 2), ("top_k", "Top-k (0: off)", 1, 0),
+                  ("min_p", "Min-p", 0.01, 2), ("repeat_penalty", "Repetition penalty", 0.01, 2),
+                  ("max_new_tokens", "Longest reply (tokens)", 1, 0))
+
+
+def number_box(key: str, step: float, decimals: int, value: float, name: str) -> QDoubleSpinBox | QSpinBox:
+    """A spin box limited to the setting's bounds (engine.preferences.SETTING_LIMITS)."""
+    lo, hi = SETTING_LIMITS[key]
+    if decimals:
+        box = QDoubleSpinBox()
+        box.setDecimals(decimals)
+        box.setSingleStep(step)
+        box.setRange(lo, hi)
+        box.setValue(float(value))
+    else:
+        box = QSpinBox()
+        box.setRange(int(lo), int(hi))
+        box.setValue(int(value))
+    box.setAccessibleName(name)
+    return box
+
+
+class PreferencesDialog(QDialog):
+    def __init__(self, paths: HearthPaths, prefs: Preferences, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.paths = paths
+        self.saved: Preferences | None = None  # what OK kept
+        self.setWindowTitle("Preferences")
+        self.setAccessibleName("Preferences")
+        self.setMinimumWidth(440)
+        layout = QVBoxLayout(self)
+        note = QLabel("Defaults for every chat. A chat's own settings (Chat settings) take precedence, and "
+                      "a model may recommend its own values.")
+        note.setWordWrap(True)
+        layout.addWidget(note)
+        form = QFormLayout()
+        self.system = QPlainTextEdit(prefs.system_prompt)
+        self.system.setPlaceholderText("Optional: how the assistant should behave in new chats")
+        self.system.setAccessibleName("System prompt for new chats")
+        self.system.setMinimumHeight(80)
+        form.addRow("System prompt for new chats", self.system)
+        self.boxes: dict[str, QDoubleSpinBox | QSpinBox] = {}
+        for key, label, step, decimals in NUMERIC_FIELDS:
+            self.boxes[key] = number_box(key, step, decimals, getattr(prefs, key), label)
+            form.addRow(label, self.boxes[key])
+        self.policy = QComboBox()
+        self.policy.setAccessibleName("When the context is full")
+        for policy in CONTEXT_POLICIES:
+            self.policy.addItem(POLICY_LABELS.get(policy, policy), policy)
+        self.policy.setCurrentIndex(max(self.policy.findData(prefs.context_policy), 0))
+        form.addRow("When the context is full", self.policy)
+        layout.addLayout(form)
+        self.error = QLabel("")
+        self.error.setStyleSheet("color: #c0392b;")
+        self.error.setWordWrap(True)
+        layout.addWidget(self.error)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+                                   | QDialogButtonBox.StandardButton.RestoreDefaults)
+        self.ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.reset = buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
+        self.reset.setText("Reset to defaults")
+        self.reset.clicked.connect(lambda: self.show_values(Preferences()))
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def show_values(self, prefs: Preferences) -> None:
+        self.system.setPlainText(prefs.system_prompt)
+        for key, box in self.boxes.items():
+            box.setValue(getattr(prefs, key))
+        self.policy.setCurrentIndex(max(self.policy.findData(prefs.context_policy), 0))
+
+    def values(self) -> Preferences:
+        return Preferences(system_prompt=self.system.toPlainText(), context_policy=self.policy.currentData(),
+                           **{key: box.value() for key, box in self.boxes.items()})
+
+    def accept(self) -> None:
+        prefs = self.values()
+        try:
+            save_preferences(self.paths, prefs)
+        except HearthError as exc:
+            self.error.setText(f"Not saved: {exc}")
+            return
+        except OSError as exc:
+            self.error.setText(f"Not saved: {self.paths.data} could not be written ({exc.strerror or exc})")
+            return
+        self.saved = prefs
+        super().accept()
