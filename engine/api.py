@@ -350,7 +350,7 @@ class Hearth:
         except Exception:  # whatever stopped it, the previous model is better than none
             self.model_path, self.weights = previous
             try:
-                self.load()
+                self.load(force=True)  # it ran until now: memory it fitted in a moment ago is no reason to refuse it
             except Exception as exc:
                 log.warning("could not load the previous model again: %s", exc)
             raise

@@ -562,3 +562,46 @@ def test_the_message_when_free_memory_cannot_be_told():
     assert memory.fits(10**15, None)
     assert memory.fit_message("M", 2 * 10**9, 0, 4096, None, "RAM") == (
         "M needs about 2.0 GB for its weights, 4,096 tokens of context included; how much RAM is free cannot be told here.")
+
+
+# the library and the per-conversation model (engine/api.py model_key, hearth-cli chat) ----------------------
+def test_conversations_remember_the_chosen_model_by_its_library_name(tiny_home, tiny_gguf, tmp_path):
+    paths = resolve_paths(tiny_home).ensure()
+    library = ModelLibrary(paths)
+    library.add(tiny_gguf)
+    library.add(copy_of(tiny_gguf, tmp_path / "other"))  # "tiny-2": the same weights, so the same conversion
+    library.use("tiny")
+    assert Hearth(paths).model_key == "tiny"
+
+    def chat(conversation: str):
+        proc = run_cli("chat", "--conversation", conversation, "--message", "hi", "--max-new-tokens", "2", "--greedy",
+                       "--provider", "cpu", "--json", home=tiny_home)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    chat("first")
+    library.use("tiny-2")
+    assert "note:" not in chat("first").stderr  # it remembers tiny, which still loads: no note
+    chat("second")
+    probe = Hearth(paths)
+    try:
+        assert (probe.conversation_model("first"), probe.conversation_model("second")) == ("tiny", "tiny-2")
+    finally:
+        probe.close()
+
+
+def test_switching_to_a_model_that_does_not_fit_keeps_the_current_one(tiny_home, tiny_gguf, long_gguf):
+    paths = resolve_paths(tiny_home).ensure()
+    library = ModelLibrary(paths)
+    library.add(tiny_gguf)
+    big = library.set_context(library.add(long_gguf).name, 8192)
+    hearth = Hearth(paths, model="tiny", provider="cpu")
+    try:
+        hearth.load()
+        hearth.available_memory = memory.MARGIN_MIN_BYTES + big.ram_resident_bytes + memory.ACTIVATION_BYTES
+        with pytest.raises(ModelTooLargeError, match="for 8,192 tokens of context"):
+            hearth.switch_model("long")
+        assert hearth.model.name == "tiny" and hearth.model_key == "tiny"
+        assert hearth.switch_model("long", force=True).context_length == 8192 and hearth.model_key == "long"
+    finally:
+        hearth.close()
