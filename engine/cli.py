@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from engine import cli_bundle, cli_store, terminal_chat
+from engine import cli_bundle, cli_library, cli_store, terminal_chat
 from engine.api import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PRECISION,
@@ -50,7 +50,8 @@ def cmd_model_info(args: argparse.Namespace) -> int:
     from engine.model.gguf_file import GGUFModel
     from engine.text.profile import describe
 
-    path = resolve_gguf(data_paths(args), args.model)
+    paths = data_paths(args)
+    path = resolve_gguf(paths, getattr(args, "target", None) or args.model)
     gguf = GGUFModel(path)
     try:
         config, unsupported = gguf.config().__dict__, None
@@ -66,7 +67,8 @@ def cmd_model_info(args: argparse.Namespace) -> int:
             "catalog": None if catalog is None else {"name": catalog.key, "title": catalog.title,
                                                      "description": catalog.description},
             "architecture": footprint.architecture, "quant_types": footprint.quant_types, "weights": footprint.weights,
-            "weight_types": {k: asdict(v) for k, v in footprint.types.items()}, "ram": footprint.ram_dict()}
+            "weight_types": {k: asdict(v) for k, v in footprint.types.items()}, "ram": footprint.ram_dict(),
+            "library": library_entry(paths, path, args.weights)}
     lines = [str(path)]
     if catalog is not None:
         lines.append(f"  catalog: {catalog.key}: {catalog.description}")
@@ -74,8 +76,21 @@ def cmd_model_info(args: argparse.Namespace) -> int:
               f"  tokenizer: {text.tokenizer}, {text.vocab_size} tokens; stops at {' '.join(text.stop_tokens)}"]
     lines += [f"  {k}: {v}" for k, v in config.items()] if config else [f"  cannot run yet: {unsupported}"]
     lines += footprint_lines(footprint)
+    if info["library"] is not None:
+        entry = info["library"]
+        lines.append(f"  library: {entry['name']} ({entry['source']}); loads with {entry['chosen_context']:,} tokens of "
+                     f"context, about {entry['ram_bytes'] / 10**6:,.0f} MB of memory at most")
     emit(args, info, "\n".join(lines))
     return 0
+
+
+def library_entry(paths, gguf: Path, weights: str) -> dict | None:
+    """``model info``'s ``library`` key: the file as the model library shows it (memory at the context it
+    loads with), or None when the file is not a runnable model."""
+    from engine.api import ModelLibrary
+
+    entry = ModelLibrary(paths, weights=weights).describe_file(gguf)
+    return entry.as_dict() if entry.loadable else None
 
 
 def mib(n: int) -> str:
@@ -203,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs")
 
     def model_options(p: argparse.ArgumentParser, weights: bool = True) -> None:
-        p.add_argument("--model", help="a GGUF file or catalog model name to use instead of the default model")
+        p.add_argument("--model", help="a GGUF file or a model library name (hearth-cli model ls) instead of the default model")
         if weights:
             p.add_argument("--weights", choices=list(PRECISIONS), default=DEFAULT_PRECISION,
                            help="weight precision of the converted model (default: %(default)s)")
@@ -285,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(talk)
     talk.set_defaults(func=terminal_chat.cmd_talk)
 
-    model = sub.add_parser("model", parents=[common], help="fetch, inspect or convert the model")
+    model = sub.add_parser("model", parents=[common], help="the model library: list, add, fetch, choose, inspect, convert")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
     fetch = msub.add_parser("fetch", parents=[common], help="download a catalog model (no Hugging Face hub)")
     fetch.add_argument("name", nargs="?", help="the catalog model (default: the default model)")
@@ -295,11 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--force", action="store_true", help="download again even if installed")
     fetch.set_defaults(func=cmd_model_fetch)
     info = msub.add_parser("info", parents=[common], help="the model's hyperparameters, tensor types and memory")
+    info.add_argument("target", nargs="?", metavar="NAME|PATH", help="a library name or a GGUF file (as --model)")
     model_options(info)
     info.set_defaults(func=cmd_model_info)
     conv = msub.add_parser("convert", parents=[common], help="convert to ONNX now (otherwise done on first use)")
     model_options(conv)
     conv.set_defaults(func=cmd_model_convert)
+    cli_library.add_commands(msub, common)
     return parser
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.api import Hearth, HearthPaths, import_json, model_key_for
+from engine.api import Hearth, HearthPaths, ModelLibrary, import_json, model_key_for
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
@@ -75,7 +75,7 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
         return requested, None
     if requested is not None:
         return requested, None if model_key_for(requested) == remembered else f"last used with {remembered}"
-    if remembered == model_key_for(None):
+    if remembered == ModelLibrary(paths).default_name():  # the default (the one 'hearth-cli model use' chose)
         return None, None  # the default model is found by its own rules (a packaged build ships it converted)
     try:
         resolve_gguf(paths, remembered)

@@ -79,6 +79,23 @@ class TurnCancelledError(HearthError):
     """The user stopped a turn while it waited for another process's turn on the conversation."""
 
 
+# the model library (engine/library.py) --------------------------------------------------------------------
+class ModelNotFoundError(ModelFileError):
+    """A model name that is neither in the library nor a file; the message lists the known names."""
+
+
+class ModelTooLargeError(HearthError):
+    """Loading the model would not fit in the memory that is free; ``fit`` holds the numbers."""
+
+    def __init__(self, message: str, fit=None):
+        super().__init__(message)
+        self.fit = fit  # engine.types.MemoryFit
+
+
+class DownloadCancelledError(ModelFetchError):
+    """The user cancelled a download; nothing was installed (a partial file is kept to resume)."""
+
+
 class ConversionCancelledError(HearthError):
     """The person cancelled a model's conversion; nothing half-built was kept, so the next load starts over."""
 

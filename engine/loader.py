@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from engine.arch import architecture_for, fp16_activations_ok
-from engine.errors import ModelFileError, ModelNotInstalledError, ProviderError
+from engine.errors import ModelFileError, ModelNotFoundError, ModelNotInstalledError, ProviderError
 from engine.generation import Engine
+from engine.library import ModelLibrary, chosen_model
 from engine.model.conversion_steps import Cancel, StepFn, step_reporter
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
-from engine.model.fetch import catalog_entry, default_model, installed_path
+from engine.model.fetch import default_model, installed_path
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import get_precision
 from engine.paths import HearthPaths, bundled_model_dir
@@ -49,24 +51,36 @@ def find_default_gguf(paths: HearthPaths) -> Path | None:
 
 
 def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
-    """An explicit GGUF path, a catalog model's name (``gemma-3-270m``), or the default model (with a
-    hint when it is missing)."""
-    if model is not None:
-        path = Path(model).expanduser()
-        if path.exists():
-            return path
-        entry = catalog_entry(str(model)) if isinstance(model, str) else None
-        if entry is None:
-            raise ModelFileError(f"model file not found: {path}")
-        installed = installed_path(entry, paths.models)
-        if not installed.is_file():
-            raise ModelNotInstalledError(f"{entry.title} is not installed in {paths.models}; "
-                                         f"run 'hearth-cli model fetch {entry.key}' first")
-        return installed
+    """An explicit GGUF path, a model library name (a catalog key such as ``gemma-3-270m``, or any name
+    ``hearth-cli model ls`` shows), or the default model: the one ``hearth-cli model use`` chose, else
+    the catalog's default (with a hint when it is missing)."""
+    if model is None:
+        return _chosen_gguf(paths) or _default_gguf(paths)
+    path = Path(model).expanduser()
+    if path.exists():
+        return path
+    if not isinstance(model, str) or os.sep in model or path.suffix.lower() == ".gguf":  # meant as a file
+        raise ModelFileError(f"model file not found: {path}")
+    return ModelLibrary(paths).gguf_path(model)
+
+
+def _default_gguf(paths: HearthPaths) -> Path:
     path = find_default_gguf(paths)
     if path is None:
         raise ModelNotInstalledError(f"the default model is not installed in {paths.models}; run 'hearth-cli model fetch' first")
     return path
+
+
+def _chosen_gguf(paths: HearthPaths) -> Path | None:
+    """The GGUF of the model ``hearth-cli model use`` chose (None when the catalog's default is the choice)."""
+    name = chosen_model(paths)
+    if name is None:
+        return None
+    try:
+        return ModelLibrary(paths).gguf_path(name)
+    except ModelNotFoundError:
+        raise ModelFileError(f"the model chosen to load by default, {name}, is no longer in the library; "
+                             "choose one with 'hearth-cli model use NAME'") from None
 
 
 def converted_root(paths: HearthPaths, gguf: Path, weights: str) -> Path:
@@ -112,7 +126,8 @@ def locate_model(paths: HearthPaths, model: str | Path | None, weights: str) -> 
 
     Raises ModelFileError saying what to do when there is neither.
     """
-    gguf = resolve_gguf(paths, model) if model is not None else find_default_gguf(paths)
+    chosen = _chosen_gguf(paths) if model is None else None
+    gguf = resolve_gguf(paths, model) if model is not None else chosen or find_default_gguf(paths)
     if gguf is not None:
         return gguf, None
     if bundled_model_dir() is None:

