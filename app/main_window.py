@@ -318,9 +318,9 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
-    def model_defaults(self, _conversation: str) -> dict:
-        """The values the chat's model recommends (the model library's per-model defaults); none yet."""
-        return {}
+    def model_defaults(self, conversation: str) -> dict:
+        """The values the chat's model recommends (the library's per-model defaults, e.g. a temperature)."""
+        return self.models.recommended(conversation)
 
     def inherited_settings(self, conversation: str) -> dict:
         """What ``conversation`` gets where it sets nothing itself: its model's values over Preferences."""

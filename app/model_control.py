@@ -77,6 +77,11 @@ class ModelControl(QObject):
         conv = self.window.store.get(conversation) if conversation else None
         return (conv.model_key or None) if conv is not None else None
 
+    def recommended(self, conversation: str | None) -> dict:
+        """The sampling values the chat's model recommends (its own model, else the loaded one)."""
+        m = self.models.get(self.chat_model(conversation) or self.loaded or "")
+        return dict(m.defaults) if m is not None else {}
+
     def title(self, name: str | None) -> str:
         m = self.models.get(name or "")
         return m.title if m is not None else (name or "the model")
@@ -113,7 +118,7 @@ class ModelControl(QObject):
     def _continue_here(self) -> None:
         conversation = self.window.current
         if conversation and self.loaded:
-            self.window.store.set_model_key(conversation, self.loaded)
+            self.window.store.set_model(conversation, self.title(self.loaded), self.loaded)
         self._hide_missing()
 
     def choose(self, name: str) -> None:
@@ -122,7 +127,7 @@ class ModelControl(QObject):
         self.library.request_use.emit(name)
         self._hide_missing()
         if conversation:
-            self.window.store.set_model_key(conversation, name)
+            self.window.store.set_model(conversation, self.title(name), name)
         if name != self.loaded:
             self.switch(name)
             if conversation and not self.window.turns.running(conversation):

@@ -162,7 +162,7 @@ class ModelsDialog(QDialog):
         self.table.setRowCount(len(models))
         for row, m in enumerate(models):
             name = m.title + (" (default for new chats)" if m.is_default else "")
-            cells = (name, status_text(m), m.architecture or "—", str(m.parameters or "—"), quant_label(m.quant_mix),
+            cells = (name, status_text(m), m.architecture or "—", str(m.parameters or "—"), m.quant or quant_label(m.quant_mix),
                      byte_size(m.file_bytes) if m.file_bytes else "—",
                      count(m.chosen_context or m.context_length) if (m.chosen_context or m.context_length) else "—",
                      memory_text(m))

@@ -315,7 +315,7 @@ class Hearth:
         self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
-                               engine.template.refused)
+                               engine.template.refused, self.model_key)
         return self._info
 
     @property
@@ -328,14 +328,16 @@ class Hearth:
         return self.library.default_name() if model is None else model_key_for(model)
 
     def switch_model(self, model: str | None, weights: str | None = None,
-                     progress: Callable[[SetupProgress], None] | None = None, *, force: bool = False) -> ModelInfo:
+                     progress: Callable[[SetupProgress], None] | None = None, *, force: bool = False,
+                     cancel: CancelToken | Callable[[], bool] | None = None) -> ModelInfo:
         """Run another model (a library name, a GGUF path, or None for the default) from now on.
 
         The live context is saved first and the old model dropped before the new one loads, so memory
         holds one model at a time; the stores stay open. A model that cannot be found fails before
         anything is dropped; one that fails to load brings the previous model back, then the error
         is raised. ``weights`` None keeps the current precision. ``force``: load it even when it would
-        not fit the free memory (else ModelTooLargeError, and the previous model stays)."""
+        not fit the free memory (else ModelTooLargeError, and the previous model stays). ``cancel`` stops
+        the new model's conversion (ConversionCancelledError; the previous model comes back)."""
         from engine.loader import locate_model
 
         weights = weights or self.weights
@@ -346,7 +348,7 @@ class Hearth:
         self._unload()
         self.model_path, self.weights = model, weights
         try:
-            return self.load(progress, force=force)
+            return self.load(progress, cancel, force=force)
         except Exception:  # whatever stopped it, the previous model is better than none
             self.model_path, self.weights = previous
             try:

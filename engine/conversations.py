@@ -24,7 +24,7 @@ from engine.private_files import private_dir, private_file
 from engine.types import Conversation, Message
 
 ROLES = ("system", "user", "assistant")
-COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms"  # what a Conversation is made of
+COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 TITLE_CHARS = 60
 LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
@@ -410,7 +410,8 @@ class ConversationStore:
             settings = json.loads(row[3])
         except ValueError:
             settings = {}
-        return Conversation(row[0], row[1], row[2], settings if isinstance(settings, dict) else {}, row[4], row[5], row[6])
+        return Conversation(row[0], row[1], row[2], settings if isinstance(settings, dict) else {}, row[4], row[5], row[6],
+                            row[7])
 
     def rename(self, conversation_id: str, title: str) -> None:
         self._update(conversation_id, "title = ?", title.strip())

@@ -128,6 +128,7 @@ class ModelInfo:
     kind: str = "chat"  # "chat" (instruction-tuned) or "base" (continues text; chats through a template anyway)
     chat_template: str = "gguf"  # where its chat format comes from: "gguf" or "builtin:<family>"
     chat_template_refused: str = ""  # why the file's own template was set aside for the built-in one, or ""
+    key: str = ""  # the library name or GGUF path it was loaded by (what a conversation remembers)
 
     @property
     def label(self) -> str:
@@ -189,6 +190,7 @@ class Conversation:
     model: str = ""
     created_ms: int = 0
     updated_ms: int = 0
+    model_key: str = ""  # the library name or GGUF path it was last used with ("" for none yet)
 
 
 @dataclass(frozen=True)
