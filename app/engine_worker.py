@@ -60,6 +60,8 @@ class EngineWorker(QObject):
     ready = Signal(object)  # ModelInfo
     switch_failed = Signal(str, str)  # a model the window asked for could not be loaded: name, why
     too_large = Signal(str, str)  # loading it would not fit in memory: name, the warning with the numbers
+    context_refused = Signal(str, str)  # a context length that cannot be used: name, why
+    context_set = Signal(str)  # a model's context length setting was kept
     # turns and opening conversations (conversation id first, so the window can route them)
     waiting = Signal(str)  # another Hearth process is running a turn on it; this one waits
     accepted = Signal(str, object)  # Accepted: the user's message is stored
@@ -171,6 +173,18 @@ class EngineWorker(QObject):
             self._load_cancel = None
         self.ready.emit(info)
         self._emit_cache_states()
+
+    @Slot(str, int)
+    def set_context(self, name: str, tokens: int) -> None:
+        """Remember a model's context length (0: automatic); the loaded model reads the new window at once."""
+        try:
+            info = self.hearth.set_context_setting(name, tokens or None)
+        except HearthError as exc:
+            self.context_refused.emit(name, str(exc))
+            return
+        if info is not None and self._loaded():
+            self.ready.emit(info)
+        self.context_set.emit(name)
 
     # turns and conversations ------------------------------------------------------------------------------
     @Slot(object, object)
@@ -318,6 +332,7 @@ class EngineHost(QObject):
     request_load = Signal()
     request_fetch = Signal()
     request_switch_model = Signal(str, bool)  # library name, load even if it may not fit
+    request_set_context = Signal(str, int)  # library name, tokens (0: automatic)
     request_open = Signal(str, object)  # conversation, CancelToken
     request_turn = Signal(object, object)  # TurnRequest, CancelToken
     request_forget = Signal(str)
@@ -339,7 +354,7 @@ class EngineHost(QObject):
         self.worker.moveToThread(self.thread)
         w = self.worker
         for request, slot in ((self.request_load, w.load), (self.request_fetch, w.fetch_model),
-                              (self.request_switch_model, w.switch_model),
+                              (self.request_switch_model, w.switch_model), (self.request_set_context, w.set_context),
                               (self.request_open, w.open_conversation), (self.request_turn, w.run_turn),
                               (self.request_forget, w.forget), (self.request_shutdown, w.shutdown),
                               (self.request_inspect, w.inspect_checkpoints), (self.request_drop_context, w.drop_context),

@@ -48,6 +48,8 @@ class ModelControl(QObject):
         w.ready.connect(self._on_ready)
         w.switch_failed.connect(self._on_switch_failed)
         w.too_large.connect(self._on_too_large)
+        w.context_set.connect(lambda _name: self.library.request_refresh.emit())
+        w.context_refused.connect(self._on_context_refused)
         self.library.request_refresh.emit()
 
     def _build_header(self) -> None:
@@ -161,6 +163,10 @@ class ModelControl(QObject):
         self.window.status.problem(f"{self.title(name)} was not loaded: not enough memory")
         box.open()
 
+    def _on_context_refused(self, name: str, message: str) -> None:
+        QMessageBox.warning(self.dialog or self.window, "Hearth", f"The context length of {self.title(name)} "
+                            f"was not changed:\n\n{message}")
+
     # the library ------------------------------------------------------------------------------------------
     def _on_listed(self, models: list) -> None:
         self.models = {m.name: m for m in models}
@@ -174,6 +180,7 @@ class ModelControl(QObject):
         if self.dialog is None:
             self.dialog = ModelsDialog(self.library, self.window, current=self.loaded)
             self.dialog.use_requested.connect(self.choose)
+            self.dialog.context_requested.connect(self.host.request_set_context)
         else:
             self.library.request_refresh.emit()
         self.dialog.current = self.loaded

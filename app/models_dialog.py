@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -78,6 +79,7 @@ def memory_text(m: LibraryModel) -> str:
 
 class ModelsDialog(QDialog):
     use_requested = Signal(str)  # run the open chat (and new chats) on this model
+    context_requested = Signal(str, int)  # a model's context length (0: automatic)
 
     def __init__(self, library: LibraryHost, parent: QWidget | None = None, current: str | None = None):
         super().__init__(parent)
@@ -120,6 +122,22 @@ class ModelsDialog(QDialog):
         self.details.setMinimumHeight(90)
         self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(self.details)
+        context_row = QHBoxLayout()
+        context_row.addWidget(QLabel("Context length:"))
+        self.context = QSpinBox()
+        self.context.setAccessibleName("Context length in tokens")
+        self.context.setSingleStep(1024)
+        self.context.setSuffix(" tokens")
+        self.context.setToolTip("How much of the conversation the model reads. More needs more memory; "
+                                "automatic is the model's own, capped to fit the free memory.")
+        context_row.addWidget(self.context)
+        self.context_apply = QPushButton("Apply")
+        self.context_apply.clicked.connect(self._apply_context)
+        context_row.addWidget(self.context_apply)
+        self.context_note = QLabel("")
+        self.context_note.setEnabled(False)  # a note, not a control
+        context_row.addWidget(self.context_note, 1)
+        layout.addLayout(context_row)
         self.progress = QProgressBar()
         self.progress.setAccessibleName("Download progress")
         self.progress.hide()
@@ -190,6 +208,7 @@ class ModelsDialog(QDialog):
     def _show_details(self) -> None:
         m = self.selected()
         self._update_buttons()
+        self._show_context(m)
         if m is None:
             self.details.setText("Select a model to see its details.")
             return
@@ -215,6 +234,27 @@ class ModelsDialog(QDialog):
             lines.append(f"<span style='color:#c0392b'>The last download failed: {escape(self.failed[m.name])}. "
                          "Download again to resume where it stopped.</span>")
         self.details.setText("<br>".join(lines))
+
+    def _show_context(self, m: LibraryModel | None) -> None:
+        """The context length control: 0 shows as "automatic" (the model's own, capped to fit memory)."""
+        usable = m is not None and bool(m.context_length)
+        for widget in (self.context, self.context_apply):
+            widget.setEnabled(usable)
+        if not usable:
+            self.context_note.setText("")
+            return
+        self.context.blockSignals(True)
+        self.context.setRange(0, m.context_length)
+        self.context.setSpecialValueText(f"automatic ({count(m.chosen_context or m.context_length)} tokens)")
+        self.context.setValue(m.context_setting or 0)
+        self.context.blockSignals(False)
+        kv = f"; its saved context needs about {byte_size(m.ram_kv_bytes)} of memory" if m.ram_kv_bytes else ""
+        self.context_note.setText(f"the model reads up to {count(m.context_length)} tokens{kv}")
+
+    def _apply_context(self) -> None:
+        m = self.selected()
+        if m is not None:
+            self.context_requested.emit(m.name, self.context.value())
 
     def _update_buttons(self) -> None:
         m = self.selected()

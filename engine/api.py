@@ -271,6 +271,17 @@ class Hearth:
             return None
         return None if source.gguf is None else library.describe_file(Path(source.gguf))
 
+    def set_context_setting(self, name: str, tokens: int | None) -> ModelInfo | None:
+        """Remember ``name``'s context length (None: automatic); when ``name`` is the loaded model, it
+        applies at once (the window it reads changes, the KV and saved context stay as they are). Returns
+        the loaded model's info, updated, or None when no model is loaded."""
+        model = self.library.set_context(name, tokens)
+        if self._engine is not None and self._info is not None and self.model_key == name:
+            if self.context_length is None:
+                self._engine.set_context_limit(model.chosen_context or None)
+            self._info = dataclasses.replace(self._info, context_length=self._engine.context_length)
+        return self._info
+
     def check_memory(self, available_bytes: int | None = None) -> MemoryFit | None:
         """Whether the model, at the context it would load with, fits the free memory (RAM, or the GPU's
         where it would run on CUDA); None when that cannot be told. The window asks before ``load``."""

@@ -246,3 +246,36 @@ def test_the_download_meter_reports_speed_and_time_left():
     assert meter.describe(0, 10_000_000) == "0 B of 10.0 MB"
     meter.add(2_000_000, now=11.0)
     assert meter.describe(2_000_000, 10_000_000) == "2.0 MB of 10.0 MB · 2.0 MB/s · about 4 s left"
+
+
+def test_a_models_context_length_is_set_in_the_dialog_and_applies_to_the_loaded_model(qtbot, windows, tiny_gguf,
+                                                                                       monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    w = windows()
+    w.models.add_and_use(str(tiny_gguf))
+    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.key == "tiny", timeout=TIMEOUT)
+    own = w.model_info.context_length
+    d = open_dialog(qtbot, w)
+    qtbot.waitUntil(lambda: "tiny" in d.models, timeout=TIMEOUT)
+    select(d, "tiny")
+    assert d.context.specialValueText().startswith("automatic") and d.context.value() == 0
+    d.context.setValue(128)
+    qtbot.mouseClick(d.context_apply, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.model_info.context_length == 128, timeout=TIMEOUT)  # at once, no reload
+    assert w.status.context.text().endswith("/ 128")
+    qtbot.waitUntil(lambda: d.models["tiny"].context_setting == 128, timeout=TIMEOUT)
+    select(d, "tiny")
+    assert d.table.item(d.table.currentRow(), 6).text() == "128" and d.context.value() == 128
+    shown = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: shown.append(text))
+    select(d, "tiny")
+    d.context.setValue(4)  # shorter than any model can use
+    qtbot.mouseClick(d.context_apply, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(shown), timeout=TIMEOUT)
+    assert "was not changed" in shown[0] and "at least" in shown[0]
+    assert w.model_info.context_length == 128
+    select(d, "tiny")
+    d.context.setValue(0)  # back to automatic: the model's own (it fits)
+    qtbot.mouseClick(d.context_apply, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.model_info.context_length == own, timeout=TIMEOUT)
