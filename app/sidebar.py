@@ -19,7 +19,7 @@ BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebu
 BADGE_TIPS = {
     "live": "in memory: continues at once",
     "saved": "saved context on disk: reopens without re-reading",
-    "stale": "saved context is from another model: it will be rebuilt",
+    "stale": "saved context only from another model (kept for it): this model reads the chat anew",
     "rebuilding": "the context is being rebuilt",
     "none": "no saved context: it will be read from scratch",
 }
