@@ -138,3 +138,15 @@ def test_a_bad_stored_policy_is_a_readable_refusal(qtbot, windows):
     wait_idle(qtbot, w)
     assert "is 'sometimes', which is not one of: stop, drop_oldest" in w.status.resume.text()
     assert w.store.messages(conv) == [] and w.composer.toPlainText() == "hello"
+
+
+def test_the_default_policy_in_preferences_applies_to_chats_without_their_own(qtbot, windows, config):
+    from engine.api import Preferences, save_preferences
+
+    save_preferences(config.paths, Preferences(context_policy="drop_oldest", temperature=0.0, max_new_tokens=16))
+    w = windows()
+    chat_with_system_prompt(w, {})  # no policy of its own: it follows Preferences
+    finished = collect(w.turns.finished)
+    turns_until(qtbot, w, lambda: finished[-1][1].dropped_messages > 0)  # never refused: it drops instead
+    assert not w.transcript.context_limit.isVisible()
+    qtbot.waitUntil(lambda: marker_shown(w) == finished[-1][1].dropped_messages, timeout=TIMEOUT)
