@@ -553,3 +553,68 @@ class ContextPolicy(StrEnum):
 
     STOP = "stop"  # refuse the turn (ContextFullError); the message is not stored
     DROP_OLDEST = "drop_oldest"  # the model reads the system prompt and the newest messages that fit
+
+
+# the local OpenAI-compatible server (issue 17) ----------------------------------------------------------
+class ResponseFormatKind(StrEnum):
+    TEXT = "text"
+    JSON_OBJECT = "json_object"  # any JSON object
+    JSON_SCHEMA = "json_schema"  # JSON valid against ``ResponseFormat.schema``
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """A constraint on the reply, applied as a mask on the logits at every step (engine/text/constrained.py)."""
+
+    kind: ResponseFormatKind = ResponseFormatKind.TEXT
+    schema: Mapping | None = None  # the JSON schema for JSON_SCHEMA
+    name: str = ""  # the schema's name, as the OpenAI API carries it
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """One stateless request to the server: the whole conversation (``messages``) or a raw ``prompt``."""
+
+    messages: tuple[Mapping, ...] | None = None  # {"role", "content"} in order; None for a raw completion
+    prompt: str | None = None  # a /v1/completions prompt, read as it is (no chat template)
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    stop: tuple[str, ...] = ()  # the reply ends before the first of these strings (not included)
+    presence_penalty: float = 0.0  # OpenAI's: subtracted once from every token already in the reply
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted per occurrence in the reply
+    top_logprobs: int | None = None  # report each token's logprob and this many alternatives
+    response_format: ResponseFormat | None = None
+    conversation: str | None = None  # X-Hearth-Conversation: bind to (and store into) this conversation
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """How a served request's context was obtained (the response's ``hearth`` object and headers)."""
+
+    source: ResumeSource
+    reason: str | None = None  # why a saved context was not usable (Reason), else None
+    reused_tokens: int = 0  # prompt tokens not computed for this request (live KV or restored)
+    prefilled_tokens: int = 0
+    restore_ms: float = 0.0
+    restored_tokens: int = 0  # of reused_tokens, how many came from disk
+
+    @property
+    def cached_tokens(self) -> int:
+        """OpenAI's ``usage.prompt_tokens_details.cached_tokens``."""
+        return self.reused_tokens
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    text: str
+    tokens: tuple[int, ...]
+    finish_reason: str  # OpenAI's: "stop" (end of turn or a stop string), "length", "cancelled"
+    prompt_tokens: int
+    cache: CacheReport
+    logprobs: tuple[TokenLogprob, ...] = ()
+    timings: Timings | None = None
+    model: ModelInfo | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.tokens)
