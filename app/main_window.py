@@ -368,7 +368,8 @@ class MainWindow(QMainWindow):
     def _on_turn_finished(self, conversation: str, finished: Finished) -> None:
         conv = self.store.get(conversation)
         if conv is not None:
-            self.sidebar.upsert(conversation, conv.title, conv.updated_ms, tokens=finished.context_tokens)
+            self.sidebar.upsert(conversation, conv.title, conv.updated_ms, tokens=finished.context_tokens,
+                                model=self.models.short_title(finished.model.key) or None)
         self._data_version = None  # look at the store again on the next tick
 
     # drag and drop of a model file -------------------------------------------------------------------------

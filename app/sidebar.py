@@ -83,7 +83,7 @@ class ConversationList(QListWidget):
         return None
 
     def upsert(self, conversation: str, title: str, updated_ms: int, tokens: int | None = None,
-               top: bool = False) -> QListWidgetItem:
+               top: bool = False, model: str | None = None) -> QListWidgetItem:
         item = self.item_for(conversation)
         if item is None:
             item = QListWidgetItem()
@@ -100,6 +100,8 @@ class ConversationList(QListWidget):
         item.setData(UPDATED_ROLE, updated_ms)
         if tokens is not None:
             item.setData(TOKENS_ROLE, tokens)
+        if model is not None:
+            item.setData(MODEL_ROLE, model)
         self._refresh(item)
         return item
 

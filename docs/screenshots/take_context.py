@@ -9,17 +9,10 @@ above the first message the model still reads) next to this file.
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+from shots import HERE, data_dir_arg, shot_config, wait_until
+
 CONTEXT = 320
 SYSTEM = "You are a friendly travel guide. Answer in one or two short sentences."
 QUESTIONS = ["What is the capital of France?", "What should I see there first?", "And in Rome?",
@@ -28,30 +21,14 @@ QUESTIONS = ["What is the capital of France?", "What should I see there first?",
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data-dir", default=str(ROOT / ".test-cache" / "home"))
-    args = ap.parse_args()
-    from PySide6.QtCore import QEventLoop, QTimer
+    models_home = data_dir_arg()
     from PySide6.QtWidgets import QApplication
 
-    from app.config import AppConfig
     from app.main_window import MainWindow
-    from engine.api import Hearth, resolve_paths
+    from engine.api import Hearth
 
     _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
-    home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
-    for sub in ("models", "converted"):
-        (home / sub).symlink_to(Path(args.data_dir).resolve() / sub)
-    config = AppConfig(resolve_paths(home).ensure(), weights="int4", provider="cpu")
-
-    def wait_until(cond, timeout_s: float = 300) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            loop = QEventLoop()
-            QTimer.singleShot(10, loop.quit)
-            loop.exec()
+    config = shot_config(models_home)
 
     def ask_until(w: MainWindow, done) -> None:
         for question in QUESTIONS:
