@@ -24,9 +24,23 @@ def real_config(real_model_home) -> AppConfig:
     return AppConfig(resolve_paths(real_model_home).ensure(), model=None, weights="int4", provider="cpu")
 
 
+def window_state(w) -> str:
+    """What the window shows about its model, for a failed wait's message."""
+    info = w.model_info
+    return (f"loaded={info.key if info else None!r} asked={w.models.loaded!r} status={w.status.model.text()!r} "
+            f"line={w.status.resume.text()!r} listed={sorted(w.models.models)}")
+
+
+def wait_for(qtbot, w, cond, what: str) -> None:
+    try:
+        qtbot.waitUntil(cond, timeout=TIMEOUT)
+    except Exception as exc:  # say what the window showed instead
+        raise AssertionError(f"{what}: not after {TIMEOUT // 1000} s; {window_state(w)}") from exc
+
+
 def wait_model(qtbot, w, key: str) -> None:
-    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.key == key and w.models.loaded == key,
-                    timeout=TIMEOUT)
+    wait_for(qtbot, w, lambda: w.model_info is not None and w.model_info.key == key and w.models.loaded == key,
+             f"the model {key}")
 
 
 def wait_listed(qtbot, w, name: str) -> None:
@@ -55,7 +69,7 @@ def test_a_chat_on_a_then_b_then_a_resumes_as_context_from_disk(qtbot, windows, 
     on_a = turns[-1][1].context_tokens
     # B: a GGUF of your own, opened as File → Open model file does (added to the library, then used)
     w.models.add_and_use(str(tiny_gguf))
-    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.key not in (SMOLLM2, ""), timeout=TIMEOUT)
+    wait_for(qtbot, w, lambda: w.model_info is not None and w.model_info.key not in (SMOLLM2, ""), "the added model")
     tiny = w.model_info.key
     wait_listed(qtbot, w, tiny)
     assert w.store.get(chat).model_key == tiny and w.models.picker.currentData() == tiny
@@ -86,7 +100,7 @@ def test_opening_a_chat_loads_its_model_and_new_chats_use_the_last_chosen(qtbot,
     wait_idle(qtbot, w)
     on_tiny = w.new_chat()
     w.models.add_and_use(str(tiny_gguf))  # the open (new) chat runs on it, and so do chats started later
-    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.key != SMOLLM2, timeout=TIMEOUT)
+    wait_for(qtbot, w, lambda: w.model_info is not None and w.model_info.key != SMOLLM2, "the added model")
     tiny = w.model_info.key
     assert w.store.get(on_smol).model_key == SMOLLM2
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 4})
