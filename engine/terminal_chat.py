@@ -22,8 +22,15 @@ HELP = ("Commands: /new starts a new conversation, /system TEXT sets this conver
 
 
 def cmd_talk(args: argparse.Namespace) -> int:
-    return run_terminal_chat(data_paths(args), weights=args.weights, provider=args.provider, model=args.model,
-                             max_new_tokens=args.max_new_tokens, conversation=getattr(args, "conversation", None))
+    from engine.cli_store import chat_model
+
+    paths, conversation, model = data_paths(args), getattr(args, "conversation", None), args.model
+    if conversation is not None:  # a stored chat continues on the model it remembers, as 'chat' does
+        model, why = chat_model(paths, conversation, model)
+        if why:
+            print(f"note: {why}", file=sys.stderr)
+    return run_terminal_chat(paths, weights=args.weights, provider=args.provider, model=model,
+                             max_new_tokens=args.max_new_tokens, conversation=conversation)
 
 
 def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: str = "auto", model: str | None = None,

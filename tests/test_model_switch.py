@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,14 @@ def test_cli_chat_on_a_damaged_database_is_one_clear_error(tiny_home, tiny_gguf)
     (tiny_home / "conversations.sqlite3").write_bytes(b"this is not a database" * 200)
     proc = chat(tiny_home, "e", "hello", str(tiny_gguf))
     assert_clean_error(proc, "cannot be used", "hearth-cli db restore")
+
+
+def test_talk_continues_a_stored_chat_on_the_model_it_remembers(two_model_home, tiny_gguf):
+    home = two_model_home
+    assert ok(chat(home, "t", "hello", str(tiny_gguf)))["model_key"] == str(tiny_gguf.resolve())
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "talk", "--conversation", "t", "--data-dir", str(home),
+                           "--max-new-tokens", "4"], input="and again\n/quit\n", capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    shown = ok(run_cli("conversations", "ls", "--json", home=home))["conversations"]
+    assert [c["model_key"] for c in shown if c["id"] == "t"] == [str(tiny_gguf.resolve())]  # not the default model
