@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 SAVE_BLOCK = 256  # a long first prompt is saved at a multiple of this many tokens
 SAVE_TAIL = 8  # ... before its last few tokens, which the next request may tokenize differently
 SAVE_EVERY = 512  # save at the end of a request that left at least this many rows unsaved
-RAW_KEY_BYTES = 256  # a raw prompt's thread is keyed by its first bytes
+RAW_KEY_BYTES = 128  # a raw prompt's thread is keyed by its first bytes (a shorter one is cheap to re-read)
 MAX_BRANCHES = 1000
 _BRANCH = re.compile(r"[0-9]{3}")
 
@@ -101,6 +101,9 @@ class Prepared:
 
 class PromptCache:
     """The server's requests on one engine's ``ChatSessions`` (sharing its live KV, store and budget)."""
+
+    # the save policy (module docstring); a test on a model with a tiny context scales them down
+    save_block, save_tail, save_every = SAVE_BLOCK, SAVE_TAIL, SAVE_EVERY
 
     def __init__(self, sessions: ChatSessions):
         self.sessions = sessions
@@ -169,9 +172,9 @@ class PromptCache:
         n, prompt_len = len(engine.tokens), len(prepared.prompt)
         if not sessions.dirty or n <= have:
             return None
-        if not ((have == 0 and prompt_len >= SAVE_BLOCK) or n - have >= SAVE_EVERY):
+        if not ((have == 0 and prompt_len >= self.save_block) or n - have >= self.save_every):
             return None
-        aligned = (min(prompt_len, n) - SAVE_TAIL) // SAVE_BLOCK * SAVE_BLOCK
+        aligned = (min(prompt_len, n) - self.save_tail) // self.save_block * self.save_block
         return sessions.save("turn", boundaries=[b for b in (aligned, prompt_len) if have < b < n])
 
     # a new branch ------------------------------------------------------------------------------------------
