@@ -182,6 +182,23 @@ def test_a_request_diverging_from_a_thread_starts_a_new_branch_and_leaves_the_ol
     assert len(files) == 2 and records(files[name]) == before and files[name].stat().st_size == size
 
 
+def test_a_retry_from_the_live_kv_keeps_the_first_answer_in_its_own_file(tiny):
+    messages = thread(LONG_SYSTEM, "hello")
+    one = ask(tiny, messages)
+    first_way = ask(tiny, grow(messages, one.text, "the first way"))  # unsaved rows in the live KV
+    retry = ask(tiny, grow(messages, one.text, "a retry, worded otherwise"))
+    assert retry.cache.source == ResumeSource.LIVE and retry.cache.cached_tokens >= one.prompt_tokens
+    files = api_files(tiny)
+    assert len(files) == 2  # the first way was saved to its branch before the retry took the live KV
+    tiny.close()
+    resumed = open_hearth(tiny.paths.data, Path(tiny.model_path))
+    try:
+        again = ask(resumed, grow(grow(messages, one.text, "the first way"), first_way.text, "next"))
+    finally:
+        resumed.close()
+    assert again.cache.source == ResumeSource.DISK and again.cache.cached_tokens >= first_way.prompt_tokens
+
+
 def test_a_raw_prompt_is_cached_too(tiny):
     prompt = "Once upon a time " * 8  # longer than the bytes a raw thread is keyed by
     one = tiny.serve(ServeRequest(prompt=prompt, params=GREEDY, max_tokens=6))
@@ -328,3 +345,14 @@ def test_an_option_the_engine_cannot_honour_is_refused_by_name(tiny):
         pytest.skip("this engine takes the OpenAI penalties (the constrained-decoding branch)")
     with pytest.raises(PromptError, match="presence_penalty"):
         tiny.serve(ServeRequest(prompt="x", presence_penalty=0.5))
+
+
+def test_a_request_before_the_model_is_loaded_says_so(tiny_home, tiny_gguf):
+    from engine.errors import ModelNotLoadedError
+
+    service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
+    try:
+        with pytest.raises(ModelNotLoadedError, match="not loaded"):
+            ask(service, thread("Be brief.", "hello"))
+    finally:
+        service.close()

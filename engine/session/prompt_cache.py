@@ -130,10 +130,14 @@ class PromptCache:
         rest; the live KV then belongs to the branch chosen (see the module docstring)."""
         sessions = self.sessions
         lead = lead_tokens(self.engine.tokenizer, text)
-        branches = self.branches(key)
-        clean = [b for b in branches if _spells_prefix(b.entry, text)]
         live = sessions.active if is_api_owner(sessions.active) and sessions.active.startswith(
             branch_owner(key, 0)[:-3]) else None
+        if live is not None and sessions.dirty:
+            kept, _ = reusable(self.engine.tokenizer, self.engine.tokens, lead, text)
+            if kept < len(self.engine.tokens):  # the request leaves unsaved rows behind: they stay their branch's
+                sessions.save("switch")
+        branches = self.branches(key)
+        clean = [b for b in branches if _spells_prefix(b.entry, text)]
         live_branch = next((b for b in branches if b.owner == live), None)
         seeded: ResumeReport | None = None
         if live is not None and (live_branch is None or live_branch in clean):
