@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key, is_api_owner
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.errors import (
@@ -89,6 +89,8 @@ from engine.types import (
     ResumeSource,
     SamplingParams,
     SaveResult,
+    ServeRequest,
+    ServeResult,
     SetupProgress,
     SetupStage,
     StopReason,
@@ -672,6 +674,8 @@ class Hearth:
             if cid not in states:
                 states[cid] = ContextState(ContextBadge.STALE, e.tokens, store.model_label(e))
         active = self._sessions.active if self._sessions is not None else None
+        if active and is_api_owner(active):  # the live KV is the server's prompt cache, no conversation's
+            active = None
         if active and self._engine.tokens:
             states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens), self._sessions.identity.label)
         return states
@@ -812,6 +816,79 @@ class Hearth:
         except HearthError as exc:
             log.info("no model to check bundle contexts against: %s", exc)
             return None, None
+
+    # the local server's requests (issue 17; engine/session/prompt_cache.py, engine/serving.py) --------------
+    def serve(self, request: ServeRequest, on_text: Callable[[str], None] | None = None,
+              cancel: CancelToken | None = None) -> ServeResult:
+        """Answer one stateless server request (the whole conversation, or a raw prompt) from the longest
+        verified prefix of its prompt among the live KV and the checkpoints of earlier requests, which
+        survive restarts (kind "api" in the store); ``result.cache`` says where its context came from.
+        With ``request.conversation`` the messages are stored into that conversation (engine/serving.py).
+        Raises PromptError / ConversationError for a bad request, ModelNotLoadedError without a model."""
+        from engine import serving
+
+        messages = serving.request_messages(request)
+        engine = self._require_engine()
+        options = serving.generation_options(engine, request)
+        if request.conversation is not None:
+            cid = request.conversation
+            with self._turn_lock(cid, _noop, cancel):
+                return self._serve_bound(cid, messages, request, options, on_text, cancel)
+        return self._serve_cached(messages, request, options, on_text, cancel)
+
+    def _serve_cached(self, messages: list[dict] | None, request: ServeRequest, options: dict,
+                      on_text: Callable[[str], None] | None, cancel: CancelToken | None) -> ServeResult:
+        from engine import serving
+        from engine.session import prompt_cache
+
+        engine, started = self._engine, time.perf_counter()
+        if messages is None:
+            text = request.prompt.encode("utf-8")
+            key = prompt_cache.thread_key(prompt_cache.raw_first_block(text))
+        else:
+            text = engine.render(messages).encode("utf-8")
+            key = prompt_cache.thread_key(prompt_cache.chat_first_block(engine.template, messages))
+        cache = prompt_cache.PromptCache(self._sessions)
+        prepared = cache.prepare(key, text, messages, cancel)
+        result = self._serve_decode(prepared.prompt, prepared.logits, prepared.report, request, options, on_text,
+                                    cancel, started)
+        cache.finish(prepared, serving.history_text(engine, messages, text, result.text))
+        return self._served(result, prepared.report, len(prepared.prompt))
+
+    def _serve_bound(self, cid: str, messages: list[dict], request: ServeRequest, options: dict,
+                     on_text: Callable[[str], None] | None, cancel: CancelToken | None) -> ServeResult:
+        from engine import serving
+
+        started = time.perf_counter()
+        chat = serving.bind_messages(self.conversations, cid, messages)
+        self._sessions.check_fits(cid, chat)
+        logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
+        result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started)
+        if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
+            self.conversations.append(cid, "assistant", result.text)
+            self.conversations.set_model(cid, self._info.label, self.model_key)
+        self._sessions.save("turn", boundaries=[len(prompt)])
+        return self._served(result, report, len(prompt))
+
+    def _serve_decode(self, prompt: list[int], logits, report, request: ServeRequest, options: dict,
+                      on_text: Callable[[str], None] | None, cancel: CancelToken | None, started: float):
+        from engine import serving
+        from engine.generation import GenerationResult
+
+        if logits is None:
+            result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
+        else:
+            result = self._engine.generate(prompt, request.params, request.max_tokens, on_text, cancel=cancel,
+                                           ready_logits=logits, top_logprobs=request.top_logprobs, **options)
+        serving.fold_prefill(result, report, (time.perf_counter() - started) * 1000)
+        return result
+
+    def _served(self, result, report, prompt_tokens: int) -> ServeResult:
+        from engine import serving
+
+        return ServeResult(result.text, tuple(result.tokens), serving.FINISH_REASONS.get(result.stop_reason, "stop"),
+                           prompt_tokens, serving.cache_report(report), tuple(result.logprobs),
+                           result.timings.freeze(self._info.load_ms), self._info)
 
     # shutting down --------------------------------------------------------------------------------------
     def close(self) -> SaveResult | None:

@@ -3,7 +3,8 @@
 Files are named from what they hold, never from user text: ``conv-<sha256(conversation id)>-<model>.hkv``
 for a conversation's context under one model, ``prefix-<sha256(prefix text)>-<model>.hkv`` for a shared
 prefix (a system prompt and the template's preamble, reused by every conversation that starts with it),
-``<model>`` being the first 8 bytes of the model fingerprint in hex. So a conversation keeps one
+``api-<key>-<branch>-<model>.hkv`` for the server's prompt cache (kind ``api``: see
+engine/session/prompt_cache.py), ``<model>`` being the first 8 bytes of the model fingerprint in hex. So a conversation keeps one
 context per model side by side, and switching models back and forth resumes each from disk. The index
 answers "which checkpoints could serve this conversation" without listing or opening files; it is
 reconciled with the directory once when the store opens, so a lost or stale index heals itself.
@@ -48,7 +49,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     name TEXT PRIMARY KEY,
     conversation TEXT,            -- NULL for shared prefixes and files the index did not know
-    kind TEXT NOT NULL,           -- 'conversation', 'prefix' or 'orphan'
+    kind TEXT NOT NULL,           -- 'conversation', 'api', 'prefix' or 'orphan'
     tokens INTEGER NOT NULL,      -- frontier of the last record
     text_len INTEGER NOT NULL,
     text_sha BLOB NOT NULL,
@@ -94,8 +95,27 @@ def model_tag(model_fp: bytes) -> str:
     return model_fp[:MODEL_TAG_BYTES].hex()
 
 
+# The server's prompt cache (engine/session/prompt_cache.py) owns files too: its owners are named
+# "#api-<key>-<branch>", which no conversation id can be (those start with a letter or digit), and their
+# files "api-<key>-<branch>-<model>.hkv", indexed with kind "api".
+API_OWNER_MARK = "#"
+API_NAME_PREFIX = "api-"
+
+
+def is_api_owner(owner: str | None) -> bool:
+    """True for an owner of the server's prompt cache (not a stored conversation)."""
+    return bool(owner) and owner.startswith(API_OWNER_MARK + API_NAME_PREFIX)
+
+
+def owner_kind(owner: str) -> str:
+    """The index kind of an owner's files: "api" for the server's prompt cache, else "conversation"."""
+    return "api" if is_api_owner(owner) else "conversation"
+
+
 def conversation_key(conversation: str) -> str:
     """What every file of ``conversation`` is named with, whatever the model."""
+    if is_api_owner(conversation):
+        return conversation[len(API_OWNER_MARK):]
     return f"conv-{hashlib.sha256(conversation.encode()).hexdigest()[:32]}"
 
 
@@ -297,7 +317,8 @@ class CheckpointStore:
             log.info("checkpoint %s does not verify (%s); a session will report and rebuild it", name, exc)
         last = records[-1] if records else None
         # A conversation file's owner is found again by name (see ``conversation_entry``).
-        kind = "prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-") else "orphan"
+        kind = ("prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-")
+                else "api" if name.startswith(API_NAME_PREFIX) else "orphan")
         created = header.created_ms if header else int(time.time() * 1000)
         self.put(Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
                        last.text_sha if last else b"", path.stat().st_size, header.model_fp if header else b"",

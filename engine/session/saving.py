@@ -21,7 +21,7 @@ import numpy as np
 from engine.checkpoint.format import CheckpointError, FileHeader, Identity, RecordInfo
 from engine.checkpoint.lock import StoreBusyError
 from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, prefix_file
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, owner_kind, prefix_file
 from engine.checkpoint.writer import NewRecord, append, cut, now_ms, write_new
 from engine.generation import Engine
 from engine.session.prefix import frontier, reusable
@@ -158,7 +158,7 @@ class Saver:
         name = conversation_file(conversation, self.identity.model_fp)
         old = self.store.entry(name)
         last = records[-1]
-        self.store.put(Entry(name, conversation, "conversation", last.end, last.text_len, last.text_sha,
+        self.store.put(Entry(name, conversation, owner_kind(conversation), last.end, last.text_len, last.text_sha,
                              last.end_offset, self.identity.model_fp, header.created_ms, now_ms(),
                              old.hits if old else 0, old.pinned if old else False, header.label))
         return SaveReport(True, reason, len(tokens), new_tokens, written)

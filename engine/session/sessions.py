@@ -75,9 +75,12 @@ class ChatSessions:
 
     def prepare(self, conversation: str, messages: list[dict]) -> tuple[list[int], ResumeReport]:
         """Fill the KV with the best verified prefix of these messages; return the full prompt's tokens."""
+        return self.prepare_text(conversation, self.engine.render(messages).encode("utf-8"))
+
+    def prepare_text(self, conversation: str, text: bytes) -> tuple[list[int], ResumeReport]:
+        """``prepare`` for a prompt already rendered (or a raw one: the server's completions)."""
         started = time.perf_counter()
         tokenizer = self.engine.tokenizer
-        text = self.engine.render(messages).encode("utf-8")
         lead = prefix.lead_tokens(tokenizer, text)
         if self.active is not None and self.active != conversation:
             self.switch_away()
@@ -97,7 +100,14 @@ class ChatSessions:
     def sync(self, conversation: str, messages: list[dict], progress: ProgressFn | None = None,
              cancel: CancelToken | None = None) -> tuple[np.ndarray | None, list[int], ResumeReport]:
         """Make the KV hold this conversation's prompt; return (last logits or None if cancelled, prompt, report)."""
-        prompt, report = self.prepare(conversation, messages)
+        return self.sync_text(conversation, self.engine.render(messages).encode("utf-8"), progress, cancel, messages)
+
+    def sync_text(self, conversation: str, text: bytes, progress: ProgressFn | None = None,
+                  cancel: CancelToken | None = None, messages: list[dict] | None = None,
+                  ) -> tuple[np.ndarray | None, list[int], ResumeReport]:
+        """``sync`` for a rendered (or raw) prompt; ``messages``, when it has them, lets a cold start
+        save the shared prefix (the system prompt) for other conversations."""
+        prompt, report = self.prepare_text(conversation, text)
         self.engine.check_fits(prompt)
         started = time.perf_counter()
         self._dirty = True
@@ -108,7 +118,7 @@ class ChatSessions:
         report.prefilled_tokens = len(self.engine.tokens) - reused
         report.elapsed_ms = report.restore_ms + prefill_ms
         self.throughput.record_prefill(report.prefilled_tokens, prefill_ms)
-        if logits is not None and report.source in (COLD, REBUILT):
+        if logits is not None and report.source in (COLD, REBUILT) and messages is not None:
             self._save_shared_prefix(messages)
         if report.source == REBUILT:
             self.save("rebuild")
@@ -146,6 +156,17 @@ class ChatSessions:
         self.engine.reset(keep_buffers=True)  # the next conversation's restore may reuse them
         self.active = None
         return report
+
+    def adopt(self, owner: str) -> None:
+        """The live KV now belongs to ``owner`` (whose file lacks it: the next save writes it), without
+        saving or dropping it: the server's prompt cache starting a new branch from a live prefix."""
+        self.active, self._dirty = owner, True
+        self._files.forget(owner)
+
+    @property
+    def dirty(self) -> bool:
+        """The live KV holds rows its owner's file lacks."""
+        return self._dirty
 
     def close(self) -> SaveReport | None:
         """Shutdown: save what is live."""

@@ -1,0 +1,118 @@
+"""The server's requests, engine side: checking a ``ServeRequest``, binding it to a stored conversation,
+passing its decoding options to the engine, and reporting the result (``Hearth.serve`` ties them up;
+the prompt cache itself is engine/session/prompt_cache.py).
+
+Binding (``X-Hearth-Conversation`` / ``user``): the stored conversation must be a prefix of the request's
+messages (system prompt included); the messages past it are stored, the reply is stored after decoding,
+and the request runs on the conversation's own chat checkpoint, so the window and the browser show it
+and a chat turn there continues it. A request whose history disagrees with what is stored (an edited or
+dropped message) is refused with a ``PromptError`` naming the first differing message: storing it as a
+silent branch would leave the window showing a history the client never sent.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+
+from engine.conversations import ConversationStore, check_id
+from engine.errors import PromptError
+from engine.generation import Engine, GenerationResult
+from engine.session.reports import ResumeReport
+from engine.text.chat_template import validate_messages
+from engine.types import CacheReport, ResponseFormatKind, ServeRequest
+
+# GenerationResult.stop_reason → OpenAI's finish_reason ("stop": an end-of-turn token or a stop string)
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context_full": "length",
+                  "cancelled": "cancelled"}
+
+
+def request_messages(request: ServeRequest) -> list[dict] | None:
+    """Check ``request`` and return its messages as plain dicts (None for a raw prompt); PromptError
+    (or ConversationError for a bad conversation id) says what is wrong."""
+    if (request.messages is None) == (request.prompt is None):
+        raise PromptError("a request needs either messages (a chat) or a prompt (a raw completion), not both")
+    request.params.validate()
+    if not isinstance(request.max_tokens, int) or request.max_tokens < 1:
+        raise PromptError(f"max_tokens must be at least 1 (got {request.max_tokens!r})")
+    if request.conversation is not None:
+        check_id(request.conversation)
+        if request.prompt is not None:
+            raise PromptError("a conversation can be bound only to a chat request (messages), not a raw prompt")
+    if request.prompt is not None:
+        if not isinstance(request.prompt, str) or not request.prompt:
+            raise PromptError("the prompt is empty: write something to continue")
+        return None
+    messages = [dict(m) if isinstance(m, Mapping) else m for m in request.messages]
+    validate_messages(messages)
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def generation_options(engine: Engine, request: ServeRequest) -> dict:
+    """The decoding options the request sets, as keyword arguments for ``Engine.generate``. One the
+    engine does not take is refused by name rather than ignored (the reply would not honour it)."""
+    wanted: dict = {}
+    if request.stop:
+        wanted["stop"] = tuple(request.stop)
+    if request.presence_penalty:
+        wanted["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty:
+        wanted["frequency_penalty"] = request.frequency_penalty
+    if request.response_format is not None and request.response_format.kind != ResponseFormatKind.TEXT:
+        wanted["response_format"] = request.response_format
+    accepted = inspect.signature(engine.generate).parameters
+    missing = [name for name in wanted if name not in accepted]
+    if missing:
+        raise PromptError(f"this engine cannot honour {', '.join(missing)}; leave it out of the request")
+    return wanted
+
+
+def bind_messages(conversations: ConversationStore, conversation: str, messages: list[dict]) -> list[dict]:
+    """Store the request's messages past what ``conversation`` holds (creating it), by the rule in the
+    module docstring; return the conversation as the model reads it."""
+    system = messages[0]["content"] if messages[0]["role"] == "system" else None
+    if any(m["role"] == "system" for m in messages[1:]):
+        raise PromptError("a bound conversation takes one system prompt, as the first message")
+    body = messages[1:] if system is not None else messages
+    conv = conversations.ensure(conversation)
+    stored = [m.as_chat() for m in conversations.messages(conversation)]
+    if not stored and system is not None and system != conv.system_prompt:
+        conversations.set_system_prompt(conversation, system)
+    elif (system or "") != conv.system_prompt:
+        raise PromptError(f"conversation {conversation} has another system prompt than this request: send its "
+                          "stored history, or use a new conversation id")
+    for i, m in enumerate(stored):
+        if i >= len(body) or body[i]["role"] != m["role"] or body[i]["content"] != m["content"]:
+            raise PromptError(f"conversation {conversation} holds {len(stored)} message(s) and this request's "
+                              f"message {i + 1} differs from the stored one: send the stored history unchanged, "
+                              "or use a new conversation id")
+    for m in body[len(stored):]:
+        conversations.append(conversation, m["role"], m["content"])
+    return conversations.chat_messages(conversation)
+
+
+def cache_report(report: ResumeReport) -> CacheReport:
+    return CacheReport(report.source, str(report.reason) if report.reason else None, report.reused_tokens,
+                       report.prefilled_tokens, report.restore_ms, report.restored_tokens)
+
+
+def fold_prefill(result: GenerationResult, report: ResumeReport, started_ms: float) -> None:
+    """Count the restore and prefill (done before ``Engine.generate``) in the result's timings, as a
+    chat turn does."""
+    t = result.timings
+    t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
+    t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
+    t.ttft_ms = t.ttft_ms + report.elapsed_ms if t.ttft_ms else started_ms
+    result.reused_tokens = report.reused_tokens
+
+
+def history_text(engine: Engine, messages: Sequence[dict] | None, prompt: bytes, reply: str) -> bytes | None:
+    """What the next request of this thread starts with: the conversation with the reply as history
+    renders it (a raw prompt: the prompt and the reply); None when the template cannot render it."""
+    if messages is None:
+        return prompt + reply.encode("utf-8")
+    try:
+        return engine.template.render([*messages, {"role": "assistant", "content": reply}],
+                                      add_generation_prompt=False).encode("utf-8")
+    except Exception:  # a template that refuses the history shape: only the prompt is sure
+        return None
