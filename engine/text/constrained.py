@@ -85,10 +85,10 @@ def grammar_for(fmt: ResponseFormat) -> str | None:
         if fmt.schema is None:
             raise ConstraintError("response_format json_schema needs a schema")
         if not isinstance(fmt.schema, Mapping):
-            raise ConstraintError(f"a JSON schema must be an object, got {type(fmt.schema).__name__}")
+            raise ConstraintError(f"the JSON schema must be an object, got {type(fmt.schema).__name__}")
         schema = fmt.schema
     try:
-        text = json.dumps(schema)
+        text = json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConstraintError(f"the JSON schema is not valid JSON: {exc}") from None
     if len(text) > MAX_SCHEMA_BYTES:
