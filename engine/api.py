@@ -83,6 +83,7 @@ from engine.types import (
     Progress,
     ProgressPhase,
     Rebuilt,
+    ResponseFormat,
     RestoreCheck,
     Resume,
     Resumed,
@@ -555,33 +556,45 @@ class Hearth:
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
-                 cancel: CancelToken | None = None, *, top_logprobs: int | None = None) -> Completion:
+                 cancel: CancelToken | None = None, *, top_logprobs: int | None = None,
+                 stop: Sequence[str] = (), presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 response_format: ResponseFormat | None = None) -> Completion:
         """A reply to ``messages`` that is stored nowhere (``hearth-cli generate``). ``top_logprobs``:
-        report every token's log-probability and that many alternatives (``TokenLogprob``)."""
+        report every token's log-probability and that many alternatives (``TokenLogprob``). ``stop``,
+        ``presence_penalty``, ``frequency_penalty``, ``response_format``: as ``Engine.generate`` takes them
+        (a stop string ends it with ``StopReason.STOP``; a bad value or schema is a PromptError)."""
         from engine.text.chat_template import validate_messages
 
         validate_messages(messages)
         engine = self._require_engine()
-        return self._complete(engine.prompt_tokens(messages), params, max_new_tokens, on_text, cancel, top_logprobs)
+        return self._complete(engine.prompt_tokens(messages), params, max_new_tokens, on_text, cancel, top_logprobs,
+                              stop=stop,
+                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                              response_format=response_format)
 
     def complete_raw(self, prompt: str, params: SamplingParams | None = None,
                      max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
-                     cancel: CancelToken | None = None, *, top_logprobs: int | None = None) -> Completion:
+                     cancel: CancelToken | None = None, *, top_logprobs: int | None = None,
+                     stop: Sequence[str] = (), presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                     response_format: ResponseFormat | None = None) -> Completion:
         """A continuation of ``prompt`` read as it is, no chat template (BOS in front when the model
-        asks for one): for base models (``hearth-cli generate --raw``)."""
+        asks for one): for base models (``hearth-cli generate --raw``). Options as ``complete``."""
         if not prompt:
             raise PromptError("the prompt is empty: write something to continue")
         engine = self._require_engine()
-        return self._complete(engine.encode_prompt(prompt), params, max_new_tokens, on_text, cancel, top_logprobs)
+        return self._complete(engine.encode_prompt(prompt), params, max_new_tokens, on_text, cancel, top_logprobs,
+                              stop=stop,
+                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                              response_format=response_format)
 
     def _complete(self, prompt: list[int], params: SamplingParams | None, max_new_tokens: int,
                   on_text: Callable[[str], None] | None, cancel: CancelToken | None,
-                  top_logprobs: int | None) -> Completion:
+                  top_logprobs: int | None, **decoding) -> Completion:
         engine = self._require_engine()
         if self._sessions is not None and self._sessions.active is not None:
             self._sessions.switch_away()  # the live KV belongs to a conversation: save it before reuse
         result = engine.generate(prompt, params, max_new_tokens, on_text=on_text, cancel=cancel,
-                                 top_logprobs=top_logprobs)
+                                 top_logprobs=top_logprobs, **decoding)
         return Completion(tuple(result.prompt_tokens), tuple(result.tokens), result.text, StopReason(result.stop_reason),
                           result.timings.freeze(self._info.load_ms), self._info, tuple(result.logprobs))
 

@@ -5,6 +5,10 @@ any position; ``export_kv``/``import_kv`` copy rows out and back (checkpoints mo
 cache's row protocol instead: runtime/kv_protocol.py). A new prompt reuses the longest common token
 prefix of what is cached and prefills only the rest.
 
+Decoding options beyond sampling: stop strings (the reply ends before the first one; streamed text
+never shows part of one: engine/text/stop_strings.py), OpenAI's presence/frequency penalties, and a
+``response_format`` constraint applied as a logits mask (engine/text/constrained.py).
+
 Context policy: a prompt must leave room for at least one new token, otherwise ``PromptError``;
 generation stops with ``stop_reason == "context_full"`` when the window fills up.
 """
@@ -27,10 +31,12 @@ from engine.runtime.runner import ModelRunner
 from engine.sampling import Sampler, SamplingParams, check_top_logprobs, token_logprob
 from engine.text import builtin_templates
 from engine.text.chat_template import ChatTemplate
+from engine.text.constrained import Constraint
 from engine.text.profile import model_kind
+from engine.text.stop_strings import StopStringFilter
 from engine.text.stream import StreamDecoder
 from engine.text.tokenizer import Tokenizer
-from engine.types import CancelToken
+from engine.types import CancelToken, ResponseFormat
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +60,9 @@ class GenerationResult:
     prompt_tokens: list[int]
     tokens: list[int]
     text: str
-    stop_reason: str  # "eos", "length", "context_full" or "cancelled"
+    # "eos" (an end-of-turn token, or a response_format constraint complete), "stop" (a stop string: the
+    # text ends before it, ``tokens`` include the one that completed it), "length", "context_full", "cancelled"
+    stop_reason: str
     reused_tokens: int
     timings: Timings = field(default_factory=Timings)
     logprobs: list[types.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
@@ -226,14 +234,24 @@ class Engine:
         cancel: CancelToken | None = None,
         ready_logits: np.ndarray | None = None,
         top_logprobs: int | None = None,
+        stop: Sequence[str] = (),
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        response_format: ResponseFormat | None = None,
     ) -> GenerationResult:
         """Decode a reply to ``prompt``. ``ready_logits``: the cache already holds exactly ``prompt`` and
         these are its last position's logits (a caller that prefilled it itself). ``top_logprobs``: also
-        report each token's log-probability and that many most likely tokens (None: not at all)."""
+        report each token's log-probability (of the raw distribution, before penalties and masks) and that
+        many most likely tokens (None: not at all). ``stop``: the reply ends before the first of these
+        strings. ``presence_penalty``/``frequency_penalty``: OpenAI's, from -2 to 2, over the reply's tokens.
+        ``response_format``: constrain the reply to JSON (ConstraintError, a PromptError, for a bad schema)."""
         params = params or SamplingParams()
-        sampler = Sampler(params)
+        sampler = Sampler(params, presence_penalty, frequency_penalty)
+        stops = StopStringFilter(stop)
         if max_new_tokens < 1:
             raise PromptError("max new tokens must be at least 1")
+        stop_ids = self.stop_ids
+        constraint = Constraint.for_format(response_format, self.tokenizer, stop_ids)  # before any work
         if top_logprobs is not None:
             try:
                 check_top_logprobs(top_logprobs)
@@ -256,25 +274,39 @@ class Engine:
         stream = StreamDecoder(self.tokenizer)
         pieces: list[str] = []
         history = list(prompt)
-        stop_ids = self.stop_ids
+        counts = np.zeros(logits.size, dtype=np.float32) if sampler.has_reply_penalties else None
         decode_start = None
+
+        def show(text: str) -> None:
+            if text:
+                pieces.append(text)
+                if on_text:
+                    on_text(text)
+
         while True:
-            token = sampler.sample(logits, history)
+            allowed = constraint.allowed() if constraint is not None else None
+            token = sampler.sample(logits, history, counts, allowed)
             if decode_start is None:
                 timings.ttft_ms = (time.perf_counter() - start) * 1000
                 decode_start = time.perf_counter()
             if token in stop_ids:
                 result.stop_reason = "eos"
                 break
+            if constraint is not None:
+                constraint.advance(token)
             result.tokens.append(token)
             if top_logprobs is not None:
                 result.logprobs.append(token_logprob(logits, token, top_logprobs))
             history.append(token)
-            piece = stream.push(token)
-            if piece:
-                pieces.append(piece)
-                if on_text:
-                    on_text(piece)
+            if counts is not None:
+                counts[token] += 1
+            show(stops.push(stream.push(token)))
+            if stops.stopped:
+                result.stop_reason = "stop"
+                break
+            if constraint is not None and constraint.done:  # nothing but the end may follow: end now
+                result.stop_reason = "eos"
+                break
             if len(result.tokens) >= max_new_tokens:
                 result.stop_reason = "length"
                 break
@@ -286,11 +318,9 @@ class Engine:
                 break
             logits = self.runner.forward([token], self.cache)[-1]
             self.tokens.append(token)
-        tail = stream.flush()
-        if tail:
-            pieces.append(tail)
-            if on_text:
-                on_text(tail)
+        if not stops.stopped:
+            show(stops.push(stream.flush()))
+            show(stops.flush())
         result.text = "".join(pieces)
         steps = len(self.tokens) - len(prompt)  # decode forward passes actually run
         timings.decode_ms = (time.perf_counter() - decode_start) * 1000

@@ -1,5 +1,8 @@
 """Logits → next token: greedy, or temperature with top-k, top-p and min-p, after a repetition penalty.
 
+Then OpenAI's presence and frequency penalties (counted over the reply only), then a constraint's mask
+of allowed tokens (engine/text/constrained.py), in that order.
+
 ``token_logprob`` reports what a token's probability was under the raw model distribution.
 
 A sampler owns a seeded ``numpy.random.Generator``, so the same seed and the same logits give the
@@ -12,17 +15,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.errors import NumericalError
+from engine.errors import NumericalError, PromptError
 from engine.types import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
+
+PENALTY_RANGE = (-2.0, 2.0)  # OpenAI's range for presence_penalty and frequency_penalty
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, presence_penalty: float = 0.0, frequency_penalty: float = 0.0):
         params.validate()
+        check_penalty("presence penalty", presence_penalty)
+        check_penalty("frequency penalty", frequency_penalty)
         self.params = params
+        self.presence_penalty = float(presence_penalty)
+        self.frequency_penalty = float(frequency_penalty)
         self.rng = np.random.default_rng(params.seed)
 
-    def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
+    @property
+    def has_reply_penalties(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    def sample(self, logits: np.ndarray, history: Sequence[int], reply_counts: np.ndarray | None = None,
+               allowed: np.ndarray | None = None) -> int:
+        """``reply_counts``: how often each token id occurs in the reply so far (for the OpenAI penalties);
+        ``allowed``: a boolean mask over the vocabulary, False for tokens a constraint forbids."""
         p = self.params
         logits = np.asarray(logits, dtype=np.float32)
         if not np.isfinite(logits).all():  # argmax of NaNs is token 0: garbage that looks like output
@@ -30,6 +46,10 @@ class Sampler:
                                  "the precision it runs in; run it with --weights int4 or fp32")
         if p.repetition_penalty != 1.0 and history:
             logits = apply_repetition_penalty(logits, history[-p.penalty_window :], p.repetition_penalty)
+        if reply_counts is not None and self.has_reply_penalties:
+            logits = apply_openai_penalties(logits, reply_counts, self.presence_penalty, self.frequency_penalty)
+        if allowed is not None:
+            logits = apply_mask(logits, allowed)
         if p.greedy or p.temperature == 0:
             return int(np.argmax(logits))
         ids, probs = _candidates(logits, p)
@@ -43,6 +63,30 @@ def apply_repetition_penalty(logits: np.ndarray, recent: Sequence[int], penalty:
     vals = out[seen]
     out[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
     return out
+
+
+def check_penalty(name: str, value: float) -> None:
+    low, high = PENALTY_RANGE
+    if not isinstance(value, int | float) or not low <= value <= high:  # also refuses NaN
+        raise PromptError(f"{name} must be from {low:g} to {high:g}, got {value}")
+
+
+def apply_openai_penalties(logits: np.ndarray, counts: np.ndarray, presence: float, frequency: float) -> np.ndarray:
+    """OpenAI's penalties: every token already in the reply loses ``presence`` once and ``frequency``
+    for each time it occurred (``counts[id]``). Negative values favour repetition instead."""
+    counts = np.asarray(counts, dtype=np.float32)[: logits.size]
+    return logits - np.float32(frequency) * counts - np.float32(presence) * (counts > 0)
+
+
+def apply_mask(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """``logits`` with every token ``allowed`` does not cover at minus infinity (ids past the mask's end,
+    e.g. a model's padded vocabulary, are forbidden too)."""
+    full = np.zeros(logits.size, dtype=bool)
+    n = min(allowed.size, logits.size)
+    full[:n] = allowed[:n]
+    if not full.any():
+        raise PromptError("the response format allows no token at this point")
+    return np.where(full, logits, np.float32(-np.inf))
 
 
 def _candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:

@@ -73,7 +73,8 @@ class ResumeSource(StrEnum):
 
 
 class StopReason(StrEnum):
-    EOS = "eos"
+    EOS = "eos"  # an end-of-turn token, or a response_format constraint complete
+    STOP = "stop"  # a stop string: the text ends before it
     LENGTH = "length"
     CONTEXT_FULL = "context_full"
     CANCELLED = "cancelled"
