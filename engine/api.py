@@ -841,8 +841,8 @@ class Hearth:
         from engine import serving
 
         messages = serving.request_messages(request)
-        engine = self._require_engine()
-        options = serving.generation_options(engine, request)
+        self._require_engine()  # ModelNotLoadedError before anything is stored
+        options = serving.generation_options(request)
         if request.conversation is not None:
             cid = request.conversation
             with self._turn_lock(cid, _noop, cancel):

@@ -12,7 +12,6 @@ silent branch would leave the window showing a history the client never sent.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 
 from engine.conversations import ConversationStore, check_id
@@ -48,9 +47,9 @@ def request_messages(request: ServeRequest) -> list[dict] | None:
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
-def generation_options(engine: Engine, request: ServeRequest) -> dict:
-    """The decoding options the request sets, as keyword arguments for ``Engine.generate``. One the
-    engine does not take is refused by name rather than ignored (the reply would not honour it)."""
+def generation_options(request: ServeRequest) -> dict:
+    """The decoding options the request sets, as keyword arguments for ``Engine.generate`` (which checks
+    their values: bad ones are PromptErrors before any model work)."""
     wanted: dict = {}
     if request.stop:
         wanted["stop"] = tuple(request.stop)
@@ -60,10 +59,6 @@ def generation_options(engine: Engine, request: ServeRequest) -> dict:
         wanted["frequency_penalty"] = request.frequency_penalty
     if request.response_format is not None and request.response_format.kind != ResponseFormatKind.TEXT:
         wanted["response_format"] = request.response_format
-    accepted = inspect.signature(engine.generate).parameters
-    missing = [name for name in wanted if name not in accepted]
-    if missing:
-        raise PromptError(f"this engine cannot honour {', '.join(missing)}; leave it out of the request")
     return wanted
 
 

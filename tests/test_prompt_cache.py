@@ -4,7 +4,6 @@ Runtime, real checkpoint files and real SQLite (the tiny model for speed, SmolLM
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from pathlib import Path
@@ -337,14 +336,27 @@ def test_bad_requests_get_a_specific_error(tiny, request_, error, needle):
     assert api_files(tiny) == {}
 
 
-def test_an_option_the_engine_cannot_honour_is_refused_by_name(tiny):
-    from engine.serving import generation_options
+def test_decoding_options_reach_the_engine_and_bad_ones_are_refused(tiny):
+    import json
 
-    assert generation_options(tiny._engine, ServeRequest(prompt="x")) == {}  # nothing set: nothing passed
-    if "presence_penalty" in inspect.signature(tiny._engine.generate).parameters:
-        pytest.skip("this engine takes the OpenAI penalties (the constrained-decoding branch)")
-    with pytest.raises(PromptError, match="presence_penalty"):
-        tiny.serve(ServeRequest(prompt="x", presence_penalty=0.5))
+    from engine.serving import generation_options
+    from engine.types import ResponseFormat, ResponseFormatKind
+
+    assert generation_options(ServeRequest(prompt="x")) == {}  # nothing set: nothing passed
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 7, "maximum": 70}},
+              "required": ["n"], "additionalProperties": False}
+    shaped = tiny.serve(ServeRequest(messages=({"role": "user", "content": "a number"},), max_tokens=40,
+                                     params=SamplingParams.greedy_params(),
+                                     response_format=ResponseFormat(ResponseFormatKind.JSON_SCHEMA, schema)))
+    assert json.loads(shaped.text)["n"] % 7 == 0 and shaped.finish_reason == "stop"
+    free = tiny.serve(ServeRequest(messages=({"role": "user", "content": "a number"},), max_tokens=12,
+                                   params=SamplingParams.greedy_params()))
+    cut = free.text[len(free.text) // 2:][:2]
+    stopped = tiny.serve(ServeRequest(messages=({"role": "user", "content": "a number"},), max_tokens=12,
+                                      params=SamplingParams.greedy_params(), stop=(cut,)))
+    assert cut and stopped.finish_reason == "stop" and cut not in stopped.text and free.text.startswith(stopped.text)
+    with pytest.raises(PromptError, match="presence"):
+        tiny.serve(ServeRequest(prompt="x", presence_penalty=5.0))
 
 
 def test_a_request_before_the_model_is_loaded_says_so(tiny_home, tiny_gguf):
