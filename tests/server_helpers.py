@@ -38,8 +38,9 @@ class LiveServer:
     def client(self, **options):
         from openai import OpenAI
 
-        options.setdefault("max_retries", 0)
-        return OpenAI(base_url=self.base + "/v1", api_key=self.settings.api_key or "none", **options)
+        options.setdefault("max_retries", 0)  # a 429 is the test's to see, not the client's to retry
+        options.setdefault("api_key", self.settings.api_key or "none")
+        return OpenAI(base_url=self.base + "/v1", **options)
 
     def close(self) -> None:
         self.server.should_exit = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 
@@ -27,6 +28,8 @@ from engine.server.wire import ChunkMaker, cache_headers, chat_completion, new_i
 from engine.types import CancelToken
 
 log = logging.getLogger(__name__)
+# pydantic names the member of a union it tried ("str", "list[str]"): not part of the field's name
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")
 RETRY_AFTER_S = 1
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -115,7 +118,7 @@ async def _parse(request: Request, schema: type[BaseModel]) -> BaseModel:
         return schema.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
+        param = ".".join(str(p) for p in first["loc"] if not _UNION_TAG.match(str(p))) or None
         raise ApiError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param,
                        code="invalid_value") from None
 

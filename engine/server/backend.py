@@ -73,6 +73,7 @@ class ModelHost:
         self._active: set[CancelToken] = set()
         self._lock = threading.Lock()
         self._idle_timer: threading.Timer | None = None
+        self.last_result: ServeResult | None = None  # the latest request's, cut short or not (for /health and tests)
 
     # models ---------------------------------------------------------------------------------------------
     def ready_models(self) -> list[LibraryModel]:
@@ -124,6 +125,7 @@ class ModelHost:
             if not max_tokens_given:
                 request = dataclasses.replace(request, max_tokens=self.hearth.model.context_length)
             result = serve_on(self.hearth, request, on_text, cancel)
+            self.last_result = result
             texts = {}
             for lp in result.logprobs:
                 for token in (lp.token, *(t for t, _ in lp.top)):

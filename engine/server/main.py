@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from engine.api import resolve_paths
@@ -91,9 +92,13 @@ def build_server(host: ModelHost, settings: ServerSettings):
     from engine.server.app import create_app
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # SIGINT/SIGTERM: generations stop at their next token
+        def handle_exit(self, sig, frame) -> None:
+            # SIGINT/SIGTERM: generations stop at their next token, the server drains, shutdown() saves.
+            # Not recorded for uvicorn to raise again afterwards: a clean stop exits 0.
             host.cancel_all()
-            super().handle_exit(sig, frame)
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: stop waiting for open connections
+            self.should_exit = True
 
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
