@@ -480,3 +480,31 @@ def test_sigterm_leaves_the_served_context_on_disk(tiny_paths):
     listing = cli("kv", "ls", "--json", "--data-dir", str(tiny_paths.data))
     out, _ = listing.communicate(timeout=WAIT_S)
     assert "api" in out and listing.returncode == 0
+
+
+# models ---------------------------------------------------------------------------------------------------
+def test_a_request_for_another_library_model_switches_to_it(serve, tiny_paths, tiny_gguf, tmp_path):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(tiny_gguf.read_bytes())
+    assert ModelLibrary(tiny_paths).add(other).name == "other"
+    s = serve()
+    assert {m.id for m in s.client().models.list()} == {TINY, "other"}
+    reply = s.client().chat.completions.create(model="other", messages=CHAT, max_tokens=2)
+    assert reply.model == "other" and s.host.hearth.model_key == "other"
+    back = s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2)
+    assert back.model == TINY and s.host.hearth.model_key == TINY
+
+
+def test_idle_unload_frees_the_model_and_the_next_request_loads_it(serve):
+    s = serve(ServerSettings(idle_unload_s=0.2))
+    s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2)
+    wait_until(lambda: s.host.state == "unloaded", "the idle model to be unloaded")
+    assert s.host.hearth.model is None and httpx.get(s.base + "/health").status_code == 200
+    assert s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2).choices
+    assert s.host.hearth.model is not None
+
+
+def test_serve_with_an_unknown_model_exits_1_with_one_line(tiny_paths):
+    proc = cli("serve", "--data-dir", str(tiny_paths.data), "--model", "no-such-model", "--port", "0")
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 1 and err.count("\n") == 1 and "no-such-model" in err

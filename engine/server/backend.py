@@ -106,8 +106,8 @@ class ModelHost:
                 hearth.load()
             else:
                 hearth.switch_model(name)
-        except HearthError as exc:
-            self.state, self.problem = "failed", str(exc)
+        except HearthError as exc:  # switch_model brings the previous model back when it can
+            self.state, self.problem = ("ready" if hearth.model is not None else "failed"), str(exc)
             raise
         self.state, self.problem = "ready", ""
         log.info("model %s loaded", name)
