@@ -371,6 +371,11 @@ class Hearth:
                 log.warning("could not load the previous model again: %s", exc)
             raise
 
+    def unload(self) -> None:
+        """Save what is live and free the model's memory (the server's ``--idle-unload``); ``load`` or
+        ``switch_model`` brings a model back. The stores stay open."""
+        self._unload()
+
     def _unload(self) -> None:
         """Save what is live and drop the engine (its memory is freed before another model loads)."""
         if self._sessions is not None:

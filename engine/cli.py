@@ -317,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(conv)
     conv.set_defaults(func=cmd_model_convert)
     cli_library.add_commands(msub, common)
+
+    from engine.server.main import add_parser as add_serve
+
+    add_serve(sub, common, model_options)
     return parser
 
 

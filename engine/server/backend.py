@@ -1,0 +1,184 @@
+"""The model side of the server: which library model is loaded, and one request served on it.
+
+Everything that touches ``Hearth`` runs on the engine thread (``EngineRunner``); this module's public
+methods only queue work there and hand back Futures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from engine.api import Hearth, HearthPaths, ModelLibrary
+from engine.errors import HearthError, ModelNotFoundError
+from engine.server.errors import ApiError
+from engine.server.runner import EngineRunner
+from engine.types import (
+    CancelToken,
+    LibraryModel,
+    ModelStatus,
+    ServeRequest,
+    ServeResult,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AnyCancel(CancelToken):
+    """Cancelled when any of its tokens is: the client's (disconnect, shutdown) or a stop string's."""
+
+    def __init__(self, *tokens: CancelToken):
+        super().__init__()
+        self.tokens = tokens
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set() or any(t.cancelled for t in self.tokens)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A finished request: the engine's result and, for logprobs, each token id's text."""
+
+    result: ServeResult
+    model: str  # the library name that answered
+    token_texts: dict[int, str] = field(default_factory=dict)
+
+
+class ModelHost:
+    """Owns the one ``Hearth`` (used only on the runner's thread) and the library model it runs."""
+
+    def __init__(self, paths: HearthPaths, runner: EngineRunner, *, model: str | None = None, weights: str = "int4",
+                 provider: str = "auto", threads: int | None = None, idle_unload_s: float | None = None,
+                 hearth: Hearth | None = None):
+        self.paths, self.runner, self.weights = paths, runner, weights
+        self.library = ModelLibrary(paths, weights=weights)
+        self.default_model = model or self.library.default_name()
+        self.hearth = hearth or Hearth(paths, model=self.default_model, weights=weights, provider=provider,
+                                       threads=threads)
+        self.state = "starting"  # starting → loading → ready | failed; unloaded after --idle-unload
+        self.problem = ""  # why the last load failed
+        self.idle_unload_s = idle_unload_s
+        self._last_used = time.monotonic()
+        self._active: set[CancelToken] = set()
+        self._lock = threading.Lock()
+        self._idle_timer: threading.Timer | None = None
+        self.last_result: ServeResult | None = None  # the latest request's, cut short or not (for /health and tests)
+
+    # models ---------------------------------------------------------------------------------------------
+    def ready_models(self) -> list[LibraryModel]:
+        return [m for m in self.library.models() if m.status == ModelStatus.READY]
+
+    def require_model(self, name: str) -> LibraryModel:
+        """The library model ``name``, ready to load; ApiError 404 otherwise."""
+        try:
+            model = self.library.get(name)
+        except ModelNotFoundError:
+            raise ApiError(404, f"The model '{name}' does not exist in this Hearth's library; GET /v1/models "
+                                "lists the ones it can run", param="model", code="model_not_found") from None
+        if model.status != ModelStatus.READY:
+            why = model.problem or str(model.status)
+            raise ApiError(404, f"The model '{name}' cannot be run here: {why}", param="model", code="model_not_found")
+        return model
+
+    def start(self) -> Future:
+        """Load the default model on the engine thread (requests queue behind it)."""
+        return self.runner.submit(lambda: self._ensure(self.default_model), bounded=False)
+
+    def _ensure(self, name: str) -> None:
+        """Make ``name`` the loaded model (one model in memory at a time). Engine thread only."""
+        hearth = self.hearth
+        if hearth.model is not None and hearth.model_key == name:
+            return
+        self.state = "loading"
+        try:
+            if hearth.model is None and hearth.model_path == name:
+                hearth.load()
+            else:
+                hearth.switch_model(name)
+        except HearthError as exc:  # switch_model brings the previous model back when it can
+            self.state, self.problem = ("ready" if hearth.model is not None else "failed"), str(exc)
+            raise
+        self.state, self.problem = "ready", ""
+        log.info("model %s loaded", name)
+
+    # serving --------------------------------------------------------------------------------------------
+    def serve(self, model: str, request: ServeRequest, on_text: Callable[[str], None], cancel: CancelToken, *,
+              max_tokens_given: bool = True) -> Future:
+        """Queue one request; the Future gives ``Served``. QueueFullError at once when the queue is full.
+        ``max_tokens_given`` False: the reply may run to the end of the context, as OpenAI's does."""
+        def job() -> Served:
+            if cancel.cancelled:  # its client went away while it waited
+                raise ApiError(499, "the client closed the request")
+            self._ensure(model)
+            nonlocal request
+            if not max_tokens_given:
+                request = dataclasses.replace(request, max_tokens=self.hearth.model.context_length)
+            result = serve_on(self.hearth, request, on_text, cancel)
+            self.last_result = result
+            texts = {}
+            for lp in result.logprobs:
+                for token in (lp.token, *(t for t, _ in lp.top)):
+                    if token not in texts:
+                        texts[token] = self.hearth.token_text(token)
+            return Served(result, model, texts)
+
+        with self._lock:
+            self._active.add(cancel)
+        future = self.runner.submit(job)
+        future.add_done_callback(lambda _f: self._finished(cancel))
+        return future
+
+    def _finished(self, cancel: CancelToken) -> None:
+        with self._lock:
+            self._active.discard(cancel)
+            self._last_used = time.monotonic()
+        self._schedule_idle_unload()
+
+    def cancel_all(self) -> None:
+        """Shutting down: every generation stops at its next token."""
+        with self._lock:
+            for token in self._active:
+                token.cancel()
+
+    # --idle-unload ---------------------------------------------------------------------------------------
+    def _schedule_idle_unload(self) -> None:
+        if not self.idle_unload_s:
+            return
+        with self._lock:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+            self._idle_timer = threading.Timer(self.idle_unload_s, self._idle)
+            self._idle_timer.daemon = True
+            self._idle_timer.start()
+
+    def _idle(self) -> None:
+        def unload() -> None:
+            with self._lock:
+                idle = not self._active and time.monotonic() - self._last_used >= self.idle_unload_s
+            if idle and self.hearth.model is not None:
+                self.hearth.unload()
+                self.state = "unloaded"
+                log.info("model unloaded after %g s idle", self.idle_unload_s)
+
+        try:
+            self.runner.submit(unload, bounded=False)
+        except Exception as exc:  # shutting down: nothing to unload
+            log.debug("idle unload not queued: %s", exc)
+
+    def close(self):
+        """Engine thread: save what is live and close the stores; Hearth.close's SaveResult."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        return self.hearth.close()
+
+
+# the engine call ------------------------------------------------------------------------------------------
+def serve_on(hearth: Hearth, request: ServeRequest, on_text: Callable[[str], None], cancel: CancelToken) -> ServeResult:
+    """``Hearth.serve``: the prompt cache, constrained decoding, stop strings and penalties."""
+    return hearth.serve(request, on_text, cancel)

@@ -1,0 +1,131 @@
+"""The server's defences, as ASGI middleware that answers before the app sees a request:
+the Host header (DNS rebinding), the API key, and the body size (before any parsing)."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+
+from engine.server.errors import error_body
+
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 — named to recognise them, not to bind
+OPEN_PATHS = {"/health"}  # answered without a key: it says only whether the server is up
+
+
+async def _refuse(send, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps(error_body(status, message, None, code)).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def host_name(host_header: str) -> str:
+    """``example.com:8080`` → ``example.com``; ``[::1]:8080`` → ``::1``."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
+class HostGuard:
+    """A page on another site must not reach this server by pointing its own DNS name at 127.0.0.1
+    (DNS rebinding): the Host header must name the bound address, ``localhost`` or an allowed host.
+    Bound to every interface, any IP address is fine too (rebinding needs a name)."""
+
+    def __init__(self, app, bound_host: str, allowed_hosts: tuple[str, ...] = ()):
+        self.app = app
+        self.wildcard = bound_host in WILDCARD_HOSTS
+        self.allowed = {host_name(bound_host), "localhost", *(h.lower() for h in allowed_hosts)}
+
+    def permits(self, host: str | None) -> bool:
+        if not host:
+            return False
+        name = host_name(host)
+        return name in self.allowed or (self.wildcard and _is_ip(name))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and not self.permits(_header(scope, b"host")):
+            await _refuse(send, 421, "this server answers only to its own address (the Host header named another; "
+                                     "start it with --allow-host NAME to add one)", "host_not_allowed")
+            return
+        await self.app(scope, receive, send)
+
+
+class KeyGuard:
+    """``Authorization: Bearer KEY``, compared in constant time."""
+
+    def __init__(self, app, api_key: str | None):
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.key is not None and scope["method"] != "OPTIONS" \
+                and scope["path"] not in OPEN_PATHS:
+            given = _header(scope, b"authorization") or ""
+            scheme, _, token = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
+                message = "missing API key: send 'Authorization: Bearer KEY'" if not given else "incorrect API key"
+                await _refuse(send, 401, message, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Reads the body up to ``limit`` bytes before the app parses anything: 413 past it, whether the
+    client declared its length or streams it chunked."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and (not declared.strip().isdigit() or int(declared) > self.limit):
+            await self._too_large(send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._too_large(send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # afterwards: the client's disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send) -> None:
+        await _refuse(send, 413, f"the request body is larger than this server accepts ({self.limit:,} bytes; "
+                                 "see --max-body-bytes)", "request_too_large", {"Connection": "close"})

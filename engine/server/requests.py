@@ -1,0 +1,102 @@
+"""An OpenAI request made into the engine's ``ServeRequest``, refusing what Hearth cannot honour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.api import check_id
+from engine.errors import ConversationError
+from engine.server.errors import ApiError
+from engine.server.schemas import ChatRequest, CompletionRequest, _Sampling
+from engine.types import ResponseFormat, ResponseFormatKind, SamplingParams, ServeRequest
+
+CONVERSATION_HEADER = "x-hearth-conversation"
+
+
+@dataclass(frozen=True)
+class Planned:
+    request: ServeRequest
+    model: str
+    max_tokens_given: bool  # False: generate until the reply ends or the context is full (as OpenAI)
+
+
+def _bad(message: str, param: str, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def sampling(body: _Sampling) -> SamplingParams:
+    """OpenAI's knobs over Hearth's defaults; temperature 0 (or top_p 0) is greedy. No repetition
+    penalty: OpenAI's API has presence/frequency penalties instead, and clients expect none otherwise."""
+    if body.temperature == 0 or body.top_p == 0:
+        return SamplingParams(greedy=True, repetition_penalty=1.0, seed=body.seed)
+    defaults = SamplingParams()
+    return SamplingParams(temperature=defaults.temperature if body.temperature is None else body.temperature,
+                          top_p=defaults.top_p if body.top_p is None else body.top_p, repetition_penalty=1.0,
+                          seed=body.seed)
+
+
+def conversation(body: _Sampling, header: str | None) -> str | None:
+    """The stored conversation a request binds to: X-Hearth-Conversation, else ``user`` when it is a
+    valid id (OpenAI's ``user`` is any end-user label, so one that is not an id is simply not used)."""
+    if header is not None:
+        try:
+            return check_id(header.strip())
+        except ConversationError as exc:
+            raise _bad(str(exc), "X-Hearth-Conversation") from None
+    if body.user:
+        try:
+            return check_id(body.user)
+        except ConversationError:
+            return None
+    return None
+
+
+def _common(body: _Sampling) -> None:
+    if body.n != 1:
+        raise _bad(f"n={body.n}: Hearth writes one choice per request, so n must be 1", "n", "unsupported_value")
+
+
+def chat_request(body: ChatRequest, header: str | None) -> Planned:
+    _common(body)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise _bad("top_logprobs needs logprobs set to true", "top_logprobs")
+    if not any(m.role == "user" for m in body.messages):
+        raise _bad("messages has no user message to answer", "messages")
+    messages = tuple({"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                     for m in body.messages)
+    fmt = None
+    if body.response_format is not None and body.response_format.type != "text":
+        spec = body.response_format.json_schema
+        if body.response_format.type == "json_schema" and (spec is None or spec.schema_ is None):
+            raise _bad("response_format json_schema needs json_schema.schema", "response_format.json_schema")
+        fmt = ResponseFormat(ResponseFormatKind(body.response_format.type), spec.schema_ if spec else None,
+                             spec.name if spec else "")
+    limit = body.max_completion_tokens or body.max_tokens
+    request = ServeRequest(messages=messages, params=sampling(body), max_tokens=limit or 1,
+                           stop=body.stop_strings(), presence_penalty=body.presence_penalty,
+                           frequency_penalty=body.frequency_penalty,
+                           top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+                           response_format=fmt, conversation=conversation(body, header))
+    return Planned(request, body.model, limit is not None)
+
+
+def completion_request(body: CompletionRequest, header: str | None) -> Planned:
+    _common(body)
+    if body.best_of not in (None, 1):
+        raise _bad("best_of must be 1", "best_of", "unsupported_value")
+    if body.echo:
+        raise _bad("echo is not supported", "echo", "unsupported_value")
+    if body.suffix:
+        raise _bad("suffix (fill-in-the-middle) is not supported", "suffix", "unsupported_value")
+    prompt = body.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise _bad("prompt must be one string (Hearth writes one completion per request)", "prompt")
+        prompt = prompt[0]
+    if not prompt:
+        raise _bad("prompt is empty", "prompt")
+    request = ServeRequest(prompt=prompt, params=sampling(body), max_tokens=body.max_tokens or 1,
+                           stop=body.stop_strings(), presence_penalty=body.presence_penalty,
+                           frequency_penalty=body.frequency_penalty, top_logprobs=body.logprobs,
+                           conversation=conversation(body, header))
+    return Planned(request, body.model, body.max_tokens is not None)

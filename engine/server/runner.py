@@ -1,0 +1,91 @@
+"""The one engine thread: every request's model work runs here, one at a time, in the order it came.
+
+``EngineRunner`` is the interface the server needs; ``ThreadRunner`` implements it with a thread of its
+own. The window can later supply its worker thread instead, so a GUI turn and an API request queue
+behind each other on one engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class QueueFullError(Exception):
+    """More requests are waiting than the queue holds; the client should retry later (HTTP 429)."""
+
+
+class RunnerClosedError(Exception):
+    """The runner is shutting down and takes no new work (HTTP 503)."""
+
+
+class EngineRunner(Protocol):
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        """Queue ``fn`` to run on the engine thread; QueueFullError when the queue is full."""
+        ...
+
+
+_STOP = object()
+
+
+class ThreadRunner:
+    """A thread that runs submitted callables in order. ``max_queue`` bounds the jobs waiting (the one
+    running is not counted), so a flood of clients gets 429s instead of an unbounded backlog."""
+
+    def __init__(self, max_queue: int = 16, name: str = "hearth-engine"):
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        self.max_queue = max_queue
+        self._jobs: queue.Queue = queue.Queue()
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def submit(self, fn: Callable[[], Any], *, bounded: bool = True) -> Future:
+        """``bounded`` False: housekeeping (loading, unloading, closing) that must not be refused."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RunnerClosedError("the server is shutting down")
+            if bounded and self._waiting >= self.max_queue:
+                raise QueueFullError(f"{self._waiting} requests are already waiting for the model")
+            self._waiting += 1
+        self._jobs.put((fn, future))
+        return future
+
+    def close(self, last: Callable[[], Any] | None = None, timeout: float | None = None) -> None:
+        """Take no new work, run what is queued, then ``last`` (saving), and join the thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if last is not None:
+            self._jobs.put((last, Future()))
+        self._jobs.put((_STOP, None))
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            fn, future = self._jobs.get()
+            if fn is _STOP:
+                return
+            with self._lock:
+                self._waiting = max(0, self._waiting - 1)
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the request that asked; the thread carries on
+                future.set_exception(exc)

@@ -1,0 +1,102 @@
+"""The requests the server accepts, as pydantic models of OpenAI's wire format.
+
+Unknown fields are ignored (clients send many we have no use for); a known field with a bad value is
+a 400 that names it. Turning a request into the engine's ``ServeRequest`` happens in ``requests.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.types import MAX_TOP_LOGPROBS
+
+MAX_STOP_STRINGS = 4  # as OpenAI
+MAX_STOP_CHARS = 256
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Lenient):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class JsonSchemaSpec(_Lenient):
+    name: str = Field(default="", max_length=64)
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatSpec(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+
+Stop = str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None
+
+
+class _Sampling(_Lenient):
+    """The fields chat and completions share."""
+
+    model: str = Field(min_length=1, max_length=256)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    seed: int | None = None
+    stop: Stop = None
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    n: int = Field(default=1, ge=1)  # only 1: requests.py says so clearly
+    user: str | None = Field(default=None, max_length=256)
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: Stop) -> Stop:
+        for s in [value] if isinstance(value, str) else value or []:
+            if len(s) > MAX_STOP_CHARS:
+                raise ValueError(f"a stop string may be at most {MAX_STOP_CHARS} characters")
+        return value
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
+
+
+class ChatRequest(_Sampling):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: ResponseFormatSpec | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+    logprobs: int | None = Field(default=None, ge=0, le=5)  # the legacy API's count of alternatives
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)

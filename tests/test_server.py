@@ -1,0 +1,505 @@
+"""The local OpenAI-compatible server over real HTTP on 127.0.0.1 (a free port), through the official
+``openai`` client where it can speak, and raw ``httpx`` where the test needs what a client would not send."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from engine.api import ModelLibrary, resolve_paths
+from engine.server.config import ServerSettings
+from tests.conftest import REPO
+from tests.server_helpers import LiveServer
+
+TINY = "tiny"
+CHAT = [{"role": "user", "content": "hello"}]
+WAIT_S = 120  # a ceiling for things that happen, never a speed assertion
+
+
+@pytest.fixture
+def tiny_paths(tiny_home, tiny_gguf):
+    paths = resolve_paths(tiny_home).ensure()
+    assert ModelLibrary(paths).add(tiny_gguf).name == TINY
+    return paths
+
+
+@pytest.fixture
+def serve(tiny_paths):
+    """serve(settings=..., **options) → a started LiveServer on the tiny model, closed at the end."""
+    started = []
+
+    def make(settings: ServerSettings | None = None, **options) -> LiveServer:
+        started.append(LiveServer(tiny_paths, TINY, settings, **options))
+        return started[-1]
+
+    yield make
+    for s in started:
+        s.close()
+
+
+@pytest.fixture
+def server(serve):
+    return serve()
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def post(s: LiveServer, path: str, body, **options) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **options.pop("headers", {})}
+    return httpx.post(s.base + path, content=content, headers=headers, timeout=WAIT_S, **options)
+
+
+def assert_error(r: httpx.Response, status: int, param: str | None = None) -> dict:
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+# endpoints ----------------------------------------------------------------------------------------------
+def test_models_and_health(server):
+    assert [m.id for m in server.client().models.list()] == [TINY]
+    health = httpx.get(server.base + "/health")
+    assert health.status_code == 200 and health.json()["status"] == "ready"
+    assert httpx.get(server.base + "/v1/models/" + TINY).json()["id"] == TINY
+    assert_error(httpx.get(server.base + "/v1/models/nope"), 404, "model")
+
+
+def test_chat_reports_usage_and_how_the_context_was_obtained(server):
+    raw = server.client().chat.completions.with_raw_response.create(
+        model=TINY, messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+        max_tokens=6, temperature=0)
+    reply = raw.parse()
+    assert reply.object == "chat.completion" and reply.model == TINY
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.choices[0].message.role == "assistant"
+    usage = reply.usage
+    assert 0 < usage.completion_tokens <= 6 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    hearth = reply.model_extra["hearth"]
+    assert hearth["source"] in ("cold", "live", "disk", "rebuilt")
+    assert usage.prompt_tokens_details.cached_tokens == hearth["reused_tokens"]
+    assert hearth["reused_tokens"] + hearth["prefilled_tokens"] == usage.prompt_tokens
+    assert raw.headers["X-Hearth-Cache"] == hearth["source"]
+    assert raw.headers["X-Hearth-Cached-Tokens"] == str(hearth["reused_tokens"])
+
+
+def test_text_parts_and_developer_role_read_as_plain_messages(server):
+    c = server.client()
+    plain = c.chat.completions.create(model=TINY, messages=[{"role": "system", "content": "ab"},
+                                                            {"role": "user", "content": "cd"}], max_tokens=5, temperature=0)
+    parts = c.chat.completions.create(model=TINY, messages=[
+        {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "user", "content": [{"type": "text", "text": "cd"}]}], max_tokens=5, temperature=0)
+    assert parts.choices[0].message.content == plain.choices[0].message.content
+    assert parts.usage.prompt_tokens == plain.usage.prompt_tokens
+
+
+def test_chat_stream_equals_the_whole_reply(server):
+    c = server.client()
+    whole = c.chat.completions.create(model=TINY, messages=CHAT, max_tokens=12, temperature=0)
+    chunks = list(c.chat.completions.create(model=TINY, messages=CHAT, max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == whole.choices[0].message.content
+    finish = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert finish[0].model_extra["hearth"]["source"] in ("cold", "live", "disk", "rebuilt")
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_stream_ends_with_done_and_no_usage_unless_asked(server):
+    with httpx.stream("POST", server.base + "/v1/chat/completions", timeout=WAIT_S,
+                      json={"model": TINY, "messages": CHAT, "max_tokens": 4, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    assert all("usage" not in json.loads(e) for e in events[:-1])
+
+
+def test_completions_raw_prompt_streamed_and_not(server):
+    c = server.client()
+    whole = c.completions.create(model=TINY, prompt="abc", max_tokens=8, temperature=0)
+    assert whole.object == "text_completion" and whole.choices[0].text
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model=TINY, prompt="abc", max_tokens=8, temperature=0, stream=True) if ch.choices)
+    assert streamed == whole.choices[0].text
+    assert whole.usage.prompt_tokens < c.chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": "abc"}], max_tokens=1).usage.prompt_tokens  # no template
+
+
+def test_a_seed_reproduces_a_sampled_reply(server):
+    c = server.client()
+
+    def sample(seed: int) -> str:
+        return c.completions.create(model=TINY, prompt="x y z", max_tokens=16, temperature=1.5, seed=seed).choices[0].text
+
+    assert sample(11) == sample(11)
+    assert len({sample(s) for s in range(6)}) > 1  # the seed is what made them equal
+
+
+def test_stop_strings_end_the_reply_before_them(server):
+    c = server.client()
+    full = c.completions.create(model=TINY, prompt="abc", max_tokens=12, temperature=0).choices[0].text
+    assert len(full) > 6
+    stop = full[3:6]
+    expected = full[:full.find(stop)]
+    stopped = c.completions.create(model=TINY, prompt="abc", max_tokens=12, temperature=0, stop=[stop, "never seen"])
+    assert stopped.choices[0].text == expected and stopped.choices[0].finish_reason == "stop"
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model=TINY, prompt="abc", max_tokens=12, temperature=0, stop=stop, stream=True) if ch.choices)
+    assert streamed == expected
+
+
+def test_chat_logprobs(server):
+    reply = server.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=5, temperature=0,
+                                                    logprobs=True, top_logprobs=3)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens
+    assert "".join(t.token for t in content) == reply.choices[0].message.content
+    for t in content:
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0
+        assert t.top_logprobs[0].token == t.token  # greedy takes the most likely token
+        assert bytes(t.bytes) == t.token.encode()
+
+
+def test_completion_logprobs_legacy_shape(server):
+    reply = server.client().completions.create(model=TINY, prompt="abc", max_tokens=4, temperature=0, logprobs=2)
+    lp = reply.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == reply.usage.completion_tokens
+    assert lp.text_offset[0] == 0 and all(len(top) <= 2 for top in lp.top_logprobs)
+
+
+def test_penalties_and_response_format_reach_the_engine(server):
+    body = {"model": TINY, "messages": CHAT, "max_tokens": 4}
+    penalised = post(server, "/v1/chat/completions", {**body, "presence_penalty": 0.5})
+    formatted = post(server, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}})
+    assert penalised.status_code == 200 and formatted.status_code == 200
+    assert isinstance(json.loads(formatted.json()["choices"][0]["message"]["content"] or "{}"), dict)
+
+
+# errors --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("change, param", [
+    ({"n": 2}, "n"),
+    ({"temperature": 3}, "temperature"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, None),
+    ({"messages": [{"role": "system", "content": "only a system prompt"}]}, "messages"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"model": ""}, "model"),
+])
+def test_invalid_fields_are_400_naming_them(server, change, param):
+    body = {"model": TINY, "messages": CHAT, "max_tokens": 4, "unknown_field": {"ignored": True}, **change}
+    assert_error(post(server, "/v1/chat/completions", body), 400, param)
+
+
+def test_n_above_one_is_refused_through_the_client(server):
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        server.client().chat.completions.create(model=TINY, messages=CHAT, n=2)
+
+
+def test_unknown_fields_are_ignored(server):
+    r = post(server, "/v1/chat/completions", {"model": TINY, "messages": CHAT, "max_tokens": 2, "tools": [],
+                                              "parallel_tool_calls": False, "metadata": {"a": "b"}})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"{\"model\": \"tiny\", \"prompt\": \"\\ud800\""])
+def test_a_body_that_is_not_a_json_object_is_400(server, body):
+    assert_error(post(server, "/v1/completions", body), 400)
+
+
+@pytest.mark.parametrize("change, param", [({"prompt": ["a", "b"]}, "prompt"), ({"prompt": ""}, "prompt"),
+                                           ({"echo": True}, "echo"), ({"suffix": "x"}, "suffix"),
+                                           ({"best_of": 2}, "best_of"), ({"logprobs": 6}, "logprobs")])
+def test_invalid_completions_fields_are_400(server, change, param):
+    assert_error(post(server, "/v1/completions", {"model": TINY, "prompt": "abc", "max_tokens": 2, **change}), 400, param)
+
+
+def test_conversation_header_must_be_an_id(server):
+    r = post(server, "/v1/chat/completions", {"model": TINY, "messages": CHAT, "max_tokens": 2},
+             headers={"X-Hearth-Conversation": "../../etc"})
+    assert_error(r, 400, "X-Hearth-Conversation")
+
+
+def test_unknown_model_is_404(server):
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        server.client().chat.completions.create(model="gpt-4o", messages=CHAT)
+    assert_error(post(server, "/v1/completions", {"model": "nope", "prompt": "a", "stream": True}), 404, "model")
+    assert_error(httpx.get(server.base + "/v1/nothing"), 404)
+
+
+def test_a_prompt_longer_than_the_context_is_400_even_streamed(server):
+    long = "word " * 2000  # the tiny model reads 256 tokens
+    for stream in (False, True):
+        r = post(server, "/v1/chat/completions", {"model": TINY, "messages": [{"role": "user", "content": long}],
+                                                  "stream": stream})
+        assert_error(r, 400)
+
+
+def test_oversized_body_is_413_before_parsing(serve):
+    s = serve(ServerSettings(max_body_bytes=4096))
+    big = {"model": TINY, "messages": [{"role": "user", "content": "x" * 10_000}]}
+    assert_error(post(s, "/v1/chat/completions", big), 413)
+
+    def chunked():  # no Content-Length: counted as it arrives
+        yield json.dumps(big).encode()
+
+    r = httpx.post(s.base + "/v1/chat/completions", content=chunked(), headers={"Content-Type": "application/json"})
+    assert_error(r, 413)
+    assert post(s, "/v1/chat/completions", {"model": TINY, "messages": CHAT, "max_tokens": 2}).status_code == 200
+
+
+def block_engine(s: LiveServer) -> threading.Event:
+    """Occupy the engine thread until the returned event is set."""
+    release = threading.Event()
+    s.runner.submit(lambda: release.wait(WAIT_S), bounded=False)
+    return release
+
+
+def test_a_full_queue_is_429_with_retry_after(serve):
+    s = serve(ServerSettings(max_queue=1))
+    release = block_engine(s)
+    try:
+        wait_until(lambda: s.runner.waiting == 0, "the blocking job to start")
+        with ThreadPoolExecutor(1) as pool:
+            queued = pool.submit(post, s, "/v1/completions", {"model": TINY, "prompt": "a", "max_tokens": 2})
+            wait_until(lambda: s.runner.waiting == 1, "the first request to queue")
+            refused = post(s, "/v1/completions", {"model": TINY, "prompt": "a", "max_tokens": 2})
+            assert_error(refused, 429)
+            assert refused.headers["Retry-After"] == "1"
+            release.set()
+            assert queued.result().status_code == 200
+    finally:
+        release.set()
+
+
+def test_health_is_503_while_the_model_loads(serve):
+    s = serve(start_model=False)
+    release = block_engine(s)
+    loaded = s.host.start()
+    r = httpx.get(s.base + "/health")
+    assert r.status_code == 503 and r.json()["status"] == "starting"
+    release.set()
+    loaded.result(WAIT_S)
+    assert httpx.get(s.base + "/health").json()["status"] == "ready"
+
+
+def test_a_model_that_cannot_load_is_503_with_the_reason(serve):
+    s = serve(start_model=False, available_memory=1)
+    error = assert_error(post(s, "/v1/chat/completions", {"model": TINY, "messages": CHAT}), 503, "model")
+    assert "do not fit" in error["message"]
+    health = httpx.get(s.base + "/health")
+    assert health.status_code == 503 and health.json()["status"] == "failed" and health.json()["problem"]
+
+
+# security --------------------------------------------------------------------------------------------------
+def cli(*args: str, **options) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "engine.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, **options)
+
+
+def test_binding_beyond_127_0_0_1_without_a_key_refuses_to_start(tmp_path):
+    proc = cli("serve", "--data-dir", str(tmp_path), "--host", "127.0.0.2", "--port", "0")
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 2 and out == ""
+    assert err.count("\n") == 1 and "without an API key" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--api-key", "short"], "at least 8"),
+    (["--api-key-file", "missing-key-file"], "cannot read the API key file"),
+    (["--cors-origin", "*"], "--cors-origin"),
+    (["--max-queue", "0"], "--max-queue"),
+])
+def test_bad_server_options_are_one_line_and_exit_2(tmp_path, args, message):
+    proc = cli("serve", "--data-dir", str(tmp_path), "--port", "0", *args)
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 2 and err.count("\n") == 1 and message in err
+
+
+def test_an_empty_key_file_is_refused(tmp_path):
+    (tmp_path / "key").write_text("\n")
+    proc = cli("serve", "--data-dir", str(tmp_path), "--host", "127.0.0.2", "--api-key-file", str(tmp_path / "key"))
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 2 and "is empty" in err
+
+
+def test_beyond_loopback_a_key_is_required_and_checked(serve, tmp_path):
+    s = serve(ServerSettings(host="127.0.0.2", api_key="s3cret-key-1"))
+    body = {"model": TINY, "messages": CHAT, "max_tokens": 2}
+    assert_error(post(s, "/v1/chat/completions", body), 401)
+    assert_error(post(s, "/v1/chat/completions", body, headers={"Authorization": "Bearer wrong-key-00"}), 401)
+    assert_error(httpx.get(s.base + "/v1/models", headers={"Authorization": "Basic czNjcmV0"}), 401)
+    with pytest.raises(openai.AuthenticationError):
+        s.client(api_key="nope-nope-nope").models.list()
+    assert s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2).choices
+    assert httpx.get(s.base + "/health").status_code == 200  # says only that it is up
+
+
+def test_a_foreign_host_header_is_refused(server):
+    for host in ("evil.example", "evil.example:8080", "127.0.0.1.nip.io"):
+        assert_error(httpx.get(server.base + "/v1/models", headers={"Host": host}), 421)
+    for host in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", "localhost"):
+        assert httpx.get(server.base + "/v1/models", headers={"Host": host}).status_code == 200
+
+
+def test_an_allowed_host_is_answered(serve):
+    s = serve(ServerSettings(allowed_hosts=("hearth.lan",)))
+    assert httpx.get(s.base + "/v1/models", headers={"Host": "hearth.lan:8080"}).status_code == 200
+    assert_error(httpx.get(s.base + "/v1/models", headers={"Host": "other.lan"}), 421)
+
+
+def test_cors_is_off_unless_an_origin_is_listed(serve):
+    closed = serve()
+    r = httpx.get(closed.base + "/v1/models", headers={"Origin": "http://localhost:3000"})
+    assert "access-control-allow-origin" not in r.headers
+    opened = serve(ServerSettings(cors_origins=("http://localhost:3000",)))
+    allowed = httpx.get(opened.base + "/v1/models", headers={"Origin": "http://localhost:3000"})
+    assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+    refused = httpx.get(opened.base + "/v1/models", headers={"Origin": "http://evil.example"})
+    assert "access-control-allow-origin" not in refused.headers
+    preflight = httpx.options(opened.base + "/v1/chat/completions", headers={
+        "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "http://localhost:3000"
+    evil = httpx.options(opened.base + "/v1/chat/completions", headers={
+        "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in evil.headers
+
+
+# concurrency, disconnects, signals ------------------------------------------------------------------------------
+def test_fifty_concurrent_requests_are_answered_or_429_never_mixed_up(serve):
+    s = serve(ServerSettings(max_queue=8))
+    c = s.client()
+
+    def ask(i: int) -> str:
+        return c.completions.create(model=TINY, prompt=f"number {i}", max_tokens=6, temperature=1.2,
+                                    seed=i).choices[0].text
+
+    expected = [ask(i) for i in range(50)]
+    assert len(set(expected)) > 10  # the replies differ, so a mix-up would show
+
+    def attempt(i: int):
+        try:
+            return ask(i)
+        except openai.RateLimitError:
+            return None
+
+    with ThreadPoolExecutor(50) as pool:
+        got = list(pool.map(attempt, range(50)))
+    answered = [i for i, g in enumerate(got) if g is not None]
+    assert answered and all(got[i] == expected[i] for i in answered)
+
+
+@pytest.mark.real_model
+def test_a_disconnect_mid_stream_stops_the_generation(real_model_home):
+    paths = resolve_paths(real_model_home).ensure()
+    model = ModelLibrary(paths).default_name()
+    s = LiveServer(paths, model)
+    try:
+        body = {"model": model, "messages": [{"role": "user", "content": "Tell me a very long story."}],
+                "max_tokens": 2000, "temperature": 0, "stream": True}
+        with httpx.stream("POST", s.base + "/v1/chat/completions", json=body, timeout=WAIT_S) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            seen = sum(1 for line, _ in zip(lines, range(4), strict=False) if line.startswith("data: "))
+            assert seen >= 2
+        wait_until(lambda: s.host.last_result is not None, "the cancelled generation to end")
+        stopped = s.host.last_result
+        assert stopped.finish_reason == "cancelled" and stopped.completion_tokens < 2000
+        after = s.client().chat.completions.create(model=model, messages=CHAT, max_tokens=3, temperature=0)
+        assert after.usage.completion_tokens >= 1
+    finally:
+        s.close()
+
+
+def start_cli_server(data_dir, *extra: str) -> tuple[subprocess.Popen, str]:
+    proc = cli("serve", "--data-dir", str(data_dir), "--model", TINY, "--port", "0", "--provider", "cpu", *extra)
+    line = proc.stderr.readline()
+    assert "serving http://" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+    return proc, line.split("serving ", 1)[1].strip().removesuffix("/v1")
+
+
+def test_sigterm_stops_the_server_cleanly(tiny_paths):
+    proc, base = start_cli_server(tiny_paths.data)
+    try:
+        r = httpx.post(base + "/v1/chat/completions", json={"model": TINY, "messages": CHAT, "max_tokens": 3},
+                       timeout=WAIT_S)
+        assert r.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "context saved" in err and "Traceback" not in err
+
+
+def test_sigterm_leaves_the_served_context_on_disk(tiny_paths):
+    proc, base = start_cli_server(tiny_paths.data)
+    try:
+        r = httpx.post(base + "/v1/chat/completions", json={"model": TINY, "messages": CHAT, "max_tokens": 3},
+                       headers={"X-Hearth-Conversation": "sigterm-test"}, timeout=WAIT_S)
+        assert r.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    listing = cli("kv", "ls", "--json", "--data-dir", str(tiny_paths.data))
+    out, _ = listing.communicate(timeout=WAIT_S)
+    assert "api" in out and listing.returncode == 0
+
+
+# models ---------------------------------------------------------------------------------------------------
+def test_a_request_for_another_library_model_switches_to_it(serve, tiny_paths, tiny_gguf, tmp_path):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(tiny_gguf.read_bytes())
+    assert ModelLibrary(tiny_paths).add(other).name == "other"
+    s = serve()
+    assert {m.id for m in s.client().models.list()} == {TINY, "other"}
+    reply = s.client().chat.completions.create(model="other", messages=CHAT, max_tokens=2)
+    assert reply.model == "other" and s.host.hearth.model_key == "other"
+    back = s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2)
+    assert back.model == TINY and s.host.hearth.model_key == TINY
+
+
+def test_idle_unload_frees_the_model_and_the_next_request_loads_it(serve):
+    s = serve(ServerSettings(idle_unload_s=0.2))
+    s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2)
+    wait_until(lambda: s.host.state == "unloaded", "the idle model to be unloaded")
+    assert s.host.hearth.model is None and httpx.get(s.base + "/health").status_code == 200
+    assert s.client().chat.completions.create(model=TINY, messages=CHAT, max_tokens=2).choices
+    assert s.host.hearth.model is not None
+
+
+def test_serve_with_an_unknown_model_exits_1_with_one_line(tiny_paths):
+    proc = cli("serve", "--data-dir", str(tiny_paths.data), "--model", "no-such-model", "--port", "0")
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 1 and err.count("\n") == 1 and "no-such-model" in err
