@@ -466,6 +466,10 @@ def test_sigterm_leaves_the_served_context_on_disk(tiny_paths):
         r = httpx.post(base + "/v1/chat/completions", json={"model": TINY, "messages": CHAT, "max_tokens": 3},
                        headers={"X-Hearth-Conversation": "sigterm-test"}, timeout=WAIT_S)
         assert r.status_code == 200
+        r = httpx.post(base + "/v1/chat/completions", json={"model": TINY, "max_tokens": 3, "messages": [
+            {"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "an unbound request"}]},
+            timeout=WAIT_S)  # its KV is live (too short for a save of its own) until the shutdown saves it
+        assert r.status_code == 200
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=WAIT_S)
     finally:
@@ -474,7 +478,10 @@ def test_sigterm_leaves_the_served_context_on_disk(tiny_paths):
     assert proc.returncode == 0
     listing = cli("kv", "ls", "--json", "--data-dir", str(tiny_paths.data))
     out, _ = listing.communicate(timeout=WAIT_S)
-    assert "api" in out and listing.returncode == 0
+    assert listing.returncode == 0
+    entries = json.loads(out)["entries"]
+    assert any(e["conversation"] == "sigterm-test" for e in entries)  # the bound request: its chat's file
+    assert any(e["kind"] == "api" for e in entries)  # the unbound one: saved as the server stopped
 
 
 # models ---------------------------------------------------------------------------------------------------
