@@ -186,6 +186,16 @@ class EngineWorker(QObject):
             self.ready.emit(info)
         self.context_set.emit(name)
 
+    @Slot(object)
+    def run_posted(self, job) -> None:
+        """A job of the local server (an API request), in order with the window's own requests. It may
+        have loaded another model or made a conversation live: the window hears of both."""
+        before = self._hearth.model if self._hearth is not None else None
+        job()  # it reports its own result and errors to the server
+        if self._loaded() and self.hearth.model is not before:
+            self.ready.emit(self.hearth.model)
+        self._emit_cache_states()
+
     # turns and conversations ------------------------------------------------------------------------------
     @Slot(object, object)
     def run_turn(self, request: TurnRequest, cancel: CancelToken) -> None:
@@ -333,6 +343,7 @@ class EngineHost(QObject):
     request_fetch = Signal()
     request_switch_model = Signal(str, bool)  # library name, load even if it may not fit
     request_set_context = Signal(str, int)  # library name, tokens (0: automatic)
+    request_posted = Signal(object)  # a callable from the local server, run on the engine thread
     request_open = Signal(str, object)  # conversation, CancelToken
     request_turn = Signal(object, object)  # TurnRequest, CancelToken
     request_forget = Signal(str)
@@ -355,6 +366,7 @@ class EngineHost(QObject):
         w = self.worker
         for request, slot in ((self.request_load, w.load), (self.request_fetch, w.fetch_model),
                               (self.request_switch_model, w.switch_model), (self.request_set_context, w.set_context),
+                              (self.request_posted, w.run_posted),
                               (self.request_open, w.open_conversation), (self.request_turn, w.run_turn),
                               (self.request_forget, w.forget), (self.request_shutdown, w.shutdown),
                               (self.request_inspect, w.inspect_checkpoints), (self.request_drop_context, w.drop_context),

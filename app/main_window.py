@@ -23,6 +23,7 @@ from app.engine_worker import EngineHost
 from app.model_control import ModelControl, gguf_paths
 from app.model_setup import ModelSetup
 from app.preferences import PreferencesDialog
+from app.server_switch import ServerSwitch
 from app.settings_dialog import ChatSettingsDialog
 from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
@@ -56,6 +57,7 @@ class MainWindow(QMainWindow):
         self._build_preference_actions()
         self._connect()
         self.models = ModelControl(self)
+        self.server = ServerSwitch(self)
         self._sync_list()
         self._restore_state()
         self._ages = QTimer(self)
@@ -406,6 +408,7 @@ class MainWindow(QMainWindow):
             self.browser.close()  # ends its undo window: trashed chats are deleted for good
             self.browser.shutdown()  # a running import is cancelled and removes what it added
         self.turns.stop_all()
+        self.server.stop()  # before the engine thread stops: requests in flight end at their next token
         self.models.stop()
         if not self.host.stop():
             log.warning("the engine thread did not stop in time")

@@ -71,12 +71,15 @@ class Server:
 
     def start(self, port: int) -> None:
         self.port = port
+        # Its log goes to a file: a pipe nobody reads fills up and stalls a chatty server (llama.cpp's).
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(self.command(port), env={**os.environ, **(self.env or {})}, cwd=ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=self.log, text=True)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): {self.proc.stderr.read()[-1500:]}")
+                self.log.seek(0)
+                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): {self.log.read()[-1500:]}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as r:
                     if r.status == 200:

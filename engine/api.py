@@ -115,7 +115,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
-    "import_json", "ModelLibrary",
+    "import_json", "local_server", "ModelLibrary",
     "model_footprint", "model_key_for", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
     "run_terminal_chat", "search", "snippet_html", "to_document",
     # preferences
@@ -183,6 +183,17 @@ def save_preferences(paths: HearthPaths, prefs: Preferences) -> None:
     from engine.preferences import preferences_path, write_preferences
 
     write_preferences(preferences_path(paths), prefs)
+
+
+def local_server(paths: HearthPaths, hearth: Hearth, post: Callable[[Callable[[], None]], None], *,
+                 port: int = 8080, host: str = "127.0.0.1", api_key: str | None = None):
+    """The OpenAI-compatible server inside the window: an ``EmbeddedServer`` (engine/server/embedded.py)
+    over ``hearth``, whose model work ``post`` runs on the window's engine thread. ``start()`` returns the
+    base URL or raises a HearthError saying why not; ``stop()`` stops listening."""
+    from engine.server.config import ServerSettings
+    from engine.server.embedded import EmbeddedServer
+
+    return EmbeddedServer(paths, hearth, post, ServerSettings(host=host, port=port, api_key=api_key))
 
 
 def default_model_title() -> str:

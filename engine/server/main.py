@@ -86,7 +86,8 @@ def serve(host: ModelHost, runner: ThreadRunner, settings: ServerSettings) -> in
     return 0
 
 
-def build_server(host: ModelHost, settings: ServerSettings):
+def build_server(host: ModelHost, settings: ServerSettings, announce: bool = True):
+    """``announce``: say the address on stderr once listening (the CLI; the window shows it itself)."""
     import uvicorn
 
     from engine.server.app import create_app
@@ -102,7 +103,7 @@ def build_server(host: ModelHost, settings: ServerSettings):
 
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
-            if self.started:
+            if self.started and announce:
                 port = self.servers[0].sockets[0].getsockname()[1] if self.servers else settings.port
                 sys.stderr.write(f"hearth-cli: serving http://{_url_host(settings.host)}:{port}/v1\n")
                 sys.stderr.flush()

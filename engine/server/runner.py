@@ -89,3 +89,48 @@ class ThreadRunner:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the request that asked; the thread carries on
                 future.set_exception(exc)
+
+
+class PostedRunner:
+    """An ``EngineRunner`` over a thread someone else owns (the window's engine thread): ``post(job)``
+    hands ``job`` to that thread, which runs posted jobs in order among its own work, so an API request
+    and a window turn queue behind each other. ``max_queue`` bounds the API jobs waiting."""
+
+    def __init__(self, post: Callable[[Callable[[], None]], None], max_queue: int = 16):
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        self.post, self.max_queue = post, max_queue
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def submit(self, fn: Callable[[], Any], *, bounded: bool = True) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RunnerClosedError("the server is shutting down")
+            if bounded and self._waiting >= self.max_queue:
+                raise QueueFullError(f"{self._waiting} requests are already waiting for the model")
+            self._waiting += 1
+
+        def job() -> None:
+            with self._lock:
+                self._waiting = max(0, self._waiting - 1)
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the request that asked; the thread carries on
+                future.set_exception(exc)
+
+        self.post(job)
+        return future
+
+    def close(self) -> None:
+        """Take no new work (what is posted still runs on the owner's thread)."""
+        with self._lock:
+            self._closed = True

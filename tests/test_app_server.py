@@ -1,0 +1,116 @@
+"""The window's Local server switch: the OpenAI-compatible server sharing the window's one engine
+(real uvicorn on 127.0.0.1, real HTTP, the tiny model)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+
+import httpx
+import pytest
+
+from app.server_switch import curl_example
+
+from .qt_helpers import TIMEOUT, send, use_settings, wait_idle
+
+
+@pytest.fixture
+def windows(qtbot, config, tiny_gguf):
+    """Windows whose model is the tiny GGUF as a library model ("tiny"), which is what the server offers."""
+    from engine.api import ModelLibrary
+    from tests.conftest import Windows
+
+    library = ModelLibrary(config.paths)
+    library.add(tiny_gguf)
+    library.use("tiny")
+    made = Windows(qtbot, dataclasses.replace(config, model=None))
+    yield made
+    for w in list(made.open):
+        w.close()
+
+
+def start(qtbot, w, port: int = 0) -> None:
+    w.server.port = port
+    w.status.say("")  # a failure to start says so here
+    w.server.start()
+    qtbot.waitUntil(lambda: w.server.running or "did not start" in w.status.resume.text(), timeout=TIMEOUT)
+
+
+def test_the_switch_starts_the_server_on_the_windows_model_and_stops_it(qtbot, windows):
+    w = windows()
+    start(qtbot, w)
+    assert w.server.running and w.server.url.startswith("http://127.0.0.1:")
+    assert w.server.button.text() == f"Local server: {w.server.url}"
+    models = httpx.get(w.server.url + "/models", timeout=30).json()["data"]
+    assert w.model_info.key == "tiny" and "tiny" in {m["id"] for m in models}
+    r = httpx.post(w.server.url + "/chat/completions", timeout=60,
+                   json={"model": w.model_info.key, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["hearth"]["source"] in ("cold", "disk", "live")
+    assert curl_example(w.server.url, "m").startswith(f"curl {w.server.url}/chat/completions")
+    url = w.server.url
+    w.server.toggle()
+    assert not w.server.running and w.server.button.text() == "Local server: off"
+    try:
+        httpx.get(url + "/models", timeout=5)
+        raise AssertionError("the server still answers after it was switched off")
+    except httpx.HTTPError:
+        pass
+    assert w.model_info is not None  # the window's model stays loaded
+
+
+def test_a_port_in_use_is_reported_and_the_window_carries_on(qtbot, windows):
+    w = windows()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        start(qtbot, w, taken.getsockname()[1])
+        assert not w.server.running
+        assert "could not listen" in w.status.resume.text() and w.server.button.text() == "Local server: off"
+
+
+def test_a_gui_turn_during_a_streaming_api_request_both_complete_and_are_stored(qtbot, windows):
+    w = windows()
+    start(qtbot, w)
+    body = {"model": w.model_info.key, "max_tokens": 24, "stream": True, "temperature": 0,
+            "messages": [{"role": "user", "content": "tell me about rivers"}]}
+    got: dict = {}
+
+    def stream() -> None:
+        pieces = []
+        with httpx.stream("POST", w.server.url + "/chat/completions", json=body, timeout=120,
+                          headers={"X-Hearth-Conversation": "from-an-agent"}) as r:
+            got["status"] = r.status_code
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    pieces += [c["delta"].get("content") or "" for c in chunk["choices"]]
+        got["text"] = "".join(pieces)
+
+    agent = threading.Thread(target=stream)
+    agent.start()
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    send(qtbot, w, "hello from the window")
+    wait_idle(qtbot, w)
+    agent.join(120)
+    assert got["status"] == 200 and got["text"]
+    mine = [(m.role, m.content) for m in w.store.messages(chat)]
+    assert mine[0] == ("user", "hello from the window") and mine[1][0] == "assistant" and len(mine) == 2
+    theirs = [(m.role, m.content) for m in w.store.messages("from-an-agent")]
+    assert theirs == [("user", "tell me about rivers"), ("assistant", got["text"])]
+    qtbot.waitUntil(lambda: w.sidebar.item_for("from-an-agent") is not None, timeout=TIMEOUT)  # shown in the list
+    w.server.stop()
+
+
+def test_the_switch_waits_for_the_model(qtbot, windows):
+    w = windows(wait_ready=False)
+    if w.model_info is None:
+        w.server.start()
+        assert not w.server.running and "not loaded" in w.status.resume.text()
+    qtbot.waitUntil(lambda: w.model_info is not None, timeout=TIMEOUT)
+    start(qtbot, w)
+    assert w.server.running
+    w.server.stop()
