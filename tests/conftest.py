@@ -123,6 +123,17 @@ def tiny_home(tmp_path, tiny_dir, tiny_converted) -> Path:
     return home
 
 
+@pytest.fixture
+def hearth(tiny_home, tiny_gguf):
+    """The engine service on the tiny model, loaded, closed (saving) at the end."""
+    from engine.api import Hearth
+
+    service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
+    service.load()
+    yield service
+    service.close()
+
+
 # the desktop window on the tiny model ------------------------------------------------------------------
 @pytest.fixture
 def config(tmp_path, tiny_gguf, tiny_dir, tiny_converted):

@@ -52,14 +52,6 @@ from .test_cli import assert_clean_error
 GREEDY = SamplingParams.greedy_params()
 
 
-@pytest.fixture
-def hearth(tiny_home, tiny_gguf):
-    service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
-    service.load()
-    yield service
-    service.close()
-
-
 def test_a_turn_reports_typed_events_in_order_and_stores_both_messages(hearth):
     events = []
     done = hearth.run_turn(TurnRequest("c1", "hello there", GREEDY, 6), events.append, create=True)

@@ -12,7 +12,6 @@ import jsonschema
 import numpy as np
 import pytest
 
-from engine.api import Hearth, resolve_paths
 from engine.errors import PromptError
 from engine.sampling import apply_mask
 from engine.text.constrained import Constraint, ConstraintError, lltokenizer_for
@@ -159,14 +158,6 @@ def test_smollm2_greedy_writes_valid_json_for_each_schema(real_engine, name):
     result = real_engine.generate(real_engine.prompt_tokens(messages), GREEDY, 300, response_format=schema_format(name))
     assert result.stop_reason == "eos", result.text
     jsonschema.validate(json.loads(result.text), schema)
-
-
-@pytest.fixture
-def hearth(tiny_home, tiny_gguf):
-    service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
-    service.load()
-    yield service
-    service.close()
 
 
 def test_complete_and_complete_raw_take_a_response_format(hearth):

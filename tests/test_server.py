@@ -190,9 +190,12 @@ def test_completion_logprobs_legacy_shape(server):
 def test_penalties_and_response_format_reach_the_engine(server):
     body = {"model": TINY, "messages": CHAT, "max_tokens": 4}
     penalised = post(server, "/v1/chat/completions", {**body, "presence_penalty": 0.5})
-    formatted = post(server, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}})
+    schema = {"type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"],
+              "additionalProperties": False}
+    formatted = post(server, "/v1/chat/completions", {**body, "max_tokens": 40, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "choice", "schema": schema}}})
     assert penalised.status_code == 200 and formatted.status_code == 200
-    assert isinstance(json.loads(formatted.json()["choices"][0]["message"]["content"] or "{}"), dict)
+    assert json.loads(formatted.json()["choices"][0]["message"]["content"])["a"] in ("x", "y")
 
 
 # errors --------------------------------------------------------------------------------------------------

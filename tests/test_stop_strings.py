@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.api import Hearth, resolve_paths
 from engine.errors import PromptError
 from engine.sampling import Sampler, apply_openai_penalties
 from engine.text.stop_strings import MAX_STOP_LENGTH, MAX_STOP_STRINGS, StopStringFilter
@@ -184,14 +183,6 @@ def test_bad_options_are_refused_before_the_cache_changes(tiny_engine):
 
 
 # through the API ------------------------------------------------------------------------------------------------
-@pytest.fixture
-def hearth(tiny_home, tiny_gguf):
-    service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
-    service.load()
-    yield service
-    service.close()
-
-
 def test_complete_and_complete_raw_take_stop_strings_and_penalties(hearth):
     base = hearth.complete(MESSAGES, GREEDY, 30)
     stopped = hearth.complete(MESSAGES, GREEDY, 30, stop=[base.text[3:6]])

@@ -1,8 +1,8 @@
 """The one engine thread: every request's model work runs here, one at a time, in the order it came.
 
-``EngineRunner`` is the interface the server needs; ``ThreadRunner`` implements it with a thread of its
-own. The window can later supply its worker thread instead, so a GUI turn and an API request queue
-behind each other on one engine.
+``EngineRunner`` is the interface the server needs. ``ThreadRunner`` implements it with a thread of its
+own (``hearth-cli serve``); ``PostedRunner`` with a thread someone else owns (the window's engine
+thread), so a window turn and an API request queue behind each other on one engine.
 """
 
 from __future__ import annotations
@@ -34,20 +34,17 @@ class EngineRunner(Protocol):
 _STOP = object()
 
 
-class ThreadRunner:
-    """A thread that runs submitted callables in order. ``max_queue`` bounds the jobs waiting (the one
-    running is not counted), so a flood of clients gets 429s instead of an unbounded backlog."""
+class _BoundedRunner:
+    """What both runners share: ``max_queue`` bounds the jobs waiting (the one running is not counted), so
+    a flood of clients gets 429s instead of an unbounded backlog; a closed runner takes nothing new."""
 
-    def __init__(self, max_queue: int = 16, name: str = "hearth-engine"):
+    def __init__(self, max_queue: int):
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         self.max_queue = max_queue
-        self._jobs: queue.Queue = queue.Queue()
         self._waiting = 0
         self._lock = threading.Lock()
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
 
     @property
     def waiting(self) -> int:
@@ -62,8 +59,35 @@ class ThreadRunner:
             if bounded and self._waiting >= self.max_queue:
                 raise QueueFullError(f"{self._waiting} requests are already waiting for the model")
             self._waiting += 1
-        self._jobs.put((fn, future))
+        self._enqueue(lambda: self._run(fn, future))
         return future
+
+    def _enqueue(self, job: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    def _run(self, fn: Callable[[], Any], future: Future) -> None:
+        """On the engine thread: one job, its result or error handed to the request that asked."""
+        with self._lock:
+            self._waiting = max(0, self._waiting - 1)
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # the thread carries on
+            future.set_exception(exc)
+
+
+class ThreadRunner(_BoundedRunner):
+    """A thread of its own that runs submitted callables in order."""
+
+    def __init__(self, max_queue: int = 16, name: str = "hearth-engine"):
+        super().__init__(max_queue)
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _enqueue(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
 
     def close(self, last: Callable[[], Any] | None = None, timeout: float | None = None) -> None:
         """Take no new work, run what is queued, then ``last`` (saving), and join the thread."""
@@ -72,63 +96,25 @@ class ThreadRunner:
                 return
             self._closed = True
         if last is not None:
-            self._jobs.put((last, Future()))
-        self._jobs.put((_STOP, None))
+            self._jobs.put(lambda: self._run(last, Future()))
+        self._jobs.put(_STOP)
         self._thread.join(timeout)
 
     def _loop(self) -> None:
-        while True:
-            fn, future = self._jobs.get()
-            if fn is _STOP:
-                return
-            with self._lock:
-                self._waiting = max(0, self._waiting - 1)
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the request that asked; the thread carries on
-                future.set_exception(exc)
+        while (job := self._jobs.get()) is not _STOP:
+            job()
 
 
-class PostedRunner:
-    """An ``EngineRunner`` over a thread someone else owns (the window's engine thread): ``post(job)``
-    hands ``job`` to that thread, which runs posted jobs in order among its own work, so an API request
-    and a window turn queue behind each other. ``max_queue`` bounds the API jobs waiting."""
+class PostedRunner(_BoundedRunner):
+    """Over a thread someone else owns: ``post(job)`` hands ``job`` to that thread, which runs posted jobs
+    in order among its own work."""
 
     def __init__(self, post: Callable[[Callable[[], None]], None], max_queue: int = 16):
-        if max_queue < 1:
-            raise ValueError("max_queue must be at least 1")
-        self.post, self.max_queue = post, max_queue
-        self._waiting = 0
-        self._lock = threading.Lock()
-        self._closed = False
+        super().__init__(max_queue)
+        self.post = post
 
-    @property
-    def waiting(self) -> int:
-        return self._waiting
-
-    def submit(self, fn: Callable[[], Any], *, bounded: bool = True) -> Future:
-        future: Future = Future()
-        with self._lock:
-            if self._closed:
-                raise RunnerClosedError("the server is shutting down")
-            if bounded and self._waiting >= self.max_queue:
-                raise QueueFullError(f"{self._waiting} requests are already waiting for the model")
-            self._waiting += 1
-
-        def job() -> None:
-            with self._lock:
-                self._waiting = max(0, self._waiting - 1)
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the request that asked; the thread carries on
-                future.set_exception(exc)
-
+    def _enqueue(self, job: Callable[[], None]) -> None:
         self.post(job)
-        return future
 
     def close(self) -> None:
         """Take no new work (what is posted still runs on the owner's thread)."""
