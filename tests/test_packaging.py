@@ -516,3 +516,25 @@ def test_the_install_checks_tell_a_resumed_turn_from_one_that_was_not(resume, ve
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert verdict in proc.stdout
     assert proc.returncode == (0 if verdict.startswith("PASS") else 1)
+
+
+def test_the_server_runs_the_model_a_packaged_build_ships_converted(bundle, tmp_path, monkeypatch):
+    """A CPU package ships the default model converted, without its GGUF: `hearth-cli serve` must offer and
+    run it (the library lists it as not downloaded). Found by serving from the built package."""
+    import httpx
+
+    from engine.api import resolve_paths
+    from tests.server_helpers import LiveServer
+
+    monkeypatch.setenv(BUNDLED_MODEL_ENV, str(bundle))
+    paths = resolve_paths(tmp_path / "user-home").ensure()  # nothing downloaded here
+    server = LiveServer(paths, None)
+    try:
+        name = server.host.default_model
+        assert [m["id"] for m in httpx.get(server.base + "/v1/models", timeout=30).json()["data"]] == [name]
+        r = httpx.post(server.base + "/v1/chat/completions", timeout=120,
+                       json={"model": name, "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"]
+    finally:
+        server.close()

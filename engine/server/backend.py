@@ -59,8 +59,9 @@ class ModelHost:
         self.paths, self.runner, self.weights = paths, runner, weights
         self.library = ModelLibrary(paths, weights=weights)
         self.default_model = model or self.library.default_name()
-        self.hearth = hearth or Hearth(paths, model=self.default_model, weights=weights, provider=provider,
-                                       threads=threads)
+        self.bundled = self._bundled_default(self.default_model)
+        self.hearth = hearth or Hearth(paths, model=None if self.bundled else self.default_model, weights=weights,
+                                       provider=provider, threads=threads)
         self.state = "starting"  # starting → loading → ready | failed; unloaded after --idle-unload
         self.problem = ""  # why the last load failed
         self.idle_unload_s = idle_unload_s
@@ -71,8 +72,21 @@ class ModelHost:
         self.last_result: ServeResult | None = None  # the latest request's, cut short or not (for /health and tests)
 
     # models ---------------------------------------------------------------------------------------------
+    def _bundled_default(self, name: str) -> bool:
+        """A packaged build ships the default model converted, without its GGUF: the library lists it as
+        not downloaded, yet it runs (``Hearth`` with no model named finds the bundled conversion)."""
+        if name != self.library.default_name():
+            return False
+        try:
+            return Hearth(self.paths, model=None, weights=self.weights).locate_model().bundled
+        except HearthError:
+            return False
+
+    def _runnable(self, model: LibraryModel) -> bool:
+        return model.status == ModelStatus.READY or (model.name == self.default_model and self.bundled)
+
     def ready_models(self) -> list[LibraryModel]:
-        return [m for m in self.library.models() if m.status == ModelStatus.READY]
+        return [m for m in self.library.models() if self._runnable(m)]
 
     def require_model(self, name: str) -> LibraryModel:
         """The library model ``name``, ready to load; ApiError 404 otherwise."""
@@ -81,7 +95,7 @@ class ModelHost:
         except ModelNotFoundError:
             raise ApiError(404, f"The model '{name}' does not exist in this Hearth's library; GET /v1/models "
                                 "lists the ones it can run", param="model", code="model_not_found") from None
-        if model.status != ModelStatus.READY:
+        if not self._runnable(model):
             why = model.problem or str(model.status)
             raise ApiError(404, f"The model '{name}' cannot be run here: {why}", param="model", code="model_not_found")
         return model
@@ -97,10 +111,11 @@ class ModelHost:
             return
         self.state = "loading"
         try:
-            if hearth.model is None and hearth.model_path == name:
+            bundled = name == self.default_model and self.bundled  # loaded by not naming it (see above)
+            if hearth.model is None and hearth.model_path == (None if bundled else name):
                 hearth.load()
             else:
-                hearth.switch_model(name)
+                hearth.switch_model(None if bundled else name)
         except HearthError as exc:  # switch_model brings the previous model back when it can
             self.state, self.problem = ("ready" if hearth.model is not None else "failed"), str(exc)
             raise
