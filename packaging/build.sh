@@ -76,6 +76,7 @@ cp -a build/icons "$STAGE/share/icons/hicolor"
 sed "s|^Exec=.*|Exec=hearth %U|; s|^TryExec=.*|TryExec=hearth|" packaging/linux/hearth.desktop > "$STAGE/share/applications/hearth.desktop"
 cp packaging/linux/README-tarball.txt "$STAGE/README.txt"
 tar -C build/tar -czf "$ARCHIVE" "$NAME-$VERSION"
+rm -rf build/tar  # a second copy of the bundle; CI machines can be short of disk
 
 step "done"
 ls -l "$DEB" "$ARCHIVE"

@@ -20,7 +20,18 @@ make package || { echo "ci-package: error: make package failed" >&2; exit 1; }
 DEB="$(ls -t dist/hearth_*.deb | head -1)"
 ARCHIVE="$(ls -t dist/hearth-*-linux-*.tar.gz | head -1)"
 if [ "$(id -u)" = 0 ]; then
-  step "install test of $DEB"
+  # CI machines can be short of disk: drop what the install test does not need (the build venv, PyInstaller's
+  # work files, the unpacked bundle and the .tar.gz, all rebuilt by the next make package), then check that
+  # what the .deb unpacks to fits before apt half-installs it.
+  rm -rf build/venv-cpu build/pyinstaller-cpu dist/pyinstaller "$ARCHIVE"
+  need_kb=$(( $(dpkg-deb -f "$DEB" Installed-Size) + 100 * 1024 ))
+  free_kb=$(df -Pk /opt | awk 'NR == 2 { print $4 }')
+  if [ "$free_kb" -lt "$need_kb" ]; then
+    echo "ci-package: error: the install test needs $(( need_kb / 1024 )) MB free under /opt; there are $(( free_kb / 1024 )) MB" >&2
+    df -h / /opt /tmp >&2
+    exit 1
+  fi
+  step "install test of $DEB ($(( free_kb / 1024 )) MB free under /opt)"
   packaging/test-install.sh "$DEB" || { echo "ci-package: error: the install test failed" >&2; exit 1; }
 else
   step "bundle test of $ARCHIVE (not root: the .deb is not installed)"

@@ -64,4 +64,5 @@ Description: desktop chat with a local language model (${VARIANT^^} build)
 CONTROL
 mkdir -p "$(dirname "$OUT")"
 fakeroot dpkg-deb --root-owner-group -Zxz "-z$XZ_LEVEL" --build "$ROOT" "$OUT" >&2
+rm -rf "$ROOT"  # a second copy of the bundle; CI machines can be short of disk
 echo "$OUT"
