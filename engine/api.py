@@ -42,6 +42,7 @@ from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.errors import (
     ContextFullError,
+    ConversationError,
     HearthError,
     ModelNotLoadedError,
     ModelTooLargeError,
@@ -457,18 +458,57 @@ class Hearth:
             from engine.session.context_policy import check_policy
 
             check_policy(request.context_policy, "the default for a chat longer than the context")
+        self._check_rewrite(request)
         with self._turn_lock(cid, emit, cancel):
-            user_seq, planned = self._store_message(request, create)
-            convs = self.conversations
-            chat = convs.chat_messages(cid)
-            if planned is not None and planned[0] == chat:
-                view = planned[1]
-            else:  # answering what is stored, or the stored chat is not what was checked
-                view = self._plan_view(cid, chat, request, convs.require(cid).settings)
-            emit(Accepted(cid, user_seq, tuple(convs.messages(cid)), view.dropped))
-            if not any(m["role"] == "user" for m in chat):
-                raise PromptError("the conversation has no message to answer")
-            return self._answer(cid, view, request, emit, cancel)
+            set_aside = self._set_aside_reply(cid, request)
+            try:
+                user_seq, planned = self._store_message(request, create)
+                convs = self.conversations
+                chat = convs.chat_messages(cid)
+                if request.continue_reply and (not chat or chat[-1]["role"] != "assistant"):
+                    raise PromptError("the conversation does not end in a reply, so there is none to continue")
+                if planned is not None and planned[0] == chat:
+                    view = planned[1]
+                else:  # answering what is stored, or the stored chat is not what was checked
+                    view = self._plan_view(cid, chat, request, convs.require(cid).settings)
+                emit(Accepted(cid, user_seq, tuple(convs.messages(cid)), view.dropped))
+                if not any(m["role"] == "user" for m in chat):
+                    raise PromptError("the conversation has no message to answer")
+                return self._answer(cid, view, request, emit, cancel)
+            finally:
+                if set_aside is not None:
+                    self._restore_reply(cid, set_aside)
+
+    # regenerate and continue: turns that rewrite the last reply ----------------------------------------
+    @staticmethod
+    def _check_rewrite(request: TurnRequest) -> None:
+        if request.regenerate and request.continue_reply:
+            raise PromptError("a turn either writes the last reply again or continues it, not both")
+        if (request.regenerate or request.continue_reply) and request.user_message is not None:
+            raise PromptError("regenerating or continuing a reply answers what is stored: it takes no new message")
+
+    def _set_aside_reply(self, cid: str, request: TurnRequest) -> int | None:
+        """Regenerate: the last reply becomes an earlier version (kept, ``reply_versions``); its seq."""
+        if not request.regenerate:
+            return None
+        try:
+            return self.conversations.set_aside_reply(cid)
+        except ConversationError as exc:
+            raise PromptError(str(exc)) from None
+
+    def _restore_reply(self, cid: str, seq: int) -> None:
+        """A regenerate that wrote nothing (stopped at once, or failed) gives the chat its last reply back."""
+        try:
+            if self.conversations.restore_reply(cid, seq):
+                log.info("the regenerate of %s wrote nothing: its last reply is back", cid)
+        except ConversationError as exc:  # the reply stays kept as a version; the turn's own error matters more
+            log.warning("could not put the last reply of %s back: %s", cid, exc)
+
+    @staticmethod
+    def _continue_prompt(engine, messages: list[dict]) -> bytes:
+        """The prompt of a Continue: the chat up to the last reply as a turn would render it, then that
+        reply's text with no end-of-turn, so the model writes on where it stopped."""
+        return (engine.render(messages[:-1]) + messages[-1]["content"]).encode("utf-8")
 
     def store_message(self, request: TurnRequest, *, create: bool = False) -> int | None:
         """Only store the request's message (and system prompt), as a turn would before any model work:
@@ -506,23 +546,33 @@ class Hearth:
         engine = self._require_engine()
         info, key = self._info, self.model_key
         stored: list[int] = []
+        continued = request.continue_reply
+        before = view.messages[-1]["content"] if continued else ""
+        continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
 
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
-            if result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
+            if continued:  # the same message, written on
+                if result.text:
+                    self.conversations.extend_reply(cid, continued_seq, result.text)
+                    self.conversations.set_model(cid, info.label, key)
+                stored.append(continued_seq)
+            elif result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
                 stored.append(self.conversations.append(cid, "assistant", result.text).seq)
                 self.conversations.set_model(cid, info.label, key)
 
         if view.moved:
             self._drop_saved_view(cid)
         turn = self._sessions.generate(
-            cid, view.messages, request.params, request.max_new_tokens, on_text=lambda piece: emit(Token(cid, piece)),
+            cid, view.messages, request.params, request.max_new_tokens,
+            on_text=lambda piece: emit(Token(cid, piece, len(engine.tokens) + 1)),
             progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
-            on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply)
+            on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply,
+            prompt_text=self._continue_prompt(engine, view.messages) if continued else None)
         result = turn.generation
-        finished = Finished(cid, result.text, tuple(result.tokens), StopReason(result.stop_reason),
+        finished = Finished(cid, before + result.text, tuple(result.tokens), StopReason(result.stop_reason),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
                             engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
-                            info, dropped_messages=view.dropped)
+                            info, dropped_messages=view.dropped, continued=continued)
         emit(finished)
         return finished
 

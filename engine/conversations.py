@@ -21,7 +21,7 @@ from pathlib import Path
 
 from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
-from engine.types import Conversation, Message
+from engine.types import Conversation, Message, ReplyVersions
 
 ROLES = ("system", "user", "assistant")
 COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
@@ -101,6 +101,20 @@ MIGRATIONS: list[str] = [
     # (``model`` keeps its label in words, for display). '' until a turn records one.
     """
     ALTER TABLE conversations ADD COLUMN model_key TEXT NOT NULL DEFAULT '';
+    """,
+    # 5: earlier versions of a reply kept when it is regenerated. ``messages`` holds the version the chat
+    # continues with; this table the others. Every version of a reply has a position (0 = the first one
+    # written); the chosen one's is the position missing here.
+    """
+    CREATE TABLE alternatives (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        UNIQUE (conversation_id, seq, position)
+    );
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -458,6 +472,8 @@ class ConversationStore:
                 raise ConversationError(f"no conversation {conversation_id!r}")
             seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE conversation_id = ?",
                              (conversation_id,)).fetchone()[0]
+            if role != "assistant":  # versions of a reply that was set aside and never came back
+                db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
             db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
                        (conversation_id, seq, role, content, t))
             title = conv[0] or (title_from(content) if role == "user" else "")
@@ -472,20 +488,135 @@ class ConversationStore:
     @staticmethod
     def _truncate(db: sqlite3.Connection, conversation_id: str, seq: int) -> int:
         n = db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq)).rowcount
+        # the versions of replies that no longer follow go with them
+        db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
         db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
         return n
 
     def edit(self, conversation_id: str, seq: int, content: str) -> None:
-        """Replace message ``seq`` and drop everything after it (the replies no longer follow), at once."""
+        """Replace message ``seq`` and drop everything after it (the replies no longer follow), at once.
+        A title still the one the first message gave follows that message's new text."""
         with self._write() as db:
-            cur = db.execute("UPDATE messages SET content = ? WHERE conversation_id = ? AND seq = ?",
-                             (content, conversation_id, seq))
-            if cur.rowcount == 0:
+            old = db.execute("SELECT content, role FROM messages WHERE conversation_id = ? AND seq = ?",
+                             (conversation_id, seq)).fetchone()
+            if old is None:
                 raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
+            db.execute("UPDATE messages SET content = ? WHERE conversation_id = ? AND seq = ?",
+                       (content, conversation_id, seq))
+            self._retitle(db, conversation_id, seq, old[0], old[1], content)
             self._truncate(db, conversation_id, seq + 1)
+
+    @staticmethod
+    def _retitle(db: sqlite3.Connection, conversation_id: str, seq: int, old: str, role: str, new: str) -> None:
+        """The first user message was edited: a title that was made from it (not one the person chose)
+        is made again from the new text."""
+        first = db.execute("SELECT MIN(seq) FROM messages WHERE conversation_id = ? AND role = 'user'",
+                           (conversation_id,)).fetchone()[0]
+        if role != "user" or first != seq:
+            return
+        db.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ?",
+                   (title_from(new), conversation_id, title_from(old)))
 
     def data_version(self) -> int:
         """Changes whenever another connection (another process, or another store object) commits: a
         cheap way for the window to notice turns added by ``hearth-cli`` or the server."""
         with self._tx() as db:
             return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+    # versions of a reply (regenerate keeps the earlier ones) ----------------------------------------------
+    def reply_versions(self, conversation_id: str, seq: int) -> ReplyVersions | None:
+        """Every version of reply ``seq``, oldest first, and which one the chat continues with; None when
+        ``seq`` is not a stored reply."""
+        with self._tx() as db:
+            current = db.execute("SELECT content FROM messages WHERE conversation_id = ? AND seq = ? AND "
+                                 "role = 'assistant'", (conversation_id, seq)).fetchone()
+            if current is None:
+                return None
+            others = db.execute("SELECT position, content FROM alternatives WHERE conversation_id = ? AND seq = ? "
+                                "ORDER BY position", (conversation_id, seq)).fetchall()
+        position = self._free_position(others)
+        versions = sorted([*others, (position, current[0])], key=lambda v: v[0])
+        return ReplyVersions(seq, [p for p, _ in versions].index(position), tuple(text for _, text in versions))
+
+    def versions_count(self, conversation_id: str) -> dict[int, int]:
+        """seq → how many versions the reply has, for the replies that have more than one."""
+        with self._tx() as db:
+            rows = db.execute("SELECT a.seq, COUNT(*) + 1 FROM alternatives a JOIN messages m ON "
+                              "m.conversation_id = a.conversation_id AND m.seq = a.seq AND m.role = 'assistant' "
+                              "WHERE a.conversation_id = ? GROUP BY a.seq", (conversation_id,)).fetchall()
+        return {seq: n for seq, n in rows}
+
+    @staticmethod
+    def _free_position(others: list[tuple[int, str]]) -> int:
+        """The chosen version's position: the first one the other versions do not hold (a damaged table
+        with gaps still gives one answer)."""
+        taken = {p for p, _ in others}
+        return next(i for i in range(len(taken) + 1) if i not in taken)
+
+    def set_aside_reply(self, conversation_id: str) -> int:
+        """Keep the last reply as an earlier version and take it off the chat, so a new one is written in
+        its place (regenerate); returns its seq. ConversationError when the chat does not end in a reply."""
+        with self._write() as db:
+            last = db.execute("SELECT seq, role, content, created_ms FROM messages WHERE conversation_id = ? "
+                              "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
+            if last is None or last[1] != "assistant":
+                raise ConversationError("the conversation does not end in a reply, so there is none to write again")
+            seq = last[0]
+            others = db.execute("SELECT position, content FROM alternatives WHERE conversation_id = ? AND seq = ?",
+                                (conversation_id, seq)).fetchall()
+            db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms) "
+                       "VALUES (?,?,?,?,?)", (conversation_id, seq, self._free_position(others), last[2], last[3]))
+            db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq = ?", (conversation_id, seq))
+        return seq
+
+    def restore_reply(self, conversation_id: str, seq: int) -> bool:
+        """A regenerate wrote nothing: put the newest version set aside at ``seq`` back (when the chat has
+        nothing there). True when one came back."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND seq >= ?",
+                          (conversation_id, seq)).fetchone():
+                return False
+            row = db.execute("SELECT id, content, created_ms FROM alternatives WHERE conversation_id = ? AND seq = ? "
+                             "ORDER BY position DESC LIMIT 1", (conversation_id, seq)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM alternatives WHERE id = ?", (row[0],))
+            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
+                       (conversation_id, seq, "assistant", row[1], row[2]))
+        return True
+
+    def choose_version(self, conversation_id: str, seq: int, index: int) -> str:
+        """Make version ``index`` (oldest first, as ``reply_versions`` lists them) of the last reply the one the
+        chat continues with; returns its text. Only the last reply: the messages after an earlier one
+        answered the version they followed."""
+        with self._write() as db:
+            last = db.execute("SELECT seq, role, content, created_ms FROM messages WHERE conversation_id = ? "
+                              "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
+            if last is None or last[0] != seq or last[1] != "assistant":
+                raise ConversationError(f"message {seq} is not the last reply of the conversation: only the last "
+                                        "reply's version can be chosen")
+            others = db.execute("SELECT id, position, content, created_ms FROM alternatives WHERE conversation_id = ? "
+                                "AND seq = ? ORDER BY position", (conversation_id, seq)).fetchall()
+            current = self._free_position([(o[1], o[2]) for o in others])
+            positions = sorted([o[1] for o in others] + [current])
+            if not 0 <= index < len(positions):
+                raise ConversationError(f"reply {seq} has {len(positions)} version(s); there is no version {index + 1}")
+            wanted = positions[index]
+            if wanted == current:
+                return last[2]
+            row = next(o for o in others if o[1] == wanted)
+            db.execute("UPDATE alternatives SET position = ?, content = ?, created_ms = ? WHERE id = ?",
+                       (current, last[2], last[3], row[0]))
+            db.execute("UPDATE messages SET content = ?, created_ms = ? WHERE conversation_id = ? AND seq = ?",
+                       (row[2], row[3], conversation_id, seq))
+            db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
+        return row[2]
+
+    def extend_reply(self, conversation_id: str, seq: int, text: str) -> None:
+        """Append ``text`` to reply ``seq`` (Continue: the same message, written on)."""
+        with self._write() as db:
+            cur = db.execute("UPDATE messages SET content = content || ? WHERE conversation_id = ? AND seq = ? AND "
+                             "role = 'assistant'", (text, conversation_id, seq))
+            if cur.rowcount == 0:
+                raise ConversationError(f"conversation {conversation_id!r} has no reply {seq} to continue")
+            db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))

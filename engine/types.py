@@ -206,6 +206,16 @@ class Message:
 
 
 @dataclass(frozen=True)
+class ReplyVersions:
+    """The versions of one reply (Regenerate keeps the earlier ones), oldest first; the chat continues
+    with ``texts[chosen]``."""
+
+    seq: int
+    chosen: int
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ConversationSummary:
     id: str
     title: str
@@ -233,6 +243,7 @@ class Resume:
     prefill_estimate_ms: float | None = None
     message: str = ""  # the specific failure, for logs and details
     plain: str = ""  # the failure in plain words, for the UI
+    shared_prefix: bool = False  # what came from disk is the system prompt other chats share, not this chat's own
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -284,6 +295,11 @@ class TurnRequest:
     # What to do when the chat outgrows the context, when the chat's own setting does not say:
     # "stop" or "drop_oldest" (engine/session/context_policy.py); None: "stop".
     context_policy: str | None = None
+    # Regenerate: keep the last reply as an earlier version (``ConversationStore.reply_versions``) and write
+    # a new one in its place; when nothing is written, the last reply comes back.
+    regenerate: bool = False
+    # Continue: write on at the end of the last reply (one stopped by the length limit), the same message.
+    continue_reply: bool = False
 
 
 # the events a turn (or opening a conversation) reports, in order -----------------------------------------
@@ -323,6 +339,7 @@ class Progress:
 class Token:
     conversation: str
     text: str
+    context_tokens: int = 0  # tokens in the context with this piece's token (the live context meter); 0: not told
 
 
 @dataclass(frozen=True)
@@ -351,6 +368,7 @@ class Finished:
     timings: Timings
     model: ModelInfo
     dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
+    continued: bool = False  # a Continue: ``reply`` is the whole stored message, ``tokens`` only what was added
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class Restorer:
         if len(engine.tokens) < MIN_PREFIX_TOKENS:
             loaded = self._restore_shared_prefix(text, lead, report)
             if loaded:
-                report.source, report.restored_tokens = DISK, loaded
+                report.source, report.restored_tokens, report.shared_prefix = DISK, loaded, True
         if not engine.tokens:
             engine.cache.shrink_to_fit()  # nothing restored: don't decode in an oversized buffer
         if failure is not None:

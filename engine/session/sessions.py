@@ -127,13 +127,18 @@ class ChatSessions:
     def generate(self, conversation: str, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = 256, on_text: TextFn | None = None, progress: ProgressFn | None = None,
                  cancel: CancelToken | None = None, on_ready: Callable[[ResumeReport], None] | None = None,
-                 keep_reply: Callable[[GenerationResult], None] | None = None) -> TurnResult:
+                 keep_reply: Callable[[GenerationResult], None] | None = None,
+                 prompt_text: bytes | None = None) -> TurnResult:
         """One turn's model work: resume, prefill the rest, decode, save the turn (prompt and reply as
         two records). ``on_ready`` gets the resume report once the prompt is in the KV, before decoding;
         ``keep_reply`` runs after decoding and before the save (engine/api.py stores the reply there,
-        so a failed save never costs it; an exception from it skips the save)."""
+        so a failed save never costs it; an exception from it skips the save). ``prompt_text``: the prompt
+        already rendered from ``messages`` (a Continue leaves the last reply open)."""
         started = time.perf_counter()
-        logits, prompt, report = self.sync(conversation, messages, progress, cancel)
+        if prompt_text is None:
+            logits, prompt, report = self.sync(conversation, messages, progress, cancel)
+        else:
+            logits, prompt, report = self.sync_text(conversation, prompt_text, progress, cancel, messages)
         if on_ready is not None:
             on_ready(report)
         if logits is None:
