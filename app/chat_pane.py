@@ -17,11 +17,11 @@ from app.composer import Composer
 from app.find_bar import FindBar
 from app.status import StatusLine
 from app.text import duration, turn_note
-from app.transcript import TranscriptView, copy_to_clipboard
+from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
 from engine.errors import ConversationError
-from engine.types import Accepted, ContextPolicy, Finished, Rebuilt, Resume
+from engine.types import Accepted, ContextPolicy, Finished, Rebuilt, Resume, StopReason
 
 Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
 
@@ -30,6 +30,7 @@ class ChatPane(QWidget):
     show_requested = Signal(str)  # a refused message was written in another chat: show that one (direct)
     sending = Signal()  # about to send (direct): the window first shows turns added elsewhere
     state_changed = Signal()  # busy or not, something to regenerate or not: the window updates its actions
+    retitled = Signal(str)  # an edit of the first message gave the chat a new title (direct)
 
     def __init__(self, store: ConversationStore, turns: TurnControl, status: StatusLine,
                  new_chat: Callable[[], str], parent: QWidget | None = None):
@@ -40,6 +41,8 @@ class ChatPane(QWidget):
         self.model_ready = False
         self._dropped: dict[str, int] = {}  # chat → stored messages outside the model's view, as last reported
         self._limit_hit: ContextLimitHit | None = None  # the refusal the error block is about
+        self._continuable: dict[str, int] = {}  # chat → the seq of its last reply, stopped by the length limit
+        self._tooled: MessageWidget | None = None  # the reply showing ‹ 2/3 › and Continue
         self._build()
         t = turns
         t.started.connect(self._on_started)
@@ -51,6 +54,7 @@ class ChatPane(QWidget):
         t.failed.connect(self._on_failed)
         t.refused.connect(self._on_refused)
         t.context_full.connect(self._on_context_full)
+        t.live.connect(self._on_live)
         w = turns.host.worker
         w.resumed.connect(self._on_resumed)
         w.rebuilding.connect(self._on_rebuilding)
@@ -98,12 +102,16 @@ class ChatPane(QWidget):
         self.transcript.copy_requested.connect(copy_to_clipboard)
         self.transcript.edit_requested.connect(self.begin_edit)
         self.transcript.regenerate_requested.connect(self.regenerate)
+        self.transcript.version_requested.connect(self.choose_version)
+        self.transcript.continue_requested.connect(self.continue_reply)
         self.transcript.context_limit.new_chat_requested.connect(self.new_chat_with_system_prompt)
         self.transcript.context_limit.drop_oldest_requested.connect(self.drop_oldest_and_retry)
 
     # what is shown ------------------------------------------------------------------------------------------
     def show_chat(self, conversation: str | None) -> None:
         self.cancel_edit()
+        if conversation != self.conversation:
+            self.status.clear_chat()  # never the previous chat's figures (its own come as it opens)
         self.conversation = conversation
         if self.banner.conversation != conversation:
             self.banner.hide()
@@ -118,9 +126,13 @@ class ChatPane(QWidget):
 
     def render(self, stored: Stored) -> None:
         """The stored messages, then a turn's message not stored yet and its reply so far."""
+        turn = self.turns.turn(self.conversation)
+        if turn is not None and turn.kind == "continue" and stored and stored[-1][1] == "assistant":
+            stored = stored[:-1]  # the reply being continued streams below, from its stored text on
         self.transcript.load(stored)
         self.transcript.set_dropped(self._dropped.get(self.conversation, 0))
-        turn = self.turns.turn(self.conversation)
+        self._tooled = None
+        self.update_reply_tools()
         if turn is not None:
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "waiting for another Hearth process…" if turn.waiting
@@ -147,6 +159,7 @@ class ChatPane(QWidget):
     def update_buttons(self) -> None:
         self.send_button.setEnabled(not self.busy)
         self.stop_button.setEnabled(self.busy)
+        self.update_reply_tools()
         self.state_changed.emit()
 
     # what you do ----------------------------------------------------------------------------------------------
@@ -163,6 +176,7 @@ class ChatPane(QWidget):
                 return
             self.cancel_edit()
             self.render(self.stored(conv))
+            self.retitled.emit(conv)  # a title made from the first message follows its edit
             self.turns.answer(conv)
         else:
             self.composer.clear()
@@ -175,13 +189,66 @@ class ChatPane(QWidget):
         messages = self.store.messages(conv)
         if not messages or messages[-1].role != "assistant":
             return
-        self.store.truncate(conv, messages[-1].seq)
+        self._take_off_last_reply(messages)
+        self.turns.regenerate(conv)  # the engine keeps the reply it replaces as an earlier version
+
+    def _take_off_last_reply(self, messages: list) -> None:
+        """The last reply leaves the transcript: a new one (or its continuation) streams in its place."""
         shown = self.transcript.messages[-1:]
         if shown and shown[0].seq == messages[-1].seq:
             self.transcript.remove(shown[0])
         else:
             self.render([(m.seq, m.role, m.content) for m in messages[:-1]])
-        self.turns.answer(conv)
+        self._tooled = None
+
+    # versions of the last reply and Continue -------------------------------------------------------------------
+    def update_reply_tools(self) -> None:
+        """‹ 2/3 › and Continue on the last reply, when they apply and nothing is running; no other reply
+        has them (only the last reply's version can be chosen: later messages answered the one they followed)."""
+        if self._tooled is not None:
+            self._tooled.set_versions(0, 1)
+            self._tooled.continue_button.hide()
+            self._tooled = None
+        last = self.transcript.last_reply()
+        if last is None or self.busy or self.transcript.read_only:
+            return
+        versions = self.store.reply_versions(self.conversation, last.seq)
+        if versions is not None:
+            last.set_versions(versions.chosen, len(versions.texts))
+        last.continue_button.setVisible(self._continuable.get(self.conversation) == last.seq)
+        self._tooled = last
+
+    def choose_version(self, seq: int, index: int) -> None:
+        """Show version ``index`` of the last reply; the chat continues with it from now on."""
+        conv = self.conversation
+        last = self.transcript.last_reply()
+        if conv is None or self.busy or last is None or last.seq != seq:
+            return
+        try:
+            text = self.store.choose_version(conv, seq, index)
+        except ConversationError as exc:
+            self.status.problem(f"That version could not be chosen: {exc}")
+            return
+        last.set_text(text)
+        self._continuable.pop(conv, None)  # the version shown was not the one the limit stopped
+        self.update_buttons()
+        self.status.say(f"The chat continues with version {index + 1} of this reply")
+
+    def can_continue(self) -> bool:
+        last = self.transcript.last_reply()
+        return not self.busy and last is not None and self._continuable.get(self.conversation) == last.seq
+
+    def continue_reply(self) -> None:
+        """Write on at the end of the last reply, which the length limit stopped: the same message grows."""
+        conv = self.conversation
+        if conv is None or not self.can_continue():
+            return
+        messages = self.store.messages(conv)
+        if not messages or messages[-1].role != "assistant":
+            return
+        self._take_off_last_reply(messages)
+        self._continuable.pop(conv, None)
+        self.turns.continue_reply(conv, messages[-1].content)
 
     def begin_edit(self, seq: int) -> None:
         if self.conversation is None or self.busy:
@@ -241,8 +308,9 @@ class ChatPane(QWidget):
             turn = self.turns.turn(conversation)
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "sending…")
-            self.transcript.begin_stream()
+            self.transcript.begin_stream(turn.reply)  # a Continue starts from the reply it writes on
             self.status.say("Thinking…" if self.model_ready else "Waiting for the model…")
+            self.status.speed.setText("")
         self.update_buttons()
 
     def _on_waiting(self, conversation: str) -> None:
@@ -256,6 +324,9 @@ class ChatPane(QWidget):
         if conversation != self.conversation:
             return
         stored = [(m.seq, m.role, m.content) for m in accepted.messages]
+        turn = self.turns.turn(conversation)
+        if turn is not None and turn.kind == "continue" and stored and stored[-1][1] == "assistant":
+            stored = stored[:-1]  # the reply being continued is the one streaming
         shown = self.transcript.entries()
         pending = self.transcript.pending_message
         if (accepted.user_seq is not None and pending is not None and stored[:-1] == shown
@@ -280,17 +351,26 @@ class ChatPane(QWidget):
     def _on_finished(self, conversation: str, finished: Finished) -> None:
         if conversation == self.conversation:
             self.prefill_bar.hide()
-            if finished.reply_seq is None:  # stopped before a word: nothing was stored
+            if finished.reply_seq is None:  # stopped before a word: nothing was stored (a regenerate's reply is back)
                 self.transcript.remove(self.transcript.stream_widget)
+                self.refresh()
             else:
                 self.transcript.end_stream(finished.reply, turn_note(finished), finished.reply_seq)
             self.status.finished(finished)
+        if finished.stop_reason == StopReason.LENGTH and finished.reply_seq is not None:
+            self._continuable[conversation] = finished.reply_seq
+        else:
+            self._continuable.pop(conversation, None)
         self.update_buttons()
 
     def _on_failed(self, conversation: str, message: str) -> None:
         if conversation == self.conversation:
             self.transcript.end_stream("", f"⚠ {message}")
         self._problem(conversation, message)
+
+    def _on_live(self, conversation: str, figures: object) -> None:
+        if conversation == self.conversation:
+            self.status.live(figures)
 
     def _on_refused(self, conversation: str, text: str, message: str) -> None:
         """The engine did not store the message: take it off the transcript and give it back to edit."""

@@ -71,6 +71,7 @@ class EngineWorker(QObject):
     rebuilt = Signal(str, object)  # Rebuilt
     prefill_progress = Signal(str, int, int)  # done, total tokens
     token = Signal(str, str)  # a piece of the reply
+    context_in_use = Signal(str, int)  # tokens in the context with that piece (the live context meter)
     turn_finished = Signal(str, object)  # Finished: the reply is stored (then the context saved, or not)
     turn_failed = Signal(str, object)  # HearthError; before ``accepted``: the message was not stored
     dropped_messages = Signal(str, int)  # stored messages outside the model's view (on opening, and each turn)
@@ -241,6 +242,8 @@ class EngineWorker(QObject):
         """An API event as the matching signal (emitted from this thread, delivered queued)."""
         match event:
             case Token(conversation, text):
+                if event.context_tokens:  # first: the piece's figures then count it
+                    self.context_in_use.emit(conversation, event.context_tokens)
                 self.token.emit(conversation, text)
             case Progress(conversation, ProgressPhase.PREFILL, done, total):
                 self.prefill_progress.emit(conversation, done, total)

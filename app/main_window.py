@@ -131,6 +131,7 @@ class MainWindow(QMainWindow):
         chat_menu = m.addMenu("&Chat")
         self.act_stop = self._action("&Stop", "Esc", self.chat.escape, chat_menu)
         self.act_regenerate = self._action("&Regenerate reply", "Ctrl+R", self.regenerate, chat_menu)
+        self._build_reply_actions(chat_menu)
         chat_menu.addSeparator()
         self.act_rename = self._action("Re&name…", "F2", self.rename_current, chat_menu)
         self.act_settings = self._action("Chat &settings…", "Ctrl+Shift+S", self.open_settings, chat_menu)
@@ -146,6 +147,19 @@ class MainWindow(QMainWindow):
         self.new_button.clicked.connect(self.new_chat)
         self.sidebar.currentItemChanged.connect(self._on_selection)
 
+    def _build_reply_actions(self, chat_menu) -> None:
+        """Continue, and the earlier/later version of a regenerated reply (its ‹ › buttons, by keyboard)."""
+        self.act_continue = self._action("Con&tinue reply", "Ctrl+Shift+Return", self.chat.continue_reply, chat_menu)
+        self.act_earlier_version = self._action("&Earlier version of the reply", "Alt+Left",
+                                                lambda: self._step_version(-1), chat_menu)
+        self.act_later_version = self._action("&Later version of the reply", "Alt+Right",
+                                              lambda: self._step_version(1), chat_menu)
+
+    def _step_version(self, delta: int) -> None:
+        last = self.transcript.last_reply()
+        if last is not None and not last.versions.isHidden():
+            self.chat.choose_version(last.seq, last.versions.index + delta)
+
     def _connect(self) -> None:
         self.setup = ModelSetup(self.host, self.status.model, self)
         w = self.worker
@@ -157,6 +171,7 @@ class MainWindow(QMainWindow):
         self.chat.sending.connect(self.sync_from_store)
         self.chat.show_requested.connect(self.open_conversation)
         self.chat.state_changed.connect(self._update_actions)
+        self.chat.retitled.connect(self._update_title)
 
     # state ------------------------------------------------------------------------------------------------
     def _restore_state(self) -> None:
@@ -216,6 +231,7 @@ class MainWindow(QMainWindow):
         for act in (self.act_rename, self.act_settings, self.act_delete):
             act.setEnabled(self.current is not None)
         self.act_regenerate.setEnabled(self.chat.can_regenerate())
+        self.act_continue.setEnabled(self.chat.can_continue())
 
     # conversations ----------------------------------------------------------------------------------------
     def new_chat(self) -> str:

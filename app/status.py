@@ -3,10 +3,21 @@ in app/text.py; this only decides which label shows what."""
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtWidgets import QLabel, QStatusBar
 
-from app.text import context_label, model_label, model_tooltip, resume_summary
+from app.text import context_label, duration, model_label, model_tooltip, resume_summary
+from app.turns import LiveFigures
 from engine.types import Finished, ModelInfo, Resume
+
+
+def speed_label(tokens_per_s: float | None, ttft_ms: float | None) -> str:
+    """'first token in 0.4 s · 21.3 tokens/s'; either part left out while it is not known."""
+    parts = [] if ttft_ms is None else [f"first token in {duration(ttft_ms)}"]
+    if tokens_per_s:
+        parts.append(f"{tokens_per_s:.1f} tokens/s")
+    return " · ".join(parts)
 
 
 class StatusLine:
@@ -14,6 +25,8 @@ class StatusLine:
         self.model = QLabel("")
         self.context = QLabel("")
         self.speed = QLabel("")
+        self.speed.setAccessibleName("Reply speed")
+        self.context.setAccessibleName("Tokens in the context")
         self.resume = QLabel("")
         self.resume.setAccessibleName("How the last turn started")
         bar.addWidget(self.resume, 1)
@@ -36,10 +49,22 @@ class StatusLine:
         self.tokens_in_context(resume.reused_tokens + resume.prefilled_tokens)
 
     def finished(self, finished: Finished) -> None:
-        if finished.timings.decode_tokens_per_s:
-            self.speed.setText(f"{finished.timings.decode_tokens_per_s:.1f} tokens/s")
+        t = finished.timings
+        self.speed.setText(speed_label(t.decode_tokens_per_s or None, t.ttft_ms or None))
         self.limit = finished.context_limit
         self.tokens_in_context(finished.context_tokens)
+
+    def live(self, figures: LiveFigures) -> None:
+        """A reply being written: its speed so far, and the context filling as its tokens arrive."""
+        self.speed.setText(speed_label(figures.tokens_per_s(time.monotonic()), figures.ttft_ms))
+        if figures.context_tokens:
+            self.tokens_in_context(figures.context_tokens)
+
+    def clear_chat(self) -> None:
+        """Another chat is shown: nothing of the previous one's turn stays (its own figures come as it opens)."""
+        self.resume.setText("")
+        self.speed.setText("")
+        self.tokens_in_context(0)
 
     def say(self, text: str) -> None:
         self.resume.setText(text)

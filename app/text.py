@@ -37,7 +37,9 @@ def duration(ms: float) -> str:
 def resume_summary(resume: Resume) -> str:
     """How a turn started, e.g. 'resumed 1,843 tokens from disk in 41 ms · re-reading would take ≈ 19 s'."""
     source, reused, prefilled = resume.source, resume.reused_tokens, resume.prefilled_tokens
-    if source == ResumeSource.DISK:
+    if source == ResumeSource.DISK and resume.shared_prefix:  # a new chat: only the system prompt was on disk
+        text = f"the system prompt's {count(resume.restored_tokens or reused)} tokens came from disk"
+    elif source == ResumeSource.DISK:
         text = f"resumed {count(resume.restored_tokens or reused)} tokens from disk in {duration(resume.restore_ms)}"
         if resume.prefill_estimate_ms:
             text += f" · re-reading would take ≈ {duration(resume.prefill_estimate_ms)}"

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.alternatives import VersionSwitcher
 from app.context_blocks import ContextLimitBlock, ViewMarker
 from app.markdown_view import to_html
 
@@ -60,6 +61,8 @@ class MessageWidget(QFrame):
     copy_requested = Signal(str)
     edit_requested = Signal(int)  # message seq
     regenerate_requested = Signal()
+    version_requested = Signal(int, int)  # message seq, the version (from 0) to show and continue with
+    continue_requested = Signal()  # write on at the end of this reply
 
     def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None, read_only: bool = False):
         super().__init__(parent)
@@ -76,6 +79,7 @@ class MessageWidget(QFrame):
         self.note.setEnabled(False)  # drawn in the palette's dim text colour
         head.addWidget(self.note)
         head.addStretch(1)
+        self._add_reply_tools(head)
         self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.text))
         head.addWidget(self.copy_button)
         if role == "user" and not read_only:
@@ -113,11 +117,29 @@ class MessageWidget(QFrame):
     def set_note(self, note: str) -> None:
         self.note.setText(note)
 
+    # versions of a reply and Continue (the header row) --------------------------------------------------------
+    def _add_reply_tools(self, head: QHBoxLayout) -> None:
+        """‹ 2/3 › for a regenerated reply, and Continue for one stopped by the length limit (both hidden
+        until the chat pane says they apply)."""
+        self.versions = VersionSwitcher(self)
+        self.versions.step_requested.connect(
+            lambda delta: self.version_requested.emit(self.seq, self.versions.index + delta))
+        head.addWidget(self.versions)
+        self.continue_button = self._tool("Continue", "Continue this reply where the length limit stopped it",
+                                          self.continue_requested.emit)
+        self.continue_button.setVisible(False)
+        head.addWidget(self.continue_button)
+
+    def set_versions(self, index: int, count: int) -> None:
+        self.versions.set_versions(index, count)
+
 
 class TranscriptView(QScrollArea):
     copy_requested = Signal(str)
     edit_requested = Signal(int)
     regenerate_requested = Signal()
+    version_requested = Signal(int, int)  # seq, version
+    continue_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None, read_only: bool = False):
         super().__init__(parent)
@@ -228,6 +250,8 @@ class TranscriptView(QScrollArea):
         w.copy_requested.connect(self.copy_requested)
         w.edit_requested.connect(self.edit_requested)
         w.regenerate_requested.connect(self.regenerate_requested)
+        w.version_requested.connect(self.version_requested)
+        w.continue_requested.connect(self.continue_requested)
         return w
 
     def add(self, seq: int, role: str, text: str) -> MessageWidget:
@@ -276,6 +300,11 @@ class TranscriptView(QScrollArea):
         for i, w in enumerate(self.messages):
             w.regenerate_button.setVisible(w.role == "assistant" and i == len(self.messages) - 1
                                            and self._streaming is None and not self.read_only)
+
+    def last_reply(self) -> MessageWidget | None:
+        """The last message shown, when it is a stored reply (the one Regenerate, a version and Continue act on)."""
+        last = self.messages[-1] if self.messages else None  # the newest are drawn first: never in the backlog
+        return last if last is not None and last.role == "assistant" and last.seq != UNSTORED else None
 
     def add_pending(self, text: str, note: str) -> MessageWidget:
         """The user's message, shown at once while the engine has not stored it yet."""

@@ -23,6 +23,7 @@ from engine.errors import ContextFullError, HearthError
 from engine.types import Accepted, CancelToken, Finished, TurnRequest
 
 PROGRESS_MIN_TOKENS = 128  # shorter prefills finish before a progress bar would help
+LIVE_FIGURES_S = 0.25  # how often the status bar's live speed and context meter change while a reply is written
 
 
 @dataclass
@@ -32,13 +33,37 @@ class Turn:
     message: str | None  # the user's message until the engine stored it; None: answering what is stored
     accepted: bool = False
     waiting: bool = False  # another Hearth process holds the conversation
-    reply: str = ""  # streamed so far
+    reply: str = ""  # streamed so far (a Continue: the reply it writes on, then what it adds)
     prefill_started: float | None = None
+    kind: str = "send"  # "send", "answer", "regenerate" or "continue"
+    live: LiveFigures | None = None  # the reply's speed so far, once the engine has the turn
 
     @property
     def pending(self) -> str | None:
         """The message to show as not yet stored, if any."""
         return None if self.accepted else self.message
+
+
+@dataclass
+class LiveFigures:
+    """A reply's figures while it is written, measured here as its pieces arrive (the engine's own
+    timings replace them when it finishes): time to the first piece from when the engine took the turn,
+    pieces per second since then, and the tokens in the context."""
+
+    accepted_at: float
+    first_at: float | None = None
+    pieces: int = 0
+    context_tokens: int = 0
+    shown_at: float = 0.0  # when the status bar last showed them
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.first_at is None else (self.first_at - self.accepted_at) * 1000
+
+    def tokens_per_s(self, now: float) -> float | None:
+        if self.first_at is None or self.pieces < 2 or now <= self.first_at:
+            return None
+        return (self.pieces - 1) / (now - self.first_at)
 
 
 @dataclass(frozen=True)
@@ -60,6 +85,7 @@ class TurnControl(QObject):
     failed = Signal(str, str)  # the turn failed after its message was stored (or with nothing to store)
     refused = Signal(str, str, str)  # conversation, the message that was NOT stored, why
     context_full = Signal(str, object)  # ContextLimitHit: instead of refused/failed, when the chat is too long
+    live = Signal(str, object)  # LiveFigures while the reply is written (a few times a second at most)
 
     def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None,
                  effective: Callable[[str, Mapping], dict] | None = None):
@@ -77,6 +103,7 @@ class TurnControl(QObject):
         w.token.connect(self._on_token)
         w.turn_finished.connect(self._on_finished)
         w.turn_failed.connect(self._on_failed)
+        w.context_in_use.connect(self._on_context_in_use)
 
     # state ----------------------------------------------------------------------------------------------
     def turn(self, conversation: str | None) -> Turn | None:
@@ -95,7 +122,15 @@ class TurnControl(QObject):
         """Ask the engine to answer what is stored (after an edit, or to regenerate the last reply)."""
         self._request(conversation, None)
 
-    def _request(self, conversation: str, message: str | None) -> None:
+    def regenerate(self, conversation: str) -> None:
+        """Write the last reply again; the engine keeps the one it replaces as an earlier version."""
+        self._request(conversation, None, "regenerate")
+
+    def continue_reply(self, conversation: str, text_so_far: str) -> None:
+        """Write on at the end of the last reply (``text_so_far``), in the same message."""
+        self._request(conversation, None, "continue", text_so_far)
+
+    def _request(self, conversation: str, message: str | None, kind: str = "", reply: str = "") -> None:
         if conversation in self._turns:
             return  # one reply at a time per chat
         try:
@@ -108,10 +143,12 @@ class TurnControl(QObject):
             else:
                 self.refused.emit(conversation, message, str(exc))
             return
-        turn = self._turns[conversation] = Turn(conversation, CancelToken(), message)
+        kind = kind or ("send" if message is not None else "answer")
+        turn = self._turns[conversation] = Turn(conversation, CancelToken(), message, reply=reply, kind=kind)
         self.started.emit(conversation)
         request = TurnRequest(conversation, message, params, max_new_tokens,
-                              context_policy=effective.get("context_policy"))  # the chat's own, else the default
+                              context_policy=effective.get("context_policy"),  # the chat's own, else the default
+                              regenerate=kind == "regenerate", continue_reply=kind == "continue")
         self.host.request_turn.emit(request, turn.cancel)
 
     def open(self, conversation: str) -> None:
@@ -145,6 +182,7 @@ class TurnControl(QObject):
     def _on_accepted(self, conversation: str, accepted: Accepted) -> None:
         if (turn := self._turns.get(conversation)) is not None:
             turn.accepted, turn.waiting = True, False
+            turn.live = LiveFigures(time.monotonic())
             self.accepted.emit(conversation, accepted)
 
     def _on_progress(self, conversation: str, done: int, total: int) -> None:
@@ -160,6 +198,23 @@ class TurnControl(QObject):
         if (turn := self._turns.get(conversation)) is not None:
             turn.reply += piece
             self.token.emit(conversation, piece)
+            self._count_piece(turn)
+
+    def _count_piece(self, turn: Turn) -> None:
+        live = turn.live
+        if live is None:
+            return
+        now = time.monotonic()
+        live.pieces += 1
+        if live.first_at is None:
+            live.first_at = now
+        if live.pieces == 1 or now - live.shown_at >= LIVE_FIGURES_S:  # a label update per piece is waste
+            live.shown_at = now
+            self.live.emit(turn.conversation, live)
+
+    def _on_context_in_use(self, conversation: str, tokens: int) -> None:
+        if (turn := self._turns.get(conversation)) is not None and turn.live is not None:
+            turn.live.context_tokens = tokens
 
     def _on_finished(self, conversation: str, finished: Finished) -> None:
         if self._turns.pop(conversation, None) is not None:
