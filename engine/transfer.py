@@ -2,6 +2,8 @@
 
 The JSON format (``hearth.conversations``, version 1) holds everything needed to recreate a
 conversation exactly: ids, titles, system prompts, settings, model label, timestamps and messages.
+A regenerated reply is exported as the version the chat continues with; its earlier versions (the
+``alternatives`` table) stay behind, so documents and bundles keep this format and old ones import as before.
 Exporting, importing into an empty store and exporting again gives the same document. An import is
 checked completely before anything is written; the first problem is reported with its place in the
 file (``conversations[3].messages[7].role``) and nothing is imported.
