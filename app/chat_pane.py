@@ -206,16 +206,16 @@ class ChatPane(QWidget):
         """‹ 2/3 › and Continue on the last reply, when they apply and nothing is running; no other reply
         has them (only the last reply's version can be chosen: later messages answered the one they followed)."""
         if self._tooled is not None:
-            self._tooled.set_versions(0, 1)
-            self._tooled.continue_button.hide()
+            self._tooled.hide_reply_tools()
             self._tooled = None
         last = self.transcript.last_reply()
         if last is None or self.busy or self.transcript.read_only:
             return
         versions = self.store.reply_versions(self.conversation, last.seq)
-        if versions is not None:
+        if versions is not None and len(versions.texts) > 1:
             last.set_versions(versions.chosen, len(versions.texts))
-        last.continue_button.setVisible(self._continuable.get(self.conversation) == last.seq)
+        if self._continuable.get(self.conversation) == last.seq:
+            last.continue_button.show()
         self._tooled = last
 
     def choose_version(self, seq: int, index: int) -> None:

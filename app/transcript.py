@@ -79,9 +79,9 @@ class MessageWidget(QFrame):
         self.note.setEnabled(False)  # drawn in the palette's dim text colour
         head.addWidget(self.note)
         head.addStretch(1)
-        self._add_reply_tools(head)
         self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.text))
         head.addWidget(self.copy_button)
+        self._add_reply_tools(head)
         if role == "user" and not read_only:
             head.addWidget(self._tool("Edit", "Edit this message and send it again",
                                       lambda: self.edit_requested.emit(self.seq)))
@@ -119,19 +119,42 @@ class MessageWidget(QFrame):
 
     # versions of a reply and Continue (the header row) --------------------------------------------------------
     def _add_reply_tools(self, head: QHBoxLayout) -> None:
-        """‹ 2/3 › for a regenerated reply, and Continue for one stopped by the length limit (both hidden
-        until the chat pane says they apply)."""
-        self.versions = VersionSwitcher(self)
-        self.versions.step_requested.connect(
-            lambda delta: self.version_requested.emit(self.seq, self.versions.index + delta))
-        head.addWidget(self.versions)
-        self.continue_button = self._tool("Continue", "Continue this reply where the length limit stopped it",
-                                          self.continue_requested.emit)
-        self.continue_button.setVisible(False)
-        head.addWidget(self.continue_button)
+        """‹ 2/3 › for a regenerated reply, and Continue for one stopped by the length limit: made when first
+        asked for (only the last reply ever has them), so drawing a long chat makes no widgets for them."""
+        self._head = head
+        self._versions: VersionSwitcher | None = None
+        self._continue: QToolButton | None = None
+
+    def _put_in_head(self, w: QWidget) -> None:
+        self._head.insertWidget(self._head.indexOf(self.copy_button), w)  # left of Copy
+
+    @property
+    def versions(self) -> VersionSwitcher:
+        if self._versions is None:
+            self._versions = VersionSwitcher(self)
+            self._versions.step_requested.connect(
+                lambda delta: self.version_requested.emit(self.seq, self._versions.index + delta))
+            self._put_in_head(self._versions)
+        return self._versions
+
+    @property
+    def continue_button(self) -> QToolButton:
+        if self._continue is None:
+            self._continue = self._tool("Continue", "Continue this reply where the length limit stopped it",
+                                        self.continue_requested.emit)
+            self._continue.setVisible(False)
+            self._put_in_head(self._continue)
+        return self._continue
 
     def set_versions(self, index: int, count: int) -> None:
         self.versions.set_versions(index, count)
+
+    def hide_reply_tools(self) -> None:
+        """No longer the last reply (or busy): no ‹ › and no Continue (nothing is made to hide them)."""
+        if self._versions is not None:
+            self._versions.hide()
+        if self._continue is not None:
+            self._continue.hide()
 
 
 class TranscriptView(QScrollArea):

@@ -5,6 +5,7 @@ the tiny model, real SQLite."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from app.text import context_label, resume_summary
 from engine.types import Resume, ResumeSource
@@ -191,3 +192,18 @@ def test_defect15_a_title_the_person_chose_stays_after_an_edit(qtbot, windows):
     w.chat.send(w.composer.toPlainText())
     wait_idle(qtbot, w)
     assert w.store.require(conv).title == "Mine"
+
+
+def test_a_regenerate_stopped_before_its_first_word_shows_the_last_reply_again(qtbot, windows):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "hello there", SHORT)
+    before = w.store.messages(conv)
+    hold = threading.Event()
+    w.host.request_posted.emit(hold.wait)  # the engine thread is busy: the regenerate waits behind this
+    w.act_regenerate.trigger()
+    w.act_stop.trigger()  # stopped before the engine starts it: nothing is written
+    hold.set()
+    wait_idle(qtbot, w)
+    assert w.store.messages(conv) == before and w.store.versions_count(conv) == {}
+    qtbot.waitUntil(lambda: w.transcript.entries() == [(m.seq, m.role, m.content) for m in before], timeout=TIMEOUT)
+    assert w.transcript.last_reply() is not None and w.transcript.stream_widget is None
