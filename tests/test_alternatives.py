@@ -232,18 +232,28 @@ def real_hearth(real_model_home):
     service.close()
 
 
+@pytest.mark.parametrize("resume_from", ["memory", "disk"])
 def test_the_turn_after_a_flip_answers_the_chosen_version_and_trusts_no_saved_context_past_it(real_hearth, real_home,
-                                                                                             tmp_path):
+                                                                                             tmp_path, resume_from):
     h, convs = real_hearth, real_hearth.conversations
     h.run_turn(TurnRequest("f", "Name a colour.", GREEDY, 12), create=True)
     h.run_turn(TurnRequest("f", None, SamplingParams(seed=3, temperature=1.5), 12, regenerate=True))
     versions = convs.reply_versions("f", 1)
     assert len(versions.texts) == 2 and versions.texts[0] != versions.texts[1]
     convs.choose_version("f", 1, 0)  # back to the first reply, which the saved context no longer holds
+    if resume_from == "disk":  # another chat takes the KV: the next turn restores "f" from its file
+        h.run_turn(TurnRequest("other", "Hello.", GREEDY, 4), create=True)
     done = h.run_turn(TurnRequest("f", "Why that one?", GREEDY, 12))
-    # The context kept is no longer than the text the two versions share.
-    shared = h._engine.encode_prompt(h._engine.render(convs.chat_messages("f")[:2]))
-    assert done.resume.reused_tokens <= len(shared) + 1
+    # The context kept is no longer than the tokens the prompts with either version share.
+    engine = h._engine
+    chosen = engine.encode_prompt(engine.render(convs.chat_messages("f")[:3]))
+    other = engine.encode_prompt(engine.render([*convs.chat_messages("f")[:1],
+                                                {"role": "assistant", "content": versions.texts[1]},
+                                                *convs.chat_messages("f")[2:3]]))
+    common = next(i for i, (a, b) in enumerate(zip(chosen, other, strict=False)) if a != b)
+    assert 0 < done.resume.reused_tokens <= common
+    if resume_from == "disk":
+        assert done.resume.source in (ResumeSource.DISK, ResumeSource.COLD)
     # The answer is the one a cold start on the same stored chat gives.
     home = tmp_path / "cold"
     home.mkdir()
