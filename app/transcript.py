@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QFrame,
@@ -387,6 +387,21 @@ class TranscriptView(QScrollArea):
             return 0
         low = needle.lower()
         return sum(w.body.toPlainText().lower().count(low) for w in self.messages)
+
+    # colours (issue 18: dark mode) -------------------------------------------------------------------------
+    def restyle(self) -> None:
+        """Draw every message again from its text: replies are HTML whose colours were taken from the
+        palette when rendered, so a theme switch needs this."""
+        self._restyle_due = False
+        for w in self.messages:
+            if w is not self._streaming:  # the next flush renders it in the new colours anyway
+                w.set_text(w.text)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and not getattr(self, "_restyle_due", False):
+            self._restyle_due = True  # once, after every child has its new palette
+            QTimer.singleShot(0, self, self.restyle)
 
 
 def copy_to_clipboard(text: str) -> None:

@@ -102,6 +102,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE conversations ADD COLUMN model_key TEXT NOT NULL DEFAULT '';
     """,
+    # 5 (issue 18, shell): a chat pinned to the top of the sidebar; pinning is not activity, so it
+    # never touches updated_ms.
+    """
+    ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -483,6 +488,20 @@ class ConversationStore:
             if cur.rowcount == 0:
                 raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
             self._truncate(db, conversation_id, seq + 1)
+
+    # pins: chats kept at the top of the sidebar -----------------------------------------------------------
+    def set_pinned(self, conversation_id: str, pinned: bool) -> None:
+        """Pin (or unpin) a chat; its last activity stays as it was."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (1 if pinned else 0, conversation_id))
+        if cur.rowcount == 0:
+            raise ConversationError(f"no conversation {conversation_id!r}")
+
+    def pinned_ids(self) -> set[str]:
+        """The pinned chats (trash and unfinished imports excluded)."""
+        with self._tx() as db:
+            return {r[0] for r in db.execute(f"SELECT id FROM conversations WHERE pinned != 0 AND deleted_ms IS NULL "
+                                             f"AND {visible()}")}
 
     def data_version(self) -> int:
         """Changes whenever another connection (another process, or another store object) commits: a
