@@ -163,7 +163,7 @@ class ShellMixin:
         except ConversationError as exc:
             self.notice.say(f"The chat could not be pinned: {exc}")
             return
-        self.sidebar.set_pinned_ids(self.store.pinned_ids())
+        self._sync_list()  # pinned first; an unpinned chat goes back to where its last activity puts it
         self._update_pin_action()
 
     def _pin_toggled(self, checked: bool) -> None:

@@ -32,7 +32,7 @@ TOKENS_ROLE = Qt.ItemDataRole.UserRole + 4
 MODEL_ROLE = Qt.ItemDataRole.UserRole + 5  # the model the chat was last used with, as a short title
 PINNED_ROLE = Qt.ItemDataRole.UserRole + 6
 HEADER_ROLE = Qt.ItemDataRole.UserRole + 7  # the group name drawn above this chat (its group's first), else None
-PINNED, TODAY, YESTERDAY, WEEK, OLDER = "Pinned", "Today", "Yesterday", "Previous 7 days", "Older"
+PINNED, TODAY, YESTERDAY, PREVIOUS_WEEK, OLDER = "Pinned", "Today", "Yesterday", "Previous 7 days", "Older"
 BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
@@ -51,7 +51,7 @@ def date_group(updated_ms: int, today: dt.date | None = None) -> str:
         return TODAY  # today, or a clock that moved back: not "Older"
     if days == 1:
         return YESTERDAY
-    return WEEK if days <= 7 else OLDER
+    return PREVIOUS_WEEK if days <= 7 else OLDER
 
 
 def header_height(option: QStyleOptionViewItem) -> int:

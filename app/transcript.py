@@ -399,6 +399,10 @@ class TranscriptView(QScrollArea):
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            # A body's style sheet stops Qt from passing a new font down to it once it is shown.
+            for w in self.messages:
+                w.body.setFont(w.font())
         if event.type() == QEvent.Type.PaletteChange and not getattr(self, "_restyle_due", False):
             self._restyle_due = True  # once, after every child has its new palette
             QTimer.singleShot(0, self, self.restyle)
