@@ -221,7 +221,9 @@ def test_text_size_keys_are_bounded_and_remembered(qtbot, windows):
     assert w.composer.font().pointSize() == base
     keys = {seq.toString() for seq in w.act_larger.shortcuts()}
     assert keys == {"Ctrl+=", "Ctrl++"}
-    w.act_larger.trigger()
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow)
+    qtbot.keyClick(w.composer, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)  # Ctrl+= as typed
     assert w.composer.font().pointSize() == base + 1
     body = w.transcript.messages[-1].body
     assert body.font().pointSize() == base + 1 and body.document().defaultFont().pointSize() == base + 1
