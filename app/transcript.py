@@ -394,6 +394,9 @@ class TranscriptView(QScrollArea):
         palette when rendered, so a theme switch needs this."""
         self._restyle_due = False
         for w in self.messages:
+            # A style sheet fixes a widget's palette when it is polished: polish the body again so its
+            # text takes the new palette's colour.
+            w.body.setStyleSheet(w.body.styleSheet())
             if w is not self._streaming:  # the next flush renders it in the new colours anyway
                 w.set_text(w.text)
 

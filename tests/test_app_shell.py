@@ -175,13 +175,19 @@ def body_html(w) -> str:
 def test_dark_mode_redraws_the_transcript_and_is_remembered(qtbot, windows):
     w = windows(wait_ready=False)
     w.new_chat()
+    w.transcript.add(6, "user", "Show me code")
     w.transcript.add(7, "assistant", "Here:\n\n```python\nprint('hi')\n```")
     w.set_theme(ThemeMode.LIGHT)
     qtbot.waitUntil(lambda: QApplication.palette().color(R.Base).name() == "#ffffff")
+    # Shown and polished in light colours (a body's style sheet fixes its palette when polished).
+    qtbot.waitUntil(lambda: all(m.body.palette().color(R.Text).name() == "#1c1c1c" for m in w.transcript.messages))
     light = body_html(w)
     w.set_theme(ThemeMode.DARK)
     assert QApplication.palette().color(R.Window).name() == "#202226"
     qtbot.waitUntil(lambda: body_html(w) != light)  # the code block's shading follows the theme
+    for message in w.transcript.messages:  # and the text itself: light on dark, readable
+        body = message.body
+        assert contrast(body.palette().color(R.Text), QApplication.palette().color(R.Base)) >= MIN_CONTRAST
     assert w.theme_actions[ThemeMode.DARK].isChecked()
     assert w.sidebar.palette().color(R.Base).name() == "#17181b"
     windows.close(w)
