@@ -403,6 +403,8 @@ class MainWindow(ShellMixin, QMainWindow):
         box = QMessageBox(QMessageBox.Icon.NoIcon, "About Hearth", about_text(self.model_info), parent=self)
         box.setTextFormat(Qt.TextFormat.RichText)
         box.setObjectName("about")
+        if not self.windowIcon().isNull():
+            box.setIconPixmap(self.windowIcon().pixmap(64, 64))
         box.open()
         return box
 

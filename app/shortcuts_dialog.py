@@ -73,7 +73,7 @@ class ShortcutsDialog(QDialog):
         super().__init__(window)
         self.setWindowTitle("Keyboard shortcuts")
         self.setAccessibleName("Keyboard shortcuts")
-        self.resize(560, 620)
+        self.resize(600, 720)
         layout = QVBoxLayout(self)
         entries = rows(window)
         self.table = QTableWidget(len(entries), 3, self)
@@ -83,6 +83,8 @@ class ShortcutsDialog(QDialog):
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
+        self.table.setShowGrid(False)
+        self.table.setWordWrap(False)
         for r, entry in enumerate(entries):
             for c, text in enumerate(entry):
                 self.table.setItem(r, c, QTableWidgetItem(text))
@@ -90,6 +92,8 @@ class ShortcutsDialog(QDialog):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.resizeRowsToContents()
+        self.table.setCurrentCell(-1, -1)  # nothing looks selected until the person moves
         layout.addWidget(self.table)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)

@@ -4,7 +4,8 @@
         python docs/screenshots/take_shell.py [--data-dir .test-cache/home]
 
 Writes main-window.png (light), main-window-dark.png, sidebar-groups.png (a pinned chat, date groups
-and the filter box) and shortcuts.png (Help → Keyboard shortcuts) next to this file.
+and the filter box), shortcuts.png (Help → Keyboard shortcuts), data-locations.png, rename.png and
+about.png next to this file.
 """
 
 from __future__ import annotations
@@ -83,9 +84,15 @@ def main() -> None:
     settle()
     dialog.grab().save(str(HERE / "shortcuts.png"))
     dialog.close()
+    for name, opened in (("data-locations.png", w.show_data_locations()), ("rename.png", w.rename_current()),
+                         ("about.png", w.show_about())):
+        settle()
+        opened.grab().save(str(HERE / name))
+        opened.close()
     w.set_theme(ThemeMode.SYSTEM)
     w.close()
-    print("wrote main-window.png main-window-dark.png sidebar-groups.png shortcuts.png")
+    print("wrote main-window.png main-window-dark.png sidebar-groups.png shortcuts.png data-locations.png rename.png "
+          "about.png")
 
 
 if __name__ == "__main__":
