@@ -111,4 +111,13 @@ class ThemeController(QObject):
             app.setStyle("Fusion")  # the palettes above are designed (and contrast-checked) for Fusion
         self.dark = dark
         app.setPalette(palette(dark))
+        repolish_styled(app)
         self.changed.emit(dark)
+
+
+def repolish_styled(app: QApplication) -> None:
+    """A widget with a style sheet (and its children) keeps the palette it was polished with: set the
+    sheet again so banners, message bodies and the like take the new colours."""
+    for widget in app.allWidgets():
+        if widget.styleSheet():
+            widget.setStyleSheet(widget.styleSheet())

@@ -175,6 +175,7 @@ def body_html(w) -> str:
 def test_dark_mode_redraws_the_transcript_and_is_remembered(qtbot, windows):
     w = windows(wait_ready=False)
     w.new_chat()
+    w.notice.say("Something to know")
     w.transcript.add(6, "user", "Show me code")
     w.transcript.add(7, "assistant", "Here:\n\n```python\nprint('hi')\n```")
     w.set_theme(ThemeMode.LIGHT)
@@ -188,6 +189,8 @@ def test_dark_mode_redraws_the_transcript_and_is_remembered(qtbot, windows):
     for message in w.transcript.messages:  # and the text itself: light on dark, readable
         body = message.body
         assert contrast(body.palette().color(R.Text), QApplication.palette().color(R.Base)) >= MIN_CONTRAST
+    notice = w.notice.message  # its banner has a style sheet, which once kept the old palette
+    assert contrast(notice.palette().color(R.WindowText), QApplication.palette().color(R.Window)) >= MIN_CONTRAST
     assert w.theme_actions[ThemeMode.DARK].isChecked()
     assert w.sidebar.palette().color(R.Base).name() == "#17181b"
     windows.close(w)
