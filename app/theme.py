@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from enum import StrEnum
+from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -104,15 +105,28 @@ class ThemeController(QObject):
             self._apply(scheme == Qt.ColorScheme.Dark)
 
     def _apply(self, dark: bool) -> None:
-        app = QApplication.instance()
-        if app is None:
-            return
-        if app.style().name().lower() != "fusion":
-            app.setStyle("Fusion")  # the palettes above are designed (and contrast-checked) for Fusion
-        self.dark = dark
-        app.setPalette(palette(dark))
-        repolish_styled(app)
-        self.changed.emit(dark)
+        if apply_palette(dark):
+            self.dark = dark
+            self.changed.emit(dark)
+
+
+def apply_palette(dark: bool) -> bool:
+    """Use the dark or light palette app-wide; False when there is no application yet."""
+    app = QApplication.instance()
+    if app is None:
+        return False
+    if app.style().name().lower() != "fusion":
+        app.setStyle("Fusion")  # the palettes above are designed (and contrast-checked) for Fusion
+    app.setPalette(palette(dark))
+    repolish_styled(app)
+    return True
+
+
+def apply_saved_theme(settings_file: Path) -> None:
+    """Before the window exists (the database check may show a dialog): the remembered theme, once.
+    The window's ThemeController takes over from there, following the system when asked to."""
+    mode = parse_mode(QSettings(str(settings_file), QSettings.Format.IniFormat).value("theme"))
+    apply_palette(system_is_dark() if mode == ThemeMode.SYSTEM else mode == ThemeMode.DARK)
 
 
 def repolish_styled(app: QApplication) -> None:

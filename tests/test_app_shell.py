@@ -14,10 +14,11 @@ from PySide6.QtCore import QObject, QPoint, QSettings, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence, QPalette
 from PySide6.QtWidgets import QAbstractButton, QApplication, QMessageBox, QWidget
 
+from app.data_dialog import DataLocationsDialog
 from app.shortcuts_dialog import plain, window_actions
 from app.sidebar import OLDER, PINNED, PREVIOUS_WEEK, TODAY, YESTERDAY, date_group
 from app.text_size import MAX_PT, MIN_PT, default_size
-from app.theme import MIN_CONTRAST, ThemeMode, contrast, palette
+from app.theme import MIN_CONTRAST, ThemeMode, apply_palette, apply_saved_theme, contrast, palette
 from engine.api import hearth_version
 from engine.conversations import MIGRATIONS, ConversationStore
 from engine.errors import ConversationError
@@ -26,6 +27,13 @@ from .test_cli import run_cli
 
 DAY_MS = 24 * 3600 * 1000
 R, G = QPalette.ColorRole, QPalette.ColorGroup
+
+
+@pytest.fixture(autouse=True)
+def light_afterwards(qapp):
+    """The palette is app-wide: leave the light one for the tests that follow, whatever happened here."""
+    yield
+    apply_palette(False)
 
 
 def chat_row(cid: str, title: str, updated_ms: int) -> dict:
@@ -100,14 +108,15 @@ def test_defect16_data_locations_elide_paths_in_the_middle_and_open_each_folder(
     assert url_catcher.opened == [str(p.checkpoints), str(p.conversations_db.parent)]
 
 
-def test_defect16_open_folder_that_is_gone_says_so(qtbot, windows, url_catcher, tmp_path):
-    w = windows(wait_ready=False)
-    w.config.paths.models.rmdir()  # empty until a model is downloaded
-    dialog = w.show_data_locations()
-    dialog.open_buttons[2].click()
+def test_defect16_open_folder_that_is_gone_says_so(qtbot, url_catcher, tmp_path):
+    gone = tmp_path / "checkpoints"  # e.g. deleted by hand to reclaim space
+    dialog = DataLocationsDialog([("Saved context", gone, "a cache, safe to delete")])
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.open_buttons[0].click()
     problem = dialog.findChild(QMessageBox, "folder-problem")
     assert problem is not None and problem.isVisible()
-    assert "does not exist" in problem.text() and str(w.config.paths.models) in problem.text()
+    assert "does not exist" in problem.text() and str(gone) in problem.text()
     assert url_catcher.opened == []
 
 
@@ -219,6 +228,16 @@ def test_unknown_theme_in_the_settings_file_follows_the_system(qtbot, windows, c
     settings.sync()
     w = windows(wait_ready=False)
     assert w.theme.mode == ThemeMode.SYSTEM and w.theme_actions[ThemeMode.SYSTEM].isChecked()
+
+
+@pytest.mark.parametrize(("stored", "dark"), [("dark", True), ("Light", False), ("", False), ("🙂", False)])
+def test_the_saved_theme_applies_before_the_window_exists(qapp, tmp_path, stored, dark):
+    settings_file = tmp_path / "window.ini"
+    settings = QSettings(str(settings_file), QSettings.Format.IniFormat)
+    settings.setValue("theme", stored)
+    settings.sync()
+    apply_saved_theme(settings_file)  # offscreen, the system's scheme is unknown: light
+    assert QApplication.palette().color(R.Base).name() == ("#17181b" if dark else "#ffffff")
 
 
 # text size ----------------------------------------------------------------------------------------------
