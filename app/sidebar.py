@@ -33,7 +33,8 @@ MODEL_ROLE = Qt.ItemDataRole.UserRole + 5  # the model the chat was last used wi
 PINNED_ROLE = Qt.ItemDataRole.UserRole + 6
 HEADER_ROLE = Qt.ItemDataRole.UserRole + 7  # the group name drawn above this chat (its group's first), else None
 PINNED, TODAY, YESTERDAY, PREVIOUS_WEEK, OLDER = "Pinned", "Today", "Yesterday", "Previous 7 days", "Older"
-BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a"}
+# White text on each badge reads at ≥ 4.5:1 (tests/test_app_shell.py checks).
+BADGE_COLORS = {"live": "#23804a", "saved": "#3566b0", "stale": "#9a6a12", "rebuilding": "#7d4fb8", "none": "#6b6b6b"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
     "saved": "saved context on disk: reopens without re-reading",

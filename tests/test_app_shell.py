@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QObject, QPoint, QSettings, Qt, QUrl, Slot
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence, QPalette
+from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QKeySequence, QPalette
 from PySide6.QtWidgets import QAbstractButton, QApplication, QMessageBox, QWidget
 
 from app.data_dialog import DataLocationsDialog
 from app.shortcuts_dialog import plain, window_actions
-from app.sidebar import OLDER, PINNED, PREVIOUS_WEEK, TODAY, YESTERDAY, date_group
+from app.sidebar import BADGE_COLORS, OLDER, PINNED, PREVIOUS_WEEK, TODAY, YESTERDAY, date_group
 from app.text_size import MAX_PT, MIN_PT, default_size
 from app.theme import MIN_CONTRAST, ThemeMode, apply_palette, apply_saved_theme, contrast, palette
 from engine.api import hearth_version
@@ -175,6 +175,11 @@ def test_theme_palettes_have_readable_contrast(qtbot, dark):
         assert contrast(pal.color(fg), pal.color(bg)) >= MIN_CONTRAST, (fg, bg)
     for fg, bg in [(R.WindowText, R.Window), (R.Text, R.Base)]:  # dim notes are drawn disabled: still readable
         assert contrast(pal.color(G.Disabled, fg), pal.color(bg)) >= MIN_CONTRAST, (fg, bg)
+
+
+def test_sidebar_badges_are_readable():
+    for badge, colour in BADGE_COLORS.items():
+        assert contrast(QColor("white"), QColor(colour)) >= MIN_CONTRAST, badge
 
 
 def body_html(w) -> str:
