@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 WIDGET_KEYS = [
     ("Message box", "Send the message", "Enter"),
     ("Message box", "New line", "Shift+Enter"),
-    ("Conversation list", "Previous / next chat", "Up / Down"),
+    ("Conversations", "Previous / next chat", "Up / Down"),
     ("Conversation filter", "Clear the filter", "Esc"),
     ("Conversation filter", "Go to the list", "Down"),
 ]
@@ -58,7 +58,8 @@ def window_actions(window: QWidget) -> list[tuple[str, QAction]]:
     seen = {id(a) for _, a in listed}
     for act in window.findChildren(QAction):
         if id(act) not in seen and keys(act) and act.text() and act.menu() is None:
-            listed.append(("Window", act))
+            owner = act.parent()  # a widget's own action: named after that widget ("Conversations")
+            listed.append((getattr(owner, "accessibleName", lambda: "")() or "Window", act))
             seen.add(id(act))
     return listed
 
@@ -73,7 +74,7 @@ class ShortcutsDialog(QDialog):
         super().__init__(window)
         self.setWindowTitle("Keyboard shortcuts")
         self.setAccessibleName("Keyboard shortcuts")
-        self.resize(600, 720)
+        self.resize(620, 600)
         layout = QVBoxLayout(self)
         entries = rows(window)
         self.table = QTableWidget(len(entries), 3, self)
