@@ -161,9 +161,9 @@ class ConversationList(QListWidget):
         return item
 
     def sync(self, rows: list[tuple]) -> None:
-        """Show exactly ``rows`` (id, title, last activity[, model]), in that order, keeping each item's badge and
-        token count and the current item, without a selection signal (the window decides what to show
-        when its chat is gone)."""
+        """Show exactly ``rows`` (id, title, last activity[, model]), in that order but pinned chats first,
+        keeping each item's badge and token count and the current item, without a selection signal (the
+        window decides what to show when its chat is gone)."""
         rows = self._pinned_first(rows)
         items = {self.item(i).data(ID_ROLE): self.item(i) for i in range(self.count())}
         current = self.currentItem()
