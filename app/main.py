@@ -76,6 +76,9 @@ def run_window(config, browse: bool = False, probe: bool = False) -> int:
         print(f"hearth: already running for {config.paths.data}; brought its window to the front", file=sys.stderr)
         return 0
     instance.listen()
+    from app.theme import apply_saved_theme
+
+    apply_saved_theme(config.settings_file)  # before the first dialog: the database check may show one
     if not database_usable(config):
         return 1
     from app.main_window import MainWindow

@@ -14,17 +14,20 @@ from collections.abc import Callable, Mapping
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
-from PySide6.QtWidgets import QInputDialog, QLineEdit, QMainWindow, QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from app.banner import NoticeBanner
 from app.chat_pane import ChatPane
 from app.config import AppConfig
+from app.data_dialog import DataLocationsDialog
 from app.engine_worker import EngineHost
 from app.model_control import ModelControl, gguf_paths
 from app.model_setup import ModelSetup
 from app.preferences import PreferencesDialog
+from app.rename_dialog import RenameDialog
 from app.server_switch import ServerSwitch
 from app.settings_dialog import ChatSettingsDialog
+from app.shell import ShellMixin, about_text
 from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
 from app.turns import TurnControl
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 SYNC_MS = 1000  # how often the window looks for turns and chats added by other processes
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ShellMixin, QMainWindow):
     def __init__(self, config: AppConfig, start_engine: bool = True):
         super().__init__()
         self.config = config
@@ -55,6 +58,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self._build_actions()
         self._build_preference_actions()
+        self._build_shell()
         self._connect()
         self.models = ModelControl(self)
         self.server = ServerSwitch(self)
@@ -122,13 +126,13 @@ class MainWindow(QMainWindow):
         self.act_new = self._action("&New chat", QKeySequence.StandardKey.New, self.new_chat, file_menu)
         self._action("&Open model file…", QKeySequence.StandardKey.Open, lambda: self.models.open_file(), file_menu)
         self._action("&Models…", "Ctrl+M", lambda: self.models.show_dialog(), file_menu)
+        self._action("&Browse conversations…", "Ctrl+B", self.show_browser, file_menu)
         file_menu.addSeparator()
         self._action("&Quit", QKeySequence.StandardKey.Quit, self.close, file_menu)
         edit_menu = self.edit_menu = m.addMenu("&Edit")
         self._action("&Find in chat", QKeySequence.StandardKey.Find, self.find_bar.open, edit_menu)
         self._action("Find &next", QKeySequence.StandardKey.FindNext, lambda: self.find_bar.find(False), edit_menu)
-        self._action("&Browse conversations…", "Ctrl+B", self.show_browser, file_menu)
-        chat_menu = m.addMenu("&Chat")
+        chat_menu = self.chat_menu = m.addMenu("&Chat")
         self.act_stop = self._action("&Stop", "Esc", self.chat.escape, chat_menu)
         self.act_regenerate = self._action("&Regenerate reply", "Ctrl+R", self.regenerate, chat_menu)
         self._build_reply_actions(chat_menu)
@@ -136,12 +140,12 @@ class MainWindow(QMainWindow):
         self.act_rename = self._action("Re&name…", "F2", self.rename_current, chat_menu)
         self.act_settings = self._action("Chat &settings…", "Ctrl+Shift+S", self.open_settings, chat_menu)
         self.act_delete = self._action("&Delete…", "Ctrl+Shift+Delete", self.delete_current, chat_menu)
-        delete_key = QAction(self.sidebar)  # plain Delete only while the list has focus
+        delete_key = QAction("Delete the selected chat", self.sidebar)  # plain Delete only while the list has focus
         delete_key.setShortcut(QKeySequence.StandardKey.Delete)
         delete_key.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         delete_key.triggered.connect(self.delete_current)
         self.sidebar.addAction(delete_key)
-        help_menu = m.addMenu("&Help")
+        help_menu = self.help_menu = m.addMenu("&Help")
         self._action("&Where is my data?", None, self.show_data_locations, help_menu)
         self._action("&About Hearth", None, self.show_about, help_menu)
         self.new_button.clicked.connect(self.new_chat)
@@ -209,6 +213,7 @@ class MainWindow(QMainWindow):
 
     def _sync_list(self) -> None:
         """The list as stored (the newest activity first); if the open chat is gone, show another."""
+        self.sidebar.set_pinned_ids(self.store.pinned_ids())
         self.sidebar.sync([(c.id, c.title, c.updated_ms, self.models.short_title(c.model_key))
                            for c in self.store.list()])
         if self.current is not None and self.sidebar.item_for(self.current) is None:
@@ -267,14 +272,10 @@ class MainWindow(QMainWindow):
     def stop(self) -> None:
         self.chat.stop()
 
-    def rename_current(self) -> None:
+    def rename_current(self) -> RenameDialog | None:
         if self.current is None:
             return
-        conv = self.store.require(self.current)
-        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", QLineEdit.EchoMode.Normal, conv.title)
-        if ok and title.strip():
-            self.store.rename(conv.id, title)
-            self._update_title(conv.id)
+        return self.open_rename(self.current)
 
     def delete_current(self, confirm: bool = True) -> None:
         if self.current is None:
@@ -402,15 +403,26 @@ class MainWindow(QMainWindow):
             self.models.add_and_use(paths[0])
 
     # help -------------------------------------------------------------------------------------------------
-    def show_data_locations(self) -> None:
+    def show_data_locations(self) -> DataLocationsDialog:
         p = self.config.paths
-        QMessageBox.information(self, "Where Hearth keeps your data", (
-            f"Conversations: {p.conversations_db}\nSaved context (a cache, safe to delete): {p.checkpoints}\n"
-            f"Model files: {p.models}\nConverted models: {p.converted}\nWindow layout: {self.config.settings_file}"))
+        dialog = DataLocationsDialog([
+            ("Conversations", p.conversations_db, ""),
+            ("Saved context", p.checkpoints, "a cache, safe to delete"),
+            ("Model files", p.models, ""),
+            ("Converted models", p.converted, ""),
+            ("Window settings", self.config.settings_file, ""),
+        ], self)
+        dialog.open()
+        return dialog
 
-    def show_about(self) -> None:
-        QMessageBox.about(self, "About Hearth", "Hearth — chat with a local language model that never makes you "
-                          "wait twice for the same conversation.")
+    def show_about(self) -> QMessageBox:
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "About Hearth", about_text(self.model_info), parent=self)
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setObjectName("about")
+        if not self.windowIcon().isNull():
+            box.setIconPixmap(self.windowIcon().pixmap(64, 64))
+        box.open()
+        return box
 
     # closing ----------------------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name

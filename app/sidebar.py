@@ -1,10 +1,25 @@
-"""The conversation list: title, last activity, token count and a badge for the saved context."""
+"""The conversation list: title, last activity, token count and a badge for the saved context.
+
+Chats are grouped (Pinned, Today, Yesterday, Previous 7 days, Older, by last activity) and can be
+filtered by title. A group's header is drawn above its first chat by the delegate rather than being
+an item of its own: every item stays a chat, so rows, keyboard moves and selection never land on a
+header.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPalette
-from PySide6.QtWidgets import QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem
+import datetime as dt
+
+from PySide6.QtCore import QEvent, QModelIndex, QRect, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+)
 
 from app.text import age, count
 from engine.types import ContextBadge, ContextState
@@ -15,7 +30,11 @@ BADGE_ROLE = Qt.ItemDataRole.UserRole + 2
 UPDATED_ROLE = Qt.ItemDataRole.UserRole + 3
 TOKENS_ROLE = Qt.ItemDataRole.UserRole + 4
 MODEL_ROLE = Qt.ItemDataRole.UserRole + 5  # the model the chat was last used with, as a short title
-BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a"}
+PINNED_ROLE = Qt.ItemDataRole.UserRole + 6
+HEADER_ROLE = Qt.ItemDataRole.UserRole + 7  # the group name drawn above this chat (its group's first), else None
+PINNED, TODAY, YESTERDAY, PREVIOUS_WEEK, OLDER = "Pinned", "Today", "Yesterday", "Previous 7 days", "Older"
+# White text on each badge reads at ≥ 4.5:1 (tests/test_app_shell.py checks).
+BADGE_COLORS = {"live": "#23804a", "saved": "#3566b0", "stale": "#9a6a12", "rebuilding": "#7d4fb8", "none": "#6b6b6b"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
     "saved": "saved context on disk: reopens without re-reading",
@@ -25,13 +44,34 @@ BADGE_TIPS = {
 }
 
 
+def date_group(updated_ms: int, today: dt.date | None = None) -> str:
+    """The group of a chat last active at ``updated_ms`` (local time)."""
+    today = today or dt.date.today()
+    days = (today - dt.datetime.fromtimestamp(updated_ms / 1000).date()).days
+    if days <= 0:
+        return TODAY  # today, or a clock that moved back: not "Older"
+    if days == 1:
+        return YESTERDAY
+    return PREVIOUS_WEEK if days <= 7 else OLDER
+
+
+def header_height(option: QStyleOptionViewItem) -> int:
+    return QFontMetrics(option.font).height() + 12
+
+
 class ConversationDelegate(QStyledItemDelegate):
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
         fm = QFontMetrics(option.font)
-        return QSize(200, fm.height() * 2 + 14)
+        extra = header_height(option) if index.data(HEADER_ROLE) else 0
+        return QSize(200, fm.height() * 2 + 14 + extra)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         painter.save()
+        header = index.data(HEADER_ROLE)
+        if header:
+            option = QStyleOptionViewItem(option)
+            self._paint_header(painter, option, header)
+            option.rect = option.rect.adjusted(0, header_height(option), 0, 0)
         style = option.widget.style() if option.widget else None
         if style:
             style.drawPrimitive(QStyle.PrimitiveElement.PE_PanelItemViewItem, option, painter, option.widget)
@@ -67,14 +107,27 @@ class ConversationDelegate(QStyledItemDelegate):
                          font.elidedText(index.data(SUBTITLE_ROLE) or "", Qt.TextElideMode.ElideRight, sub_rect.width()))
         painter.restore()
 
+    @staticmethod
+    def _paint_header(painter: QPainter, option: QStyleOptionViewItem, text: str) -> None:
+        """The group's name, small and bold in the window's dim text colour, never highlighted."""
+        font = QFont(option.font)
+        font.setBold(True)
+        font.setPointSizeF(max(6.0, font.pointSizeF() * 0.9))
+        painter.setFont(font)
+        painter.setPen(option.palette.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText))
+        rect = QRect(option.rect.left() + 8, option.rect.top() + 6, option.rect.width() - 16, header_height(option) - 6)
+        painter.drawText(rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text.upper())
+
 
 class ConversationList(QListWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setItemDelegate(ConversationDelegate(self))
         self.setAccessibleName("Conversations")
-        self.setUniformItemSizes(True)
+        self.setUniformItemSizes(False)  # a group's first chat is taller: its header is drawn above it
         self._badges: dict[str, str] = {}
+        self._pinned: set[str] = set()
+        self._filter = ""
 
     def item_for(self, conversation: str) -> QListWidgetItem | None:
         for i in range(self.count()):
@@ -88,11 +141,12 @@ class ConversationList(QListWidget):
         if item is None:
             item = QListWidgetItem()
             item.setData(ID_ROLE, conversation)
-            (self.insertItem(0, item) if top else self.addItem(item))
-        elif top and self.row(item) != 0:
+            item.setData(PINNED_ROLE, conversation in self._pinned)
+            (self.insertItem(self._top_row(conversation), item) if top else self.addItem(item))
+        elif top and self.row(item) != self._top_row(conversation):
             selected = item.isSelected()
             self.blockSignals(True)
-            self.insertItem(0, self.takeItem(self.row(item)))
+            self.insertItem(self._top_row(conversation), self.takeItem(self.row(item)))
             if selected:
                 self.setCurrentItem(item)
             self.blockSignals(False)
@@ -103,12 +157,14 @@ class ConversationList(QListWidget):
         if model is not None:
             item.setData(MODEL_ROLE, model)
         self._refresh(item)
+        self._regroup()
         return item
 
     def sync(self, rows: list[tuple]) -> None:
-        """Show exactly ``rows`` (id, title, last activity[, model]), in that order, keeping each item's badge and
-        token count and the current item, without a selection signal (the window decides what to show
-        when its chat is gone)."""
+        """Show exactly ``rows`` (id, title, last activity[, model]), in that order but pinned chats first,
+        keeping each item's badge and token count and the current item, without a selection signal (the
+        window decides what to show when its chat is gone)."""
+        rows = self._pinned_first(rows)
         items = {self.item(i).data(ID_ROLE): self.item(i) for i in range(self.count())}
         current = self.currentItem()
         self.blockSignals(True)
@@ -132,6 +188,8 @@ class ConversationList(QListWidget):
                     item.setData(UPDATED_ROLE, updated_ms)
                     item.setData(MODEL_ROLE, model)
                     self._refresh(item)
+                item.setData(PINNED_ROLE, cid in self._pinned)
+            self._regroup()
         finally:
             self.blockSignals(False)
 
@@ -172,3 +230,134 @@ class ConversationList(QListWidget):
     def refresh_ages(self) -> None:
         for i in range(self.count()):
             self._refresh(self.item(i))
+        self._regroup()  # midnight moves chats from Today to Yesterday
+
+    # pins, groups and the filter (issue 18) ---------------------------------------------------------------
+    def set_pinned_ids(self, pinned: set[str]) -> None:
+        """Which chats are pinned: they go first, in their own group (the order among them is kept)."""
+        self._pinned = set(pinned)
+        current = self.currentItem()
+        self.blockSignals(True)
+        try:
+            order = [self.item(i) for i in range(self.count())]
+            wanted = self._pinned_first([(it.data(ID_ROLE),) for it in order])
+            if [it.data(ID_ROLE) for it in order] != [r[0] for r in wanted]:
+                by_id = {it.data(ID_ROLE): it for it in order}
+                while self.count():
+                    self.takeItem(0)
+                for (cid,) in wanted:
+                    self.addItem(by_id[cid])
+                if current is not None:
+                    self.setCurrentItem(current)
+            for it in order:
+                it.setData(PINNED_ROLE, it.data(ID_ROLE) in self._pinned)
+            self._regroup()
+        finally:
+            self.blockSignals(False)
+
+    def is_pinned(self, conversation: str) -> bool:
+        return conversation in self._pinned
+
+    def _pinned_first(self, rows: list[tuple]) -> list[tuple]:
+        return [r for r in rows if r[0] in self._pinned] + [r for r in rows if r[0] not in self._pinned]
+
+    def _top_row(self, conversation: str) -> int:
+        """Where a chat with new activity goes: the top of its part of the list (pinned or not)."""
+        if conversation in self._pinned:
+            return 0
+        return sum(1 for i in range(self.count()) if self.item(i).data(ID_ROLE) in self._pinned
+                   and self.item(i).data(ID_ROLE) != conversation)
+
+    def set_filter(self, text: str) -> None:
+        """Show only chats whose title contains ``text`` (any case); "" shows all."""
+        self._filter = text.strip().casefold()
+        for i in range(self.count()):
+            item = self.item(i)
+            title = str(item.data(Qt.ItemDataRole.DisplayRole) or "").casefold()
+            item.setHidden(bool(self._filter) and self._filter not in title)
+        self._regroup()
+        self.viewport().update()
+
+    def visible_ids(self) -> list[str]:
+        return [self.item(i).data(ID_ROLE) for i in range(self.count()) if not self.item(i).isHidden()]
+
+    def group_of(self, conversation: str) -> str | None:
+        item = self.item_for(conversation)
+        if item is None:
+            return None
+        return PINNED if item.data(PINNED_ROLE) else date_group(item.data(UPDATED_ROLE) or 0)
+
+    def headers(self) -> list[tuple[str, str]]:
+        """(group name, its first chat) for each header drawn, top to bottom."""
+        return [(self.item(i).data(HEADER_ROLE), self.item(i).data(ID_ROLE)) for i in range(self.count())
+                if self.item(i).data(HEADER_ROLE) and not self.item(i).isHidden()]
+
+    def _regroup(self) -> None:
+        """Mark the first visible chat of each group, whose header the delegate draws."""
+        today, last = dt.date.today(), None
+        for i in range(self.count()):
+            item = self.item(i)
+            if item.isHidden():
+                header = None
+            else:
+                group = PINNED if item.data(PINNED_ROLE) else date_group(item.data(UPDATED_ROLE) or 0, today)
+                header, last = (group if group != last else None), group
+            if item.data(HEADER_ROLE) != header:
+                item.setData(HEADER_ROLE, header)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt's name
+        """A click on a group's header selects nothing."""
+        item = self.itemAt(event.position().toPoint())
+        if item is not None and item.data(HEADER_ROLE):
+            top = self.visualItemRect(item).top()
+            option = QStyleOptionViewItem()
+            option.font = self.font()
+            if event.position().y() < top + header_height(option):
+                event.accept()
+                return
+        super().mousePressEvent(event)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().paintEvent(event)
+        if self._filter and not self.visible_ids():
+            painter = QPainter(self.viewport())
+            painter.setPen(self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
+            painter.drawText(self.viewport().rect().adjusted(12, 12, -12, -12),
+                             Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap,
+                             "No chat title contains this text.")
+
+
+class ConversationFilter(QLineEdit):
+    """Filters the list by title as one types; Esc clears it, Down moves to the list, Enter opens the first
+    match."""
+
+    def __init__(self, conversations: ConversationList, parent=None):
+        super().__init__(parent)
+        self.conversations = conversations
+        self.setPlaceholderText("Filter chats")
+        self.setAccessibleName("Filter conversations by title")
+        self.setClearButtonEnabled(True)
+        self.textChanged.connect(conversations.set_filter)
+
+    def event(self, event: QEvent) -> bool:
+        # Esc is the window's Stop shortcut: while there is text to clear, it is ours.
+        if (event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent)
+                and event.key() == Qt.Key.Key_Escape and self.text()):
+            event.accept()
+            return True
+        return super().event(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
+        key = event.key()
+        if key == Qt.Key.Key_Escape and self.text():
+            self.clear()
+            return
+        if key in (Qt.Key.Key_Down, Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            shown = self.conversations.visible_ids()
+            if shown:
+                current = self.conversations.currentItem()
+                if current is None or current.isHidden() or key != Qt.Key.Key_Down:
+                    self.conversations.setCurrentItem(self.conversations.item_for(shown[0]))
+                self.conversations.setFocus()
+            return
+        super().keyPressEvent(event)

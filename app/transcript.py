@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QFrame,
@@ -439,6 +439,28 @@ class TranscriptView(QScrollArea):
             return 0
         low = needle.lower()
         return sum(w.body.toPlainText().lower().count(low) for w in self.messages)
+
+    # colours (issue 18: dark mode) -------------------------------------------------------------------------
+    def restyle(self) -> None:
+        """Draw every message again from its text: replies are HTML whose colours were taken from the
+        palette when rendered, so a theme switch needs this."""
+        self._restyle_due = False
+        for w in self.messages:
+            # A style sheet fixes a widget's palette when it is polished: polish the body again so its
+            # text takes the new palette's colour.
+            w.body.setStyleSheet(w.body.styleSheet())
+            if w is not self._streaming:  # the next flush renders it in the new colours anyway
+                w.set_text(w.text)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            # A body's style sheet stops Qt from passing a new font down to it once it is shown.
+            for w in self.messages:
+                w.body.setFont(w.font())
+        if event.type() == QEvent.Type.PaletteChange and not getattr(self, "_restyle_due", False):
+            self._restyle_due = True  # once, after every child has its new palette
+            QTimer.singleShot(0, self, self.restyle)
 
 
 def copy_to_clipboard(text: str) -> None:

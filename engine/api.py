@@ -983,3 +983,11 @@ class Hearth:
                 self._conversations.close()
             self._checkpoints = self._conversations = None
         return saved
+
+
+# the version (issue 18: Help → About) ----------------------------------------------------------------------
+def hearth_version() -> str:
+    """This Hearth's version, as the package declares it (engine/__init__.py)."""
+    from engine import __version__
+
+    return __version__

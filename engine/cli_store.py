@@ -150,11 +150,13 @@ def _when(ms: int) -> str:
 
 
 def cmd_conversations_ls(args: argparse.Namespace) -> int:
-    rows = Hearth(data_paths(args)).conversation_summaries()
+    hearth = Hearth(data_paths(args))
+    rows = hearth.conversation_summaries()
+    pinned = hearth.conversations.pinned_ids()
     lines = [f"{s.id:<34} {_when(s.updated_ms)}  {s.messages:>4} msg {s.tokens:>7} tok  {_model_shown(s):<28} "
-             f"{s.title or '(untitled)'}" for s in rows]
+             f"{'[pinned] ' if s.id in pinned else ''}{s.title or '(untitled)'}" for s in rows]
     lines.append(f"{len(rows)} conversation(s)")
-    emit(args, {"conversations": [_summary_json(s) for s in rows]}, "\n".join(lines))
+    emit(args, {"conversations": [{**_summary_json(s), "pinned": s.id in pinned} for s in rows]}, "\n".join(lines))
     return 0
 
 

@@ -116,6 +116,10 @@ MIGRATIONS: list[str] = [
         UNIQUE (conversation_id, seq, position)
     );
     """,
+    # 6: a chat pinned to the top of the sidebar; pinning is not activity, so it never touches updated_ms.
+    """
+    ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -516,6 +520,20 @@ class ConversationStore:
             return
         db.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ?",
                    (title_from(new), conversation_id, title_from(old)))
+
+    # pins: chats kept at the top of the sidebar -----------------------------------------------------------
+    def set_pinned(self, conversation_id: str, pinned: bool) -> None:
+        """Pin (or unpin) a chat; its last activity stays as it was."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (1 if pinned else 0, conversation_id))
+        if cur.rowcount == 0:
+            raise ConversationError(f"no conversation {conversation_id!r}")
+
+    def pinned_ids(self) -> set[str]:
+        """The pinned chats (trash and unfinished imports excluded)."""
+        with self._tx() as db:
+            return {r[0] for r in db.execute(f"SELECT id FROM conversations WHERE pinned != 0 AND deleted_ms IS NULL "
+                                             f"AND {visible()}")}
 
     def data_version(self) -> int:
         """Changes whenever another connection (another process, or another store object) commits: a

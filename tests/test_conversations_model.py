@@ -28,7 +28,7 @@ def test_migration_4_adds_the_model_key_and_keeps_the_data(tmp_path):
     path = tmp_path / "c.sqlite3"
     schema_3_database(path)
     store = ConversationStore(path)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) >= 4  # later migrations run too
     conv = store.require("old")
     assert (conv.title, conv.system_prompt, conv.settings, conv.model) == (
         "Rivers", "Be brief.", {"temperature": 0.2}, "SmolLM2-135M-Instruct.Q4_1 int4")
