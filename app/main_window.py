@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QInputDialog, QLineEdit, QMainWindow, QMessageBox,
 from app.banner import NoticeBanner
 from app.chat_pane import ChatPane
 from app.config import AppConfig
+from app.context_status import ContextStatusRegistry
 from app.engine_worker import EngineHost
 from app.model_control import ModelControl, gguf_paths
 from app.model_setup import ModelSetup
@@ -150,13 +151,18 @@ class MainWindow(QMainWindow):
         self.setup = ModelSetup(self.host, self.status.model, self)
         w = self.worker
         w.ready.connect(self._on_ready)
-        w.cache_states.connect(self.sidebar.set_badges)
+        self._connect_context_status()
         w.rebuilding.connect(self._on_rebuilding)
         self.turns.accepted.connect(self._on_accepted)
         self.turns.finished.connect(self._on_turn_finished)
         self.chat.sending.connect(self.sync_from_store)
         self.chat.show_requested.connect(self.open_conversation)
         self.chat.state_changed.connect(self._update_actions)
+
+    def _connect_context_status(self) -> None:
+        """The sidebar's badges come from the one registry the browser reads too (app/context_status.py)."""
+        self.contexts = ContextStatusRegistry(self.worker, self)
+        self.contexts.changed.connect(lambda _ids: self.sidebar.set_badges(self.contexts.badges()))
 
     # state ------------------------------------------------------------------------------------------------
     def _restore_state(self) -> None:
@@ -337,7 +343,7 @@ class MainWindow(QMainWindow):
         from app.browser import BrowserWindow
 
         if self.browser is None:
-            self.browser = BrowserWindow(self.store, self.host, self)
+            self.browser = BrowserWindow(self.store, self.host, self, contexts=self.contexts)
             self.browser.open_requested.connect(self.open_conversation)
             self.browser.conversations_changed.connect(self._sync_list)
         self.browser.show()

@@ -6,6 +6,8 @@ from PySide6.QtCore import QModelIndex, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
+from collections.abc import Mapping
+
 from app.text import age, count
 from engine.types import ContextBadge, ContextState
 
@@ -15,13 +17,15 @@ BADGE_ROLE = Qt.ItemDataRole.UserRole + 2
 UPDATED_ROLE = Qt.ItemDataRole.UserRole + 3
 TOKENS_ROLE = Qt.ItemDataRole.UserRole + 4
 MODEL_ROLE = Qt.ItemDataRole.UserRole + 5  # the model the chat was last used with, as a short title
-BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a"}
+BADGE_COLORS = {"live": "#2e9d57", "saved": "#3b78c4", "stale": "#c48a1e", "rebuilding": "#8e5cc7", "none": "#8a8a8a",
+                "damaged": "#c0392b"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
     "saved": "saved context on disk: reopens without re-reading",
     "stale": "saved context only from another model (kept for it): this model reads the chat anew",
     "rebuilding": "the context is being rebuilt",
     "none": "no saved context: it will be read from scratch",
+    "damaged": "the saved context failed its check: it is rebuilt when the chat is opened",
 }
 
 
@@ -135,7 +139,7 @@ class ConversationList(QListWidget):
         finally:
             self.blockSignals(False)
 
-    def set_badges(self, states: dict[str, ContextState]) -> None:
+    def set_badges(self, states: Mapping[str, ContextState]) -> None:
         """Conversations not named get "none" (unless rebuilding) and keep the token count they had."""
         for i in range(self.count()):
             item = self.item(i)
