@@ -147,7 +147,7 @@ class BrowserWindow(QWidget):
         self.contexts = contexts if contexts is not None else ContextStatusRegistry(host.worker, self)
         self.setWindowTitle("Saved conversations — Hearth")
         self.setAccessibleName("Saved conversations")
-        self.resize(1150, 720)
+        self.resize(1240, 740)  # every column and the preview fit; a 1280-px screen still holds it
         self.usage = StoreUsage(0, 0)
         self._trash: list[str] = []
         self._verify_cancel: CancelToken | None = None
@@ -278,7 +278,7 @@ class BrowserWindow(QWidget):
         self.preview.copy_requested.connect(copy_to_clipboard)
         rv.addWidget(self.preview, 1)
         split.addWidget(right)
-        split.setSizes([860, 290])
+        split.setSizes([950, 290])
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 1)
         outer.addWidget(split, 1)

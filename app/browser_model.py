@@ -17,15 +17,16 @@ HEADER_TIPS = {7: "Disk space of the saved context", 8: "Saved context: valid, s
 ID_ROLE = Qt.ItemDataRole.UserRole + 11
 FIRST_CONTEXT_COLUMN = 5  # Tokens, Model, Size, Context come from the saved-context check
 # The widest text each fixed column usually shows (the header may be wider); Title and Match stretch.
-_SAMPLES = {2: "2026-11-30 23:59", 3: "59 min ago", 4: "99,999", 5: "99,999", 6: "SmolLM2 135M int4",
-            7: "999.9 MiB", 8: "damaged"}
+_SAMPLES = {2: "2026-11-30 23:59", 3: "59 min ago", 4: "9,999", 5: "99,999", 6: "SmolLM2 135M",
+            7: "99.9 MiB", 8: "damaged"}
 DEFAULT_ORDER = (3, Qt.SortOrder.DescendingOrder)  # last activity, newest first
 
 
 def column_widths(fm: QFontMetrics) -> dict[int, int]:
     """Pixel widths of the fixed columns for the table's font: their text and header fit, no more."""
-    pad = 24  # cell margins and the header's sort arrow
-    return {c: max(fm.horizontalAdvance(sample), fm.horizontalAdvance(COLUMNS[c])) + pad
+    # Cell margins; the header also needs room for the sort arrow. A longer model name is cut with "…",
+    # whole in its tooltip.
+    return {c: max(fm.horizontalAdvance(sample) + 16, fm.horizontalAdvance(COLUMNS[c]) + 30)
             for c, sample in _SAMPLES.items()}
 
 
