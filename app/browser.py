@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QDate, QModelIndex, QPoint, QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QTextDocument
+from PySide6.QtGui import QAction, QKeySequence, QPalette, QTextDocument
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QStyle,
     QStyledItemDelegate,
     QTableView,
     QToolBar,
@@ -111,7 +112,9 @@ class HtmlDelegate(QStyledItemDelegate):
         option.text = ""
         option.widget.style().drawControl(option.widget.style().ControlElement.CE_ItemViewItem, option, painter,
                                           option.widget)
-        doc = self._document(html, option)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        color = option.palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        doc = self._document(f'<span style="color: {color.name()}">{html}</span>', option)
         # One line, centred in the row like the plain cells beside it (the document's own margin made it
         # sit at the top and lose its descenders).
         top = max(0.0, (option.rect.height() - doc.size().height()) / 2)
@@ -269,7 +272,8 @@ class BrowserWindow(QWidget):
         self.preview_title.setWordWrap(True)
         self.preview_title.setAccessibleName("Selected conversation")
         rv.addWidget(self.preview_title)
-        self.preview_status = ElidedLabel("")
+        self.preview_status = QLabel("")
+        self.preview_status.setWordWrap(True)
         self.preview_status.setAccessibleName("Saved context of the selected conversation")
         rv.addWidget(self.preview_status)
         self.preview = TranscriptView(read_only=True)
@@ -780,6 +784,8 @@ class BrowserWindow(QWidget):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self._purge_trash()
+        if self.duplicates_box is not None:  # an unanswered question imports nothing
+            self.duplicates_box.reject()
         if self._import_cancel is not None:  # closing cancels a running import (it removes what it added)
             self._cancel_import(self._import_cancel)
         super().closeEvent(event)

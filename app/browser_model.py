@@ -26,7 +26,7 @@ def column_widths(fm: QFontMetrics) -> dict[int, int]:
     """Pixel widths of the fixed columns for the table's font: their text and header fit, no more."""
     # Cell margins; the header also needs room for the sort arrow. A longer model name is cut with "…",
     # whole in its tooltip.
-    return {c: max(fm.horizontalAdvance(sample) + 16, fm.horizontalAdvance(COLUMNS[c]) + 30)
+    return {c: max(fm.horizontalAdvance(sample) + 16, fm.horizontalAdvance(COLUMNS[c]) + 24)
             for c, sample in _SAMPLES.items()}
 
 

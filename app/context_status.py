@@ -32,10 +32,13 @@ class ContextStatusRegistry(QObject):
         self.statuses: dict[str, ContextStatus] = {}  # the last check of each conversation's file
         self._checked_against: dict[str, ContextState | None] = {}  # the list's entry when the check came back
         self._rebuilding: set[str] = set()
+        self._were_rebuilding: set[str] = set()  # named in every badge list, so none keeps a stale "rebuilding"
         if worker is not None:
             worker.cache_states.connect(self.set_states)
             worker.checkpoint_report.connect(self.add_report)
             worker.rebuilding.connect(lambda cid, _resume: self.set_rebuilding(cid))
+            worker.rebuilt.connect(lambda cid, _rebuilt: self.end_rebuilding(cid))
+            worker.failed.connect(lambda cid, _error: self.end_rebuilding(cid))
 
     # news from the engine ---------------------------------------------------------------------------------
     def set_states(self, states: Mapping[str, ContextState]) -> None:
@@ -59,8 +62,15 @@ class ContextStatusRegistry(QObject):
 
     def set_rebuilding(self, conversation: str) -> None:
         self._rebuilding.add(conversation)
+        self._were_rebuilding.add(conversation)
         self._checked_against.pop(conversation, None)  # a rebuild replaces the damaged file
         self.changed.emit({conversation})
+
+    def end_rebuilding(self, conversation: str) -> None:
+        """The rebuild finished or failed: the badge says what the list of contexts says again."""
+        if conversation in self._rebuilding:
+            self._rebuilding.discard(conversation)
+            self.changed.emit({conversation})
 
     def mark_dropped(self, conversations: Iterable[str]) -> None:
         """The window asked for these contexts to go: show it before the engine thread confirms."""
@@ -91,7 +101,7 @@ class ContextStatusRegistry(QObject):
     def badges(self) -> dict[str, ContextState]:
         """Every conversation with news, as the sidebar takes them (badge, tokens, model)."""
         out = {}
-        for cid in set(self.states) | set(self._checked_against) | self._rebuilding:
+        for cid in set(self.states) | set(self._checked_against) | self._rebuilding | self._were_rebuilding:
             state = self.states.get(cid)
             status = self.statuses.get(cid)
             tokens = state.tokens if state is not None else (status.tokens if status is not None else 0)
@@ -103,8 +113,8 @@ class ContextStatusRegistry(QObject):
         status = self.statuses.get(conversation)
         badge = self.badge(conversation)
         if status is not None and conversation in self._checked_against and status.health == ContextHealth.DAMAGED:
-            why = f": {status.message}" if status.message else ""
-            return f"Saved context: damaged{why} — it is rebuilt when the chat is opened."
+            why = f" — {status.message.rstrip('.')}" if status.message else ""
+            return f"Saved context: damaged{why}. It is rebuilt when the chat is opened."
         words = {"live": "in memory", "saved": "saved on disk", "stale": "saved by another model",
                  "rebuilding": "being rebuilt", "none": "none (read from the text when opened)"}
         return f"Saved context: {words.get(badge, badge)}."

@@ -229,6 +229,34 @@ def test_defect6_verify_all_damaged_shows_the_same_everywhere(qtbot, two_saved):
     assert cell(browser, saved, 8) == "valid" and "damaged" not in browser.preview_status.text()
 
 
+def test_defect6_the_registry_keeps_a_check_until_the_file_changes(qtbot):
+    from app.context_status import ContextStatusRegistry
+    from engine.types import ContextBadge, ContextHealth, ContextReport, ContextState, ContextStatus
+
+    reg = ContextStatusRegistry()
+    seen: list = []
+    reg.changed.connect(seen.append)
+    saved = ContextState(ContextBadge.SAVED, 40, "m")
+    reg.set_states({"a": saved, "b": ContextState(ContextBadge.LIVE, 9, "m")})
+    assert (reg.badge("a"), reg.badge("b"), reg.badge("c")) == ("saved", "live", "none")
+    reg.add_report(ContextReport(True, {"a": ContextStatus("a", ContextHealth.DAMAGED, "checksum", "bad record"),
+                                        "b": ContextStatus("b", ContextHealth.NONE)}, 0, 0))
+    assert seen[-1] == {"a", "b"}
+    assert reg.badge("a") == "damaged" and reg.status("a").health == "damaged" and "bad record" in reg.describe("a")
+    assert reg.badge("b") == "live"  # what is in memory is used, whatever the disk says
+    reg.set_states({"a": saved, "b": ContextState(ContextBadge.LIVE, 9, "m")})  # the same list again
+    assert reg.badge("a") == "damaged"
+    reg.set_rebuilding("a")
+    assert reg.badge("a") == "rebuilding" and reg.badges()["a"].badge == "rebuilding"
+    reg.end_rebuilding("a")
+    assert reg.badges()["a"].badge == "saved"  # named, so the sidebar drops "rebuilding"
+    reg.add_report(ContextReport(True, {"a": ContextStatus("a", ContextHealth.DAMAGED, "checksum")}, 0, 0))
+    reg.set_states({"a": ContextState(ContextBadge.SAVED, 52, "m")})  # saved anew: the check is out of date
+    assert reg.badge("a") == "saved" and reg.status("a").health == "valid" and reg.status("a").tokens == 52
+    reg.mark_dropped(["a"])
+    assert reg.badge("a") == "none" and reg.status("a").health == "none"
+
+
 def test_defect6_dropping_context_shows_none_in_sidebar_and_browser(qtbot, two_saved):
     w, saved, live = two_saved
     browser = open_browser(qtbot, w)
