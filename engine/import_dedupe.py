@@ -59,5 +59,7 @@ def apply_duplicates(conversations: list[dict], duplicates: list[int], policy: D
     marked = set(duplicates)
     if policy is DuplicatePolicy.SKIP:
         return [c for i, c in enumerate(conversations) if i not in marked]
-    return [{**c, "id": None, "title": (c["title"] or "New chat") + COPY_SUFFIX} if i in marked else c
+    # The id stays: the store gives a copy whose id is taken a new one, and a bundle still finds the
+    # copy's saved context by the id it had in the file.
+    return [{**c, "title": (c["title"] or "New chat") + COPY_SUFFIX} if i in marked else c
             for i, c in enumerate(conversations)]
