@@ -163,6 +163,7 @@ class BrowserWindow(QWidget):
         self.importer.worker.duplicates_found.connect(self._on_duplicates)
         self.duplicates_box: QMessageBox | None = None
         self._duplicates_choice: tuple[str, int] | None = None  # the last import's: policy, how many
+        self._import_note = ""  # what the last import did with chats already here, for its result line
         self._bundle_trust: bool | None = None
         self._build()
         host.worker.checkpoint_report.connect(self._on_report)
@@ -633,12 +634,12 @@ class BrowserWindow(QWidget):
             self._warn(f"Nothing was imported: {result}")
             return
         n = len(result)
-        text = f"Imported {n:,} conversation{'s' if n != 1 else ''}"
+        self._import_note = ""
         if self._duplicates_choice is not None:
             choice, dup = self._duplicates_choice
-            text += (f"; skipped {dup:,} already here" if choice == "skip"
-                     else f", {dup:,} of them as copies marked “(imported)”")
-        self.verify_result.setText(text + ".")
+            self._import_note = (f"; skipped {dup:,} already here" if choice == "skip"
+                                 else f", {dup:,} of them as copies marked “(imported)”")
+        self.verify_result.setText(f"Imported {n:,} conversation{'s' if n != 1 else ''}{self._import_note}.")
         self.imported_ids = result
         self._changed()
         if result:
@@ -658,12 +659,13 @@ class BrowserWindow(QWidget):
         self.host.request_export_bundle.emit(path, to_document(self.store, ids), ids)
         return True
 
-    def import_bundle(self, path: str | None, trust: bool | None = None) -> bool:
+    def import_bundle(self, path: str | None, trust: bool | None = None, duplicates: str = "") -> bool:
         """Import a bundle: its conversations on the import thread (validated, in batches, all or nothing,
         with progress and Cancel, as a JSON import), then their saved contexts on the engine thread, each
         used only if this installation signed it (or ``trust``) and it verifies against this model.
-        ``trust`` None: ask, when the bundle has context this installation did not sign. The result lands
-        in ``_on_bundle_read``; False if not started."""
+        ``trust`` None: ask, when the bundle has context this installation did not sign. Chats already
+        here: ``duplicates`` as for ``import_file``. The result lands in ``_on_bundle_read``; False if not
+        started."""
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import a bundle", "", "Hearth bundle (*.hearth)")
             if not path:
@@ -671,7 +673,8 @@ class BrowserWindow(QWidget):
         if not self._start_import_dialog("Importing a bundle — Hearth"):
             return False
         self._bundle_trust = trust
-        self.importer.start_bundle(self.store.path, str(path), self._import_cancel)
+        self._duplicates_choice = None
+        self.importer.start_bundle(self.store.path, str(path), self._import_cancel, duplicates)
         return True
 
     def _on_bundle_read(self, result: BundleConversations | HearthError) -> None:
@@ -679,13 +682,16 @@ class BrowserWindow(QWidget):
             self._on_imported(result)
             return
         self._on_imported(result.ids)  # stored: the progress dialog goes, the list shows them
+        if not result.ids:
+            return  # all skipped: no context to install, and the line says so
         trust = self._bundle_trust
         if trust is None:
             trust = bool(result.entries) and not bundle_signed_here(result.path, self.host.config.paths) \
                 and self.ask_trust()
         owners = {c["id"]: new for c, new in zip(result.conversations, result.ids, strict=True) if c["id"]}
         n = len(result.ids)
-        self.verify_result.setText(f"Imported {n} conversation{'s' if n != 1 else ''}; checking their saved context…")
+        self.verify_result.setText(f"Imported {n} conversation{'s' if n != 1 else ''}{self._import_note}; "
+                                   "checking their saved context…")
         self.host.request_import_bundle.emit(result.path, result.entries, owners, bool(trust))
 
     def trust_question(self) -> QMessageBox:
@@ -715,8 +721,16 @@ class BrowserWindow(QWidget):
             self.verify_result.setText(f"Exported {result.conversations} conversations with "
                                        f"{result.contexts} saved contexts.")
         else:
-            self.verify_result.setText(import_summary(result))
+            self.verify_result.setText(import_summary(result) + self._duplicates_sentence())
             self.check_contexts(full=False)
+
+    def _duplicates_sentence(self) -> str:
+        """After a bundle's contexts: what its import did with chats already here, as a sentence."""
+        if self._duplicates_choice is None:
+            return ""
+        choice, n = self._duplicates_choice
+        return (f" Skipped {n:,} already here." if choice == "skip"
+                else f" {n:,} imported as copies marked “(imported)”.")
 
     def _warn(self, message: str) -> None:
         box = QMessageBox(QMessageBox.Icon.Warning, "Hearth", message, QMessageBox.StandardButton.Ok, self)

@@ -48,6 +48,7 @@ class PendingImport:
     path: str
     conversations: list[dict]
     duplicates: list[int]  # indices into ``conversations``
+    entries: dict[str, str] | None = None  # a bundle's context entries; None for a JSON export
 
     @property
     def titles(self) -> list[str]:
@@ -60,17 +61,27 @@ class ImportWorker(QObject):
     bundle_finished = Signal(object)  # BundleConversations | HearthError (nothing was imported)
     duplicates_found = Signal(object)  # PendingImport: nothing stored yet, the window asks what to do
 
-    @Slot(str, str, object)
-    def run_bundle(self, database: str, path: str, cancel: CancelToken) -> None:
-        """A bundle's conversations: read and validated, then stored in batches as a JSON import is; its
-        saved contexts are the engine thread's job afterwards."""
+    @Slot(str, str, object, str)
+    def run_bundle(self, database: str, path: str, cancel: CancelToken, duplicates: str) -> None:
+        """A bundle's conversations: read and validated, then stored in batches as a JSON import is (those
+        already here as ``duplicates`` says, or "" asks first); its saved contexts are the engine
+        thread's job afterwards."""
 
-        def work(store: ConversationStore) -> BundleConversations:
+        def work(store: ConversationStore) -> object:
             conversations, entries = read_bundle(Path(path))
-            ids = import_conversations(store, conversations, progress=self.progress.emit, cancel=cancel)
-            return BundleConversations(path, conversations, entries, ids)
+            found = find_duplicates(store, conversations)
+            if found and not duplicates:
+                return PendingImport(path, conversations, found, entries)
+            return self._store_bundle(store, PendingImport(path, conversations, found, entries),
+                                      duplicates or "copy", cancel)
 
-        self.bundle_finished.emit(self._attempt(database, path, work))
+        result = self._attempt(database, path, work)
+        (self.duplicates_found if isinstance(result, PendingImport) else self.bundle_finished).emit(result)
+
+    def _store_bundle(self, store: ConversationStore, pending: PendingImport, duplicates: str,
+                      cancel: CancelToken) -> BundleConversations:
+        stored = apply_duplicates(pending.conversations, pending.duplicates, duplicates)
+        return BundleConversations(pending.path, stored, pending.entries or {}, self._store(store, stored, cancel))
 
     @Slot(str, str, object, str)
     def run(self, database: str, path: str, cancel: CancelToken, duplicates: str) -> None:
@@ -90,6 +101,10 @@ class ImportWorker(QObject):
     @Slot(str, object, str, object)
     def run_pending(self, database: str, pending: PendingImport, duplicates: str, cancel: CancelToken) -> None:
         """Store an import held by ``duplicates_found``, now that the person chose "skip" or "copy"."""
+        if pending.entries is not None:
+            self.bundle_finished.emit(self._attempt(database, pending.path, lambda store: self._store_bundle(
+                store, pending, duplicates, cancel)))
+            return
         self.finished.emit(self._attempt(database, pending.path, lambda store: self._store(
             store, apply_duplicates(pending.conversations, pending.duplicates, duplicates), cancel)))
 
@@ -118,7 +133,7 @@ class ImportHost(QObject):
 
     request = Signal(str, str, object, str)  # database path, file path, CancelToken, duplicates ("" asks)
     request_pending = Signal(str, object, str, object)  # database path, PendingImport, duplicates, CancelToken
-    request_bundle = Signal(str, str, object)  # database path, bundle path, CancelToken
+    request_bundle = Signal(str, str, object, str)  # database path, bundle path, CancelToken, duplicates
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -139,8 +154,8 @@ class ImportHost(QObject):
     def store_pending(self, database: Path, pending: PendingImport, duplicates: str, cancel: CancelToken) -> None:
         self.request_pending.emit(str(database), pending, duplicates, cancel)
 
-    def start_bundle(self, database: Path, path: str, cancel: CancelToken) -> None:
-        self.request_bundle.emit(str(database), path, cancel)
+    def start_bundle(self, database: Path, path: str, cancel: CancelToken, duplicates: str = "") -> None:
+        self.request_bundle.emit(str(database), path, cancel, duplicates)
 
     def stop(self, timeout_ms: int = 30000) -> bool:
         """Let a running import finish its rollback (its token is cancelled first), then end the thread."""

@@ -152,6 +152,37 @@ def test_defect2_a_file_without_duplicates_imports_without_asking(qtbot, two_sav
     assert browser.duplicates_box is None and len(browser.imported_ids) == 1
 
 
+def test_defect2_a_bundle_of_chats_already_here_asks_too_and_copies_keep_their_context(qtbot, two_saved, tmp_path):
+    from engine.types import BundleExported, BundleImported
+
+    from .qt_helpers import on_ui_thread
+
+    w, saved, live = two_saved
+    browser = open_browser(qtbot, w)
+    browser.table.selectRow(browser.ids_shown().index(saved))
+    done: list = []
+    on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
+    bundle = tmp_path / "one.hearth"
+    browser.export_bundle(str(bundle))
+    qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
+    assert isinstance(done[-1], BundleExported)
+    assert browser.import_bundle(str(bundle))
+    assert "1 of the 1 conversation" in duplicates_box(qtbot, browser).text()
+    answer(qtbot, browser, "copy")
+    [copy] = browser.imported_ids
+    assert copy != saved and w.store.get(copy).title == w.store.get(saved).title + COPY_SUFFIX
+    qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
+    assert isinstance(done[-1], BundleImported) and done[-1].used == (copy,)
+    qtbot.waitUntil(lambda: "1 imported as copies marked “(imported)”." in browser.verify_result.text(),
+                    timeout=TIMEOUT)
+    # Its saved context, installed for the copy, fills its cells and its badge without Verify all.
+    qtbot.waitUntil(lambda: cell(browser, copy, 8) == "valid" and w.sidebar.badge(copy) == "saved", timeout=TIMEOUT)
+    assert cell(browser, copy, 5) == cell(browser, saved, 5)
+    assert browser.import_bundle(str(bundle))
+    answer(qtbot, browser, "skip")
+    assert browser.imported_ids == [] and "skipped 1 already here" in browser.verify_result.text()
+
+
 def test_defect2_engine_finds_duplicates_by_id_and_by_content(tmp_path):
     from engine.conversations import ConversationStore
     from engine.transfer import export_json
