@@ -10,8 +10,10 @@ saved context are deleted for good.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QDate, QModelIndex, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QTextDocument
+import html
+
+from PySide6.QtCore import QDate, QModelIndex, QPoint, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QPalette, QTextDocument
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -20,24 +22,29 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QInputDialog,
     QLabel,
     QLineEdit,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QProgressDialog,
     QPushButton,
     QSpinBox,
     QSplitter,
+    QStyle,
     QStyledItemDelegate,
     QTableView,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
 
-from app.browser_model import ID_ROLE, ConversationTableModel
+from app.browser_model import ID_ROLE, ConversationTableModel, column_widths
+from app.context_status import ContextStatusRegistry
+from app.elided_label import ElidedLabel
 from app.engine_worker import EngineHost
-from app.import_worker import BundleConversations, ImportHost
+from app.import_worker import BundleConversations, ImportHost, PendingImport
+from app.rename_dialog import RenameDialog
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
@@ -56,7 +63,6 @@ from engine.types import (
     CancelToken,
     ContextHealth,
     ContextReport,
-    ContextStatus,
     GcReport,
     StoreUsage,
 )
@@ -65,6 +71,27 @@ MAX_MATCHES = 200  # a search shows the newest matches; refine it to see others
 MAX_LISTED = 1_000_000  # no words: every conversation
 UNDO_SECONDS = 8
 STATUSES = ("any", "valid", "stale", "damaged", "none")
+NOTHING_SELECTED = "Select a conversation to preview it."
+
+
+# The browser's actions: key, label, shortcut, (method, args). Row actions work on the selected rows.
+ACTIONS = (
+    ("open", "Open", "Return", ("open_selected",)),
+    ("rename", "Rename…", "F2", ("rename_selected",)),
+    ("duplicate", "Duplicate as branch", "Ctrl+D", ("duplicate_selected",)),
+    ("delete", "Delete", "Delete", ("delete_selected",)),
+    (None, "", "", ()),
+    ("md", "Export Markdown…", "Ctrl+Shift+M", ("export_selected", (None, "md"))),
+    ("json", "Export JSON…", "Ctrl+E", ("export_selected", (None, "json"))),
+    ("bundle", "Export with context…", "Ctrl+Shift+E", ("export_bundle", (None,))),
+    (None, "", "", ()),
+    ("import", "Import JSON…", "Ctrl+I", ("import_file", (None,))),
+    ("unbundle", "Import bundle…", "Ctrl+Shift+I", ("import_bundle", (None,))),
+    (None, "", "", ()),
+    ("drop", "Drop saved context", "Ctrl+Shift+Delete", ("drop_selected_context",)),
+)
+ROW_ACTIONS = ("open", "rename", "delete")
+MENU_ACTIONS = ("open", "rename", "duplicate", None, "md", "json", "bundle", None, "drop", None, "delete")
 
 
 def import_summary(result: BundleImported) -> str:
@@ -85,27 +112,45 @@ class HtmlDelegate(QStyledItemDelegate):
         option.text = ""
         option.widget.style().drawControl(option.widget.style().ControlElement.CE_ItemViewItem, option, painter,
                                           option.widget)
-        doc = QTextDocument()
-        doc.setDefaultFont(option.font)
-        doc.setHtml(html)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        color = option.palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        doc = self._document(f'<span style="color: {color.name()}">{html}</span>', option)
+        # One line, centred in the row like the plain cells beside it (the document's own margin made it
+        # sit at the top and lose its descenders).
+        top = max(0.0, (option.rect.height() - doc.size().height()) / 2)
         painter.save()
-        painter.translate(option.rect.topLeft())
-        painter.setClipRect(QRectF(0, 0, option.rect.width(), option.rect.height()))
+        painter.translate(option.rect.left(), option.rect.top() + top)
+        painter.setClipRect(QRectF(0, -top, option.rect.width(), option.rect.height()))
         doc.drawContents(painter)
         painter.restore()
+
+    @staticmethod
+    def _document(html: str, option) -> QTextDocument:
+        doc = QTextDocument()
+        doc.setDocumentMargin(2)
+        doc.setDefaultFont(option.font)
+        doc.setHtml(html)
+        return doc
+
+    def sizeHint(self, option, index: QModelIndex) -> QSize:  # noqa: N802 - Qt's name
+        self.initStyleOption(option, index)
+        size = self._document(option.text, option).size()
+        return QSize(int(size.width()), int(size.height()) + 4)
 
 
 class BrowserWindow(QWidget):
     open_requested = Signal(str)
     conversations_changed = Signal()
 
-    def __init__(self, store: ConversationStore, host: EngineHost, parent: QWidget | None = None):
+    def __init__(self, store: ConversationStore, host: EngineHost, parent: QWidget | None = None,
+                 contexts: ContextStatusRegistry | None = None):
         super().__init__(parent, Qt.WindowType.Window)
         self.store, self.host = store, host
+        # The window's registry when it has one, so badge, Context column and preview agree.
+        self.contexts = contexts if contexts is not None else ContextStatusRegistry(host.worker, self)
         self.setWindowTitle("Saved conversations — Hearth")
         self.setAccessibleName("Saved conversations")
-        self.resize(1150, 720)
-        self.checkpoints: dict[str, ContextStatus] = {}  # from the engine thread's last check
+        self.resize(1240, 740)  # every column and the preview fit; a 1280-px screen still holds it
         self.usage = StoreUsage(0, 0)
         self._trash: list[str] = []
         self._verify_cancel: CancelToken | None = None
@@ -115,6 +160,10 @@ class BrowserWindow(QWidget):
         self.importer.worker.progress.connect(self._on_import_progress)
         self.importer.worker.finished.connect(self._on_imported)
         self.importer.worker.bundle_finished.connect(self._on_bundle_read)
+        self.importer.worker.duplicates_found.connect(self._on_duplicates)
+        self.duplicates_box: QMessageBox | None = None
+        self._duplicates_choice: tuple[str, int] | None = None  # the last import's: policy, how many
+        self._import_note = ""  # what the last import did with chats already here, for its result line
         self._bundle_trust: bool | None = None
         self._build()
         host.worker.checkpoint_report.connect(self._on_report)
@@ -122,6 +171,7 @@ class BrowserWindow(QWidget):
         host.worker.usage.connect(self._on_usage)
         host.worker.reclaimed.connect(self._on_reclaimed)
         host.worker.bundle_done.connect(self._on_bundle)
+        self.contexts.changed.connect(self._on_contexts_changed)
         self.undo_timer = QTimer(self)  # when it fires, the deleted chats go for good
         self.undo_timer.setSingleShot(True)
         self.undo_timer.timeout.connect(self._purge_trash)
@@ -133,6 +183,7 @@ class BrowserWindow(QWidget):
     # layout -----------------------------------------------------------------------------------------------
     def _build(self) -> None:
         outer = QVBoxLayout(self)
+        outer.addWidget(self._build_toolbar())
         bar = QHBoxLayout()
         self.query = QLineEdit()
         self.query.setPlaceholderText('Search titles and messages — "a phrase", -exclude, prefix*')
@@ -184,6 +235,9 @@ class BrowserWindow(QWidget):
         self.proxy = self.model  # what the view shows, in display order (the model sorts itself)
         self.table = QTableView()
         self.table.setModel(self.model)
+        # Newest activity first until the person clicks a header (sorting enabled with no indicator set
+        # sorted by Title, descending).
+        self.table.horizontalHeader().setSortIndicator(3, Qt.SortOrder.DescendingOrder)
         self.table.setSortingEnabled(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
@@ -193,46 +247,46 @@ class BrowserWindow(QWidget):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = self.table.horizontalHeader()
-        for column, width in enumerate((200, 260, 120, 90, 70, 70, 140, 90, 70)):
+        header.setStretchLastSection(False)
+        header.setMinimumSectionSize(40)
+        # Title and Match share what the fixed columns leave, so every column fits without scrolling.
+        for column, width in column_widths(self.table.fontMetrics()).items():
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             header.resizeSection(column, width)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        for column in (0, 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.table.setAccessibleName("Conversations found")
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._show_preview())
+        self.model.modelReset.connect(self._show_preview)  # a reset drops the selection without a signal
         self.table.doubleClicked.connect(lambda _: self.open_selected())
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(lambda pos: self.context_menu(pos).popup(
+            self.table.viewport().mapToGlobal(pos)))
+        for key in ROW_ACTIONS:  # Enter, F2, Delete act on the rows while the table has focus
+            self.table.addAction(self.buttons[key])
         split.addWidget(self.table)
         right = QWidget()
         rv = QVBoxLayout(right)
         rv.setContentsMargins(0, 0, 0, 0)
         self.preview_title = QLabel("")
         self.preview_title.setWordWrap(True)
+        self.preview_title.setAccessibleName("Selected conversation")
         rv.addWidget(self.preview_title)
+        self.preview_status = QLabel("")
+        self.preview_status.setWordWrap(True)
+        self.preview_status.setAccessibleName("Saved context of the selected conversation")
+        rv.addWidget(self.preview_status)
         self.preview = TranscriptView(read_only=True)
+        self.preview.empty_hint.setText(NOTHING_SELECTED)
         self.preview.setAccessibleName("Preview of the selected conversation")
         self.preview.copy_requested.connect(copy_to_clipboard)
         rv.addWidget(self.preview, 1)
         split.addWidget(right)
-        split.setSizes([820, 330])
+        split.setSizes([950, 290])
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
         outer.addWidget(split, 1)
-
-        actions = QHBoxLayout()
-        self.buttons = {}
-        for key, label, slot in (
-            ("open", "Open", self.open_selected), ("rename", "Rename…", self.rename_selected),
-            ("delete", "Delete", self.delete_selected), ("duplicate", "Duplicate as branch", self.duplicate_selected),
-            ("md", "Export Markdown…", lambda: self.export_selected(None, "md")),
-            ("json", "Export JSON…", lambda: self.export_selected(None, "json")),
-            ("import", "Import JSON…", lambda: self.import_file(None)),
-            ("bundle", "Export with context…", lambda: self.export_bundle(None)),
-            ("unbundle", "Import bundle…", lambda: self.import_bundle(None)),
-            ("drop", "Drop saved context", self.drop_selected_context),
-        ):
-            b = QPushButton(label)
-            b.setAccessibleName(label.rstrip("…"))
-            b.clicked.connect(slot)
-            actions.addWidget(b)
-            self.buttons[key] = b
-        actions.addStretch(1)
-        outer.addLayout(actions)
 
         disk = QHBoxLayout()
         self.usage_label = QLabel("Saved context: …")
@@ -243,14 +297,16 @@ class BrowserWindow(QWidget):
         self.budget.setAccessibleName("Disk budget for saved context in MiB")
         disk.addWidget(self.budget)
         apply_budget = QPushButton("Apply")
+        apply_budget.setAccessibleName("Apply the disk budget")
         apply_budget.clicked.connect(self.apply_budget)
         disk.addWidget(apply_budget)
-        reclaim = QPushButton("Reclaim space")
+        reclaim = QPushButton("&Reclaim space")
+        reclaim.setAccessibleName("Reclaim space")
         reclaim.setToolTip("Delete leftovers and the saved context of deleted chats, then keep within the budget")
         reclaim.clicked.connect(self.reclaim)
         disk.addWidget(reclaim)
-        disk.addStretch(1)
-        self.verify_button = QPushButton("Verify all")
+        self.verify_button = QPushButton("&Verify all")
+        self.verify_button.setAccessibleName("Verify all saved contexts")
         self.verify_button.setToolTip("Check every checksum of every saved context")
         self.verify_button.clicked.connect(self.verify_all)
         disk.addWidget(self.verify_button)
@@ -258,9 +314,51 @@ class BrowserWindow(QWidget):
         self.verify_bar.setAccessibleName("Verification progress")
         self.verify_bar.hide()
         disk.addWidget(self.verify_bar)
-        self.verify_result = QLabel("")
-        disk.addWidget(self.verify_result)
+        self.verify_result = ElidedLabel("")  # a long report is cut, whole in its tooltip: never widens the window
+        self.verify_result.setAccessibleName("Result of the last action")
+        disk.addWidget(self.verify_result, 1)
         outer.addLayout(disk)
+
+    def _build_toolbar(self) -> QToolBar:
+        """The actions, once: on the toolbar, in the rows' context menu and on their shortcuts."""
+        bar = QToolBar("Conversation actions")
+        bar.setAccessibleName("Conversation actions")
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.toolbar = bar
+        self.buttons: dict[str, QAction] = {}
+        for key, label, shortcut, slot in ACTIONS:
+            if key is None:
+                bar.addSeparator()
+                continue
+            act = QAction(label, self)
+            act.setShortcut(QKeySequence(shortcut))
+            act.setToolTip(f"{label.rstrip('…')} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})")
+            act.triggered.connect(getattr(self, slot[0]) if len(slot) == 1 else
+                                  (lambda _=False, name=slot[0], arg=slot[1]: getattr(self, name)(*arg)))
+            if key in ROW_ACTIONS:  # keys that mean something else in the search box act on the table only
+                act.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+            else:
+                act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+                self.addAction(act)
+            bar.addAction(act)
+            bar.widgetForAction(act).setAccessibleName(label.rstrip("…"))
+            self.buttons[key] = act
+        return bar
+
+    def context_menu(self, pos: QPoint) -> QMenu:
+        """The rows' right-click menu: the row under the pointer is selected first (unless it already is)."""
+        index = self.table.indexAt(pos)
+        if index.isValid() and not self.table.selectionModel().isRowSelected(index.row(), QModelIndex()):
+            self.table.selectRow(index.row())
+        menu = QMenu(self)
+        menu.setObjectName("browserRowMenu")
+        menu.setAccessibleName("Conversation actions")
+        for key in MENU_ACTIONS:
+            if key is None:
+                menu.addSeparator()
+            else:
+                menu.addAction(self.buttons[key])
+        return menu
 
     # listing ----------------------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -287,15 +385,31 @@ class BrowserWindow(QWidget):
         status = STATUSES[self.status_filter.currentIndex()]
         if status != "any":
             hits = [h for h in hits if self._health(h.conversation) == status]
-        rows = [{**s, "snippet": snippet_html(h.snippet), "checkpoint": self.checkpoints.get(h.conversation)}
+        rows = [{**s, "snippet": snippet_html(h.snippet), "checkpoint": self.contexts.status(h.conversation)}
                 for h in hits if (s := self._summaries.get(h.conversation)) is not None]
         self.model.set_rows(rows)
         more = "+" if len(hits) == limit and limit == MAX_MATCHES else ""
         self.setWindowTitle(f"Saved conversations ({len(rows)}{more}) — Hearth")
 
     def _health(self, conversation: str) -> str:
-        status = self.checkpoints.get(conversation)
+        status = self.contexts.status(conversation)
         return status.health if status is not None else ContextHealth.NONE
+
+    @property
+    def checkpoints(self) -> dict:
+        """Each conversation's last checked status (the shared registry's; read only here)."""
+        return self.contexts.statuses
+
+    def _on_contexts_changed(self, ids: set[str]) -> None:
+        """The registry's news: with a status filter the listing may change; otherwise only cells do
+        (no reset, so the selection and the preview stay)."""
+        if STATUSES[self.status_filter.currentIndex()] != "any":
+            self.refresh()
+            return
+        self.model.update_checkpoints(ids, self.contexts.status)
+        current = self.selected_ids()
+        if len(current) == 1 and current[0] in ids:
+            self.preview_status.setText(self.contexts.describe(current[0]))
 
     def _refresh_models(self) -> None:
         current = self.model_filter.currentData()
@@ -319,15 +433,19 @@ class BrowserWindow(QWidget):
         return [self.proxy.index(r, 0).data(ID_ROLE) for r in range(self.proxy.rowCount())]
 
     def _show_preview(self) -> None:
+        """The one selected chat; otherwise a neutral line (never a chat that is gone or not selected)."""
         ids = self.selected_ids()
         self.preview.clear()
-        if len(ids) != 1:
-            self.preview_title.setText(f"{len(ids)} conversations selected" if ids else "")
-            return
-        conv = self.store.get(ids[0])
+        self.preview_status.setText("")
+        conv = self.store.get(ids[0]) if len(ids) == 1 else None
         if conv is None:
+            self.preview_title.setText(f"{len(ids)} conversations selected" if len(ids) > 1 else "")
+            self.preview.empty_hint.setText("Select one conversation to preview it." if len(ids) > 1
+                                            else NOTHING_SELECTED)
             return
-        self.preview_title.setText(f"<b>{conv.title or 'New chat'}</b>")
+        self.preview_title.setText(f"<b>{html.escape(conv.title or 'New chat')}</b>")
+        self.preview_status.setText(self.contexts.describe(conv.id))
+        self.preview.empty_hint.setText("No messages yet.")
         self.preview.load([(m.seq, m.role, m.content) for m in self.store.messages(conv.id)])
 
     # actions ------------------------------------------------------------------------------------------------
@@ -336,15 +454,24 @@ class BrowserWindow(QWidget):
         if ids:
             self.open_requested.emit(ids[0])
 
-    def rename_selected(self) -> None:
+    def rename_selected(self) -> RenameDialog | None:
+        """The same rename dialog as the window's (wide, prefilled, refuses a blank title); not modal-blocking."""
         ids = self.selected_ids()
         if len(ids) != 1:
-            return
+            return None
         conv = self.store.require(ids[0])
-        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", QLineEdit.EchoMode.Normal, conv.title)
-        if ok and title.strip():
-            self.store.rename(conv.id, title)
+        dialog = RenameDialog(conv.title, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+
+        def rename() -> None:
+            if self.store.get(conv.id) is None:
+                return  # deleted meanwhile: nothing to rename
+            self.store.rename(conv.id, dialog.title())
             self._changed()
+
+        dialog.accepted.connect(rename)
+        dialog.open()
+        return dialog
 
     def delete_selected(self) -> None:
         """Move the selected chats to the trash; they are deleted for good unless Undo comes in time."""
@@ -388,9 +515,7 @@ class BrowserWindow(QWidget):
         ids = self.selected_ids()
         if ids:
             self.host.request_drop_context.emit(ids)
-            for cid in ids:
-                self.checkpoints[cid] = ContextStatus(cid, ContextHealth.NONE)
-            self.refresh()
+            self.contexts.mark_dropped(ids)
 
     def export_selected(self, path: str | None, kind: str) -> int:
         ids = self.selected_ids() or self.ids_shown()
@@ -410,17 +535,68 @@ class BrowserWindow(QWidget):
         self.verify_result.setText(f"Exported {n} conversation{'s' if n != 1 else ''}.")
         return n
 
-    def import_file(self, path: str | None) -> bool:
+    def import_file(self, path: str | None, duplicates: str = "") -> bool:
         """Start importing a JSON export on the import thread, with a progress dialog and Cancel; the
-        result (or the reason nothing was imported) arrives in ``_on_imported``. False if not started."""
+        result (or the reason nothing was imported) arrives in ``_on_imported``. Conversations already
+        here are skipped or copied as ``duplicates`` says ("skip", "copy"), or "" asks the person
+        (``duplicates_question``). False if not started."""
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "", "Hearth export (*.json)")
             if not path:
                 return False
         if not self._start_import_dialog("Importing conversations — Hearth"):
             return False
-        self.importer.start(self.store.path, str(path), self._import_cancel)
+        self._duplicates_choice = None
+        self.importer.start(self.store.path, str(path), self._import_cancel, duplicates)
         return True
+
+    def duplicates_question(self, pending: PendingImport) -> QMessageBox:
+        """Skip the conversations already here, or import them as copies marked "(imported)"."""
+        n, total = len(pending.duplicates), len(pending.conversations)
+        names = ", ".join(f"“{t}”" for t in pending.titles[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        box = QMessageBox(QMessageBox.Icon.Question, "Conversations already here",
+                          f"{n} of the {total} conversation{'s' if total != 1 else ''} in this file "
+                          f"{'is' if n == 1 else 'are'} already here (same id or same messages): {names}.\n\n"
+                          "Skip them, or import them as copies titled “… (imported)” so you can tell them apart?",
+                          QMessageBox.StandardButton.NoButton, self)
+        box.setObjectName("importDuplicates")
+        box.setAccessibleName("Conversations already here")
+        skip = box.addButton("Skip them", QMessageBox.ButtonRole.AcceptRole)
+        skip.setObjectName("skip")
+        copy = box.addButton("Import as copies", QMessageBox.ButtonRole.YesRole)
+        copy.setObjectName("copy")
+        cancel = box.addButton("Cancel import", QMessageBox.ButtonRole.RejectRole)
+        cancel.setObjectName("cancel")
+        box.setDefaultButton(skip)
+        box.setEscapeButton(cancel)
+        return box
+
+    def _on_duplicates(self, pending: PendingImport) -> None:
+        """The import thread read the file and found conversations already here: ask, then store."""
+        if self._import_cancel is None or self._import_cancel.cancelled:
+            self._on_imported(HearthError("the import was cancelled"))
+            return
+        if self.import_progress is not None:
+            self.import_progress.hide()
+        box = self.duplicates_box = self.duplicates_question(pending)
+
+        def answered() -> None:
+            self.duplicates_box = None
+            choice = box.clickedButton().objectName() if box.clickedButton() is not None else "cancel"
+            box.deleteLater()
+            token = self._import_cancel
+            if choice not in ("skip", "copy") or token is None:
+                self._import_cancel = None
+                self._on_imported([])  # closes the progress dialog
+                self.verify_result.setText("Nothing was imported.")
+                return
+            self._duplicates_choice = (choice, len(pending.duplicates))
+            if self.import_progress is not None:
+                self.import_progress.show()
+            self.importer.store_pending(self.store.path, pending, choice, token)
+
+        box.finished.connect(answered)
+        box.open()  # window-modal, not blocking the event loop
 
     def _start_import_dialog(self, title: str) -> bool:
         """The progress dialog with Cancel an import shows; False when one is already running."""
@@ -467,9 +643,16 @@ class BrowserWindow(QWidget):
             self._warn(f"Nothing was imported: {result}")
             return
         n = len(result)
-        self.verify_result.setText(f"Imported {n:,} conversation{'s' if n != 1 else ''}.")
+        self._import_note = ""
+        if self._duplicates_choice is not None:
+            choice, dup = self._duplicates_choice
+            self._import_note = (f"; skipped {dup:,} already here" if choice == "skip"
+                                 else f", {dup:,} of them as copies marked “(imported)”")
+        self.verify_result.setText(f"Imported {n:,} conversation{'s' if n != 1 else ''}{self._import_note}.")
         self.imported_ids = result
         self._changed()
+        if result:
+            self.check_contexts(full=False, ids=result)  # their Tokens and Context cells, without Verify all
 
     def export_bundle(self, path: str | None) -> bool:
         """Conversations and their saved context in one portable file (written on the engine thread)."""
@@ -485,12 +668,13 @@ class BrowserWindow(QWidget):
         self.host.request_export_bundle.emit(path, to_document(self.store, ids), ids)
         return True
 
-    def import_bundle(self, path: str | None, trust: bool | None = None) -> bool:
+    def import_bundle(self, path: str | None, trust: bool | None = None, duplicates: str = "") -> bool:
         """Import a bundle: its conversations on the import thread (validated, in batches, all or nothing,
         with progress and Cancel, as a JSON import), then their saved contexts on the engine thread, each
         used only if this installation signed it (or ``trust``) and it verifies against this model.
-        ``trust`` None: ask, when the bundle has context this installation did not sign. The result lands
-        in ``_on_bundle_read``; False if not started."""
+        ``trust`` None: ask, when the bundle has context this installation did not sign. Chats already
+        here: ``duplicates`` as for ``import_file``. The result lands in ``_on_bundle_read``; False if not
+        started."""
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import a bundle", "", "Hearth bundle (*.hearth)")
             if not path:
@@ -498,7 +682,8 @@ class BrowserWindow(QWidget):
         if not self._start_import_dialog("Importing a bundle — Hearth"):
             return False
         self._bundle_trust = trust
-        self.importer.start_bundle(self.store.path, str(path), self._import_cancel)
+        self._duplicates_choice = None
+        self.importer.start_bundle(self.store.path, str(path), self._import_cancel, duplicates)
         return True
 
     def _on_bundle_read(self, result: BundleConversations | HearthError) -> None:
@@ -506,13 +691,16 @@ class BrowserWindow(QWidget):
             self._on_imported(result)
             return
         self._on_imported(result.ids)  # stored: the progress dialog goes, the list shows them
+        if not result.ids:
+            return  # all skipped: no context to install, and the line says so
         trust = self._bundle_trust
         if trust is None:
             trust = bool(result.entries) and not bundle_signed_here(result.path, self.host.config.paths) \
                 and self.ask_trust()
         owners = {c["id"]: new for c, new in zip(result.conversations, result.ids, strict=True) if c["id"]}
         n = len(result.ids)
-        self.verify_result.setText(f"Imported {n} conversation{'s' if n != 1 else ''}; checking their saved context…")
+        self.verify_result.setText(f"Imported {n} conversation{'s' if n != 1 else ''}{self._import_note}; "
+                                   "checking their saved context…")
         self.host.request_import_bundle.emit(result.path, result.entries, owners, bool(trust))
 
     def trust_question(self) -> QMessageBox:
@@ -542,8 +730,16 @@ class BrowserWindow(QWidget):
             self.verify_result.setText(f"Exported {result.conversations} conversations with "
                                        f"{result.contexts} saved contexts.")
         else:
-            self.verify_result.setText(import_summary(result))
+            self.verify_result.setText(import_summary(result) + self._duplicates_sentence())
             self.check_contexts(full=False)
+
+    def _duplicates_sentence(self) -> str:
+        """After a bundle's contexts: what its import did with chats already here, as a sentence."""
+        if self._duplicates_choice is None:
+            return ""
+        choice, n = self._duplicates_choice
+        return (f" Skipped {n:,} already here." if choice == "skip"
+                else f" {n:,} imported as copies marked “(imported)”.")
 
     def _warn(self, message: str) -> None:
         box = QMessageBox(QMessageBox.Icon.Warning, "Hearth", message, QMessageBox.StandardButton.Ok, self)
@@ -553,10 +749,15 @@ class BrowserWindow(QWidget):
     def _changed(self) -> None:
         self.reload()
         self.conversations_changed.emit()
+        # The set of chats changed here: the engine says again which have saved or live context, so
+        # the sidebar's badges and token counts are re-read rather than lost.
+        self.host.request_states.emit()
 
     # saved context --------------------------------------------------------------------------------------------
-    def check_contexts(self, full: bool) -> None:
-        ids = list(self._summaries)
+    def check_contexts(self, full: bool, ids: list[str] | None = None) -> None:
+        """Check saved contexts on the engine thread (headers, or every checksum when ``full``): of
+        ``ids``, or of every conversation."""
+        ids = list(self._summaries) if ids is None else list(ids)
         token = CancelToken()
         if full:
             self._verify_cancel = token
@@ -574,7 +775,6 @@ class BrowserWindow(QWidget):
         self.verify_bar.setValue(done)
 
     def _on_report(self, report: ContextReport) -> None:
-        self.checkpoints.update(report.items)
         self._on_usage(StoreUsage(report.bytes, report.budget))
         if report.full:
             self.verify_bar.hide()
@@ -584,7 +784,6 @@ class BrowserWindow(QWidget):
                 f"Checked {len(found)}: {found.count(ContextHealth.VALID)} valid, {found.count(ContextHealth.STALE)} "
                 f"stale, {damaged} damaged, {found.count(ContextHealth.NONE)} without saved context"
                 + (" — damaged ones are rebuilt when opened." if damaged else "."))
-        self.refresh()
 
     def _on_usage(self, usage: StoreUsage) -> None:
         self.usage = usage
@@ -608,6 +807,8 @@ class BrowserWindow(QWidget):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self._purge_trash()
+        if self.duplicates_box is not None:  # an unanswered question imports nothing
+            self.duplicates_box.reject()
         if self._import_cancel is not None:  # closing cancels a running import (it removes what it added)
             self._cancel_import(self._import_cancel)
         super().closeEvent(event)

@@ -330,6 +330,12 @@ class EngineWorker(QObject):
         finally:
             self.stopped.emit()
 
+    @Slot()
+    def report_states(self) -> None:
+        """Say again which conversations have saved or live context (after an import or another bulk change
+        made elsewhere: the sidebar's badges and token counts are re-read, not guessed)."""
+        self._emit_cache_states()
+
     def _emit_cache_states(self) -> None:
         if not self._loaded():  # before a model is loaded every saved context would look stale
             return
@@ -358,6 +364,7 @@ class EngineHost(QObject):
     request_reclaim = Signal(object)
     request_export_bundle = Signal(str, object, object)  # path, document, conversations
     request_import_bundle = Signal(str, object, object, bool)  # path, entries, owners, trust their contexts
+    request_states = Signal()  # emit cache_states again
 
     def __init__(self, config: AppConfig, parent: QObject | None = None):
         super().__init__(parent)
@@ -377,6 +384,7 @@ class EngineHost(QObject):
                               (self.request_reclaim, w.reclaim), (self.request_export_bundle, w.export_bundle),
                               (self.request_import_bundle, w.import_bundle_contexts)):
             request.connect(slot)
+        self.request_states.connect(w.report_states)
         self.thread.start()
 
     def cancel_load(self) -> None:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QPushButton, QSplitter, 
 from app.banner import NoticeBanner
 from app.chat_pane import ChatPane
 from app.config import AppConfig
+from app.context_status import ContextStatusRegistry
 from app.data_dialog import DataLocationsDialog
 from app.engine_worker import EngineHost
 from app.model_control import ModelControl, gguf_paths
@@ -168,7 +169,7 @@ class MainWindow(ShellMixin, QMainWindow):
         self.setup = ModelSetup(self.host, self.status.model, self)
         w = self.worker
         w.ready.connect(self._on_ready)
-        w.cache_states.connect(self.sidebar.set_badges)
+        self._connect_context_status()
         w.rebuilding.connect(self._on_rebuilding)
         self.turns.accepted.connect(self._on_accepted)
         self.turns.finished.connect(self._on_turn_finished)
@@ -176,6 +177,11 @@ class MainWindow(ShellMixin, QMainWindow):
         self.chat.show_requested.connect(self.open_conversation)
         self.chat.state_changed.connect(self._update_actions)
         self.chat.retitled.connect(self._update_title)
+
+    def _connect_context_status(self) -> None:
+        """The sidebar's badges come from the one registry the browser reads too (app/context_status.py)."""
+        self.contexts = ContextStatusRegistry(self.worker, self)
+        self.contexts.changed.connect(lambda _ids: self.sidebar.set_badges(self.contexts.badges()))
 
     # state ------------------------------------------------------------------------------------------------
     def _restore_state(self) -> None:
@@ -354,7 +360,7 @@ class MainWindow(ShellMixin, QMainWindow):
         from app.browser import BrowserWindow
 
         if self.browser is None:
-            self.browser = BrowserWindow(self.store, self.host, self)
+            self.browser = BrowserWindow(self.store, self.host, self, contexts=self.contexts)
             self.browser.open_requested.connect(self.open_conversation)
             self.browser.conversations_changed.connect(self._sync_list)
         self.browser.show()

@@ -9,6 +9,7 @@ header.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
 from PySide6.QtCore import QEvent, QModelIndex, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPalette
@@ -34,13 +35,15 @@ PINNED_ROLE = Qt.ItemDataRole.UserRole + 6
 HEADER_ROLE = Qt.ItemDataRole.UserRole + 7  # the group name drawn above this chat (its group's first), else None
 PINNED, TODAY, YESTERDAY, PREVIOUS_WEEK, OLDER = "Pinned", "Today", "Yesterday", "Previous 7 days", "Older"
 # White text on each badge reads at ≥ 4.5:1 (tests/test_app_shell.py checks).
-BADGE_COLORS = {"live": "#23804a", "saved": "#3566b0", "stale": "#9a6a12", "rebuilding": "#7d4fb8", "none": "#6b6b6b"}
+BADGE_COLORS = {"live": "#23804a", "saved": "#3566b0", "stale": "#9a6a12", "rebuilding": "#7d4fb8", "none": "#6b6b6b",
+                "damaged": "#c0392b"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
     "saved": "saved context on disk: reopens without re-reading",
     "stale": "saved context only from another model (kept for it): this model reads the chat anew",
     "rebuilding": "the context is being rebuilt",
     "none": "no saved context: it will be read from scratch",
+    "damaged": "the saved context failed its check: it is rebuilt when the chat is opened",
 }
 
 
@@ -193,7 +196,7 @@ class ConversationList(QListWidget):
         finally:
             self.blockSignals(False)
 
-    def set_badges(self, states: dict[str, ContextState]) -> None:
+    def set_badges(self, states: Mapping[str, ContextState]) -> None:
         """Conversations not named get "none" (unless rebuilding) and keep the token count they had."""
         for i in range(self.count()):
             item = self.item(i)

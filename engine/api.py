@@ -49,6 +49,7 @@ from engine.errors import (
     PromptError,
     TurnCancelledError,
 )
+from engine.import_dedupe import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates
 from engine.importer import import_conversations
 from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
@@ -58,7 +59,7 @@ from engine.preferences import CONTEXT_POLICIES, SETTING_LIMITS, LoadedPreferenc
 from engine.private_files import FILE_MODE
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
-from engine.transfer import export_json, export_markdown, import_json, to_document
+from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
 from engine.turn_lock import DEFAULT_TURN_WAIT_S, TurnLock
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -122,6 +123,8 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
     "save_preferences",
+    # imports of conversations already here (engine/import_dedupe.py)
+    "COPY_SUFFIX", "DuplicatePolicy", "apply_duplicates", "find_duplicates", "read_document",
 ]
 
 

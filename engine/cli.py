@@ -258,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cli_store.cmd_conversations_show)
     imp = csub.add_parser("import", parents=[common], help="import a JSON export (validated; all or nothing)")
     imp.add_argument("file", metavar="FILE.json")
+    imp.add_argument("--duplicates", choices=["skip", "copy"], default="skip",
+                     help='conversations already here (same id or same content): skip them (default), or import '
+                          'them as copies titled "<title> (imported)"')
     imp.set_defaults(func=cli_store.cmd_conversations_import)
 
     db = sub.add_parser("db", parents=[common], help="check, back up or restore the conversation database")

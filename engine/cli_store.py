@@ -15,7 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-from engine.api import Hearth, HearthPaths, ModelLibrary, import_json, model_key_for
+from engine.api import (
+    DuplicatePolicy,
+    Hearth,
+    HearthPaths,
+    ModelLibrary,
+    apply_duplicates,
+    find_duplicates,
+    import_conversations,
+    model_key_for,
+    read_document,
+)
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
@@ -182,12 +192,23 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
 def cmd_conversations_import(args: argparse.Namespace) -> int:
     """Import a JSON export: the same batched, all-or-nothing engine path as the window's; progress on
     stderr like every long CLI step; a bad file exits non-zero with one line naming the problem."""
+    conversations = read_document(Path(args.file))  # validated before the database is opened
     store = ConversationStore(data_paths(args).conversations_db)
     try:
-        ids = import_json(store, Path(args.file), progress=Progress("importing"))
+        duplicates = find_duplicates(store, conversations)
+        policy = DuplicatePolicy(getattr(args, "duplicates", DuplicatePolicy.SKIP))
+        ids = import_conversations(store, apply_duplicates(conversations, duplicates, policy),
+                                   progress=Progress("importing"))
     finally:
         store.close()
-    emit(args, {"imported": len(ids), "ids": ids}, f"imported {len(ids)} conversation(s)")
+    skipped = len(duplicates) if policy is DuplicatePolicy.SKIP else 0
+    copied = len(duplicates) if policy is DuplicatePolicy.COPY else 0
+    text = f"imported {len(ids)} conversation(s)"
+    if skipped:
+        text += f"; skipped {skipped} already here (--duplicates copy imports them as copies)"
+    elif copied:
+        text += f", {copied} of them as copies of conversations already here"
+    emit(args, {"imported": len(ids), "ids": ids, "skipped": skipped, "copied": copied}, text)
     return 0
 
 

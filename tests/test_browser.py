@@ -320,7 +320,7 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
 
 def import_bundle(qtbot, browser, path, trust=None) -> list[str]:
     """Start a bundle import and wait for its conversations (the import thread's part) to land."""
-    assert browser.import_bundle(str(path), trust=trust)
+    assert browser.import_bundle(str(path), trust=trust, duplicates="copy")  # chats already here: copies
     qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
     return browser.imported_ids
 

@@ -116,7 +116,7 @@ def test_the_cli_imports_a_good_file(tmp_path):
     path = write_doc(tmp_path / "good.json", [conversation(i) for i in range(3)])
     proc = cli("conversations", "import", str(path), "--data-dir", str(tmp_path / "home"), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"imported": 3, "ids": ["c0", "c1", "c2"]}
+    assert json.loads(proc.stdout) == {"imported": 3, "ids": ["c0", "c1", "c2"], "skipped": 0, "copied": 0}
 
 
 # large imports ------------------------------------------------------------------------------------------
