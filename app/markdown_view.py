@@ -103,16 +103,17 @@ def highlight(code: str, language: str, dark: bool, background: str, text: str) 
     except ClassNotFound:
         return html.escape(code)
     colours = _token_colours(dark, background, text)
-    out = []
+    runs: list[list] = []  # [css, text]: neighbouring tokens of one look share a span (fewer to lay out)
     for ttype, value in lexer.get_tokens(code):
         colour, bold, italic = colours.get(ttype, (None, False, False))
-        piece = html.escape(value)
-        if (colour or bold or italic) and not value.isspace():
-            css = (f"color:{colour};" if colour else "") + ("font-weight:bold;" if bold else "") + \
-                  ("font-style:italic;" if italic else "")
-            piece = f'<span style="{css}">{piece}</span>'
-        out.append(piece)
-    return "".join(out)
+        css = (f"color:{colour};" if colour else "") + ("font-weight:bold;" if bold else "") + \
+              ("font-style:italic;" if italic else "")
+        if runs and (runs[-1][0] == css or value.isspace()):  # spaces take the look of what they follow
+            runs[-1][1] += value
+        else:
+            runs.append([css, value])
+    return "".join(f'<span style="{css}">{html.escape(value)}</span>' if css else html.escape(value)
+                   for css, value in runs)
 
 
 # Markdown ------------------------------------------------------------------------------------------------------
@@ -192,13 +193,14 @@ def _parser() -> MarkdownIt:
 _MD = _parser()
 
 
-def render(text: str, palette: QPalette) -> Rendered:
-    """The message as a full HTML document, with the exact text of each code block (for its Copy link)."""
-    env = {"palette": palette, "codes": []}
+def render(text: str, palette: QPalette, first_code: int = 0) -> Rendered:
+    """The message as a full HTML document, with the exact text of each code block (for its Copy link).
+    ``first_code``: the index of its first code block's Copy link (a part of a message rendered on its own)."""
+    env = {"palette": palette, "codes": [None] * first_code}
     body = _MD.render(text, env)
     body = body.replace("<table>", '<table class="md" border="1" cellspacing="0" cellpadding="4">')
     return Rendered(f"<html><head><style>{style_sheet(palette)}</style></head><body>{body}</body></html>",
-                    env["codes"])
+                    env["codes"][first_code:])
 
 
 def to_html(text: str, palette: QPalette) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QPalette, QTextCursor, QTextDocument, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
@@ -79,6 +79,7 @@ class MessageBody(QTextBrowser):
 
 
 class MessageWidget(QFrame):
+    _redrawing = False
     copy_requested = Signal(str)
     edit_requested = Signal(int)  # message seq
     regenerate_requested = Signal()
@@ -89,6 +90,7 @@ class MessageWidget(QFrame):
         self.seq, self.role, self.text = seq, role, text
         self.codes: list[str] = []  # the exact text of each code block shown, for its Copy link
         self.editing = False
+        self._colours = self._palette_key()  # the palette its text and frame were drawn with
         self.setObjectName(f"message-{role}")
         self.setFrameShape(QFrame.Shape.StyledPanel if role == "user" else QFrame.Shape.NoFrame)
         layout = QVBoxLayout(self)
@@ -139,6 +141,27 @@ class MessageWidget(QFrame):
             self.body.setHtml(rendered.html)
         else:
             self.body.setPlainText(text)
+
+    def _palette_key(self) -> tuple[str, str, str]:
+        p = self.palette()
+        return tuple(p.color(r).name() for r in (QPalette.ColorRole.Base, QPalette.ColorRole.Text,
+                                                 QPalette.ColorRole.Highlight))
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """A new palette (the light/dark theme changed): draw the code colours and the edit frame again."""
+        super().changeEvent(event)
+        if event.type() != QEvent.Type.PaletteChange or self._redrawing or not hasattr(self, "_colours"):
+            return
+        self._redrawing = True  # reading the palette or setting a style sheet may send this event again
+        try:
+            if self._palette_key() != self._colours:
+                self._colours = self._palette_key()
+                if self.role == "assistant" and self.text:
+                    self.set_text(self.text)
+                if self.editing:
+                    self.set_editing(True)
+        finally:
+            self._redrawing = False
 
     def _copy_code(self, index: int) -> None:
         if 0 <= index < len(self.codes):

@@ -36,6 +36,20 @@ def light_palette() -> QPalette:
     return p
 
 
+def fragment_colours(body) -> dict[str, str]:
+    """Each run of text in a message body → its foreground colour."""
+    out = {}
+    block = body.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            out.setdefault(frag.text().strip(), frag.charFormat().foreground().color().name())
+            it += 1
+        block = block.next()
+    return out
+
+
 def anchor_point(body, href: str) -> QPoint:
     """Where the link ``href`` is drawn in a message body's viewport."""
     doc = body.document()
@@ -65,8 +79,9 @@ def test_code_blocks_are_highlighted_labelled_and_each_copy_link_copies_exactly_
     text = w.body.toPlainText()
     assert "python" in text and "bash" in text and text.count("Copy") == 2  # the label and link per block
     # highlighted: the keyword is drawn in a colour of its own, unlike the plain text around it
-    html = w.body.toHtml()
-    assert re.search(r'<span style="[^"]*color:#[0-9a-f]{6}[^"]*">def</span>', html)
+    colours = fragment_colours(w.body)
+    # the keyword, the function's name, a string and a comment each in a colour of its own
+    assert len({colours["def"], colours["add"], colours['"hi"'], colours["# sum"], colours["Two ways:"]}) == 5
     QGuiApplication.clipboard().setText("")
     qtbot.waitUntil(lambda: w.body.height() > 100, timeout=TIMEOUT)
     qtbot.mouseClick(w.body.viewport(), Qt.MouseButton.LeftButton, pos=anchor_point(w.body, "copy:1"))
@@ -99,6 +114,15 @@ def test_code_colours_come_from_the_palette_and_stay_readable_on_light_and_dark(
     # a dark palette gets a dark block, a light one a light block: never a fixed white or black
     assert QColor(code_background(dark_palette())).lightness() < 60
     assert QColor(code_background(light_palette())).lightness() > 200
+
+
+def test_a_new_palette_redraws_the_code_colours(qtbot):
+    w = MessageWidget(1, "assistant", CODE_REPLY)
+    qtbot.addWidget(w)
+    w.setPalette(light_palette())
+    assert f'bgcolor="{code_background(light_palette())}"' in w.body.toHtml()
+    w.setPalette(dark_palette())  # the theme switched to dark
+    assert f'bgcolor="{code_background(dark_palette())}"' in w.body.toHtml()
 
 
 def test_an_unknown_language_is_shown_plain_and_escaped(qapp):
