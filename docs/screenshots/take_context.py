@@ -52,8 +52,8 @@ def main() -> None:
     w.store.set_settings(stop_chat, {"temperature": 0.6, "seed": 11, "max_new_tokens": 60})
     ask_until(w, w.transcript.context_limit.isVisible)
     wait_until(lambda: not w.transcript.loading)
-    time.sleep(0.2)
-    wait_until(lambda: True)
+    settle = time.monotonic() + 0.8  # layouts and the scroll to the block finish over several event-loop turns
+    wait_until(lambda: time.monotonic() > settle)
     w.grab().save(str(HERE / "context-limit.png"))
 
     drop_chat = w.new_chat()

@@ -59,9 +59,10 @@ def dark_palette():
     return p
 
 
-def settle() -> None:
-    time.sleep(0.2)
-    wait_until(lambda: True)
+def settle(seconds: float = 0.8) -> None:
+    """Turn the event loop for a while: layouts and scrolling finish over several turns."""
+    end = time.monotonic() + seconds
+    wait_until(lambda: time.monotonic() > end)
 
 
 def main() -> None:
