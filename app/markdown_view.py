@@ -153,7 +153,7 @@ def _linkify(state) -> None:
         block.children = children
 
 
-def _code_block(code: str, language: str, env: dict) -> str:
+def _code_block(code: str, language: str, env: dict, writing: bool = False) -> str:
     palette: QPalette = env["palette"]
     codes: list[str] = env["codes"]
     index = len(codes)
@@ -167,6 +167,12 @@ def _code_block(code: str, language: str, env: dict) -> str:
     caption = (f'<table width="100%" cellpadding="0" cellspacing="0"><tr><td class="lang">{label}</td>'
                f'<td align="right"><a class="copy" style="color:{link}" href="{COPY_SCHEME}:{index}" '
                f'title="Copy this code">Copy</a></td></tr></table>')
+    if writing:
+        # The block the model is still writing: a shaded <pre> without the table, so the lines that stream
+        # in are appended without laying the table out again (see MessageWidget.show_partial); it gets
+        # its table, padding and Copy link when its fence closes.
+        return (f'<p class="lang">{label} · writing…</p>'
+                f'<pre style="background-color:{bg}">{body}</pre>\n')
     # Qt's rich text honours bgcolor and cellpadding on tables, not CSS padding on <pre>.
     return (f'<table class="code" width="100%" cellpadding="8" cellspacing="0" bgcolor="{bg}"><tr><td>'
             f"{caption}<pre>{body}</pre></td></tr></table>\n")
@@ -175,7 +181,8 @@ def _code_block(code: str, language: str, env: dict) -> str:
 def _fence(_renderer, tokens, idx, _options, env) -> str:
     tok = tokens[idx]
     language = tok.info.strip().split(maxsplit=1)[0] if tok.info.strip() else ""
-    return _code_block(tok.content, language, env)
+    writing = env.get("open_fence", False) and not any(t.type == "fence" for t in tokens[idx + 1:])
+    return _code_block(tok.content, language, env, writing)
 
 
 def _indented(_renderer, tokens, idx, _options, env) -> str:
@@ -196,11 +203,44 @@ _MD = _parser()
 def render(text: str, palette: QPalette, first_code: int = 0) -> Rendered:
     """The message as a full HTML document, with the exact text of each code block (for its Copy link).
     ``first_code``: the index of its first code block's Copy link (a part of a message rendered on its own)."""
-    env = {"palette": palette, "codes": [None] * first_code}
+    env = {"palette": palette, "codes": [None] * first_code, "open_fence": in_open_fence(text)}
     body = _MD.render(text, env)
     body = body.replace("<table>", '<table class="md" border="1" cellspacing="0" cellpadding="4">')
     return Rendered(f"<html><head><style>{style_sheet(palette)}</style></head><body>{body}</body></html>",
                     env["codes"][first_code:])
+
+
+_INLINE_MARKUP = set("*_`[]<>#|~\\!&:")  # characters that can change how the text before them renders
+
+
+def in_open_fence(text: str) -> bool:
+    """Whether ``text`` ends inside a fenced code block that is not closed yet."""
+    fence = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if fence:
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = ""
+        elif stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+    return bool(fence)
+
+
+def appendable(previous: str, text: str) -> str | None:
+    """How a reply being written grew, when appending the new characters as they are shows the same as
+    rendering it again: more lines of a code block still open, or plain words in the paragraph being
+    written. None when it needs rendering again (a block began or ended, Markdown may apply)."""
+    if not previous or not text.startswith(previous) or len(text) == len(previous):
+        return None
+    added = text[len(previous):]
+    if in_open_fence(previous):
+        lines_after = previous.rsplit("\n", 1)[-1] + added
+        fence_marker = any(line.lstrip().startswith(("```", "~~~")) for line in lines_after.split("\n"))
+        return added if not fence_marker and in_open_fence(text) else None
+    if previous.endswith("\n") or "\n" in added or _INLINE_MARKUP & set(added) or "http" in added \
+            or _INLINE_MARKUP & set(previous[-2:]):
+        return None
+    return added
 
 
 def to_html(text: str, palette: QPalette) -> str:

@@ -11,7 +11,15 @@ import logging
 import time
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QPalette, QTextCursor, QTextDocument, QTextOption
+from PySide6.QtGui import (
+    QDesktopServices,
+    QGuiApplication,
+    QPalette,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -25,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context_blocks import ContextLimitBlock, UnansweredBlock, ViewMarker
-from app.markdown_view import OPENABLE_SCHEMES, copy_index, render
+from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, render
 
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
 STREAM_RENDER_MS = 50
@@ -162,6 +170,28 @@ class MessageWidget(QFrame):
                     self.set_editing(True)
         finally:
             self._redrawing = False
+
+    def show_partial(self, text: str) -> None:
+        """A reply being written, redrawn every 50 ms: when it only grew by more lines of the code block
+        being written or more plain words, those characters are appended to what is drawn (laying out a
+        long reply with its code blocks again costs tens of ms each time); else it is drawn whole. Its
+        final text is drawn whole (``set_text``), highlighted."""
+        added = appendable(self.text, text) if self.role == "assistant" else None
+        if added is None:
+            self.set_text(text)
+            return
+        cursor = QTextCursor(self.body.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)  # the block being written ends the document
+        plain = QTextCharFormat(cursor.charFormat())  # the code font (or the paragraph's), not a token's colour
+        plain.setForeground(self.palette().color(QPalette.ColorRole.Text))
+        plain.setFontWeight(400)
+        plain.setFontItalic(False)
+        plain.setAnchor(False)
+        plain.setAnchorHref("")
+        cursor.insertText(added, plain)
+        self.text = text
+        if in_open_fence(text) and self.codes:
+            self.codes[-1] += added  # the Copy link of the block being written copies what is there
 
     def _copy_code(self, index: int) -> None:
         if 0 <= index < len(self.codes):
@@ -446,7 +476,7 @@ class TranscriptView(QScrollArea):
             self._render_timer.stop()
             return
         at_bottom = self._at_bottom()
-        self._streaming.set_text(self._pending)
+        self._streaming.show_partial(self._pending)
         if at_bottom:
             self.scroll_to_bottom()
 

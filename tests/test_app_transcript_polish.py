@@ -264,3 +264,46 @@ def test_defect14_edit_mode_puts_the_caret_at_the_end_and_highlights_the_message
     w.chat.escape()
     assert w.chat.editing is None and not user.editing and user.styleSheet() == ""
     assert not w.edit_note.isVisible()
+
+
+def test_the_new_controls_have_accessible_names(qtbot):
+    from PySide6.QtWidgets import QPushButton
+
+    from app.context_blocks import ContextLimitBlock, UnansweredBlock
+
+    for block in (ContextLimitBlock(), UnansweredBlock()):
+        qtbot.addWidget(block)
+        buttons = block.findChildren(QPushButton)
+        assert buttons and all(b.accessibleName() for b in buttons)
+        assert block.accessibleName()
+
+
+def test_a_streamed_reply_appends_what_it_can_and_shows_the_same_as_drawing_it_whole(qtbot):
+    streamed, whole = MessageWidget(-1, "assistant", ""), MessageWidget(-1, "assistant", "")
+    for w in (streamed, whole):
+        qtbot.addWidget(w)
+        w.resize(700, 400)
+    for at in range(1, len(CODE_REPLY) + 1, 7):  # the reply arrives a few characters at a time
+        part = CODE_REPLY[:at]
+        streamed.show_partial(part)
+        whole.set_text(part)
+        # (a code line's newline shows at once when appended; drawn whole, it waits for the next line)
+        assert streamed.body.toPlainText().rstrip("\n") == whole.body.toPlainText().rstrip("\n"), part
+    midway = CODE_REPLY[:CODE_REPLY.index("return")]  # inside the first code block
+    whole.set_text(midway)
+    assert "python · writing…" in whole.body.toPlainText()  # the open block: no Copy link yet
+    streamed.set_text(CODE_REPLY)  # the end of the stream: drawn whole, highlighted, with its Copy links
+    assert streamed.codes == ['def add(a, b):\n    return a + b  # sum', 'echo "hi" | wc -c']
+
+
+def test_only_growth_that_renders_the_same_is_appended(qapp):
+    from app.markdown_view import appendable
+
+    assert appendable("Hello wor", "Hello world and") == "ld and"
+    assert appendable("```py\nx = 1", "```py\nx = 1\ny = 2") == "\ny = 2"  # more lines of an open block
+    assert appendable("```py\nx = 1\n", "```py\nx = 1\n```") is None  # the block closed
+    assert appendable("Hello wor", "Hello **world") is None  # Markdown may apply
+    assert appendable("Hello wor", "Goodbye") is None  # not a continuation: drawn whole
+    assert appendable("Hello", "Hello\nthere") is None  # a new line outside code
+    assert appendable("see ht", "see http://x") is None  # a URL in the making
+    assert appendable("", "Hi") is None
