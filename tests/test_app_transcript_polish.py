@@ -307,3 +307,32 @@ def test_only_growth_that_renders_the_same_is_appended(qapp):
     assert appendable("Hello", "Hello\nthere") is None  # a new line outside code
     assert appendable("see ht", "see http://x") is None  # a URL in the making
     assert appendable("", "Hi") is None
+
+
+def test_clicking_a_bare_url_opens_it_through_the_desktop(qtbot):
+    from PySide6.QtCore import QObject, Slot
+    from PySide6.QtGui import QDesktopServices
+
+    class Opened(QObject):  # Qt's own hook for where a scheme's URLs go (instead of a browser, in a test)
+        def __init__(self):
+            super().__init__()
+            self.urls: list[str] = []
+
+        @Slot(QUrl)
+        def open(self, url: QUrl) -> None:
+            self.urls.append(url.toString())
+
+    opened = Opened()
+    QDesktopServices.setUrlHandler("https", opened, "open")
+    try:
+        view = TranscriptView()
+        qtbot.addWidget(view)
+        view.resize(700, 500)
+        view.show()
+        w = view.add(2, "assistant", "Docs at https://docs.python.org/3/.")
+        href = "https://docs.python.org/3/"
+        qtbot.waitUntil(lambda: w.body.anchorAt(anchor_point(w.body, href)) == href, timeout=TIMEOUT)
+        qtbot.mouseClick(w.body.viewport(), Qt.MouseButton.LeftButton, pos=anchor_point(w.body, href))
+        assert opened.urls == ["https://docs.python.org/3/"]
+    finally:
+        QDesktopServices.unsetUrlHandler("https")
