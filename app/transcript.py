@@ -377,6 +377,7 @@ class TranscriptView(QScrollArea):
     def hide_context_limit(self) -> None:
         self._layout.removeWidget(self.context_limit)
         self.context_limit.hide()
+        self.empty_hint.setVisible(not self.messages)
 
     def show_unanswered(self, reason: str = "") -> None:
         """The block under a last message that has no reply: answer it now, or edit it."""
@@ -387,10 +388,12 @@ class TranscriptView(QScrollArea):
     def hide_unanswered(self) -> None:
         self._layout.removeWidget(self.unanswered)
         self.unanswered.hide()
+        self.empty_hint.setVisible(not self.messages)
 
     def _show_last(self, block: QWidget) -> None:
         self._layout.removeWidget(block)
         self._layout.insertWidget(self._layout.count() - 1, block)  # after the last message
+        self.empty_hint.hide()  # "Start the conversation below." above an error reads wrong
         block.show()
         self.scroll_to_bottom()
 

@@ -174,6 +174,7 @@ def test_defect3_over_long_message_is_an_error_block_with_actions_and_no_empty_r
     assert "too long" in block.title.text() and "but the model reads at most 256" in block.message.text()
     assert block.edit_button.isVisible()
     assert w.transcript.messages == []  # no empty "…" reply, no unstored message left behind
+    assert w.transcript.empty_hint.isHidden()  # not "Start the conversation below." above the error
     assert w.store.messages(conv) == [] and w.composer.toPlainText() == long_message
     assert not w.transcript.horizontalScrollBar().isVisible()
     assert w.transcript.widget().width() <= w.transcript.viewport().width()
