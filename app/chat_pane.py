@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QPalette, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.banner import CacheBanner
 from app.composer import Composer
+from app.context_blocks import too_long_alone_text
 from app.find_bar import FindBar
 from app.status import StatusLine
 from app.text import duration, turn_note
@@ -43,6 +45,8 @@ class ChatPane(QWidget):
         self._limit_hit: ContextLimitHit | None = None  # the refusal the error block is about
         self._continuable: dict[str, int] = {}  # chat → the seq of its last reply, stopped by the length limit
         self._tooled: MessageWidget | None = None  # the reply showing ‹ 2/3 › and Continue
+        self._limits: dict[str, ContextLimitHit] = {}  # chat → its last refusal, shown again on coming back
+        self._no_reply_reasons: dict[str, str] = {}  # chat → why its last message has no reply, when known
         self._build()
         t = turns
         t.started.connect(self._on_started)
@@ -76,8 +80,11 @@ class ChatPane(QWidget):
         self.prefill_bar.setAccessibleName("Reading the conversation")
         self.prefill_bar.hide()
         rv.addWidget(self.prefill_bar)
-        self.edit_note = QLabel("Editing a message: sending replaces it and every reply after it (Esc cancels).")
-        self.edit_note.setEnabled(False)
+        self.edit_note = QLabel("<b>Editing your message</b> — Enter saves it and sends it again (the replies "
+                                "after it are replaced) · Esc cancels")
+        self.edit_note.setObjectName("editNote")
+        self.edit_note.setWordWrap(True)
+        self.edit_note.setAccessibleName("Editing a message: Enter saves and sends it again, Esc cancels")
         self.edit_note.hide()
         rv.addWidget(self.edit_note)
         row = QHBoxLayout()
@@ -106,6 +113,9 @@ class ChatPane(QWidget):
         self.transcript.continue_requested.connect(self.continue_reply)
         self.transcript.context_limit.new_chat_requested.connect(self.new_chat_with_system_prompt)
         self.transcript.context_limit.drop_oldest_requested.connect(self.drop_oldest_and_retry)
+        self.transcript.context_limit.edit_requested.connect(self.edit_given_back)
+        self.transcript.unanswered.answer_requested.connect(self.answer_unanswered)
+        self.transcript.unanswered.edit_requested.connect(self.edit_unanswered)
 
     # what is shown ------------------------------------------------------------------------------------------
     def show_chat(self, conversation: str | None) -> None:
@@ -138,6 +148,31 @@ class ChatPane(QWidget):
                 self.transcript.add_pending(turn.pending, "waiting for another Hearth process…" if turn.waiting
                                             else "sending…")
             self.transcript.begin_stream(turn.reply)
+        else:
+            self._offer_next_step()
+
+    def _offer_next_step(self) -> None:
+        """Under the last message, when no turn is writing into the chat: the refusal it last had (a chat
+        too long for the model), or, when the last message has no reply, a way to answer or edit it."""
+        conv = self.conversation
+        if conv is None or self.turns.running(conv):
+            return
+        entries = self.transcript.entries()
+        if conv in self._limits:
+            hit = self._limits[conv]
+            self._limit_hit = hit
+            # A message refused in a chat with no earlier ones is too long by itself: dropping older
+            # messages or a new chat cannot help (the engine's "stop" wording suggests both).
+            earlier = sum(role == "user" for _seq, role, _text in entries) - (hit.message is None)
+            message = str(hit.error)
+            if hit.error.policy == ContextPolicy.STOP and earlier <= 0:
+                message = too_long_alone_text(hit.error.tokens, hit.error.limit)
+            self.transcript.show_context_limit(message, can_drop=hit.error.policy == ContextPolicy.STOP
+                                               and earlier > 0)
+        elif entries and entries[-1][1] == "user":
+            self.transcript.show_unanswered(self._no_reply_reasons.get(conv, ""))
+        else:
+            self.transcript.hide_unanswered()
 
     def refresh(self) -> None:
         """Show what is stored now, if it differs from what is shown (turns added by another process),
@@ -258,14 +293,47 @@ class ChatPane(QWidget):
             return
         self.editing = seq
         self.composer.setPlainText(message.content)
-        self.composer.setFocus()
+        self._focus_composer_at_end()
+        self.transcript.set_editing(seq)
+        hl = self.palette().color(QPalette.ColorRole.Highlight)
+        # Normal text contrast on a highlight tint, matching the frame around the message being edited.
+        self.edit_note.setStyleSheet(f"#editNote {{ border-left: 3px solid {hl.name()}; padding: 4px 8px; "
+                                     f"background-color: rgba({hl.red()}, {hl.green()}, {hl.blue()}, 0.12); }}")
         self.edit_note.show()
+
+    def _focus_composer_at_end(self) -> None:
+        """Focus the message box with the caret after the text: where one goes on typing."""
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)
+        self.composer.setFocus()
+        self.composer.ensureCursorVisible()
 
     def cancel_edit(self) -> None:
         if self.editing is not None:
             self.editing = None
             self.composer.clear()
+        self.transcript.set_editing(None)
         self.edit_note.hide()
+
+    def edit_given_back(self) -> None:
+        """The refused message is back in the message box: go and change it there."""
+        self._focus_composer_at_end()
+
+    def edit_unanswered(self) -> None:
+        last = self.transcript.entries()[-1:]
+        if last and last[0][1] == "user":
+            self.begin_edit(last[0][0])
+
+    def answer_unanswered(self) -> None:
+        """Have the model answer the last message, which has none (its turn failed or was stopped)."""
+        conv = self.conversation
+        if conv is None or self.busy:
+            return
+        self.sending.emit()
+        messages = self.store.messages(conv)
+        if not messages or messages[-1].role != "user":
+            self.render(self.stored(conv))  # answered meanwhile (another process): show what is stored
+            return
+        self.turns.answer(conv)
 
     def stop(self) -> None:
         """Stop this chat's reply, prefill or rebuild."""
@@ -303,8 +371,11 @@ class ChatPane(QWidget):
 
     # turns ----------------------------------------------------------------------------------------------------
     def _on_started(self, conversation: str) -> None:
+        self._limits.pop(conversation, None)
+        self._no_reply_reasons.pop(conversation, None)
         if conversation == self.conversation:
             self.transcript.hide_context_limit()
+            self.transcript.hide_unanswered()
             turn = self.turns.turn(conversation)
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "sending…")
@@ -353,7 +424,9 @@ class ChatPane(QWidget):
             self.prefill_bar.hide()
             if finished.reply_seq is None:  # stopped before a word: nothing was stored (a regenerate's reply is back)
                 self.transcript.remove(self.transcript.stream_widget)
-                self.refresh()
+                self._no_reply_reasons[conversation] = "The reply was stopped before its first word."
+                self.refresh()  # a regenerate stopped before a word: the earlier reply is back
+                self._offer_next_step()
             else:
                 self.transcript.end_stream(finished.reply, turn_note(finished), finished.reply_seq)
             self.status.finished(finished)
@@ -364,8 +437,12 @@ class ChatPane(QWidget):
         self.update_buttons()
 
     def _on_failed(self, conversation: str, message: str) -> None:
+        """The turn failed after its message was stored: no empty reply stays behind; the message's block
+        says why and offers to answer it again (also when the chat is opened later)."""
+        self._no_reply_reasons[conversation] = message
         if conversation == self.conversation:
-            self.transcript.end_stream("", f"⚠ {message}")
+            self.transcript.remove(self.transcript.stream_widget)
+            self._offer_next_step()
         self._problem(conversation, message)
 
     def _on_live(self, conversation: str, figures: object) -> None:
@@ -397,10 +474,10 @@ class ChatPane(QWidget):
     def _on_context_full(self, conversation: str, hit: ContextLimitHit) -> None:
         """A turn was refused because the chat is too long: an error block with the ways on, not a status line."""
         self._give_back(conversation, hit.message)
-        self._limit_hit = hit
+        self._limits[conversation] = hit
         self.prefill_bar.hide()
         self.status.say("")
-        self.transcript.show_context_limit(str(hit.error), can_drop=hit.error.policy == ContextPolicy.STOP)
+        self._offer_next_step()
         self.update_buttons()
 
     def new_chat_with_system_prompt(self) -> None:
@@ -410,6 +487,7 @@ class ChatPane(QWidget):
         if source is None:
             return
         self.transcript.hide_context_limit()
+        self._limits.pop(hit.conversation, None)
         conv = self._new_chat()
         try:
             self.store.set_system_prompt(conv, source.system_prompt)
@@ -430,6 +508,7 @@ class ChatPane(QWidget):
             QMessageBox.warning(self, "Hearth", f"The chat's setting could not be saved: {exc}")
             return
         self._limit_hit = None
+        self._limits.pop(conv.id, None)
         self.transcript.hide_context_limit()
         if hit.message is None:
             self.turns.answer(conv.id)

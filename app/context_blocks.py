@@ -1,6 +1,7 @@
 """What the transcript shows when a chat outgrows the model's context: a marker above the first message
 the model still reads ("12 earlier messages are outside the model's view"), and, when a turn was
-refused because the chat no longer fits, an error block offering the two ways on."""
+refused because the chat no longer fits, an error block offering the ways on; and under a last message
+that has no reply (a failed or stopped turn, a chat reopened later), a block to answer it or edit it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ def outside_view_text(count: int) -> str:
     if count == 1:
         return "1 earlier message is outside the model's view"
     return f"{count:,} earlier messages are outside the model's view"
+
+
+def too_long_alone_text(tokens: int, limit: int) -> str:
+    return (f"Your message and the system prompt are {tokens:,} tokens, but the model reads at most {limit:,}. "
+            "Shorten the message, or send it in parts.")
 
 
 class ViewMarker(QWidget):
@@ -46,12 +52,22 @@ class ViewMarker(QWidget):
         self.setAccessibleName(outside_view_text(count))
 
 
+def _button(label: str, tip: str, slot) -> QPushButton:
+    b = QPushButton(label)
+    b.setAccessibleName(label)
+    b.setToolTip(tip)
+    b.clicked.connect(slot)
+    return b
+
+
 class ContextLimitBlock(QFrame):
-    """The chat is longer than the model reads: the engine's explanation and, where they help, a new
-    chat with the same system prompt or letting this chat drop its oldest messages (and retry)."""
+    """The chat is longer than the model reads: the engine's explanation and the ways on: edit the message
+    (it waits in the message box), and where they help, a new chat with the same system prompt or letting
+    this chat drop its oldest messages (and retry)."""
 
     new_chat_requested = Signal()
     drop_oldest_requested = Signal()
+    edit_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -69,8 +85,13 @@ class ContextLimitBlock(QFrame):
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         outer.addWidget(self.message)
         row = QHBoxLayout()
-        self.new_chat_button = QPushButton("Start a new chat with this system prompt")
-        self.new_chat_button.setAccessibleName("Start a new chat with this system prompt")
+        self.edit_button = _button("Edit the message", "Your message is back in the message box: shorten it "
+                                   "and send it again", self.edit_requested)
+        row.addWidget(self.edit_button)
+        self.new_chat_button = QPushButton("Start a new chat with this message")
+        self.new_chat_button.setAccessibleName("Start a new chat with this message and system prompt")
+        self.new_chat_button.setToolTip("A new chat with this chat's system prompt and settings; your message "
+                                        "waits in its message box")
         self.new_chat_button.clicked.connect(self.new_chat_requested)
         self.drop_button = QPushButton("Drop oldest messages for this chat")
         self.drop_button.setAccessibleName("Drop oldest messages for this chat")
@@ -91,3 +112,40 @@ class ContextLimitBlock(QFrame):
         self.message.setText(message)
         self.new_chat_button.setVisible(can_drop)
         self.drop_button.setVisible(can_drop)
+        self.setAccessibleDescription(message)
+
+
+class UnansweredBlock(QFrame):
+    """The last message has no reply (its turn failed or was stopped before a word, or the app closed):
+    say so, and offer to answer it now or to edit it."""
+
+    answer_requested = Signal()
+    edit_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("unanswered")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setAccessibleName("This message has no reply yet")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(12, 8, 12, 8)
+        self.title = QLabel("<b>This message has no reply yet</b>")
+        outer.addWidget(self.title)
+        self.reason = QLabel("")
+        self.reason.setWordWrap(True)
+        self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        outer.addWidget(self.reason)
+        row = QHBoxLayout()
+        self.answer_button = _button("Answer it", "Have the model answer this message now", self.answer_requested)
+        self.edit_button = _button("Edit", "Change the message, then send it again", self.edit_requested)
+        row.addWidget(self.answer_button)
+        row.addWidget(self.edit_button)
+        row.addStretch(1)
+        outer.addLayout(row)
+        self.hide()
+
+    def set_reason(self, reason: str) -> None:
+        """Why it has none, when known (the turn's error); empty: just that it has none."""
+        self.reason.setText(reason)
+        self.reason.setVisible(bool(reason))
+        self.setAccessibleDescription(reason)

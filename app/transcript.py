@@ -7,10 +7,19 @@ arrive, so long replies never stall the event loop.
 
 from __future__ import annotations
 
+import logging
 import time
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QDesktopServices,
+    QGuiApplication,
+    QPalette,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -24,8 +33,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.alternatives import VersionSwitcher
-from app.context_blocks import ContextLimitBlock, ViewMarker
-from app.markdown_view import to_html
+from app.context_blocks import ContextLimitBlock, UnansweredBlock, ViewMarker
+from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, render
 
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
 STREAM_RENDER_MS = 50
@@ -34,12 +43,26 @@ GRAVEYARD_BATCH = 12
 UNSTORED = -1  # the seq of a message shown but not (yet) stored: a pending message, a reply being written
 
 
+def open_link(url: QUrl) -> bool:
+    """Open a link from a message outside Hearth, only if it is http, https or mailto (model output is
+    untrusted: no file:, no custom schemes). True if it was opened."""
+    if url.scheme().lower() not in OPENABLE_SCHEMES:
+        logging.getLogger(__name__).info("not opening a %r link from a message", url.scheme())
+        return False
+    return QDesktopServices.openUrl(url)
+
+
 class MessageBody(QTextBrowser):
-    """Rich text that is exactly as tall as its content."""
+    """Rich text that is exactly as tall as its content, wrapped to its width (an unbroken run of
+    characters wraps anywhere, so nothing ever needs a horizontal scrollbar)."""
+
+    code_copy_requested = Signal(int)  # the Copy link of code block N
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setOpenExternalLinks(True)
+        self.setOpenLinks(False)  # links are checked first: see open_link
+        self.anchorClicked.connect(self._on_link)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -47,6 +70,13 @@ class MessageBody(QTextBrowser):
         self.viewport().setAutoFillBackground(False)
         self.setStyleSheet("background: transparent;")
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
+
+    def _on_link(self, url: QUrl) -> None:
+        index = copy_index(url.toString())
+        if index is not None:
+            self.code_copy_requested.emit(index)
+        else:
+            open_link(url)
 
     def _fit(self, *_: object) -> None:
         self.setFixedHeight(int(self.document().size().height()) + 4)
@@ -58,6 +88,7 @@ class MessageBody(QTextBrowser):
 
 
 class MessageWidget(QFrame):
+    _redrawing = False
     copy_requested = Signal(str)
     edit_requested = Signal(int)  # message seq
     regenerate_requested = Signal()
@@ -68,6 +99,9 @@ class MessageWidget(QFrame):
         super().__init__(parent)
         self.read_only = read_only
         self.seq, self.role, self.text = seq, role, text
+        self.codes: list[str] = []  # the exact text of each code block shown, for its Copy link
+        self.editing = False
+        self._colours = self._palette_key()  # the palette its text and frame were drawn with
         self.setObjectName(f"message-{role}")
         self.setFrameShape(QFrame.Shape.StyledPanel if role == "user" else QFrame.Shape.NoFrame)
         layout = QVBoxLayout(self)
@@ -77,8 +111,10 @@ class MessageWidget(QFrame):
         head.addWidget(self.who)
         self.note = QLabel("")
         self.note.setEnabled(False)  # drawn in the palette's dim text colour
-        head.addWidget(self.note)
-        head.addStretch(1)
+        # A long note wraps and never widens the message (it pushed Copy off-screen).
+        self.note.setWordWrap(True)
+        self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        head.addWidget(self.note, 1)
         self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.text))
         head.addWidget(self.copy_button)
         self._add_reply_tools(head)
@@ -91,6 +127,7 @@ class MessageWidget(QFrame):
         layout.addLayout(head)
         self.body = MessageBody(self)
         self.body.setAccessibleName(f"{ROLE_NAMES.get(role, role)} message")
+        self.body.code_copy_requested.connect(self._copy_code)
         layout.addWidget(self.body)
         self.set_text(text)
 
@@ -107,15 +144,83 @@ class MessageWidget(QFrame):
         """Replies are Markdown; what the person typed is shown exactly as typed (and lays out ~5×
         faster, which matters for pasted pages of text)."""
         self.text = text
+        self.codes = []
         if not text:
             self.body.setHtml("<i>…</i>")
         elif self.role == "assistant":
-            self.body.setHtml(to_html(text, self.palette()))
+            rendered = render(text, self.palette())
+            self.codes = rendered.codes
+            self.body.setHtml(rendered.html)
         else:
             self.body.setPlainText(text)
 
+    def _palette_key(self) -> tuple[str, str, str]:
+        p = self.palette()
+        return tuple(p.color(r).name() for r in (QPalette.ColorRole.Base, QPalette.ColorRole.Text,
+                                                 QPalette.ColorRole.Highlight))
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """A new palette (the light/dark theme changed): draw the code colours and the edit frame again."""
+        super().changeEvent(event)
+        if event.type() != QEvent.Type.PaletteChange or self._redrawing or not hasattr(self, "_colours"):
+            return
+        self._redrawing = True  # reading the palette or setting a style sheet may send this event again
+        try:
+            if self._palette_key() != self._colours:
+                self._colours = self._palette_key()
+                if self.role == "assistant" and self.text:
+                    self.set_text(self.text)
+                if self.editing:
+                    self.set_editing(True)
+        finally:
+            self._redrawing = False
+
+    def show_partial(self, text: str) -> None:
+        """A reply being written, redrawn every 50 ms: when it only grew by more lines of the code block
+        being written or more plain words, those characters are appended to what is drawn (laying out a
+        long reply with its code blocks again costs tens of ms each time); else it is drawn whole. Its
+        final text is drawn whole (``set_text``), highlighted."""
+        added = appendable(self.text, text) if self.role == "assistant" else None
+        if added is None:
+            self.set_text(text)
+            return
+        cursor = QTextCursor(self.body.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)  # the block being written ends the document
+        plain = QTextCharFormat(cursor.charFormat())  # the code font (or the paragraph's), not a token's colour
+        plain.setForeground(self.palette().color(QPalette.ColorRole.Text))
+        plain.setFontWeight(400)
+        plain.setFontItalic(False)
+        plain.setAnchor(False)
+        plain.setAnchorHref("")
+        cursor.insertText(added, plain)
+        self.text = text
+        if in_open_fence(text) and self.codes:
+            self.codes[-1] += added  # the Copy link of the block being written copies what is there
+
+    def _copy_code(self, index: int) -> None:
+        if 0 <= index < len(self.codes):
+            self.copy_requested.emit(self.codes[index])
+
     def set_note(self, note: str) -> None:
         self.note.setText(note)
+        self.note.setToolTip(note)
+
+    def set_editing(self, editing: bool) -> None:
+        """Mark this message as the one being edited: a highlight-coloured frame and tint from the palette
+        (so it shows on light and dark themes alike)."""
+        self.editing = editing
+        if editing:
+            hl = self.palette().color(QPalette.ColorRole.Highlight)
+            name = self.objectName()
+            self.setStyleSheet(f"#{name} {{ border: 2px solid {hl.name()}; border-radius: 6px; "
+                               f"background-color: rgba({hl.red()}, {hl.green()}, {hl.blue()}, 0.12); }}")
+            self.note.setText("editing")
+            self.note.setEnabled(True)
+        else:
+            self.setStyleSheet("")
+            self.note.setEnabled(False)
+            if self.note.text() == "editing":
+                self.note.setText("")
 
     # versions of a reply and Continue (the header row) --------------------------------------------------------
     def _add_reply_tools(self, head: QHBoxLayout) -> None:
@@ -170,6 +275,8 @@ class TranscriptView(QScrollArea):
         self.setWidgetResizable(True)
         self.setAccessibleName("Conversation transcript")
         self.setFrameShape(QFrame.Shape.NoFrame)
+        # Messages wrap to the width; a sideways scrollbar only ever clipped text (defect 3).
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         inner = QWidget()
         self._layout = QVBoxLayout(inner)
         self._layout.setContentsMargins(12, 12, 12, 12)
@@ -201,6 +308,7 @@ class TranscriptView(QScrollArea):
         self._dropped = 0  # stored messages before the first one the model reads
         self.view_marker = ViewMarker(inner)
         self.context_limit = ContextLimitBlock(inner)
+        self.unanswered = UnansweredBlock(inner)
 
     # content ------------------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -208,6 +316,7 @@ class TranscriptView(QScrollArea):
         self._streaming, self._pending, self.pending_message = None, None, None
         self.set_dropped(0)
         self.hide_context_limit()
+        self.hide_unanswered()
         for w in self.messages:
             w.hide()
         self._graveyard.extend(self.messages)
@@ -308,16 +417,42 @@ class TranscriptView(QScrollArea):
 
     def show_context_limit(self, message: str, can_drop: bool) -> None:
         """The error block at the end of the chat: the turn was refused because the chat is too long."""
-        block = self.context_limit
-        block.set_problem(message, can_drop)
-        self._layout.removeWidget(block)
-        self._layout.insertWidget(self._layout.count() - 1, block)  # after the last message
-        block.show()
-        self.scroll_to_bottom()
+        self.hide_unanswered()
+        self.context_limit.set_problem(message, can_drop)
+        self._show_last(self.context_limit)
 
     def hide_context_limit(self) -> None:
         self._layout.removeWidget(self.context_limit)
         self.context_limit.hide()
+        self.empty_hint.setVisible(not self.messages)
+
+    def show_unanswered(self, reason: str = "") -> None:
+        """The block under a last message that has no reply: answer it now, or edit it."""
+        self.hide_context_limit()
+        self.unanswered.set_reason(reason)
+        self._show_last(self.unanswered)
+
+    def hide_unanswered(self) -> None:
+        self._layout.removeWidget(self.unanswered)
+        self.unanswered.hide()
+        self.empty_hint.setVisible(not self.messages)
+
+    def _show_last(self, block: QWidget) -> None:
+        self._layout.removeWidget(block)
+        self._layout.insertWidget(self._layout.count() - 1, block)  # after the last message
+        self.empty_hint.hide()  # "Start the conversation below." above an error reads wrong
+        block.show()
+        self.scroll_to_bottom()
+
+    def set_editing(self, seq: int | None) -> None:
+        """Highlight the message being edited (None: none is)."""
+        for w in self.messages:
+            if w.editing != (w.seq == seq and seq is not None):
+                w.set_editing(not w.editing)
+        if seq is not None:
+            target = next((w for w in self.messages if w.seq == seq), None)
+            if target is not None:
+                self.ensureWidgetVisible(target)
 
     def _update_regenerate(self) -> None:
         for i, w in enumerate(self.messages):
@@ -396,7 +531,7 @@ class TranscriptView(QScrollArea):
             self._render_timer.stop()
             return
         at_bottom = self._at_bottom()
-        self._streaming.set_text(self._pending)
+        self._streaming.show_partial(self._pending)
         if at_bottom:
             self.scroll_to_bottom()
 
@@ -449,7 +584,10 @@ class TranscriptView(QScrollArea):
             # A style sheet fixes a widget's palette when it is polished: polish the body again so its
             # text takes the new palette's colour.
             w.body.setStyleSheet(w.body.styleSheet())
-            if w is not self._streaming:  # the next flush renders it in the new colours anyway
+            # The next flush renders a streaming reply in the new colours anyway; a message whose own
+            # PaletteChange already redrew it is not laid out twice.
+            if w is not self._streaming and w._colours != w._palette_key():
+                w._colours = w._palette_key()
                 w.set_text(w.text)
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name

@@ -3,7 +3,8 @@
     QT_QPA_PLATFORM=offscreen python docs/screenshots/take_context.py [--data-dir .test-cache/home]
 
 The engine reads a 320-token context here so a few questions fill it. Writes context-limit.png (under
-"stop": the error block with its two buttons) and dropped-marker.png (under "drop_oldest": the marker
+"stop": the error block with its buttons), context-limit-message.png (a pasted message too long by
+itself: the block offers to edit it) and dropped-marker.png (under "drop_oldest": the marker
 above the first message the model still reads) next to this file.
 """
 
@@ -52,9 +53,22 @@ def main() -> None:
     w.store.set_settings(stop_chat, {"temperature": 0.6, "seed": 11, "max_new_tokens": 60})
     ask_until(w, w.transcript.context_limit.isVisible)
     wait_until(lambda: not w.transcript.loading)
-    time.sleep(0.2)
-    wait_until(lambda: True)
+    settle = time.monotonic() + 0.8  # layouts and the scroll to the block finish over several event-loop turns
+    wait_until(lambda: time.monotonic() > settle)
     w.grab().save(str(HERE / "context-limit.png"))
+
+    # An over-long message in a new chat: the error block says so, the message waits in the box to edit.
+    long_chat = w.new_chat()
+    w.composer.clear()
+    w.store.set_settings(long_chat, {"temperature": 0.6, "seed": 11, "max_new_tokens": 60})
+    pasted = " ".join(f"Day {i}: we walked along the river, saw the old bridge and ate in the square."
+                      for i in range(1, 40))
+    w.composer.setPlainText("Please summarise my travel diary:\n" + pasted)
+    w.composer.submit()
+    wait_until(w.transcript.context_limit.isVisible)
+    settle = time.monotonic() + 0.8
+    wait_until(lambda: time.monotonic() > settle)
+    w.grab().save(str(HERE / "context-limit-message.png"))
 
     drop_chat = w.new_chat()
     w.composer.clear()
@@ -67,7 +81,7 @@ def main() -> None:
     wait_until(lambda: True)
     w.grab().save(str(HERE / "dropped-marker.png"))
     w.close()
-    print("wrote context-limit.png and dropped-marker.png")
+    print("wrote context-limit.png, context-limit-message.png and dropped-marker.png")
 
 
 if __name__ == "__main__":
