@@ -210,6 +210,12 @@ def render(text: str, palette: QPalette, first_code: int = 0) -> Rendered:
                     env["codes"][first_code:])
 
 
+def prepare(text: str, palette: QPalette) -> None:
+    """Highlight the message's code blocks into ``highlight``'s cache (the costly part of ``render``), so
+    that rendering it later is quick: lets a caller split the work over two turns of the event loop."""
+    render(text, palette)
+
+
 _INLINE_MARKUP = set("*_`[]<>#|~\\!&:")  # characters that can change how the text before them renders
 
 

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.alternatives import VersionSwitcher
 from app.context_blocks import ContextLimitBlock, UnansweredBlock, ViewMarker
-from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, render
+from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, prepare, render
 
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
 STREAM_RENDER_MS = 50
@@ -292,6 +292,7 @@ class TranscriptView(QScrollArea):
         self._render_timer.timeout.connect(self._flush)
         self._find_index = 0
         self._backlog: list[tuple[int, str, str]] = []  # older messages still to render, oldest first
+        self._prepared: tuple[int, str] | None = None  # the backlog message whose code is already highlighted
         self._graveyard: list[MessageWidget] = []  # widgets of the previous chat, deleted a few at a time
         self._chores = QTimer(self)
         self._chores.setInterval(0)
@@ -337,8 +338,20 @@ class TranscriptView(QScrollArea):
     def _render_backlog(self, budget_ms: float) -> None:
         started = time.perf_counter()
         at_bottom = self._at_bottom()
+        steps = 0
         while self._backlog and (time.perf_counter() - started) * 1000 < budget_ms:
-            seq, role, text = self._backlog.pop()
+            seq, role, text = self._backlog[-1]
+            if role == "assistant" and self._prepared != (seq, text) and budget_ms < 1e9:
+                # Lexing a reply's code (Pygments) and building the reply's widget cost ~5 ms each: the
+                # lexing gets a turn of the event loop of its own (the highlighted blocks are cached, and
+                # building the widget next turn reuses them), so no turn pays for both.
+                if steps:
+                    break
+                prepare(text, self.palette())
+                self._prepared = (seq, text)
+                break
+            steps += 1
+            self._backlog.pop()
             w = self._make(seq, role, text)
             self._layout.insertWidget(1, w)  # above the rendered ones, below the empty hint
             self.messages.insert(0, w)
