@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QToolButton, QVBoxLayout
 
 from app.text import duration
+from engine.types import SaveResult
 
 
 class CacheBanner(QFrame):
@@ -66,13 +67,20 @@ class CacheBanner(QFrame):
         else:
             self.progress.setFormat("%v of %m tokens")
 
-    def finished(self, ms: float, tokens: int, cancelled: bool) -> None:
+    def finished(self, ms: float, tokens: int, cancelled: bool, save: SaveResult | None = None) -> None:
+        """How the rebuild ended. "Saved again" only when the engine's save after the rebuild succeeded
+        (it saves on the engine thread before reporting, so the file is there when this says so)."""
         self.progress.hide()
         if cancelled:
             self.message.setText(f"<b>Rebuild stopped</b> after {duration(ms)}; it continues with your next message.")
         else:
-            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)} ({self.plain_reason}); "
-                                 "the context is saved again.")
+            why = f"Why: {self.plain_reason}."  # the reason may hold parentheses: never nested in more
+            if save is not None and save.ok:
+                outcome = "the context is saved again."
+            else:
+                error = save.error if save is not None and save.error else "nothing was written"
+                outcome = f"it could not be saved ({error}), so the next opening rebuilds it again."
+            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)}; {outcome} {why}")
         self.show()
 
 
