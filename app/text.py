@@ -117,6 +117,9 @@ def quant_label(mix: object) -> str:
 def sentence(text: str) -> str:
     """A message as a sentence: its first letter capitalised (engine errors start in lowercase)."""
     text = text.strip()
+    first = text.split(" ", 1)[0]
+    if not first.isalpha():  # a file name, a path, a number: as it is spelt
+        return text
     return text[:1].upper() + text[1:]
 
 
