@@ -52,6 +52,7 @@ class ModelSetupDialog(QDialog):
                        "the Python Package Index and converted for this computer; after that Hearth works "
                        "offline.")
         intro.setWordWrap(True)
+        intro.setMinimumWidth(480)  # the layout's minimum decides the dialog's: keep it wide enough to read
         layout.addWidget(intro)
         self.stage = QLabel("Starting…")
         self.stage.setAccessibleName("Set-up step")
@@ -107,6 +108,7 @@ class ModelSetupDialog(QDialog):
     def on_progress(self, progress: SetupProgress) -> None:
         self.failure.hide()
         self.error.clear()
+        self.step.show()
         self.progress.show()
         done, total = progress.done, progress.total
         converting = progress.stage == SetupStage.CONVERT and total > 0
@@ -134,6 +136,7 @@ class ModelSetupDialog(QDialog):
         """The whole message, word-wrapped where the progress was, with Retry and the file choice."""
         self.stage.setText("<b>The model could not be set up.</b>")
         self.step.setText("")
+        self.step.hide()
         self.progress.hide()
         self.cancel.hide()
         self.error.setText(sentence(message) or "The set-up stopped without saying why.")
@@ -152,6 +155,7 @@ class ModelSetupDialog(QDialog):
         if not path:
             return
         self.failure.hide()
+        self.step.show()
         self.progress.show()
         self.progress.setRange(0, 0)
         self.stage.setText("<b>Step 1 of 2:</b> installing the chosen file")

@@ -132,5 +132,5 @@ def rebuilt_note(rebuilt: Rebuilt) -> str:
     """The status bar once the rebuild ended, in the banner's numbers and wording."""
     if rebuilt.cancelled:
         return f"Rebuild stopped after {duration(rebuilt.elapsed_ms)}"
-    saved = "saved" if rebuilt.save is not None and rebuilt.save.ok else "not saved"
-    return f"Rebuilt {count(rebuilt.tokens)} tokens in {duration(rebuilt.elapsed_ms)} · {saved}"
+    text = f"Rebuilt {count(rebuilt.tokens)} tokens in {duration(rebuilt.elapsed_ms)}"
+    return text if rebuilt.save is not None and rebuilt.save.ok else f"{text} · not saved"
