@@ -38,15 +38,15 @@ def commands(home: Path) -> list[tuple[str, list[str]]]:
     return runs
 
 
-def timed(args: list[str], source: Path) -> float:
-    """One process from launch to exit, in seconds; a failed command stops the benchmark."""
+def timed(args: list[str], source: Path) -> float | str:
+    """One process from launch to exit, in seconds; or why it failed (an older checkout may lack a command)."""
     env = {**os.environ, "PYTHONPATH": str(source)}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env,
                           cwd=source, timeout=600)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"hearth-cli {' '.join(args)} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        return (proc.stderr.strip().splitlines() or ["failed"])[-1]
     return elapsed
 
 
@@ -60,13 +60,19 @@ def main() -> int:
     args = parser.parse_args()
     rows = []
     for label, cli_args in commands(args.home):
-        timed(cli_args, args.source)  # once untimed: the page cache holds the files and the bytecode
+        first = timed(cli_args, args.source)  # once untimed: the page cache holds the files and the bytecode
+        if isinstance(first, str):
+            rows.append({"command": label, "error": first})
+            continue
         times = [timed(cli_args, args.source) for _ in range(args.runs)]
         rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times),
                      "max_s": max(times), "runs": times})
     print(f"{'command':<26} {'median':>8} {'min':>8} {'max':>8}")
     for r in rows:
-        print(f"{r['command']:<26} {r['median_s']:>7.2f}s {r['min_s']:>7.2f}s {r['max_s']:>7.2f}s")
+        if "error" in r:
+            print(f"{r['command']:<26} {r['error']}")
+        else:
+            print(f"{r['command']:<26} {r['median_s']:>7.2f}s {r['min_s']:>7.2f}s {r['max_s']:>7.2f}s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"source": str(args.source), "python": platform.python_version(),
                                     "cpus": os.cpu_count(), "runs": args.runs, "results": rows}, indent=2) + "\n")

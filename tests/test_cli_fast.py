@@ -80,3 +80,30 @@ def test_defect17_tokenize_of_a_damaged_gguf_is_one_clear_error(tmp_path, tiny_g
     cut.write_bytes(tiny_gguf.read_bytes()[:4096])  # the header promises more than the file holds
     proc = run_cli("tokenize", "--data-dir", str(tmp_path / "home"), "--model", str(cut), "hello")
     assert_clean_error(proc, "cut.gguf")
+
+
+@pytest.fixture(scope="module")
+def bundle(real_home, tmp_path_factory) -> Path:
+    """The default model staged as a packaged build ships it: converted, plus its tokenizer, no GGUF."""
+    from .test_packaging import load_script
+
+    return load_script("stage_model").stage(tmp_path_factory.mktemp("bundle") / "model", ["int4"],
+                                            explicit_from=str(real_home))
+
+
+@pytest.mark.real_model
+def test_defect17_a_packaged_build_tokenizes_from_its_tokenizer_file(real_engine, bundle, tmp_path):
+    """A packaged build has no GGUF weights: ``tokenize`` reads the tokenizer file beside the conversion."""
+    env = {"HEARTH_BUNDLED_MODEL": str(bundle)}
+    proc = run_cli("tokenize", TEXTS[1], "--json", "--data-dir", str(tmp_path / "home"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ids"] == real_engine.tokenizer.encode(TEXTS[1])
+    named = run_cli("tokenize", "hi", "--model", "no-such-model.gguf", "--data-dir", str(tmp_path / "home"), env=env)
+    assert_clean_error(named, "no-such-model.gguf")  # a model named but missing is not answered by the bundle
+
+
+def test_hearth_cli_says_its_version():
+    import engine
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"hearth-cli {engine.__version__}"
