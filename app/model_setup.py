@@ -3,7 +3,9 @@ model, the conversion's step with Cancel (the dialog's, or the status bar's: app
 
 Retry sits outside the dialog's QDialogButtonBox on purpose: a button box shows every button it lays out
 (adding a second button re-shows the first), so a hidden Retry inside it was visible from the start, and
-on a busy machine the dialog offered Retry before the failure, with no error, had arrived.
+on a busy machine the dialog offered Retry before the failure, with no error, had arrived. Now the error,
+Retry and "Choose a downloaded file…" live in one panel that ``on_failed`` fills and then shows, so none of
+them can be seen without the others.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@
     python bench/cli_start.py [--home DIR] [--runs 5] [--source DIR] [--out FILE]
 
 ``--home`` is a data dir whose ``models/`` holds the GGUFs (default: the test cache's home,
-``$HEARTH_TEST_CACHE/home``). ``--source`` runs another checkout's ``engine`` (an older commit, for a
-before/after in the same sitting). Prints a table (median, min, max over ``--runs``) and writes JSON
-(default bench/results/cli_start.json).
+``$HEARTH_TEST_CACHE/home``). ``--source`` runs another checkout's ``engine``; ``--compare DIR`` also runs
+DIR's (an older commit), alternating the two run by run so a busy machine weighs on both alike. Prints a
+table (median, min, max over ``--runs``) and writes JSON (default bench/results/cli_start.json).
 """
 
 from __future__ import annotations
@@ -56,23 +56,34 @@ def main() -> int:
     parser.add_argument("--home", type=Path, default=default_home)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--source", type=Path, default=ROOT, help="the checkout whose engine runs")
+    parser.add_argument("--compare", type=Path, help="another checkout, run alternately with --source")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cli_start.json")
     args = parser.parse_args()
+    sources = [("", args.source)] + ([(" [compare]", args.compare)] if args.compare else [])
     rows = []
     for label, cli_args in commands(args.home):
-        first = timed(cli_args, args.source)  # once untimed: the page cache holds the files and the bytecode
-        if isinstance(first, str):
-            rows.append({"command": label, "error": first})
-            continue
-        times = [timed(cli_args, args.source) for _ in range(args.runs)]
-        rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times),
-                     "max_s": max(times), "runs": times})
-    print(f"{'command':<26} {'median':>8} {'min':>8} {'max':>8}")
+        times: dict[str, list[float]] = {}
+        for tag, source in sources:
+            first = timed(cli_args, source)  # once untimed: the page cache holds the files and the bytecode
+            if isinstance(first, str):
+                rows.append({"command": label + tag, "source": str(source), "error": first})
+            else:
+                times[tag] = []
+        for _ in range(args.runs):
+            for tag, source in sources:
+                if tag in times:
+                    times[tag].append(timed(cli_args, source))
+        for tag, source in sources:
+            if tag in times:
+                runs = times[tag]
+                rows.append({"command": label + tag, "source": str(source), "median_s": statistics.median(runs),
+                             "min_s": min(runs), "max_s": max(runs), "runs": runs})
+    print(f"{'command':<36} {'median':>8} {'min':>8} {'max':>8}")
     for r in rows:
         if "error" in r:
-            print(f"{r['command']:<26} {r['error']}")
+            print(f"{r['command']:<36} {r['error']}")
         else:
-            print(f"{r['command']:<26} {r['median_s']:>7.2f}s {r['min_s']:>7.2f}s {r['max_s']:>7.2f}s")
+            print(f"{r['command']:<36} {r['median_s']:>7.2f}s {r['min_s']:>7.2f}s {r['max_s']:>7.2f}s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"source": str(args.source), "python": platform.python_version(),
                                     "cpus": os.cpu_count(), "runs": args.runs, "results": rows}, indent=2) + "\n")
