@@ -107,3 +107,43 @@ def test_hearth_cli_says_its_version():
 
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"hearth-cli {engine.__version__}"
+
+
+def reference_merges(tokens, types, scores):
+    """The merges as first written (a key function over every split): what the faster loop must equal."""
+    from engine.text.sentencepiece import NORMAL
+
+    normal = {t for t, k in zip(tokens, types.tolist(), strict=True) if k == NORMAL}
+    ranked = []
+    for i, (piece, kind) in enumerate(zip(tokens, types.tolist(), strict=True)):
+        if kind != NORMAL or len(piece) < 2:
+            continue
+        for cut in range(1, len(piece)):
+            if piece[:cut] in normal and piece[cut:] in normal:
+                ranked.append((-float(scores[i]), i, piece[:cut], piece[cut:]))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [(left, right) for _, _, left, right in ranked]
+
+
+def test_sentencepiece_merges_equal_the_reference_on_gemma(gemma_gguf):
+    import numpy as np
+
+    from engine.model.gguf_file import GGUFModel
+    from engine.text.sentencepiece import merges_by_score
+
+    model = GGUFModel(gemma_gguf)
+    tokens, types = model.string_array("tokenizer.ggml.tokens"), model.int_array("tokenizer.ggml.token_type")
+    scores = np.asarray(model.value("tokenizer.ggml.scores"), dtype=np.float32)
+    assert merges_by_score(tokens, types, scores) == reference_merges(tokens, types, scores)
+
+
+def test_sentencepiece_merges_break_score_ties_by_id_then_by_cut():
+    import numpy as np
+
+    from engine.text.sentencepiece import NORMAL, merges_by_score
+
+    tokens = ["a", "b", "c", "ab", "bc", "abc"]
+    types = np.full(len(tokens), NORMAL)
+    scores = np.array([0, 0, 0, -1, -1, -1], dtype=np.float32)  # one score for every joined piece
+    assert merges_by_score(tokens, types, scores) == reference_merges(tokens, types, scores) == \
+        [("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")]
