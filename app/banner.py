@@ -41,11 +41,13 @@ class CacheBanner(QFrame):
         self.conversation: str | None = None
         self.plain_reason = ""
         self._started = 0.0
+        self._first_done: int | None = None
         self.hide()
 
     def rebuilding(self, conversation: str, plain_reason: str, detail: str) -> None:
         self.conversation = conversation
         self._started = time.monotonic()
+        self._first_done = None  # the rate is measured from the first progress report on
         self.plain_reason = plain_reason or "the saved context was unusable"
         reason = self.plain_reason[:1].upper() + self.plain_reason[1:]
         self.message.setText(f"<b>{reason} — rebuilding.</b> You can keep reading and writing; a message you "
@@ -60,9 +62,11 @@ class CacheBanner(QFrame):
             return
         self.progress.setRange(0, total)
         self.progress.setValue(done)
-        elapsed = time.monotonic() - self._started
-        if done and done < total:
-            left = elapsed / done * (total - done) * 1000
+        if self._first_done is None:  # the prefix kept from the restore counts as done, at no cost
+            self._first_done, self._started = done, time.monotonic()
+        elapsed, read = time.monotonic() - self._started, done - self._first_done
+        if read > 0 and done < total:
+            left = elapsed / read * (total - done) * 1000
             self.progress.setFormat(f"%v of %m tokens · about {duration(left)} left")
         else:
             self.progress.setFormat("%v of %m tokens")

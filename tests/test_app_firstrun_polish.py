@@ -200,3 +200,13 @@ def test_defect5_rebuild_numbers_wording_and_status_agree(qtbot, windows, config
     assert "rebuilding" in started_banner and started_status.startswith("Rebuilding")  # same moment, same state
     assert status.startswith(f"Rebuilt {rebuilt.tokens:,} tokens in {duration(rebuilt.elapsed_ms)}")
     assert not re.search(r"\d{4,} ms", banner + status)
+
+
+def test_defect5_the_time_left_is_measured_from_what_is_re_read_not_the_kept_prefix(qtbot):
+    banner = CacheBanner()
+    qtbot.addWidget(banner)
+    banner.rebuilding("c", "the saved context was cut short", "truncated")
+    banner.update_progress(302, 662)  # the kept prefix arrives as done in the first report: no rate yet
+    assert banner.progress.format() == "%v of %m tokens" and banner.progress.maximum() == 662
+    banner.update_progress(430, 662)
+    assert banner.progress.format().startswith("%v of %m tokens · about ") and banner.progress.value() == 430
