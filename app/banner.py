@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QToolButton, QVBoxLayout
 
 from app.text import duration
+from engine.types import SaveResult
 
 
 class CacheBanner(QFrame):
@@ -40,11 +41,13 @@ class CacheBanner(QFrame):
         self.conversation: str | None = None
         self.plain_reason = ""
         self._started = 0.0
+        self._first_done: int | None = None
         self.hide()
 
     def rebuilding(self, conversation: str, plain_reason: str, detail: str) -> None:
         self.conversation = conversation
         self._started = time.monotonic()
+        self._first_done = None  # the rate is measured from the first progress report on
         self.plain_reason = plain_reason or "the saved context was unusable"
         reason = self.plain_reason[:1].upper() + self.plain_reason[1:]
         self.message.setText(f"<b>{reason} — rebuilding.</b> You can keep reading and writing; a message you "
@@ -59,20 +62,29 @@ class CacheBanner(QFrame):
             return
         self.progress.setRange(0, total)
         self.progress.setValue(done)
-        elapsed = time.monotonic() - self._started
-        if done and done < total:
-            left = elapsed / done * (total - done) * 1000
+        if self._first_done is None:  # the prefix kept from the restore counts as done, at no cost
+            self._first_done, self._started = done, time.monotonic()
+        elapsed, read = time.monotonic() - self._started, done - self._first_done
+        if read > 0 and done < total:
+            left = elapsed / read * (total - done) * 1000
             self.progress.setFormat(f"%v of %m tokens · about {duration(left)} left")
         else:
             self.progress.setFormat("%v of %m tokens")
 
-    def finished(self, ms: float, tokens: int, cancelled: bool) -> None:
+    def finished(self, ms: float, tokens: int, cancelled: bool, save: SaveResult | None = None) -> None:
+        """How the rebuild ended. "Saved again" only when the engine's save after the rebuild succeeded
+        (it saves on the engine thread before reporting, so the file is there when this says so)."""
         self.progress.hide()
         if cancelled:
             self.message.setText(f"<b>Rebuild stopped</b> after {duration(ms)}; it continues with your next message.")
         else:
-            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)} ({self.plain_reason}); "
-                                 "the context is saved again.")
+            why = f"Why: {self.plain_reason}."  # the reason may hold parentheses: never nested in more
+            if save is not None and save.ok:
+                outcome = "the context is saved again."
+            else:
+                error = save.error if save is not None and save.error else "nothing was written"
+                outcome = f"it could not be saved ({error}), so the next opening rebuilds it again."
+            self.message.setText(f"<b>Rebuilt</b> {tokens:,} tokens in {duration(ms)}; {outcome} {why}")
         self.show()
 
 

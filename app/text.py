@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from engine.types import Finished, ModelInfo, Resume, ResumeSource, StopReason
+from engine.types import Finished, ModelInfo, Rebuilt, Resume, ResumeSource, StopReason
 
 
 def count(n: int) -> str:
@@ -27,11 +27,17 @@ def age(ms: int, now_ms: int | None = None) -> str:
 
 
 def duration(ms: float) -> str:
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    if ms < 60_000:
+    """'850 ms', '1.0 s', '59.9 s', '2 min 5 s', '1 h 3 min': rounded first, so 999.7 ms is '1.0 s'."""
+    if round(ms) < 1000:
+        return f"{max(0, round(ms))} ms"
+    if round(ms / 1000, 1) < 60:
         return f"{ms / 1000:.1f} s"
-    return f"{int(ms // 60_000)} min {int(ms % 60_000 // 1000)} s"
+    seconds = round(ms / 1000)
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    hours, rest = divmod(seconds // 60, 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
 def resume_summary(resume: Resume) -> str:
@@ -108,3 +114,25 @@ def quant_label(mix: object) -> str:
         top = sorted(quantized.items(), key=lambda kv: -kv[1])[:2]
         return " + ".join(name for name, _ in top)
     return "—"
+
+
+def sentence(text: str) -> str:
+    """A message as a sentence: its first letter capitalised (engine errors start in lowercase)."""
+    text = text.strip()
+    first = text.split(" ", 1)[0]
+    if not first.isalpha():  # a file name, a path, a number: as it is spelt
+        return text
+    return text[:1].upper() + text[1:]
+
+
+def rebuilding_note(plain_reason: str) -> str:
+    """The status bar while an opening rebuilds the context (the banner says the same, at the same moment)."""
+    return f"Rebuilding the context: {plain_reason}" if plain_reason else "Rebuilding the context…"
+
+
+def rebuilt_note(rebuilt: Rebuilt) -> str:
+    """The status bar once the rebuild ended, in the banner's numbers and wording."""
+    if rebuilt.cancelled:
+        return f"Rebuild stopped after {duration(rebuilt.elapsed_ms)}"
+    text = f"Rebuilt {count(rebuilt.tokens)} tokens in {duration(rebuilt.elapsed_ms)}"
+    return text if rebuilt.save is not None and rebuilt.save.ok else f"{text} · not saved"

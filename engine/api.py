@@ -149,6 +149,16 @@ def restore_database(paths: HearthPaths) -> RestoreResult:
     return RestoreResult(source, damaged)
 
 
+def _whole_context_progress(engine, conversation: str, emit: EventSink) -> Callable[[int, int], None]:
+    """A rebuild's progress over the whole context, as its ``Rebuilt`` counts it: the prefill reports only
+    the tokens it re-reads, after a prefix kept from the restore (the system prompt, a sound head)."""
+    def report(done: int, total: int) -> None:
+        kept = len(engine.tokens) - done  # the prefill extends the tokens before it reports
+        emit(Progress(conversation, ProgressPhase.REBUILD, kept + done, kept + total))
+
+    return report
+
+
 def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
     """A ``.hearth`` bundle's conversations (validated) and its context entries, without the model."""
     from engine.bundle import read_bundle as read
@@ -702,8 +712,8 @@ class Hearth:
         emit(Resumed(conversation, resume, dropped))
         if resume.source == ResumeSource.REBUILT:
             started = time.perf_counter()
-            logits, prompt, _ = sessions.sync(
-                conversation, messages, lambda d, t: emit(Progress(conversation, ProgressPhase.REBUILD, d, t)), cancel)
+            logits, prompt, _ = sessions.sync(conversation, messages,
+                                              _whole_context_progress(self._engine, conversation, emit), cancel)
             # Save now, so "saved again" is true when the banner says it (the second restore inside sync
             # found the bad file gone and saw a cold start, which it does not save by itself).
             saved = sessions.save("rebuild") if logits is not None else None

@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import engine
 from engine import cli_bundle, cli_library, cli_store, terminal_chat
 from engine.api import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -126,14 +127,32 @@ def cmd_model_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
-    from engine.loader import resolve_gguf
     from engine.model.gguf_file import GGUFModel
     from engine.text.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.from_gguf(GGUFModel(resolve_gguf(data_paths(args), args.model)))
+    tokenizer = Tokenizer.from_gguf(GGUFModel(tokenizer_source(data_paths(args), args.model)))
     ids = tokenizer.encode(args.text)
     emit(args, {"ids": ids}, " ".join(map(str, ids)))
     return 0
+
+
+def tokenizer_source(paths, model: str | None) -> Path:
+    """The GGUF ``tokenize`` reads the vocabulary from (its header only; the model is never loaded): the
+    model's own file, else, in a packaged build that ships the default model converted without its
+    weights, the tokenizer file beside that conversion."""
+    from engine.errors import ModelNotInstalledError
+    from engine.loader import resolve_gguf
+    from engine.model.fetch import default_model
+    from engine.paths import bundled_model_dir
+
+    try:
+        return resolve_gguf(paths, model)
+    except ModelNotInstalledError:
+        bundled = bundled_model_dir() if model is None else None
+        shipped = bundled / "tokenizer" / default_model().filename if bundled is not None else None
+        if shipped is None or not shipped.is_file():
+            raise
+        return shipped
 
 
 def _service(args: argparse.Namespace) -> Hearth:
@@ -224,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="weight precision of the converted model (default: %(default)s)")
 
     parser = argparse.ArgumentParser(prog="hearth-cli", parents=[common], description="Hearth's engine, headless.")
+    parser.add_argument("--version", action="version", version=f"hearth-cli {engine.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     gen = sub.add_parser("generate", parents=[common], help="generate one reply")

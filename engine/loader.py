@@ -7,10 +7,10 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.arch import architecture_for, fp16_activations_ok
 from engine.errors import ModelFileError, ModelNotFoundError, ModelNotInstalledError, ProviderError
-from engine.generation import Engine
 from engine.library import ModelLibrary, chosen_model
 from engine.model.conversion_steps import Cancel, StepFn, step_reporter
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
@@ -19,6 +19,9 @@ from engine.model.gguf_file import GGUFModel
 from engine.model.precision import get_precision
 from engine.paths import HearthPaths, bundled_model_dir
 from engine.runtime import providers
+
+if TYPE_CHECKING:  # the engine (numpy, onnx, the runtime) loads only with a model: tokenize and model info skip it
+    from engine.generation import Engine
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
@@ -159,6 +162,8 @@ def load_engine(
     CUDA variant when CUDA may run here (``cuda_variant``), on CUDA only; otherwise, or when that
     session cannot run on CUDA after all, ``weights`` itself.
     """
+    from engine.generation import Engine
+
     start = time.perf_counter()
     report = step_reporter(convert_progress, convert_report)
     gguf, shipped = locate_model(paths, model, weights)

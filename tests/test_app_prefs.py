@@ -209,11 +209,11 @@ def test_the_first_run_dialog_shows_the_conversion_step_and_cancel(qtbot):
     dialog.show()
     qtbot.waitExposed(dialog)
     dialog.on_progress(SetupProgress(SetupStage.DOWNLOAD, 88 << 20, 88 << 20))
-    assert dialog.stage.text() == "Downloaded 88 MiB; checking it…" and not dialog.cancel.isVisible()
+    assert dialog.step.text() == "Downloaded 92.3 MB; checking it…" and not dialog.cancel.isVisible()
     dialog.on_progress(SetupProgress(SetupStage.CONVERT, 0, 0, "checking the model file"))
-    assert dialog.stage.text() == "Checking the model file…" and dialog.progress.maximum() == 0  # busy
+    assert dialog.step.text() == "Checking the model file…" and dialog.progress.maximum() == 0  # busy
     dialog.on_progress(SetupProgress(SetupStage.CONVERT, 12, 33, "layer 13 of 30"))
-    assert dialog.stage.text() == "Converting the model for this computer: layer 13 of 30"
+    assert "Step 2 of 2" in dialog.stage.text() and dialog.step.text() == "Layer 13 of 30"
     assert dialog.progress.value() == 12 and dialog.progress.maximum() == 33
     assert dialog.cancel.isVisible() and dialog.cancel.isEnabled()
     qtbot.mouseClick(dialog.cancel, Qt.MouseButton.LeftButton)

@@ -23,7 +23,6 @@ from engine.errors import HearthError, ModelFileError, UnsupportedModelError
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
 from engine.model.conversion_steps import CHECKING, READING, Cancel, ConversionSteps, StepFn, step_reporter
 from engine.model.gguf_file import GGUFModel
-from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision, get_precision
 
 log = logging.getLogger(__name__)
@@ -198,6 +197,8 @@ def build_onnx(
     if steps is not None:
         steps.start_layers(cfg.n_layers)
         progress = steps.graph_progress
+    from engine.model.onnx_writer import OnnxWriter  # here: reading a GGUF (tokenize, model info) needs no onnx
+
     writer = OnnxWriter(out_dir / "model.onnx.data")
     try:
         arch.build(Graph(model, cfg, precision, writer, logits_mode, progress))

@@ -21,19 +21,25 @@ _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def merges_by_score(tokens: list[str], types: np.ndarray, scores: np.ndarray) -> list[tuple[str, str]]:
-    """BPE merges equivalent to joining by score: best-scoring joined piece first (ties: lower id)."""
-    normal = {t for t, k in zip(tokens, types.tolist(), strict=True) if k == NORMAL}
-    ranked: list[tuple[float, int, str, str]] = []
-    for i, (piece, kind) in enumerate(zip(tokens, types.tolist(), strict=True)):
-        if kind != NORMAL or len(piece) < 2:
+    """BPE merges equivalent to joining by score: best-scoring joined piece first (ties: lower id, then
+    the shorter left part). Gemma's 262k pieces give half a million merges: this loop is most of the
+    time ``hearth-cli tokenize`` takes, so it sorts plain tuples (no key function) and tests the right
+    part only when the left one is a piece."""
+    kinds = types.tolist()
+    normal = {t for t, k in zip(tokens, kinds, strict=True) if k == NORMAL}
+    negated = (-np.asarray(scores, dtype=np.float64)).tolist()  # float32 values, compared exactly as before
+    ranked: list[tuple[float, int, int, str, str]] = []
+    for i, piece in enumerate(tokens):
+        if kinds[i] != NORMAL or len(piece) < 2:
             continue
-        score = -float(scores[i])
         for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in normal and right in normal:
-                ranked.append((score, i, left, right))
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    return [(left, right) for _, _, left, right in ranked]
+            left = piece[:cut]
+            if left in normal:
+                right = piece[cut:]
+                if right in normal:
+                    ranked.append((negated[i], i, cut, left, right))
+    ranked.sort()  # (score, id, cut) is unique: the strings are never compared
+    return [(left, right) for _, _, _, left, right in ranked]
 
 
 def piece_bytes(piece: str, kind: int) -> bytes:
