@@ -332,16 +332,16 @@ class TranscriptView(QScrollArea):
         self.clear()
         self._stick = True
         self._backlog = list(messages)
-        self._render_backlog(RENDER_BUDGET_MS)
+        self._render_backlog(RENDER_BUDGET_MS, split=False)  # the newest messages are shown at once
         self.scroll_to_bottom()
 
-    def _render_backlog(self, budget_ms: float) -> None:
+    def _render_backlog(self, budget_ms: float, split: bool = True) -> None:
         started = time.perf_counter()
         at_bottom = self._at_bottom()
         steps = 0
         while self._backlog and (time.perf_counter() - started) * 1000 < budget_ms:
             seq, role, text = self._backlog[-1]
-            if role == "assistant" and self._prepared != (seq, text) and budget_ms < 1e9:
+            if split and role == "assistant" and self._prepared != (seq, text) and budget_ms < 1e9:
                 # Lexing a reply's code (Pygments) and building the reply's widget cost ~5 ms each: the
                 # lexing gets a turn of the event loop of its own (the highlighted blocks are cached, and
                 # building the widget next turn reuses them), so no turn pays for both.
