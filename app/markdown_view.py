@@ -21,6 +21,8 @@ from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 from PySide6.QtGui import QColor, QPalette
 
+from app.theme import contrast
+
 COPY_SCHEME = "copy"  # href="copy:3": the Copy link of the message's fourth code block
 OPENABLE_SCHEMES = ("http", "https", "mailto")  # links in model output that may open outside Hearth
 _BARE_URL = re.compile(r"(?:https?://|mailto:)[^\s<>\"'`]+", re.I)
@@ -39,19 +41,6 @@ def _mix(a: QColor, b: QColor, t: float) -> str:
     """A colour between palette colours a and b, as #rrggbb (t = 0 gives a)."""
     return "#{:02x}{:02x}{:02x}".format(*(round(x + (y - x) * t) for x, y in
                                             zip(a.getRgb()[:3], b.getRgb()[:3], strict=True)))
-
-
-def _luminance(c: QColor) -> float:
-    def channel(v: int) -> float:
-        s = v / 255
-        return s / 12.92 if s <= 0.03928 else ((s + 0.055) / 1.055) ** 2.4
-    return 0.2126 * channel(c.red()) + 0.7152 * channel(c.green()) + 0.0722 * channel(c.blue())
-
-
-def contrast(a: QColor, b: QColor) -> float:
-    """WCAG contrast ratio of two colours (1 to 21)."""
-    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
-    return (la + 0.05) / (lb + 0.05)
 
 
 def is_dark(palette: QPalette) -> bool:

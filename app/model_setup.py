@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.load_progress import NOT_LOADED, LoadProgress, step_text
 from app.text import byte_size, sentence
+from app.theme import error_colour
 from engine.api import default_model_title
 from engine.types import SetupProgress, SetupStage
 
@@ -91,7 +92,7 @@ class ModelSetupDialog(QDialog):
         self.error.setWordWrap(True)
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                            | Qt.TextInteractionFlag.TextSelectableByKeyboard)
-        self.error.setStyleSheet("color: #c0392b;")
+        self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         box.addWidget(self.error)
         buttons = QHBoxLayout()
         self.retry = QPushButton("Retry")

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.library_worker import LibraryHost
 from app.text import byte_size, count, quant_label
+from app.theme import error_colour
 from engine.types import LibraryModel
 
 COLUMNS = ("Model", "Status", "Architecture", "Parameters", "Quantization", "File", "Context", "Memory")
@@ -147,7 +148,7 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.progress_text)
         self.message = QLabel("")
         self.message.setWordWrap(True)
-        self.message.setStyleSheet("color: #c0392b;")
+        self.message.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.message.hide()
         layout.addWidget(self.message)
         row = QHBoxLayout()
@@ -215,8 +216,9 @@ class ModelsDialog(QDialog):
         lines = [f"<b>{escape(m.title)}</b> — <code>{escape(m.name)}</code>"]
         if m.description:
             lines.append(escape(m.description))
+        red = error_colour(self.palette())
         if m.problem:
-            lines.append(f"<span style='color:#c0392b'>{escape(m.problem)}</span>")
+            lines.append(f"<span style='color:{red}'>{escape(m.problem)}</span>")
         facts = []
         if m.ram_weights_bytes:
             context = m.chosen_context or m.context_length
@@ -231,7 +233,7 @@ class ModelsDialog(QDialog):
                       "folder": "found in your models folder"}.get(m.source, m.source))
         lines.append(" · ".join(facts))
         if m.name in self.failed:
-            lines.append(f"<span style='color:#c0392b'>The last download failed: {escape(self.failed[m.name])}. "
+            lines.append(f"<span style='color:{red}'>The last download failed: {escape(self.failed[m.name])}. "
                          "Download again to resume where it stopped.</span>")
         self.details.setText("<br>".join(lines))
 

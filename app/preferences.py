@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.theme import error_colour
 from engine.api import CONTEXT_POLICIES, SETTING_LIMITS, HearthPaths, Preferences, save_preferences
 from engine.errors import HearthError
 
@@ -78,7 +79,7 @@ class PreferencesDialog(QDialog):
         form.addRow("When the context is full", self.policy)
         layout.addLayout(form)
         self.error = QLabel("")
-        self.error.setStyleSheet("color: #c0392b;")
+        self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.error.setWordWrap(True)
         layout.addWidget(self.error)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.theme import error_colour
 from engine.errors import HearthError
 from engine.types import DEFAULT_MAX_NEW_TOKENS, ContextPolicy, SamplingParams
 
@@ -120,7 +121,7 @@ class ChatSettingsDialog(QDialog):
         self._add_context_policy_row(form, settings)
         layout.addLayout(form)
         self.error = QLabel("")
-        self.error.setStyleSheet("color: #c0392b;")
+        self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.error.setWordWrap(True)
         if unusable:
             self.error.setText(f"This chat's stored {', '.join(unusable)} could not be used; the default is shown.")

@@ -18,7 +18,7 @@ from app.data_dialog import DataLocationsDialog
 from app.shortcuts_dialog import plain, window_actions
 from app.sidebar import BADGE_COLORS, OLDER, PINNED, PREVIOUS_WEEK, TODAY, YESTERDAY, date_group
 from app.text_size import MAX_PT, MIN_PT, default_size
-from app.theme import MIN_CONTRAST, ThemeMode, apply_palette, apply_saved_theme, contrast, palette
+from app.theme import MIN_CONTRAST, ThemeMode, apply_palette, apply_saved_theme, contrast, error_colour, palette
 from engine.api import hearth_version
 from engine.conversations import MIGRATIONS, ConversationStore
 from engine.errors import ConversationError
@@ -175,6 +175,8 @@ def test_theme_palettes_have_readable_contrast(qtbot, dark):
         assert contrast(pal.color(fg), pal.color(bg)) >= MIN_CONTRAST, (fg, bg)
     for fg, bg in [(R.WindowText, R.Window), (R.Text, R.Base)]:  # dim notes are drawn disabled: still readable
         assert contrast(pal.color(G.Disabled, fg), pal.color(bg)) >= MIN_CONTRAST, (fg, bg)
+    for bg in (R.Window, R.Base):  # error text in dialogs (Preferences, Chat settings, Models, first run)
+        assert contrast(QColor(error_colour(pal)), pal.color(bg)) >= MIN_CONTRAST, bg
 
 
 def test_sidebar_badges_are_readable():
