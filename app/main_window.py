@@ -22,6 +22,7 @@ from app.config import AppConfig
 from app.context_status import ContextStatusRegistry
 from app.data_dialog import DataLocationsDialog
 from app.engine_worker import EngineHost
+from app.markdown_view import warm_up_highlighting
 from app.model_control import ModelControl, gguf_paths
 from app.model_setup import ModelSetup
 from app.preferences import PreferencesDialog
@@ -54,6 +55,7 @@ class MainWindow(ShellMixin, QMainWindow):
         self._closing = False
         self._data_version: int | None = None
         self._purge_leftover_trash()
+        warm_up_highlighting()  # code in the first chat opened is then drawn without a lexer-import stall
         self.setWindowTitle("Hearth")
         self.setAcceptDrops(True)  # a .gguf dropped on the window is added to the library and used
         self._build_ui()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -79,6 +80,32 @@ def _token_colours(dark: bool, background: str, text: str) -> dict:
             colour = c.name()
         table[ttype] = (colour, spec["bold"], spec["italic"])
     return table
+
+
+# Looked up ahead of time: the first lookup of a language's lexer imports its module (~30 ms for Python),
+# which would otherwise be a stall the first time a chat with that language is drawn.
+COMMON_LANGUAGES = ("python", "bash", "javascript", "typescript", "json", "c", "cpp", "rust", "go", "java",
+                    "html", "css", "sql", "yaml", "toml")
+_warmed = threading.Event()
+
+
+def warm_up_highlighting() -> None:
+    """Load Pygments' styles and the common languages' lexers on a background thread, once per process.
+    Imports hold the GIL only in short slices, so the window keeps drawing meanwhile."""
+    if _warmed.is_set():
+        return
+    _warmed.set()
+
+    def load() -> None:
+        for name in ("default", "monokai"):
+            get_style_by_name(name)
+        for language in COMMON_LANGUAGES:
+            try:
+                get_lexer_by_name(language)
+            except ClassNotFound:  # a Pygments without it: highlight() shows such code plain
+                pass
+
+    threading.Thread(target=load, name="hearth-pygments-warm-up", daemon=True).start()
 
 
 @lru_cache(maxsize=512)

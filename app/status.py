@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.elided_label import ElidedLabel
 from app.text import context_label, duration, model_label, model_tooltip, resume_summary
 from app.turns import LiveFigures
 from engine.types import Finished, ModelInfo, Resume
@@ -20,23 +19,6 @@ def speed_label(tokens_per_s: float | None, ttft_ms: float | None) -> str:
     if tokens_per_s:
         parts.append(f"{tokens_per_s:.1f} tokens/s")
     return " · ".join(parts)
-
-
-class ElidedLabel(QLabel):
-    """A label that ends in "…" when the bar is too narrow for it (the whole text is its tooltip), so the
-    figures beside it never push it into a clipped word."""
-
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
-        super().setText(text)
-        self.setToolTip(text)
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        return QSize(0, super().minimumSizeHint().height())
-
-    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt's name
-        painter = QPainter(self)
-        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
-        painter.drawText(self.contentsRect(), int(self.alignment()), shown)
 
 
 class StatusLine:

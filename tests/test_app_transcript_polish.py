@@ -337,3 +337,18 @@ def test_clicking_a_bare_url_opens_it_through_the_desktop(qtbot):
         assert opened.urls == ["https://docs.python.org/3/"]
     finally:
         QDesktopServices.unsetUrlHandler("https")
+
+
+def test_the_highlighting_warm_up_knows_every_language_it_names_and_ends():
+    import threading
+
+    from pygments.lexers import get_lexer_by_name
+
+    from app.markdown_view import COMMON_LANGUAGES, warm_up_highlighting
+
+    for language in COMMON_LANGUAGES:
+        get_lexer_by_name(language)  # a misspelt name would raise ClassNotFound here
+    warm_up_highlighting()
+    for t in [t for t in threading.enumerate() if t.name == "hearth-pygments-warm-up"]:
+        t.join(timeout=30)
+        assert not t.is_alive()
