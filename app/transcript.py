@@ -39,6 +39,7 @@ from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
 STREAM_RENDER_MS = 50
 RENDER_BUDGET_MS = 5.0  # UI work per event-loop turn when filling in a long chat; layout and paint follow
+SETTLE_MS = 30  # after a chat is drawn and its messages shown (they are shown a turn or two later)
 GRAVEYARD_BATCH = 12
 UNSTORED = -1  # the seq of a message shown but not (yet) stored: a pending message, a reply being written
 
@@ -79,7 +80,13 @@ class MessageBody(QTextBrowser):
             open_link(url)
 
     def _fit(self, *_: object) -> None:
-        self.setFixedHeight(int(self.document().size().height()) + 4)
+        height = int(self.document().size().height()) + 4
+        if height != self.height():
+            self.setFixedHeight(height)
+            if self.parentWidget() is not None:
+                # The transcript's layout caches each message's size: without this it kept the height
+                # the message had while it was first laid out narrow (a tall empty box in the preview).
+                self.parentWidget().updateGeometry()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
@@ -104,6 +111,9 @@ class MessageWidget(QFrame):
         self._colours = self._palette_key()  # the palette its text and frame were drawn with
         self.setObjectName(f"message-{role}")
         self.setFrameShape(QFrame.Shape.StyledPanel if role == "user" else QFrame.Shape.NoFrame)
+        # Never taller than its content: spare height in a short chat belongs below the messages (a
+        # preview's first message was drawn as a tall empty box).
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
         head = QHBoxLayout()
@@ -363,6 +373,15 @@ class TranscriptView(QScrollArea):
             self.scroll_to_bottom()
         if self._backlog:
             self._chores.start()
+        else:
+            QTimer.singleShot(SETTLE_MS, self, self._settle)
+
+    def _settle(self) -> None:
+        """Once a chat is drawn: have the layout ask every message its size again. A message fitted to its
+        text before it was shown keeps, in the layout's cache, the size a fresh text box asks for (~190 px:
+        a tall empty box in the browser's preview)."""
+        for w in self.messages:
+            w.updateGeometry()
 
     @property
     def loading(self) -> bool:

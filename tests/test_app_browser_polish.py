@@ -415,3 +415,4 @@ def test_defect16_browser_rename_uses_the_wide_dialog_and_refuses_a_blank_title(
     assert b.store.get(cid).title == "alpha, renamed in the browser"
     qtbot.waitUntil(lambda: "alpha, renamed in the browser" in [b.proxy.index(r, 0).data()
                                                                 for r in range(b.proxy.rowCount())], timeout=TIMEOUT)
+

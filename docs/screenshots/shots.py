@@ -44,3 +44,9 @@ def wait_until(cond, timeout_s: float = 300) -> None:
         loop = QEventLoop()
         QTimer.singleShot(10, loop.quit)
         loop.exec()
+
+
+def settle(ms: int = 300) -> None:
+    """Let the event loop run for ``ms``: deferred layout passes and repaints finish before a grab."""
+    deadline = time.monotonic() + ms / 1000
+    wait_until(lambda: time.monotonic() >= deadline)

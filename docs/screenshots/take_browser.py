@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from shots import HERE, data_dir_arg, shot_config, wait_until
+from shots import HERE, data_dir_arg, settle, shot_config, wait_until
 
 
 def main() -> None:
@@ -53,7 +53,7 @@ def main() -> None:
     b.query.setText("river")
     b.table.selectRow(b.ids_shown().index(chats[1]))
     wait_until(lambda: not b.preview.loading)
-    app.processEvents()
+    settle()
     b.grab().save(str(HERE / "browser.png"))
 
     export = Path(tempfile.mkdtemp(prefix="hearth-shots-")) / "rivers.json"
