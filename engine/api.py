@@ -884,16 +884,26 @@ class Hearth:
                                   install_key(self.paths.data), trust)
         return BundleImported(tuple(report.used), dict(report.rebuilt), dict(report.notes), trust)
 
-    def import_bundle(self, path: Path, trust: bool = False) -> BundleImported:
+    def import_bundle(self, path: Path, trust: bool = False,
+                      duplicates: DuplicatePolicy | str | None = None) -> BundleImported:
         """Import a ``.hearth`` bundle whole: its conversations (validated first; all or nothing), then
-        their saved contexts as ``import_bundle_contexts``. ``conversations`` maps new ids to the bundle's."""
+        their saved contexts as ``import_bundle_contexts``. ``conversations`` maps new ids to the bundle's.
+        Chats already here (``find_duplicates``) are skipped or imported as marked copies as ``duplicates``
+        says; None imports every chat as it is (a taken id gets a new one)."""
         from engine.bundle import read_bundle as read
 
         convs, entries = read(Path(path))
+        skipped = copied = 0
+        if duplicates is not None:
+            policy = DuplicatePolicy(duplicates)  # ValueError for a policy that does not exist, before any lookup
+            found = find_duplicates(self.conversations, convs)
+            convs = apply_duplicates(convs, found, policy)
+            skipped, copied = (len(found), 0) if policy is DuplicatePolicy.SKIP else (0, len(found))
         ids = self.conversations.insert_full(convs)
         owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
         result = self.import_bundle_contexts(Path(path), entries, owners, trust)
-        return dataclasses.replace(result, conversations={new: c["id"] or "" for c, new in zip(convs, ids, strict=True)})
+        return dataclasses.replace(result, conversations={new: c["id"] or "" for c, new in zip(convs, ids, strict=True)},
+                                   skipped=skipped, copied=copied)
 
     def _local_identity(self):
         """(What a checkpoint must match here, the vocabulary size): from the loaded model, else read from

@@ -460,6 +460,8 @@ class BundleImported:
     notes: Mapping[str, str] = field(default_factory=dict)  # conversation → one line saying what happened
     trusted: bool = False  # the user trusted the bundle's contexts without this installation's signature
     conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Hearth.import_bundle)
+    skipped: int = 0  # the bundle's chats already here and left out (Hearth.import_bundle with duplicates "skip")
+    copied: int = 0  # the bundle's chats already here and imported as marked copies (duplicates "copy")
 
 
 @dataclass(frozen=True)

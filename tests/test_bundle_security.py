@@ -424,7 +424,8 @@ def test_cli_export_then_import_reports_each_conversation(source, target, tiny_g
     assert {r["original_id"] for r in report["conversations"]} == {A, B}
     assert all(r["context"] == "rebuilt" and r["reason"] == "untrusted" and r["message"] == FOREIGN
                for r in report["conversations"])
-    mine = run_cli("bundle", "import", str(out), "--json", "--model", str(tiny_gguf), home=source)
+    mine = run_cli("bundle", "import", str(out), "--duplicates", "copy", "--json", "--model", str(tiny_gguf),
+                   home=source)
     rows = json.loads(mine.stdout)["conversations"]
     assert [r["context"] for r in rows] == ["used", "used"] and all(r["id"] != r["original_id"] for r in rows)
 
