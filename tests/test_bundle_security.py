@@ -434,10 +434,12 @@ def test_cli_import_of_a_forgery_with_and_without_trust(source, target, tiny_ggu
     plain = json.loads(run_cli("bundle", "import", str(forged_bundle), "--json", "--model", str(tiny_gguf),
                                home=target).stdout)
     assert [(r["context"], r["reason"]) for r in plain["conversations"]] == [("rebuilt", "untrusted")]
-    human = run_cli("bundle", "import", str(forged_bundle), "--model", str(tiny_gguf), home=target)
+    # The same bundle again: its chat is here now, so the next imports ask for copies.
+    human = run_cli("bundle", "import", str(forged_bundle), "--duplicates", "copy", "--model", str(tiny_gguf),
+                    home=target)
     assert human.returncode == 0 and FOREIGN in human.stdout
-    trusted = json.loads(run_cli("bundle", "import", str(forged_bundle), "--trust-contexts", "--json", "--model",
-                                 str(tiny_gguf), home=target).stdout)
+    trusted = json.loads(run_cli("bundle", "import", str(forged_bundle), "--trust-contexts", "--duplicates", "copy",
+                                 "--json", "--model", str(tiny_gguf), home=target).stdout)
     assert trusted["trusted"] and [r["context"] for r in trusted["conversations"]] == ["used"]
 
 
