@@ -104,7 +104,8 @@ def test_continue_after_the_length_limit_grows_the_same_message(qtbot, windows):
 
 def test_continue_is_offered_only_for_the_version_the_limit_stopped(qtbot, windows):
     w = windows()
-    new_chat_with_turn(qtbot, w, "hello there", {"temperature": 1.5, "max_new_tokens": 4, "seed": 11})
+    conv = new_chat_with_turn(qtbot, w, "hello there", {"temperature": 1.5, "max_new_tokens": 4, "seed": 11})
+    w.store.set_finish(conv, 1, "eos")  # the first version ended by itself (the tiny model never does in 4 tokens)
     regenerate(qtbot, w)
     last = w.transcript.last_reply()
     assert not last.continue_button.isHidden()
@@ -113,6 +114,8 @@ def test_continue_is_offered_only_for_the_version_the_limit_stopped(qtbot, windo
     assert last.continue_button.isHidden() and not w.chat.can_continue() and not w.act_continue.isEnabled()
     w.chat.continue_reply()  # nothing to continue: no turn starts
     assert not w.turns.running()
+    w.act_later_version.trigger()  # back to the version the limit stopped: Continue again
+    assert not last.continue_button.isHidden() and w.chat.can_continue() and w.act_continue.isEnabled()
 
 
 # live figures --------------------------------------------------------------------------------------------------
