@@ -606,8 +606,10 @@ class ConversationStore:
             if db.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND seq >= ?",
                           (conversation_id, seq)).fetchone():
                 return False
+            # The row set aside last has the highest id (a flip rewrites rows in place; it never adds one): by
+            # position, a regenerate of a version chosen with ‹ › would bring back another version.
             row = db.execute("SELECT id, content, created_ms, finish FROM alternatives WHERE conversation_id = ? AND "
-                             "seq = ? ORDER BY position DESC LIMIT 1", (conversation_id, seq)).fetchone()
+                             "seq = ? ORDER BY id DESC LIMIT 1", (conversation_id, seq)).fetchone()
             if row is None:
                 return False
             db.execute("DELETE FROM alternatives WHERE id = ?", (row[0],))
