@@ -7,6 +7,7 @@ store for Edit and Regenerate happen here, on the UI thread; the turns themselve
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import Signal
@@ -18,14 +19,15 @@ from app.composer import Composer
 from app.context_blocks import too_long_alone_text
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, rebuilding_note, rebuilt_note, turn_note
+from app.text import duration, rebuilding_note, rebuilt_note, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
 from engine.errors import ConversationError
-from engine.types import Accepted, ContextPolicy, Finished, Rebuilt, Resume, ResumeSource, StopReason
+from engine.types import Accepted, ChatTokens, ContextPolicy, Finished, Rebuilt, Resume, ResumeSource
 
 Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
+log = logging.getLogger(__name__)
 
 
 class ChatPane(QWidget):
@@ -43,8 +45,8 @@ class ChatPane(QWidget):
         self.model_ready = False
         self._dropped: dict[str, int] = {}  # chat → stored messages outside the model's view, as last reported
         self._limit_hit: ContextLimitHit | None = None  # the refusal the error block is about
-        self._continuable: dict[str, int] = {}  # chat → the seq of its last reply, stopped by the length limit
         self._tooled: MessageWidget | None = None  # the reply showing ‹ 2/3 › and Continue
+        self._chosen_version = 0  # the version last chosen with ‹ ›, for the status line once its tokens are counted
         self._limits: dict[str, ContextLimitHit] = {}  # chat → its last refusal, shown again on coming back
         self._no_reply_reasons: dict[str, str] = {}  # chat → why its last message has no reply, when known
         self._build()
@@ -66,6 +68,7 @@ class ChatPane(QWidget):
         w.rebuilt.connect(self._on_rebuilt)
         w.failed.connect(self._on_open_failed)
         w.dropped_messages.connect(self._on_dropped_messages)
+        w.chat_tokens.connect(self._on_chat_tokens)
 
     def _build(self) -> None:
         rv = QVBoxLayout(self)
@@ -249,7 +252,7 @@ class ChatPane(QWidget):
         versions = self.store.reply_versions(self.conversation, last.seq)
         if versions is not None and len(versions.texts) > 1:
             last.set_versions(versions.chosen, len(versions.texts))
-        if self._continuable.get(self.conversation) == last.seq:
+        if self._continuable_seq() == last.seq:
             last.continue_button.show()
         self._tooled = last
 
@@ -265,13 +268,32 @@ class ChatPane(QWidget):
             self.status.problem(f"That version could not be chosen: {exc}")
             return
         last.set_text(text)
-        self._continuable.pop(conv, None)  # the version shown was not the one the limit stopped
-        self.update_buttons()
-        self.status.say(f"The chat continues with version {index + 1} of this reply")
+        self.update_buttons()  # Continue follows the version shown: the store keeps why each one ended
+        self._chosen_version = index
+        self.status.say(version_chosen_note(index))
+        # The context still holds the other version: the engine thread counts the chat's tokens with this one.
+        self.turns.host.request_chat_tokens.emit(conv)
+
+    def _on_chat_tokens(self, conversation: str, counted: ChatTokens) -> None:
+        """The chat's size with the version chosen: the meter shows it, and how much the next turn re-reads."""
+        if conversation != self.conversation or self.busy:
+            return  # another chat is shown, or a turn's own figures say it now
+        self.status.tokens_in_context(counted.tokens)
+        self.status.say(version_chosen_note(self._chosen_version, counted))
+
+    def _continuable_seq(self) -> int | None:
+        """The last reply's seq when the length limit stopped it (the store says, so it outlives a restart)."""
+        if self.conversation is None:
+            return None
+        try:
+            return self.store.length_stopped_reply(self.conversation)
+        except ConversationError as exc:  # Continue is not offered; the database's trouble shows elsewhere
+            log.warning("could not tell whether the last reply can be continued: %s", exc)
+            return None
 
     def can_continue(self) -> bool:
         last = self.transcript.last_reply()
-        return not self.busy and last is not None and self._continuable.get(self.conversation) == last.seq
+        return not self.busy and last is not None and self._continuable_seq() == last.seq
 
     def continue_reply(self) -> None:
         """Write on at the end of the last reply, which the length limit stopped: the same message grows."""
@@ -282,7 +304,6 @@ class ChatPane(QWidget):
         if not messages or messages[-1].role != "assistant":
             return
         self._take_off_last_reply(messages)
-        self._continuable.pop(conv, None)
         self.turns.continue_reply(conv, messages[-1].content)
 
     def begin_edit(self, seq: int) -> None:
@@ -436,11 +457,7 @@ class ChatPane(QWidget):
             else:
                 self.transcript.end_stream(finished.reply, turn_note(finished), finished.reply_seq)
             self.status.finished(finished)
-        if finished.stop_reason == StopReason.LENGTH and finished.reply_seq is not None:
-            self._continuable[conversation] = finished.reply_seq
-        else:
-            self._continuable.pop(conversation, None)
-        self.update_buttons()
+        self.update_buttons()  # Continue: the engine stored why the reply ended before this arrives
 
     def _on_failed(self, conversation: str, message: str) -> None:
         """The turn failed after its message was stored: no empty reply stays behind; the message's block

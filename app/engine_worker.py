@@ -85,6 +85,7 @@ class EngineWorker(QObject):
     usage = Signal(object)  # StoreUsage, after a drop, a budget change or a reclaim
     reclaimed = Signal(object)  # GcReport
     bundle_done = Signal(object)  # BundleExported | BundleImported | HearthError
+    chat_tokens = Signal(str, object)  # ChatTokens: a chat's size after a version of its last reply was chosen
 
     def __init__(self, config: AppConfig):
         super().__init__()
@@ -351,6 +352,22 @@ class EngineWorker(QObject):
         finally:
             self.stopped.emit()
 
+    @Slot(str)
+    def count_chat_tokens(self, conversation: str) -> None:
+        """A version of the chat's last reply was chosen: its size with it (tokenizing, no model run), for the
+        context meter, and the sidebar's count through the list of contexts."""
+        if not self._loaded():
+            return
+        try:
+            max_new_tokens, policy = self._view_settings(conversation)
+            counted = self.hearth.note_version_chosen(conversation, max_new_tokens=max_new_tokens,
+                                                      context_policy=policy)
+        except HearthError as exc:  # the meter keeps its figure until the next turn; nothing else depends on it
+            log.warning("could not count the tokens of %s: %s", conversation, exc)
+            return
+        self.chat_tokens.emit(conversation, counted)
+        self._emit_cache_states()
+
     @Slot()
     def report_states(self) -> None:
         """Say again which conversations have saved or live context (after an import or another bulk change
@@ -386,6 +403,7 @@ class EngineHost(QObject):
     request_export_bundle = Signal(str, object, object)  # path, document, conversations
     request_import_bundle = Signal(str, object, object, bool)  # path, entries, owners, trust their contexts
     request_states = Signal()  # emit cache_states again
+    request_chat_tokens = Signal(str)  # a version of the chat's last reply was chosen: count its tokens again
 
     def __init__(self, config: AppConfig, parent: QObject | None = None):
         super().__init__(parent)
@@ -406,6 +424,7 @@ class EngineHost(QObject):
                               (self.request_import_bundle, w.import_bundle_contexts)):
             request.connect(slot)
         self.request_states.connect(w.report_states)
+        self.request_chat_tokens.connect(w.count_chat_tokens)
         self.thread.start()
 
     def cancel_load(self) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.text import duration
 from engine.errors import HearthError
 from engine.types import Finished
 
@@ -142,7 +143,7 @@ def _wait(condition: Callable[[], bool], timeout_s: float, step: str, what: str,
         if problem:
             raise SelfTestFailed(step, problem)
         if time.monotonic() > deadline:
-            raise SelfTestFailed(step, f"timed out after {timeout_s:.0f} s waiting for {what}")
+            raise SelfTestFailed(step, f"timed out after {duration(timeout_s * 1000)} waiting for {what}")
         QApplication.processEvents()
         time.sleep(0.005)
 
@@ -202,8 +203,8 @@ def window_turn(config, report: SelfTestReport) -> str:
               lambda: seen.failure)
         info = window.model_info
         note = f"; {info.note}" if info.note else ""
-        report.ok("window", f"shown in {shown_ms:.0f} ms; {info.name} {info.weights} on {info.provider} "
-                            f"ready in {(time.perf_counter() - started):.1f} s{note}")
+        report.ok("window", f"shown in {duration(shown_ms)}; {info.name} {info.weights} on {info.provider} "
+                            f"ready in {duration((time.perf_counter() - started) * 1000)}{note}")
 
         conversation = window.new_chat()
         window.store.rename(conversation, "Self-test")
@@ -220,12 +221,12 @@ def window_turn(config, report: SelfTestReport) -> str:
                                               f"{[(m.role, m.content[:40]) for m in stored]}")
         reply = " ".join(stored[1].content.split())
         report.ok("chat turn", f"“{reply[:60]}{'…' if len(reply) > 60 else ''}” ({turn.stop_reason}, "
-                               f"{(time.perf_counter() - turn_started):.1f} s, {turn.timings.decode_tokens_per_s:.0f} "
+                               f"{duration((time.perf_counter() - turn_started) * 1000)}, {turn.timings.decode_tokens_per_s:.0f} "
                                "tokens/s)")
         save = turn.save
         if save is None or not save.ok:
             raise SelfTestFailed("save", f"the turn's context was not saved: {save.error if save else 'no save'}")
-        report.ok("save", f"{save.tokens} tokens, {save.bytes_written:,} bytes in {save.elapsed_ms:.0f} ms")
+        report.ok("save", f"{save.tokens} tokens, {save.bytes_written:,} bytes in {duration(save.elapsed_ms)}")
     finally:
         window.close()  # saves the window state and what is live; stops the engine thread
     stopped = not window.host.thread.isRunning()
@@ -265,6 +266,6 @@ def verify_and_restore(config, conversation: str, report: SelfTestReport) -> Non
         raise SelfTestFailed("restore", f"the restored context predicts differently from a cold prefill "
                                         f"(max logit difference {check.max_logit_diff:.3g}, allowed "
                                         f"{check.tolerance:.3g}; same next token: {check.same_next_token})")
-    report.ok("restore", f"{resume.restored_tokens} tokens from disk in {resume.restore_ms:.0f} ms (model loaded "
-                         f"in {info.load_ms:.0f} ms); next-token logits match a cold prefill (max diff "
+    report.ok("restore", f"{resume.restored_tokens} tokens from disk in {duration(resume.restore_ms)} (model loaded "
+                         f"in {duration(info.load_ms)}); next-token logits match a cold prefill (max diff "
                          f"{check.max_logit_diff:.1g}, allowed {check.tolerance:.1g})")

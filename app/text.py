@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from engine.types import Finished, ModelInfo, Rebuilt, Resume, ResumeSource, StopReason
+from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, Resume, ResumeSource, StopReason
 
 
 def count(n: int) -> str:
@@ -136,3 +136,16 @@ def rebuilt_note(rebuilt: Rebuilt) -> str:
         return f"Rebuild stopped after {duration(rebuilt.elapsed_ms)}"
     text = f"Rebuilt {count(rebuilt.tokens)} tokens in {duration(rebuilt.elapsed_ms)}"
     return text if rebuilt.save is not None and rebuilt.save.ok else f"{text} · not saved"
+
+
+def version_chosen_note(index: int, counted: ChatTokens | None = None) -> str:
+    """The status bar after ‹ ›: which version the chat continues with and, once its tokens are counted,
+    how much of its context the next message reads again (the context was written with the other version)."""
+    text = f"The chat continues with version {index + 1} of this reply"
+    if counted is None:
+        return text
+    if counted.to_reread is None:  # not in memory: the saved context holds the other version
+        return text + " · the next message re-reads the context from where the versions differ"
+    if counted.to_reread > 0:
+        return text + f" · the next message re-reads the last {count(counted.to_reread)} tokens of the context"
+    return text

@@ -67,6 +67,7 @@ from engine.types import (
     BundleExported,
     BundleImported,
     CancelToken,
+    ChatTokens,
     Completion,
     ContextBadge,
     ContextHealth,
@@ -252,6 +253,9 @@ class Hearth:
         self._info: ModelInfo | None = None
         self._conversations: ConversationStore | None = None
         self._checkpoints: CheckpointStore | None = None
+        # chat → its token count after a version of its last reply was chosen: its saved or live context still
+        # holds the other version, so context_states says this until the chat's next turn or opening
+        self._chosen_tokens: dict[str, int] = {}
 
     # model --------------------------------------------------------------------------------------------
     @property
@@ -472,6 +476,7 @@ class Hearth:
 
             check_policy(request.context_policy, "the default for a chat longer than the context")
         self._check_rewrite(request)
+        self._chosen_tokens.pop(cid, None)  # the turn's own figures say it from now on
         with self._turn_lock(cid, emit, cancel):
             set_aside = self._set_aside_reply(cid, request)
             try:
@@ -564,13 +569,16 @@ class Hearth:
         continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
 
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
+            finish = str(StopReason(result.stop_reason))  # stored with the reply: Continue outlives the session
             if continued:  # the same message, written on
                 if result.text:
-                    self.conversations.extend_reply(cid, continued_seq, result.text)
+                    self.conversations.extend_reply(cid, continued_seq, result.text, finish)
                     self.conversations.set_model(cid, info.label, key)
+                elif result.stop_reason != StopReason.CANCELLED:  # it ended at once: the reply is whole now
+                    self.conversations.set_finish(cid, continued_seq, finish)
                 stored.append(continued_seq)
             elif result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
-                stored.append(self.conversations.append(cid, "assistant", result.text).seq)
+                stored.append(self.conversations.append(cid, "assistant", result.text, finish).seq)
                 self.conversations.set_model(cid, info.label, key)
 
         if view.moved:
@@ -695,6 +703,7 @@ class Hearth:
         sessions = self._sessions
         if sessions is None:
             raise ModelNotLoadedError("the model is not loaded yet")
+        self._chosen_tokens.pop(conversation, None)  # the restore checks the saved context against the chat as it is
         messages = self.conversations.chat_messages(conversation)
         if not any(m["role"] == "user" for m in messages):
             sessions.switch_away()
@@ -722,6 +731,7 @@ class Hearth:
 
     def forget(self, conversation: str) -> None:
         """The conversation was deleted or cleared: drop its live KV and its saved context."""
+        self._chosen_tokens.pop(conversation, None)
         if self._sessions is not None:
             self._sessions.forget(conversation)
         else:
@@ -770,7 +780,42 @@ class Hearth:
             active = None
         if active and self._engine.tokens:
             states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens), self._sessions.identity.label)
+        for cid, tokens in self._chosen_tokens.items():  # the chat's size with the version chosen, not the other's
+            if cid in states:
+                states[cid] = dataclasses.replace(states[cid], tokens=tokens)
         return states
+
+    # a version of the last reply was chosen (the store's choose_version) ------------------------------------
+    def note_version_chosen(self, conversation: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                            context_policy: str | None = None) -> ChatTokens:
+        """The chat's last reply now shows another version: count the tokens the chat has with it (the
+        model's view, as ``view_window``; tokenizing only, no model run) and how many of the live context
+        still match. Until the chat's next turn or opening, ``context_states`` gives this count for it.
+        ModelNotLoadedError without a model; ConversationError for a chat that does not exist."""
+        engine = self._require_engine()
+        convs = self.conversations
+        chat = convs.chat_messages(conversation)
+        upto = max((i for i, m in enumerate(chat) if m["role"] == "user"), default=-1) + 1
+        messages = chat
+        if upto:
+            try:
+                view = self._view_of(conversation, chat[:upto], convs.require(conversation).settings, context_policy,
+                                     max_new_tokens)
+                messages = view.messages + chat[upto:]
+            except ContextFullError:  # too long for any view: its next turn says so; count all of it
+                pass
+        if messages and messages[-1]["role"] == "assistant":  # as a turn that wrote this reply leaves the context
+            text = self._continue_prompt(engine, messages).decode("utf-8")
+        else:
+            text = engine.render(messages) if messages else ""
+        tokens = engine.encode_prompt(text) if text else []
+        kept = None
+        if self._sessions is not None and self._sessions.active == conversation:
+            live = engine.tokens
+            kept = next((i for i, (a, b) in enumerate(zip(live, tokens, strict=False)) if a != b),
+                        min(len(live), len(tokens)))
+        self._chosen_tokens[conversation] = len(tokens)
+        return ChatTokens(conversation, len(tokens), kept)
 
     def _context_entry(self, conversation: str) -> Entry | None:
         """The saved context that serves the conversation: the loaded model's, or with no model loaded
@@ -884,16 +929,26 @@ class Hearth:
                                   install_key(self.paths.data), trust)
         return BundleImported(tuple(report.used), dict(report.rebuilt), dict(report.notes), trust)
 
-    def import_bundle(self, path: Path, trust: bool = False) -> BundleImported:
+    def import_bundle(self, path: Path, trust: bool = False,
+                      duplicates: DuplicatePolicy | str | None = None) -> BundleImported:
         """Import a ``.hearth`` bundle whole: its conversations (validated first; all or nothing), then
-        their saved contexts as ``import_bundle_contexts``. ``conversations`` maps new ids to the bundle's."""
+        their saved contexts as ``import_bundle_contexts``. ``conversations`` maps new ids to the bundle's.
+        Chats already here (``find_duplicates``) are skipped or imported as marked copies as ``duplicates``
+        says; None imports every chat as it is (a taken id gets a new one)."""
         from engine.bundle import read_bundle as read
 
         convs, entries = read(Path(path))
+        skipped = copied = 0
+        if duplicates is not None:
+            policy = DuplicatePolicy(duplicates)  # ValueError for a policy that does not exist, before any lookup
+            found = find_duplicates(self.conversations, convs)
+            convs = apply_duplicates(convs, found, policy)
+            skipped, copied = (len(found), 0) if policy is DuplicatePolicy.SKIP else (0, len(found))
         ids = self.conversations.insert_full(convs)
         owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
         result = self.import_bundle_contexts(Path(path), entries, owners, trust)
-        return dataclasses.replace(result, conversations={new: c["id"] or "" for c, new in zip(convs, ids, strict=True)})
+        return dataclasses.replace(result, conversations={new: c["id"] or "" for c, new in zip(convs, ids, strict=True)},
+                                   skipped=skipped, copied=copied)
 
     def _local_identity(self):
         """(What a checkpoint must match here, the vocabulary size): from the loaded model, else read from
@@ -957,7 +1012,7 @@ class Hearth:
         logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
         result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started)
         if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
-            self.conversations.append(cid, "assistant", result.text)
+            self.conversations.append(cid, "assistant", result.text, str(result.stop_reason))
             self.conversations.set_model(cid, self._info.label, self.model_key)
         self._sessions.save("turn", boundaries=[len(prompt)])
         return self._served(result, report, len(prompt))

@@ -58,18 +58,28 @@ def conversation_rows(hearth: Hearth, result: BundleImported) -> list[dict]:
 def cmd_bundle_import(args: argparse.Namespace) -> int:
     hearth = Hearth(data_paths(args), model=args.model, weights=args.weights)
     try:
-        result = hearth.import_bundle(Path(args.path), trust=args.trust_contexts)
+        result = hearth.import_bundle(Path(args.path), trust=args.trust_contexts, duplicates=args.duplicates)
         rows = conversation_rows(hearth, result)
     finally:
         hearth.close()
     payload = {"path": args.path, "imported": len(rows), "trusted": result.trusted, "contexts_used": len(result.used),
-               "contexts_rebuilt": len(result.rebuilt), "conversations": rows}
+               "contexts_rebuilt": len(result.rebuilt), "skipped": result.skipped, "copied": result.copied,
+               "conversations": rows}
     lines = [f"{r['id']:<34} context {r['context']:<8} {r['title'] or '(untitled)'}"
              + (f"\n{'':<34} {r['message']}" if r["context"] == "rebuilt" else "") for r in rows]
     lines.append(f"imported {len(rows)} conversation(s); saved context used for {len(result.used)}, "
-                 f"{len(result.rebuilt)} will be rebuilt when opened")
+                 f"{len(result.rebuilt)} will be rebuilt when opened" + duplicates_note(result))
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def duplicates_note(result: BundleImported) -> str:
+    """What the import did with chats already here, worded as ``conversations import`` words it."""
+    if result.skipped:
+        return f"; skipped {result.skipped} already here (--duplicates copy imports them as copies)"
+    if result.copied:
+        return f"; {result.copied} of them as copies of conversations already here"
+    return ""
 
 
 def add_parser(sub, common: argparse.ArgumentParser, model_options) -> None:
@@ -84,5 +94,8 @@ def add_parser(sub, common: argparse.ArgumentParser, model_options) -> None:
     imp.add_argument("path", metavar="FILE.hearth")
     imp.add_argument("--trust-contexts", action="store_true",
                      help="use saved contexts another installation made (they decide what the model remembers)")
+    imp.add_argument("--duplicates", choices=["skip", "copy"], default="skip",
+                     help='conversations already here (same id or same content): skip them (default), or import '
+                          'them as copies titled "<title> (imported)"')
     model_options(imp)
     imp.set_defaults(func=cmd_bundle_import)

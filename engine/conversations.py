@@ -120,7 +120,15 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
     """,
+    # 7: why a reply ended, as the turn that last wrote it said (a StopReason value), for the chat's reply and
+    # each kept version: a reply the length limit stopped offers Continue after a restart too. NULL when not
+    # known (rows from before, imports, a reply the person edited).
+    """
+    ALTER TABLE messages ADD COLUMN finish TEXT;
+    ALTER TABLE alternatives ADD COLUMN finish TEXT;
+    """,
 ]
+LENGTH_FINISH = "length"  # StopReason.LENGTH: the reply can be continued
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -464,7 +472,8 @@ class ConversationStore:
         head = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
         return head + [m.as_chat() for m in self.messages(conversation_id)]
 
-    def append(self, conversation_id: str, role: str, content: str) -> Message:
+    def append(self, conversation_id: str, role: str, content: str, finish: str | None = None) -> Message:
+        """Add a message at the end; ``finish``: why a reply ended (a StopReason value), kept for replies only."""
         if role not in ROLES:
             raise ConversationError(f"role {role!r} is not one of {', '.join(ROLES)}")
         if not isinstance(content, str):
@@ -478,8 +487,9 @@ class ConversationStore:
                              (conversation_id,)).fetchone()[0]
             if role != "assistant":  # versions of a reply that was set aside and never came back
                 db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
-            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
-                       (conversation_id, seq, role, content, t))
+            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish) "
+                       "VALUES (?,?,?,?,?,?)",
+                       (conversation_id, seq, role, content, t, finish if role == "assistant" else None))
             title = conv[0] or (title_from(content) if role == "user" else "")
             db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
         return Message(seq, role, content, t)
@@ -505,7 +515,8 @@ class ConversationStore:
                              (conversation_id, seq)).fetchone()
             if old is None:
                 raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
-            db.execute("UPDATE messages SET content = ? WHERE conversation_id = ? AND seq = ?",
+            # A reply the person rewrote no longer ends where the model stopped: nothing to continue.
+            db.execute("UPDATE messages SET content = ?, finish = NULL WHERE conversation_id = ? AND seq = ?",
                        (content, conversation_id, seq))
             self._retitle(db, conversation_id, seq, old[0], old[1], content)
             self._truncate(db, conversation_id, seq + 1)
@@ -575,15 +586,16 @@ class ConversationStore:
         """Keep the last reply as an earlier version and take it off the chat, so a new one is written in
         its place (regenerate); returns its seq. ConversationError when the chat does not end in a reply."""
         with self._write() as db:
-            last = db.execute("SELECT seq, role, content, created_ms FROM messages WHERE conversation_id = ? "
+            last = db.execute("SELECT seq, role, content, created_ms, finish FROM messages WHERE conversation_id = ? "
                               "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
             if last is None or last[1] != "assistant":
                 raise ConversationError("the conversation does not end in a reply, so there is none to write again")
             seq = last[0]
             others = db.execute("SELECT position, content FROM alternatives WHERE conversation_id = ? AND seq = ?",
                                 (conversation_id, seq)).fetchall()
-            db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms) "
-                       "VALUES (?,?,?,?,?)", (conversation_id, seq, self._free_position(others), last[2], last[3]))
+            db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms, finish) "
+                       "VALUES (?,?,?,?,?,?)", (conversation_id, seq, self._free_position(others), last[2], last[3],
+                                                last[4]))
             db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq = ?", (conversation_id, seq))
         return seq
 
@@ -594,13 +606,15 @@ class ConversationStore:
             if db.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND seq >= ?",
                           (conversation_id, seq)).fetchone():
                 return False
-            row = db.execute("SELECT id, content, created_ms FROM alternatives WHERE conversation_id = ? AND seq = ? "
-                             "ORDER BY position DESC LIMIT 1", (conversation_id, seq)).fetchone()
+            # The row set aside last has the highest id (a flip rewrites rows in place; it never adds one): by
+            # position, a regenerate of a version chosen with ‹ › would bring back another version.
+            row = db.execute("SELECT id, content, created_ms, finish FROM alternatives WHERE conversation_id = ? AND "
+                             "seq = ? ORDER BY id DESC LIMIT 1", (conversation_id, seq)).fetchone()
             if row is None:
                 return False
             db.execute("DELETE FROM alternatives WHERE id = ?", (row[0],))
-            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
-                       (conversation_id, seq, "assistant", row[1], row[2]))
+            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish) "
+                       "VALUES (?,?,?,?,?,?)", (conversation_id, seq, "assistant", row[1], row[2], row[3]))
         return True
 
     def choose_version(self, conversation_id: str, seq: int, index: int) -> str:
@@ -608,13 +622,13 @@ class ConversationStore:
         chat continues with; returns its text. Only the last reply: the messages after an earlier one
         answered the version they followed."""
         with self._write() as db:
-            last = db.execute("SELECT seq, role, content, created_ms FROM messages WHERE conversation_id = ? "
+            last = db.execute("SELECT seq, role, content, created_ms, finish FROM messages WHERE conversation_id = ? "
                               "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
             if last is None or last[0] != seq or last[1] != "assistant":
                 raise ConversationError(f"message {seq} is not the last reply of the conversation: only the last "
                                         "reply's version can be chosen")
-            others = db.execute("SELECT id, position, content, created_ms FROM alternatives WHERE conversation_id = ? "
-                                "AND seq = ? ORDER BY position", (conversation_id, seq)).fetchall()
+            others = db.execute("SELECT id, position, content, created_ms, finish FROM alternatives WHERE "
+                                "conversation_id = ? AND seq = ? ORDER BY position", (conversation_id, seq)).fetchall()
             current = self._free_position([(o[1], o[2]) for o in others])
             positions = sorted([o[1] for o in others] + [current])
             if not 0 <= index < len(positions):
@@ -623,18 +637,36 @@ class ConversationStore:
             if wanted == current:
                 return last[2]
             row = next(o for o in others if o[1] == wanted)
-            db.execute("UPDATE alternatives SET position = ?, content = ?, created_ms = ? WHERE id = ?",
-                       (current, last[2], last[3], row[0]))
-            db.execute("UPDATE messages SET content = ?, created_ms = ? WHERE conversation_id = ? AND seq = ?",
-                       (row[2], row[3], conversation_id, seq))
+            db.execute("UPDATE alternatives SET position = ?, content = ?, created_ms = ?, finish = ? WHERE id = ?",
+                       (current, last[2], last[3], last[4], row[0]))
+            db.execute("UPDATE messages SET content = ?, created_ms = ?, finish = ? WHERE conversation_id = ? AND seq = ?",
+                       (row[2], row[3], row[4], conversation_id, seq))
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
         return row[2]
 
-    def extend_reply(self, conversation_id: str, seq: int, text: str) -> None:
-        """Append ``text`` to reply ``seq`` (Continue: the same message, written on)."""
+    def extend_reply(self, conversation_id: str, seq: int, text: str, finish: str | None = None) -> None:
+        """Append ``text`` to reply ``seq`` (Continue: the same message, written on); ``finish`` is why it
+        ended this time."""
         with self._write() as db:
-            cur = db.execute("UPDATE messages SET content = content || ? WHERE conversation_id = ? AND seq = ? AND "
-                             "role = 'assistant'", (text, conversation_id, seq))
+            cur = db.execute("UPDATE messages SET content = content || ?, finish = ? WHERE conversation_id = ? AND "
+                             "seq = ? AND role = 'assistant'", (text, finish, conversation_id, seq))
             if cur.rowcount == 0:
                 raise ConversationError(f"conversation {conversation_id!r} has no reply {seq} to continue")
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
+
+    # why a reply ended: Continue after a restart ----------------------------------------------------------------
+    def set_finish(self, conversation_id: str, seq: int, finish: str | None) -> None:
+        """Record why reply ``seq`` ended (a StopReason value, or None for not known)."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE messages SET finish = ? WHERE conversation_id = ? AND seq = ? AND role = 'assistant'",
+                             (finish, conversation_id, seq))
+        if cur.rowcount == 0:
+            raise ConversationError(f"conversation {conversation_id!r} has no reply {seq}")
+
+    def length_stopped_reply(self, conversation_id: str) -> int | None:
+        """The seq of the chat's last message when it is a reply the length limit stopped (Continue writes on
+        there); None otherwise."""
+        with self._tx() as db:
+            last = db.execute("SELECT seq, role, finish FROM messages WHERE conversation_id = ? ORDER BY seq DESC "
+                              "LIMIT 1", (conversation_id,)).fetchone()
+        return last[0] if last is not None and last[1] == "assistant" and last[2] == LENGTH_FINISH else None

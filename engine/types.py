@@ -413,6 +413,21 @@ class ContextState:
 
 
 @dataclass(frozen=True)
+class ChatTokens:
+    """A chat's size in tokens as it is stored now (``Hearth.note_version_chosen``: after the last reply's
+    version changed), and how much of the live context still matches it."""
+
+    conversation: str
+    tokens: int  # the context the chat has with the chosen version: its prompt and the reply, as a turn leaves it
+    kept: int | None  # of those, the tokens the live context holds already; None when the chat is not live
+
+    @property
+    def to_reread(self) -> int | None:
+        """Tokens the next turn reads again (the chosen version differs there); None when not known."""
+        return None if self.kept is None else self.tokens - self.kept
+
+
+@dataclass(frozen=True)
 class ContextStatus:
     conversation: str
     health: ContextHealth
@@ -460,6 +475,8 @@ class BundleImported:
     notes: Mapping[str, str] = field(default_factory=dict)  # conversation → one line saying what happened
     trusted: bool = False  # the user trusted the bundle's contexts without this installation's signature
     conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Hearth.import_bundle)
+    skipped: int = 0  # the bundle's chats already here and left out (Hearth.import_bundle with duplicates "skip")
+    copied: int = 0  # the bundle's chats already here and imported as marked copies (duplicates "copy")
 
 
 @dataclass(frozen=True)

@@ -285,3 +285,140 @@ def test_continue_after_the_length_limit_writes_on_in_the_same_message(real_hear
     # One longer generation writes the same text.
     whole = h.run_turn(TurnRequest("w", "Count from one to twenty in words.", GREEDY, 16), create=True)
     assert whole.reply == more.reply
+
+
+# why a reply ended (migration 7): Continue after a restart -------------------------------------------------------
+def test_the_store_keeps_why_each_reply_and_each_of_its_versions_ended(store):
+    cid = store.create().id
+    store.append(cid, "user", "hello", finish="length")  # a person's message has no finish
+    assert store.read("SELECT finish FROM messages WHERE seq = 0")[0][0] is None
+    store.append(cid, "assistant", "cut", finish="length")
+    assert store.length_stopped_reply(cid) == 1
+    store.set_aside_reply(cid)  # regenerate: the new version ended by itself
+    assert store.length_stopped_reply(cid) is None  # the chat ends in a message now
+    store.append(cid, "assistant", "whole", finish="eos")
+    assert store.length_stopped_reply(cid) is None
+    assert store.choose_version(cid, 1, 0) == "cut" and store.length_stopped_reply(cid) == 1
+    assert store.choose_version(cid, 1, 1) == "whole" and store.length_stopped_reply(cid) is None
+    store.choose_version(cid, 1, 0)
+    store.extend_reply(cid, 1, " and more", "eos")  # Continue wrote on and the reply ended by itself
+    assert store.length_stopped_reply(cid) is None
+    store.extend_reply(cid, 1, " and more", "length")
+    assert store.length_stopped_reply(cid) == 1
+    seq = store.set_aside_reply(cid)  # a regenerate that wrote nothing gives the reply back as it ended
+    assert store.restore_reply(cid, seq) and store.length_stopped_reply(cid) == 1
+    assert store.messages(cid)[-1].content == "cut and more and more"  # the version shown, not the newest position
+    store.append(cid, "user", "next")
+    assert store.length_stopped_reply(cid) is None  # only the last message can be continued
+
+
+def test_an_edit_or_a_truncate_of_a_length_stopped_reply_clears_it(store):
+    cid = store.create().id
+    store.append(cid, "user", "hello")
+    store.append(cid, "assistant", "cut", finish="length")
+    store.edit(cid, 1, "my own words")  # the person rewrote it: it no longer ends where the model stopped
+    assert store.length_stopped_reply(cid) is None
+    store.append(cid, "user", "again")
+    store.append(cid, "assistant", "cut again", finish="length")
+    store.truncate(cid, 3)
+    assert store.length_stopped_reply(cid) is None
+    store.append(cid, "assistant", "written anew")  # finish not known: not offered
+    assert store.length_stopped_reply(cid) is None
+    store.set_finish(cid, 3, "length")
+    assert store.length_stopped_reply(cid) == 3
+    store.set_finish(cid, 3, None)
+    assert store.length_stopped_reply(cid) is None
+
+
+def test_setting_why_a_missing_reply_ended_is_refused(store):
+    cid = chat(store)
+    with pytest.raises(ConversationError, match="no reply 0"):
+        store.set_finish(cid, 0, "length")  # a person's message
+    with pytest.raises(ConversationError, match="no reply 5"):
+        store.set_finish(cid, 5, "length")
+    assert store.length_stopped_reply("no-such-chat") is None
+
+
+def test_a_database_of_the_previous_schema_gains_the_finish_of_replies(tmp_path):
+    path = tmp_path / "v6.db"
+    from engine.conversations import MIGRATIONS
+
+    with sqlite3.connect(path) as db:  # schema 6, as the previous Hearth left it, with a kept version
+        for i, sql in enumerate(MIGRATIONS[:6], 1):
+            db.executescript(sql + f"; PRAGMA user_version = {i};")
+        db.execute("INSERT INTO conversations (id, created_ms, updated_ms) VALUES ('old', 0, 0)")
+        db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
+                   "VALUES ('old', 0, 'user', 'hi', 0), ('old', 1, 'assistant', 'hello', 0)")
+        db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms) "
+                   "VALUES ('old', 1, 0, 'earlier', 0)")
+    s = ConversationStore(path)
+    try:
+        assert s.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 7
+        assert s.messages("old")[-1].content == "hello" and s.length_stopped_reply("old") is None
+        assert s.choose_version("old", 1, 0) == "earlier" and s.reply_versions("old", 1).texts == ("earlier", "hello")
+        s.set_finish("old", 1, "length")
+        assert s.length_stopped_reply("old") == 1
+    finally:
+        s.close()
+
+
+def test_a_turn_stores_why_its_reply_ended_and_continue_updates_it(hearth):
+    convs = hearth.conversations
+    short = hearth.run_turn(TurnRequest("len", "hello there", GREEDY, 3), create=True)
+    assert short.stop_reason == StopReason.LENGTH and convs.length_stopped_reply("len") == 1
+    reopened = ConversationStore(convs.path)  # another process (a restart) sees it too
+    try:
+        assert reopened.length_stopped_reply("len") == 1
+    finally:
+        reopened.close()
+    cancel = CancelToken()
+    cancel.cancel()
+    hearth.run_turn(TurnRequest("len", None, GREEDY, 3, continue_reply=True), cancel=cancel)
+    assert convs.length_stopped_reply("len") == 1  # stopped before a word: still cut where it was
+    more = hearth.run_turn(TurnRequest("len", None, GREEDY, 3, continue_reply=True))
+    assert more.stop_reason == StopReason.LENGTH and convs.length_stopped_reply("len") == 1
+    assert convs.messages("len")[-1].content == more.reply
+    convs.set_finish("len", 1, "eos")  # as if it had ended by itself
+    assert convs.length_stopped_reply("len") is None
+
+
+# after ‹ ›: the chat's tokens with the version chosen --------------------------------------------------------------
+def test_after_a_flip_the_chats_tokens_are_counted_with_the_chosen_version(hearth):
+    convs = hearth.conversations
+    first = hearth.run_turn(TurnRequest("v", "hello there", GREEDY, 6), create=True)
+    hearth.run_turn(TurnRequest("v", None, SamplingParams(seed=5, temperature=1.5), 12, regenerate=True))
+    live = hearth.context_states()["v"].tokens
+    convs.choose_version("v", 1, 0)
+    counted = hearth.note_version_chosen("v")
+    engine = hearth._engine
+    chat = convs.chat_messages("v")
+    expected = engine.encode_prompt(engine.render(chat[:-1]) + chat[-1]["content"])
+    assert counted.conversation == "v" and counted.tokens == len(expected)
+    assert abs(counted.tokens - len(first.tokens) - first.prompt_tokens) <= 1  # the first turn's size again
+    assert counted.kept is not None and counted.kept < live and counted.to_reread == counted.tokens - counted.kept
+    assert hearth.context_states()["v"].tokens == counted.tokens  # the sidebar's figure, until the next turn
+    done = hearth.run_turn(TurnRequest("v", "and then?", GREEDY, 4))
+    assert hearth.context_states()["v"].tokens == done.context_tokens != counted.tokens
+
+
+def test_a_flip_in_a_chat_that_is_not_live_counts_without_kept_tokens(hearth):
+    hearth.run_turn(TurnRequest("n", "hello there", GREEDY, 4), create=True)
+    hearth.run_turn(TurnRequest("n", None, SamplingParams(seed=5, temperature=1.5), 8, regenerate=True))
+    hearth.run_turn(TurnRequest("other", "hi", GREEDY, 2), create=True)  # the live context is another chat's now
+    hearth.conversations.choose_version("n", 1, 0)
+    counted = hearth.note_version_chosen("n")
+    assert counted.kept is None and counted.to_reread is None and counted.tokens > 0
+    assert hearth.context_states()["n"].tokens == counted.tokens
+
+
+def test_counting_a_chats_tokens_needs_a_model_and_a_chat_that_exists(hearth, tmp_path):
+    with pytest.raises(ConversationError, match="no conversation 'missing'"):
+        hearth.note_version_chosen("missing")
+    unloaded = Hearth(resolve_paths(tmp_path / "empty").ensure())
+    try:
+        from engine.errors import ModelNotLoadedError
+
+        with pytest.raises(ModelNotLoadedError):
+            unloaded.note_version_chosen("any")
+    finally:
+        unloaded.close()

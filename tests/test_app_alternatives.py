@@ -104,7 +104,8 @@ def test_continue_after_the_length_limit_grows_the_same_message(qtbot, windows):
 
 def test_continue_is_offered_only_for_the_version_the_limit_stopped(qtbot, windows):
     w = windows()
-    new_chat_with_turn(qtbot, w, "hello there", {"temperature": 1.5, "max_new_tokens": 4, "seed": 11})
+    conv = new_chat_with_turn(qtbot, w, "hello there", {"temperature": 1.5, "max_new_tokens": 4, "seed": 11})
+    w.store.set_finish(conv, 1, "eos")  # the first version ended by itself (the tiny model never does in 4 tokens)
     regenerate(qtbot, w)
     last = w.transcript.last_reply()
     assert not last.continue_button.isHidden()
@@ -113,6 +114,8 @@ def test_continue_is_offered_only_for_the_version_the_limit_stopped(qtbot, windo
     assert last.continue_button.isHidden() and not w.chat.can_continue() and not w.act_continue.isEnabled()
     w.chat.continue_reply()  # nothing to continue: no turn starts
     assert not w.turns.running()
+    w.act_later_version.trigger()  # back to the version the limit stopped: Continue again
+    assert not last.continue_button.isHidden() and w.chat.can_continue() and w.act_continue.isEnabled()
 
 
 # live figures --------------------------------------------------------------------------------------------------
@@ -207,3 +210,76 @@ def test_a_regenerate_stopped_before_its_first_word_shows_the_last_reply_again(q
     assert w.store.messages(conv) == before and w.store.versions_count(conv) == {}
     qtbot.waitUntil(lambda: w.transcript.entries() == [(m.seq, m.role, m.content) for m in before], timeout=TIMEOUT)
     assert w.transcript.last_reply() is not None and w.transcript.stream_widget is None
+
+
+# Continue after a restart ---------------------------------------------------------------------------------------
+def test_continue_is_offered_again_after_the_app_is_opened_again(qtbot, windows):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "hello there", {"temperature": 0.0, "max_new_tokens": 4})
+    assert not w.transcript.last_reply().continue_button.isHidden()
+    before = w.store.messages(conv)
+    windows.close(w)  # the app quits; nothing of the session is remembered but what is stored
+    again = windows()
+    again.sidebar.setCurrentItem(again.sidebar.item_for(conv))
+    qtbot.waitUntil(lambda: again.current == conv and again.transcript.last_reply() is not None, timeout=TIMEOUT)
+    wait_idle(qtbot, again)
+    last = again.transcript.last_reply()
+    assert last.seq == before[-1].seq and not last.continue_button.isHidden()
+    assert again.chat.can_continue() and again.act_continue.isEnabled()
+    again.act_continue.trigger()  # Ctrl+Shift+Return
+    wait_idle(qtbot, again)
+    stored = again.store.messages(conv)
+    assert [m.seq for m in stored] == [m.seq for m in before]  # the same message grew; none was added
+    assert stored[-1].content.startswith(before[-1].content) and len(stored[-1].content) > len(before[-1].content)
+    assert again.transcript.last_reply().text == stored[-1].content
+
+
+# after ‹ ›: the meter and the sidebar show the chosen version's tokens -----------------------------------------------
+def test_after_a_flip_the_meter_and_the_sidebar_show_the_chosen_versions_tokens(qtbot, windows):
+    from app.sidebar import SUBTITLE_ROLE, TOKENS_ROLE
+
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "hello there", {"temperature": 0.0, "max_new_tokens": 3})
+    first_tokens = w.sidebar.item_for(conv).data(TOKENS_ROLE)
+    use_settings(w, {"temperature": 1.5, "max_new_tokens": 16, "seed": 3})
+    regenerate(qtbot, w)
+    second_tokens = w.sidebar.item_for(conv).data(TOKENS_ROLE)
+    assert second_tokens > first_tokens + 5 and w.status.context.text() == context_label(second_tokens, w.status.limit)
+    counted = collect(w.worker.chat_tokens)
+    w.act_earlier_version.trigger()
+    qtbot.waitUntil(lambda: bool(counted), timeout=TIMEOUT)
+    (cid, tokens), = counted
+    engine = w.worker.hearth._engine  # idle now: count both versions the way the next turn's prompt reads them
+    chat = w.store.chat_messages(conv)
+    versions = w.store.reply_versions(conv, 1).texts
+
+    def size(text: str) -> int:
+        return len(engine.encode_prompt(engine.render(chat[:-1]) + text))
+
+    assert chat[-1]["content"] == versions[0]
+    assert cid == conv and tokens.tokens == size(versions[0]) < size(versions[1])  # the chosen one's size
+    qtbot.waitUntil(lambda: w.sidebar.item_for(conv).data(TOKENS_ROLE) == tokens.tokens, timeout=TIMEOUT)
+    assert w.status.context.text() == context_label(tokens.tokens, w.status.limit)
+    assert f"{tokens.tokens:,} tokens" in w.sidebar.item_for(conv).data(SUBTITLE_ROLE)
+    assert tokens.to_reread > 0 and f"re-reads the last {tokens.to_reread:,} tokens" in w.status.resume.text()
+    # The list of contexts said again (as after any other chat's news) keeps the flipped chat's count.
+    states = collect(w.worker.cache_states)
+    w.host.request_states.emit()
+    qtbot.waitUntil(lambda: bool(states), timeout=TIMEOUT)
+    assert w.sidebar.item_for(conv).data(TOKENS_ROLE) == tokens.tokens
+    # The next turn's own figures take over.
+    send(qtbot, w, "and then?")
+    wait_idle(qtbot, w)
+    assert w.status.context.text() != context_label(tokens.tokens, w.status.limit)
+
+
+def test_counting_the_tokens_of_a_chat_that_is_gone_changes_nothing(qtbot, windows):
+    w = windows()
+    conv = new_chat_with_turn(qtbot, w, "hello there", SHORT)
+    meter = w.status.context.text()
+    counted = collect(w.worker.chat_tokens)
+    w.host.request_chat_tokens.emit("gone-chat")  # deleted meanwhile: the engine refuses; the meter stays
+    states = collect(w.worker.cache_states)
+    w.host.request_posted.emit(lambda: None)  # queued behind it; its list of contexts arrives after any answer
+    qtbot.waitUntil(lambda: bool(states), timeout=TIMEOUT)
+    assert counted == [] and w.status.context.text() == meter and w.current == conv

@@ -416,3 +416,53 @@ def test_defect16_browser_rename_uses_the_wide_dialog_and_refuses_a_blank_title(
     qtbot.waitUntil(lambda: "alpha, renamed in the browser" in [b.proxy.index(r, 0).data()
                                                                 for r in range(b.proxy.rowCount())], timeout=TIMEOUT)
 
+
+
+# bundle import on the command line: the same --duplicates as the JSON import ---------------------------------------
+def test_defect2_cli_bundle_import_skips_duplicates_by_default_and_copies_on_request(tmp_path):
+    home = tmp_path / "home"
+    doc = {"format": "hearth.conversations", "version": 1, "conversations": [
+        {"id": "bundled1", "title": "in the bundle", "system_prompt": "", "settings": {}, "model": "",
+         "created_ms": 9, "updated_ms": 9, "messages": [{"role": "user", "content": "hello", "created_ms": 9}]}]}
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    assert run_cli("conversations", "import", str(tmp_path / "one.json"), home=home).returncode == 0
+    bundle = tmp_path / "one.hearth"
+    exported = run_cli("bundle", "export", "bundled1", "--out", str(bundle), home=home)
+    assert exported.returncode == 0, exported.stderr
+    again = run_cli("bundle", "import", str(bundle), "--json", home=home)
+    assert again.returncode == 0, again.stderr
+    result = json.loads(again.stdout)
+    assert (result["imported"], result["skipped"], result["copied"], result["conversations"]) == (0, 1, 0, [])
+    human = run_cli("bundle", "import", str(bundle), home=home)
+    assert human.returncode == 0 and "skipped 1 already here (--duplicates copy imports them as copies)" in human.stdout
+    copy = run_cli("bundle", "import", str(bundle), "--duplicates", "copy", "--json", home=home)
+    result = json.loads(copy.stdout)
+    [row] = result["conversations"]
+    assert (result["imported"], result["skipped"], result["copied"]) == (1, 0, 1)
+    assert row["id"] != "bundled1" and row["original_id"] == "bundled1" and row["title"] == "in the bundle" + COPY_SUFFIX
+    listed = run_cli("conversations", "ls", "--json", home=home)
+    assert sorted(c["title"] for c in json.loads(listed.stdout)["conversations"]) == [
+        "in the bundle", "in the bundle" + COPY_SUFFIX]
+    bad = run_cli("bundle", "import", str(bundle), "--duplicates", "merge", home=home)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "error: argument --duplicates: invalid choice: 'merge'" in bad.stderr.splitlines()[-1]
+    listed = run_cli("conversations", "ls", "--json", home=home)
+    assert len(json.loads(listed.stdout)["conversations"]) == 2  # the refused import stored nothing
+
+
+def test_defect2_engine_bundle_import_refuses_an_unknown_duplicates_policy(tmp_path):
+    from engine.api import Hearth, resolve_paths, to_document
+
+    hearth = Hearth(resolve_paths(tmp_path / "home").ensure())
+    try:
+        conv = hearth.conversations.create(title="kept once")
+        hearth.conversations.append(conv.id, "user", "hi")
+        bundle = tmp_path / "b.hearth"
+        hearth.export_bundle(bundle, to_document(hearth.conversations, [conv.id]), [conv.id])
+        with pytest.raises(ValueError, match="merge"):
+            hearth.import_bundle(bundle, duplicates="merge")
+        assert [c.title for c in hearth.conversations.list()] == ["kept once"]
+        assert hearth.import_bundle(bundle, duplicates=DuplicatePolicy.SKIP).skipped == 1
+        assert len(hearth.conversations.list()) == 1
+    finally:
+        hearth.close()

@@ -424,7 +424,8 @@ def test_cli_export_then_import_reports_each_conversation(source, target, tiny_g
     assert {r["original_id"] for r in report["conversations"]} == {A, B}
     assert all(r["context"] == "rebuilt" and r["reason"] == "untrusted" and r["message"] == FOREIGN
                for r in report["conversations"])
-    mine = run_cli("bundle", "import", str(out), "--json", "--model", str(tiny_gguf), home=source)
+    mine = run_cli("bundle", "import", str(out), "--duplicates", "copy", "--json", "--model", str(tiny_gguf),
+                   home=source)
     rows = json.loads(mine.stdout)["conversations"]
     assert [r["context"] for r in rows] == ["used", "used"] and all(r["id"] != r["original_id"] for r in rows)
 
@@ -433,10 +434,12 @@ def test_cli_import_of_a_forgery_with_and_without_trust(source, target, tiny_ggu
     plain = json.loads(run_cli("bundle", "import", str(forged_bundle), "--json", "--model", str(tiny_gguf),
                                home=target).stdout)
     assert [(r["context"], r["reason"]) for r in plain["conversations"]] == [("rebuilt", "untrusted")]
-    human = run_cli("bundle", "import", str(forged_bundle), "--model", str(tiny_gguf), home=target)
+    # The same bundle again: its chat is here now, so the next imports ask for copies.
+    human = run_cli("bundle", "import", str(forged_bundle), "--duplicates", "copy", "--model", str(tiny_gguf),
+                    home=target)
     assert human.returncode == 0 and FOREIGN in human.stdout
-    trusted = json.loads(run_cli("bundle", "import", str(forged_bundle), "--trust-contexts", "--json", "--model",
-                                 str(tiny_gguf), home=target).stdout)
+    trusted = json.loads(run_cli("bundle", "import", str(forged_bundle), "--trust-contexts", "--duplicates", "copy",
+                                 "--json", "--model", str(tiny_gguf), home=target).stdout)
     assert trusted["trusted"] and [r["context"] for r in trusted["conversations"]] == ["used"]
 
 
