@@ -35,7 +35,7 @@ class ModelRunner:
     """
 
     def __init__(self, onnx_path: Path, provider: str = "auto", threads: int | None = None, *,
-                 cpu_fallback: bool = True):
+                 cpu_fallback: bool = True, profile_prefix: str | None = None):
         import onnxruntime as ort
 
         self.path = Path(onnx_path)
@@ -44,6 +44,9 @@ class ModelRunner:
         options.intra_op_num_threads = threads or default_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        if profile_prefix:  # bench/decode_profile.py: per-node times, written by session.end_profiling()
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
         candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
         self.session = None
