@@ -1,11 +1,17 @@
 """Engine benchmark (not a test): load time, prefill and decode speed, peak RSS, per weight precision.
 
     python bench/engine.py [--data-dir DIR] [--weights int4,int4-fast,fp32] [--provider cpu] [--model GGUF]
+                           [--peer] [--peer-contexts 512,8192]
 
 Each precision runs in its own subprocess (so peak RSS is its own), one after another in the same
 run, so the ratios between them are fair. Decode at long context fills the KV cache with random rows
 instead of prefilling 8k tokens: decode speed depends on the cache's size, not its values.
 Prints a table and writes bench/results/engine.json.
+
+``--peer`` then runs bench/peer.py once per precision, in the same invocation (each run measures
+llama.cpp again, alternating with Hearth, on the same GGUF and token ids), and prints one table of
+Hearth against llama.cpp with each ratio taken within the run that measured both sides. Its JSON goes
+into engine.json under "peer". The README's performance table is this table.
 """
 
 from __future__ import annotations
@@ -73,6 +79,9 @@ def main() -> int:
     parser.add_argument("--provider", default="cpu")
     parser.add_argument("--data-dir")
     parser.add_argument("--model")
+    parser.add_argument("--peer", action="store_true", help="also run bench/peer.py per precision and print ratios")
+    parser.add_argument("--peer-contexts", default="512,8192", help="decode contexts for --peer")
+    parser.add_argument("--peer-prefill", default="512,2048", help="prefill sizes for --peer")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine.json"))
     args = parser.parse_args()
@@ -100,10 +109,68 @@ def main() -> int:
         print(f"{r['weights']} vs {base['weights']}: {ratios}")
     result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
               "decode_steps": DECODE_STEPS, "rows": rows}
+    if args.peer:
+        peer_runs = run_peer(args)
+        if peer_runs is None:
+            return 1
+        print_peer_table(peer_runs)
+        result["peer"] = peer_runs
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")
     return 0
+
+
+PEER_ROWS = ("prefill", "decode", "state load")  # the rows of peer.py's output that the table keeps
+
+
+def run_peer(args: argparse.Namespace) -> dict[str, dict] | None:
+    """bench/peer.py once per precision; {precision: its JSON}, or None (after printing why) on failure."""
+    import tempfile
+
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="hearth-bench-") as tmp:
+        for weights in args.weights.split(","):
+            out = Path(tmp) / f"peer-{weights}.json"
+            cmd = [sys.executable, str(ROOT / "bench" / "peer.py"), "--weights", weights, "--out", str(out),
+                   "--prefill", args.peer_prefill, "--contexts", args.peer_contexts]
+            cmd += ["--data-dir", args.data_dir] if args.data_dir else []
+            cmd += ["--model", args.model] if args.model else []
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or not out.exists():
+                sys.stderr.write(proc.stdout + proc.stderr)
+                print(f"bench/peer.py failed for {weights}", file=sys.stderr)
+                return None
+            runs[weights] = json.loads(out.read_text())
+    return runs
+
+
+def print_peer_table(runs: dict[str, dict]) -> None:
+    """One row per measurement: llama.cpp's median over the runs, then each precision and its same-run ratio."""
+    names = list(runs)
+    first = runs[names[0]]["rows"]
+    kept = [r["row"] for r in first if r["row"].startswith(PEER_ROWS) and "copy" not in r["row"]]
+    head = f"{'row':<34} {'unit':>6} {'llama.cpp':>10}" + "".join(f" {n:>11} {'ratio':>7}" for n in names)
+    print(head)
+    for label in kept:
+        cells, peer_values, unit = "", [], ""
+        for n in names:
+            row = next((r for r in runs[n]["rows"] if r["row"] == label), None)
+            if row is None:
+                cells += f" {'—':>11} {'':>7}"
+                continue
+            unit = row["unit"]
+            h, p = row["median"].get("hearth"), row["median"].get("llama.cpp")
+            peer_values.append(p)
+            ratio = (h / p if row["higher_is_better"] else p / h) if h and p else None
+            cells += f" {_num(h):>11} {'' if ratio is None else f'{ratio:.2f}x':>7}"
+        peer = sorted(v for v in peer_values if v is not None)
+        print(f"{label:<34} {unit:>6} {_num(peer[len(peer) // 2] if peer else None):>10}{cells}")
+    print("ratio: how many times faster Hearth is than llama.cpp, within the same run (above 1: Hearth wins)")
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else (f"{value:.1f}" if value < 100 else f"{value:.0f}")
 
 
 if __name__ == "__main__":

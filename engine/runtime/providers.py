@@ -71,12 +71,14 @@ def fallback_note(requested: str, reason: str) -> str:
     return note
 
 
-def open_session(path, options, provider_list: list):
-    """An InferenceSession over ``path`` (every session Hearth makes goes through here, and is counted)."""
+def open_session(model, options, provider_list: list):
+    """An InferenceSession over ``model``, a path or a serialized graph (every session Hearth makes goes
+    through here, and is counted)."""
     import onnxruntime as ort
 
     global sessions_opened
-    session = ort.InferenceSession(str(path), options, providers=provider_list)
+    source = model if isinstance(model, bytes) else str(model)
+    session = ort.InferenceSession(source, options, providers=provider_list)
     sessions_opened += 1
     return session
 

@@ -11,7 +11,7 @@ import numpy as np
 from engine.arch import io_names
 from engine.arch.config import ModelConfig
 from engine.errors import ModelFileError, ProviderError
-from engine.runtime import providers
+from engine.runtime import native_attention, providers
 from engine.runtime.kv_cache import KVCache
 
 log = logging.getLogger(__name__)
@@ -28,25 +28,34 @@ def default_threads() -> int:
         return count
 
 
+def session_options(threads: int | None, profile_prefix: str | None = None):
+    """Options for one InferenceSession: ``threads`` intra-op threads that spin between steps.
+    ``profile_prefix``: record per-node times (bench/decode_profile.py), written by end_profiling()."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or default_threads()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    if profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return options
+
+
 class ModelRunner:
     """Owns the InferenceSession; ``forward`` runs tokens through it, extending a KVCache in place.
 
     ``cpu_fallback=False``: CUDA or nothing (ProviderError, with the reason), for a graph made for CUDA.
+    On the CPU, Hearth's own attention kernel runs when it can (``attention`` says which did).
     """
 
     def __init__(self, onnx_path: Path, provider: str = "auto", threads: int | None = None, *,
                  cpu_fallback: bool = True, profile_prefix: str | None = None):
-        import onnxruntime as ort
-
         self.path = Path(onnx_path)
         self.provider_note = ""
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or default_threads()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        if profile_prefix:  # bench/decode_profile.py: per-node times, written by session.end_profiling()
-            options.enable_profiling = True
-            options.profile_file_prefix = profile_prefix
+        self.attention = "onnxruntime"  # whose CPU attention kernel runs: "hearth" (native_attention.py) or this
+        options = session_options(threads, profile_prefix)
         candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
         self.session = None
@@ -57,6 +66,13 @@ class ModelRunner:
                     continue
             # A missing CUDA library is an expected outcome of probing, not an error to print.
             providers.quiet_onnxruntime(4 if name == "cuda" else 3)
+            if name == "cpu":
+                session = native_attention.open_native_session(
+                    self.path, session_options(threads, profile_prefix),
+                    lambda model, opts: providers.open_session(model, opts, providers.ort_provider_list("cpu")))
+                if session is not None:
+                    self.session, self.provider, self.attention = session, "cpu", "hearth"
+                    break
             try:
                 session = providers.open_session(self.path, options, providers.ort_provider_list(name))
             except Exception as exc:  # ORT raises its own exception types for bad models

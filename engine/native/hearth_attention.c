@@ -1,0 +1,544 @@
+/* hearth.Attention: GroupQueryAttention for ONNX Runtime's CPU provider, with the same inputs,
+ * attributes and outputs, written for a long past and a few new tokens.
+ *
+ * ONNX Runtime's own CPU kernel runs one matrix product per query head, so each key/value head is
+ * read (and its keys transposed into a packed panel) once for every query head that shares it, and a
+ * decode step over 8k tokens spends about twice the time the memory reads need. Here each work item
+ * takes one KV head, a block of query positions and a range of keys, and every key row it reads serves
+ * all the query heads of its group at once; long pasts are split over the threads by key range (flash-
+ * decoding) and the partial softmaxes merged. The arithmetic stays in float32 with the usual
+ * max-subtracted softmax, so results match ONNX Runtime's kernel to float32 rounding.
+ *
+ * Supported: batch 1, float32, head size a multiple of 8 (up to 512), packed or separate Q/K/V, rotary
+ * in the half-split layout, a local window, past and present sharing one buffer (or not). Anything else
+ * (softcap, smooth softmax, interleaved rotary) is refused when the session is made, and the engine then
+ * runs ONNX Runtime's own GroupQueryAttention instead.
+ *
+ * Needs AVX2 and FMA; RegisterCustomOps refuses to register on a CPU without them.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ort_abi.h"
+
+#define TILE 64         /* keys scored per pass */
+#define BLOCK_QUERIES 16 /* query positions per work item */
+#define MAX_HEAD 512
+#define MAX_ROWS 256    /* query rows (heads of a group x positions) per work item */
+#define NEG (-1.0e30f)  /* "no key yet": finite, so NEG - NEG is 0, never NaN */
+
+#ifndef HEARTH_SOURCE_HASH
+#define HEARTH_SOURCE_HASH "unknown"
+#endif
+
+static const OrtApi *api;
+
+#define CALL(type, index) ((type)api->slot[index])
+
+static OrtStatus *error(const char *message) {
+    return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_INVALID_ARGUMENT, message);
+}
+
+/* ---- vector helpers (AVX2 + FMA) ------------------------------------------------------------------ */
+
+#define VEC __attribute__((target("avx2,fma")))
+
+VEC static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* e^x for x <= 0 (scores minus their running max): 2^n * p(r), r in [-ln2/2, ln2/2], relative error ~1e-7. */
+VEC static inline __m256 exp_ps(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* The row-block kernels below are instantiated for 1 to 4 rows (NR is a constant in each copy), so
+ * their inner loops carry no per-row branches: each key or value row loaded serves all NR query rows. */
+#define INLINE __attribute__((always_inline)) inline
+
+/* scores[r * TILE + t] = q_r . k_t for NR rows starting at q[0], keys [0, nt). */
+VEC static INLINE void score_rows(const float *const *q, const int NR, const float *keys, int nt, int d,
+                                  float *scores) {
+    for (int t = 0; t < nt; t++) {
+        const float *k = keys + (size_t)t * d;
+        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 b[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int i = 0;
+        for (; i + 16 <= d; i += 16) { /* two accumulators per row: shorter FMA dependency chains */
+            __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+            for (int r = 0; r < NR; r++) {
+                a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, a[r]);
+                b[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, b[r]);
+            }
+        }
+        if (i < d) {
+            __m256 k0 = _mm256_loadu_ps(k + i);
+            for (int r = 0; r < NR; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, a[r]);
+        }
+        for (int r = 0; r < NR; r++) scores[r * TILE + t] = hsum(_mm256_add_ps(a[r], b[r]));
+    }
+}
+
+VEC static void score_tile(const float *const *q, int rows, const float *keys, int nt, int d, float *scores) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) score_rows(q + r, 4, keys, nt, d, scores + r * TILE);
+    switch (rows - r) {
+    case 3: score_rows(q + r, 3, keys, nt, d, scores + r * TILE); break;
+    case 2: score_rows(q + r, 2, keys, nt, d, scores + r * TILE); break;
+    case 1: score_rows(q + r, 1, keys, nt, d, scores + r * TILE); break;
+    default: break;
+    }
+}
+
+/* acc_r += sum_t p[r * TILE + t] * v_t for NR rows starting at acc / p, keys [0, nt). */
+VEC static INLINE void accumulate_rows(float *acc, const int NR, const float *p, const float *values, int nt,
+                                       int d) {
+    int i = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m256 a[4], b[4];
+        for (int r = 0; r < NR; r++) {
+            a[r] = _mm256_loadu_ps(acc + (size_t)r * d + i);
+            b[r] = _mm256_loadu_ps(acc + (size_t)r * d + i + 8);
+        }
+        for (int t = 0; t < nt; t++) {
+            __m256 v0 = _mm256_loadu_ps(values + (size_t)t * d + i), v1 = _mm256_loadu_ps(values + (size_t)t * d + i + 8);
+            for (int r = 0; r < NR; r++) {
+                __m256 w = _mm256_broadcast_ss(p + r * TILE + t);
+                a[r] = _mm256_fmadd_ps(w, v0, a[r]);
+                b[r] = _mm256_fmadd_ps(w, v1, b[r]);
+            }
+        }
+        for (int r = 0; r < NR; r++) {
+            _mm256_storeu_ps(acc + (size_t)r * d + i, a[r]);
+            _mm256_storeu_ps(acc + (size_t)r * d + i + 8, b[r]);
+        }
+    }
+    if (i < d) {
+        __m256 a[4];
+        for (int r = 0; r < NR; r++) a[r] = _mm256_loadu_ps(acc + (size_t)r * d + i);
+        for (int t = 0; t < nt; t++) {
+            __m256 v0 = _mm256_loadu_ps(values + (size_t)t * d + i);
+            for (int r = 0; r < NR; r++) a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * TILE + t), v0, a[r]);
+        }
+        for (int r = 0; r < NR; r++) _mm256_storeu_ps(acc + (size_t)r * d + i, a[r]);
+    }
+}
+
+VEC static void accumulate_tile(float *acc, int rows, const float *p, const float *values, int nt, int d) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) accumulate_rows(acc + (size_t)r * d, 4, p + r * TILE, values, nt, d);
+    switch (rows - r) {
+    case 3: accumulate_rows(acc + (size_t)r * d, 3, p + r * TILE, values, nt, d); break;
+    case 2: accumulate_rows(acc + (size_t)r * d, 2, p + r * TILE, values, nt, d); break;
+    case 1: accumulate_rows(acc + (size_t)r * d, 1, p + r * TILE, values, nt, d); break;
+    default: break;
+    }
+}
+
+/* The largest of s[0..n). */
+VEC static float max_of(const float *s, int n) {
+    __m256 m = _mm256_set1_ps(NEG);
+    int t = 0;
+    for (; t + 8 <= n; t += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + t));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float best = _mm_cvtss_f32(h);
+    for (; t < n; t++) best = s[t] > best ? s[t] : best;
+    return best;
+}
+
+/* One row of a tile: softmax numerators against the running max, masked keys to 0; returns their sum. */
+VEC static float exp_row(float *s, int nt, float max) {
+    __m256 m = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
+    int t = 0;
+    for (; t + 8 <= nt; t += 8) {
+        __m256 raw = _mm256_loadu_ps(s + t);
+        __m256 e = exp_ps(_mm256_sub_ps(raw, m));
+        e = _mm256_and_ps(e, _mm256_cmp_ps(raw, _mm256_set1_ps(NEG * 0.5f), _CMP_GT_OQ));
+        _mm256_storeu_ps(s + t, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    for (; t < nt; t++) {
+        s[t] = s[t] > NEG * 0.5f ? expf(s[t] - max) : 0.0f;
+        total += s[t];
+    }
+    return total;
+}
+
+/* ---- the work ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int heads, kv_heads, group, d;
+    int64_t window;         /* > 0: a query at position p sees keys (p - window, p], as ONNX Runtime's GQA */
+    int64_t past, seq, cap; /* rows already cached, new positions, rows per head in the cache */
+    const float *q;         /* [heads][seq][d], rotated and scaled */
+    const float *keys, *values; /* present buffers [kv_heads][cap][d] */
+    int blocks, chunks;     /* query blocks per KV head, key chunks per block */
+    float *m, *l, *acc;     /* per item: running max and sum per row, and the row's weighted values */
+} Job;
+
+static void item_geometry(const Job *job, size_t item, int *h, int *s0, int *s1, int64_t *a, int64_t *b) {
+    int c = (int)(item % job->chunks);
+    int qb = (int)((item / job->chunks) % job->blocks);
+    *h = (int)(item / ((size_t)job->chunks * job->blocks));
+    *s0 = qb * BLOCK_QUERIES;
+    *s1 = *s0 + BLOCK_QUERIES < job->seq ? *s0 + BLOCK_QUERIES : (int)job->seq;
+    int64_t hi = job->past + *s1; /* keys [lo, hi) can matter to this block */
+    int64_t lo = job->window > 0 ? job->past + *s0 - job->window + 1 : 0;
+    if (lo < 0) lo = 0;
+    int64_t span = (hi - lo + job->chunks - 1) / job->chunks;
+    span = (span + TILE - 1) / TILE * TILE;
+    *a = lo + c * span;
+    *b = *a + span < hi ? *a + span : hi;
+}
+
+static void run_item(void *data, size_t item) {
+    const Job *job = data;
+    int h, s0, s1;
+    int64_t a, b;
+    item_geometry(job, item, &h, &s0, &s1, &a, &b);
+    const int d = job->d, group = job->group, positions = s1 - s0, rows = group * positions;
+    float *m = job->m + item * MAX_ROWS, *l = job->l + item * MAX_ROWS;
+    float *acc = job->acc + item * (size_t)MAX_ROWS * d;
+    const float *q[MAX_ROWS];
+    for (int g = 0; g < group; g++)
+        for (int s = 0; s < positions; s++) {
+            int r = g * positions + s;
+            q[r] = job->q + ((size_t)(h * group + g) * job->seq + s0 + s) * d;
+            m[r] = NEG;
+            l[r] = 0.0f;
+        }
+    memset(acc, 0, sizeof(float) * rows * d);
+    const float *keys = job->keys + (size_t)h * job->cap * d, *values = job->values + (size_t)h * job->cap * d;
+    float scores[MAX_ROWS * TILE];
+    for (int64_t j0 = a; j0 < b; j0 += TILE) {
+        int nt = b - j0 < TILE ? (int)(b - j0) : TILE;
+        /* The value rows are summed column block by column block (a 256-byte stride the hardware does
+         * not prefetch well): ask for the whole tile now, so it arrives while the keys are scored. */
+        for (size_t i = 0; i < (size_t)nt * d; i += 16) _mm_prefetch((const char *)(values + j0 * d + i), _MM_HINT_T0);
+        score_tile(q, rows, keys + j0 * d, nt, d, scores);
+        for (int r = 0; r < rows; r++) {
+            int64_t pos = job->past + s0 + r % positions; /* this row's position */
+            int64_t first = job->window > 0 ? pos - job->window + 1 : 0;
+            float *s = scores + r * TILE, best = NEG;
+            if (j0 >= first && j0 + nt - 1 <= pos) {
+                best = max_of(s, nt); /* the whole tile is visible to this row */
+            } else {
+                for (int t = 0; t < nt; t++) {
+                    int64_t j = j0 + t;
+                    if (j > pos || j < first) s[t] = NEG;
+                    else if (s[t] > best) best = s[t];
+                }
+            }
+            if (best == NEG) { /* nothing this row may see in the tile */
+                memset(s, 0, sizeof(float) * nt);
+                continue;
+            }
+            if (best > m[r]) {
+                float fix = expf(m[r] - best);
+                l[r] *= fix;
+                for (int i = 0; i < d; i++) acc[(size_t)r * d + i] *= fix;
+                m[r] = best;
+            }
+            l[r] += exp_row(s, nt, m[r]);
+        }
+        accumulate_tile(acc, rows, scores, values + j0 * d, nt, d);
+    }
+}
+
+/* Rotate (x[i], x[i + half]) by the position's angle, for i < half. */
+static void rotate(float *x, const float *cos, const float *sin, int half) {
+    for (int i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * cos[i] - x2 * sin[i];
+        x[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+}
+
+/* ---- the operator ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    int heads, kv_heads, rotary;
+    float scale;
+    int64_t window;
+} Kernel;
+
+typedef struct {
+    const float *data;
+    int64_t dims[4];
+    size_t rank;
+} Tensor;
+
+static OrtStatus *tensor_of(const OrtValue *value, Tensor *t, int element) {
+    OrtTensorTypeAndShapeInfo *info;
+    OrtStatus *st = CALL(GetTensorTypeAndShapeFn, SLOT_GetTensorTypeAndShape)(value, &info);
+    if (st) return st;
+    int type = 0;
+    st = CALL(GetTensorElementTypeFn, SLOT_GetTensorElementType)(info, &type);
+    if (!st) st = CALL(GetDimensionsCountFn, SLOT_GetDimensionsCount)(info, &t->rank);
+    if (!st && t->rank > 4) st = error("hearth.Attention: a tensor has more than 4 dimensions");
+    if (!st) st = CALL(GetDimensionsFn, SLOT_GetDimensions)(info, t->dims, t->rank);
+    CALL(ReleaseTypeShapeFn, SLOT_ReleaseTensorTypeAndShapeInfo)(info);
+    if (st) return st;
+    if (type != element) return error("hearth.Attention: an input has an unsupported element type");
+    void *p;
+    st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)((OrtValue *)value, &p);
+    t->data = p;
+    return st;
+}
+
+static int64_t count(const Tensor *t) {
+    int64_t n = 1;
+    for (size_t i = 0; i < t->rank; i++) n *= t->dims[i];
+    return n;
+}
+
+static OrtStatus *output(OrtKernelContext *ctx, size_t index, const int64_t *dims, size_t rank, float **out) {
+    OrtValue *value;
+    OrtStatus *st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, index, dims, rank, &value);
+    if (st) return st;
+    void *p;
+    st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)(value, &p);
+    *out = p;
+    return st;
+}
+
+static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
+    const Kernel *k = self;
+    size_t n_inputs = 0;
+    OrtStatus *st = CALL(GetInputCountFn, SLOT_KernelContext_GetInputCount)(ctx, &n_inputs);
+    if (st) return st;
+    const OrtValue *in[9] = {0};
+    for (size_t i = 0; i < n_inputs && i < 9; i++)
+        if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &in[i]))) return st;
+    if (!in[0] || !in[3] || !in[4] || !in[5] || !in[6])
+        return error("hearth.Attention needs query, past_key, past_value, seqlens_k and total_sequence_length");
+    Tensor query, key = {0}, value = {0}, past_k, past_v, seqlens, total_t, cos = {0}, sin = {0};
+    if ((st = tensor_of(in[0], &query, ELEMENT_FLOAT)) || (st = tensor_of(in[3], &past_k, ELEMENT_FLOAT)) ||
+        (st = tensor_of(in[4], &past_v, ELEMENT_FLOAT)) || (st = tensor_of(in[5], &seqlens, ELEMENT_INT32)) ||
+        (st = tensor_of(in[6], &total_t, ELEMENT_INT32)))
+        return st;
+    const int packed = in[1] == NULL;
+    if (!packed && (!in[2] || (st = tensor_of(in[1], &key, ELEMENT_FLOAT)) || (st = tensor_of(in[2], &value, ELEMENT_FLOAT))))
+        return st ? st : error("hearth.Attention: key given without value");
+    if (past_k.rank != 4 || past_k.dims[0] != 1 || past_k.dims[1] != k->kv_heads || past_v.rank != 4 ||
+        memcmp(past_k.dims, past_v.dims, sizeof past_k.dims) != 0)
+        return error("hearth.Attention: past key/value must both be [1, kv_num_heads, capacity, head_size]");
+    const int64_t cap = past_k.dims[2], d = past_k.dims[3];
+    if (d % 8 != 0 || d > MAX_HEAD) return error("hearth.Attention: head size must be a multiple of 8, at most 512");
+    if (query.rank != 3 || query.dims[0] != 1) return error("hearth.Attention: query must be [1, sequence, hidden]");
+    const int64_t seq = query.dims[1], heads = k->heads, kvh = k->kv_heads;
+    const int64_t q_width = packed ? (heads + 2 * kvh) * d : heads * d;
+    if (query.dims[2] != q_width) return error("hearth.Attention: query width does not match the heads");
+    if (!packed && (key.rank != 3 || value.rank != 3 || key.dims[1] != seq || value.dims[1] != seq ||
+                    key.dims[2] != kvh * d || value.dims[2] != kvh * d))
+        return error("hearth.Attention: key/value must be [1, sequence, kv_num_heads * head_size]");
+    if (count(&seqlens) != 1 || count(&total_t) != 1) return error("hearth.Attention: batch size must be 1");
+    const int64_t total = total_t.data ? ((const int32_t *)total_t.data)[0] : 0;
+    if (((const int32_t *)seqlens.data)[0] + 1 != total)
+        return error("hearth.Attention: seqlens_k must be total_sequence_length - 1");
+    const int64_t past = total - seq;
+    if (seq < 1 || past < 0 || total > cap) return error("hearth.Attention: the sequence does not fit the cache");
+    int half = 0;
+    if (k->rotary) {
+        if (!in[7] || !in[8] || (st = tensor_of(in[7], &cos, ELEMENT_FLOAT)) || (st = tensor_of(in[8], &sin, ELEMENT_FLOAT)))
+            return st ? st : error("hearth.Attention: do_rotary needs cos_cache and sin_cache");
+        if (cos.rank != 2 || sin.rank != 2 || cos.dims[0] != sin.dims[0] || cos.dims[1] != sin.dims[1] ||
+            2 * cos.dims[1] > d)
+            return error("hearth.Attention: cos/sin caches must be [positions, rotary_dim / 2]");
+        if (total > cos.dims[0]) return error("hearth.Attention: a position is past the rotary cache");
+        half = (int)cos.dims[1];
+    }
+
+    int64_t out_dims[3] = {1, seq, heads * d};
+    float *out, *present_k, *present_v;
+    if ((st = output(ctx, 0, out_dims, 3, &out)) || (st = output(ctx, 1, past_k.dims, 4, &present_k)) ||
+        (st = output(ctx, 2, past_k.dims, 4, &present_v)))
+        return st;
+    if (present_k != past_k.data) /* not sharing one buffer: bring the past rows over */
+        for (int64_t h = 0; h < kvh; h++) {
+            memcpy(present_k + h * cap * d, past_k.data + h * cap * d, sizeof(float) * past * d);
+            memcpy(present_v + h * cap * d, past_v.data + h * cap * d, sizeof(float) * past * d);
+        }
+
+    const float scale = k->scale > 0.0f ? k->scale : 1.0f / sqrtf((float)d);
+    float *qbuf = malloc(sizeof(float) * heads * seq * d);
+    if (!qbuf) return error("hearth.Attention: out of memory");
+    for (int64_t s = 0; s < seq; s++) { /* rotate and scale Q; rotate K into the cache, copy V */
+        int64_t pos = past + s;
+        const float *row = query.data + s * q_width;
+        const float *krow = packed ? row + heads * d : key.data + s * kvh * d;
+        const float *vrow = packed ? row + (heads + kvh) * d : value.data + s * kvh * d;
+        const float *c = half ? cos.data + pos * half : NULL, *sn = half ? sin.data + pos * half : NULL;
+        for (int64_t n = 0; n < heads; n++) {
+            float *dst = qbuf + (n * seq + s) * d;
+            memcpy(dst, row + n * d, sizeof(float) * d);
+            if (half) rotate(dst, c, sn, half);
+            for (int64_t i = 0; i < d; i++) dst[i] *= scale;
+        }
+        for (int64_t h = 0; h < kvh; h++) {
+            float *kd = present_k + (h * cap + pos) * d;
+            memmove(kd, krow + h * d, sizeof(float) * d);
+            if (half) rotate(kd, c, sn, half);
+            memmove(present_v + (h * cap + pos) * d, vrow + h * d, sizeof(float) * d);
+        }
+    }
+
+    Job job = {.heads = (int)heads, .kv_heads = (int)kvh, .group = (int)(heads / kvh), .d = (int)d,
+               .window = k->window, .past = past, .seq = seq, .cap = cap, .q = qbuf,
+               .keys = present_k, .values = present_v};
+    job.blocks = (int)((seq + BLOCK_QUERIES - 1) / BLOCK_QUERIES);
+    int64_t span = job.window > 0 && job.window + BLOCK_QUERIES < total ? job.window + BLOCK_QUERIES : total;
+    job.chunks = 1;
+    if ((int64_t)job.blocks * kvh < 16) { /* few items: split the keys too, ~256 keys per chunk at least */
+        int64_t want = span / 256;
+        job.chunks = (int)(want < 1 ? 1 : want > 16 ? 16 : want);
+    }
+    size_t items = (size_t)kvh * job.blocks * job.chunks;
+    job.m = malloc(sizeof(float) * items * MAX_ROWS * 2);
+    job.acc = malloc(sizeof(float) * items * MAX_ROWS * d);
+    if (!job.m || !job.acc) {
+        free(qbuf), free(job.m), free(job.acc);
+        return error("hearth.Attention: out of memory");
+    }
+    job.l = job.m + items * MAX_ROWS;
+    st = CALL(ParallelForFn, SLOT_KernelContext_ParallelFor)(ctx, run_item, items, 0, &job);
+
+    /* Merge each block's key chunks: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M). */
+    for (size_t base = 0; !st && base < items; base += job.chunks) {
+        int h, s0, s1;
+        int64_t a, b;
+        item_geometry(&job, base, &h, &s0, &s1, &a, &b);
+        int positions = s1 - s0;
+        for (int g = 0; g < job.group; g++)
+            for (int s = 0; s < positions; s++) {
+                int r = g * positions + s;
+                float best = NEG, sum = 0.0f;
+                for (int c = 0; c < job.chunks; c++)
+                    if (job.m[(base + c) * MAX_ROWS + r] > best) best = job.m[(base + c) * MAX_ROWS + r];
+                float *dst = out + (size_t)(s0 + s) * heads * d + (size_t)(h * job.group + g) * d;
+                memset(dst, 0, sizeof(float) * d);
+                for (int c = 0; c < job.chunks; c++) {
+                    size_t it = base + c;
+                    if (job.l[it * MAX_ROWS + r] == 0.0f) continue;
+                    float w = expf(job.m[it * MAX_ROWS + r] - best);
+                    sum += w * job.l[it * MAX_ROWS + r];
+                    const float *src = job.acc + (it * MAX_ROWS + r) * d;
+                    for (int i = 0; i < d; i++) dst[i] += w * src[i];
+                }
+                float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+                for (int i = 0; i < d; i++) dst[i] *= inv;
+            }
+    }
+    free(qbuf);
+    free(job.m);
+    free(job.acc);
+    return st;
+}
+
+static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *unused, const OrtKernelInfo *info, void **out) {
+    (void)op, (void)unused;
+    AttrInt64Fn get_int = CALL(AttrInt64Fn, SLOT_KernelInfoGetAttribute_int64);
+    AttrFloatFn get_float = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float);
+    ReleaseStatusFn release = CALL(ReleaseStatusFn, SLOT_ReleaseStatus);
+    int64_t heads = 0, kv_heads = 0, rotary = 0, interleaved = 0, window = -1, smooth = 0;
+    float scale = 0.0f, softcap = 0.0f;
+    OrtStatus *st;
+    if ((st = get_int(info, "num_heads", &heads)) || (st = get_int(info, "kv_num_heads", &kv_heads))) return st;
+#define OPTIONAL_ATTR(call) do { OrtStatus *missing = (call); if (missing) release(missing); } while (0)
+    OPTIONAL_ATTR(get_int(info, "do_rotary", &rotary));
+    OPTIONAL_ATTR(get_int(info, "rotary_interleaved", &interleaved));
+    OPTIONAL_ATTR(get_int(info, "local_window_size", &window));
+    OPTIONAL_ATTR(get_int(info, "smooth_softmax", &smooth));
+    OPTIONAL_ATTR(get_float(info, "scale", &scale));
+    OPTIONAL_ATTR(get_float(info, "softcap", &softcap));
+    if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || heads / kv_heads > MAX_ROWS / BLOCK_QUERIES)
+        return error("hearth.Attention: num_heads must be a multiple of kv_num_heads, at most 16 per KV head");
+    if (interleaved || smooth || softcap != 0.0f)
+        return error("hearth.Attention: interleaved rotary, smooth softmax and softcap are not supported");
+    Kernel *k = malloc(sizeof *k);
+    if (!k) return error("hearth.Attention: out of memory");
+    *k = (Kernel){.heads = (int)heads, .kv_heads = (int)kv_heads, .rotary = rotary != 0, .scale = scale,
+                  .window = window};
+    *out = k;
+    return NULL;
+}
+
+static const char *op_name(const OrtCustomOp *op) { (void)op; return "Attention"; }
+static const char *op_provider(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
+static int input_type(const OrtCustomOp *op, size_t i) { (void)op; return i == 5 || i == 6 ? ELEMENT_INT32 : ELEMENT_FLOAT; }
+static size_t input_count(const OrtCustomOp *op) { (void)op; return 9; }
+static int output_type(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return ELEMENT_FLOAT; }
+static size_t output_count(const OrtCustomOp *op) { (void)op; return 3; }
+static int input_kind(const OrtCustomOp *op, size_t i) {
+    (void)op;
+    return i == 1 || i == 2 || i == 7 || i == 8 ? IO_OPTIONAL : IO_REQUIRED;
+}
+static int output_kind(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return IO_REQUIRED; }
+static int memory_type(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return 0; }
+static int zero(const OrtCustomOp *op) { (void)op; return 0; }
+static int one(const OrtCustomOp *op) { (void)op; return 1; }
+static int end_version(const OrtCustomOp *op) { (void)op; return 1 << 30; }
+static void destroy(void *kernel) { free(kernel); }
+
+static const OrtCustomOp attention_op = {
+    .version = HEARTH_ORT_API_VERSION,
+    .GetName = op_name,
+    .GetExecutionProviderType = op_provider,
+    .GetInputType = input_type,
+    .GetInputTypeCount = input_count,
+    .GetOutputType = output_type,
+    .GetOutputTypeCount = output_count,
+    .KernelDestroy = destroy,
+    .GetInputCharacteristic = input_kind,
+    .GetOutputCharacteristic = output_kind,
+    .GetInputMemoryType = memory_type,
+    .GetVariadicInputMinArity = one,
+    .GetVariadicInputHomogeneity = zero,
+    .GetVariadicOutputMinArity = one,
+    .GetVariadicOutputHomogeneity = zero,
+    .CreateKernelV2 = create_kernel,
+    .KernelComputeV2 = compute,
+    .GetStartVersion = one,
+    .GetEndVersion = end_version,
+};
+
+/* For the Python side: which source this binary was built from (see build.sh). */
+__attribute__((visibility("default"))) const char *HearthAttentionSourceHash(void) { return HEARTH_SOURCE_HASH; }
+
+__attribute__((visibility("default"))) OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
+    api = base->GetApi(HEARTH_ORT_API_VERSION);
+    if (!api) return NULL; /* too old an ONNX Runtime: cannot even make a status; the op stays unknown */
+    const char *build = CALL(GetBuildInfoStringFn, SLOT_GetBuildInfoString)();
+    if (!build || strncmp(build, "ORT Build Info", 14) != 0)
+        return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_FAIL, "hearth.Attention: unexpected ONNX Runtime API layout");
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_NOT_IMPLEMENTED, "hearth.Attention needs AVX2 and FMA");
+    OrtCustomOpDomain *domain;
+    OrtStatus *st = CALL(CreateCustomOpDomainFn, SLOT_CreateCustomOpDomain)("ai.hearth", &domain);
+    if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &attention_op);
+    if (!st) st = CALL(AddCustomOpDomainFn, SLOT_AddCustomOpDomain)(options, domain);
+    return st;
+}

@@ -1,0 +1,108 @@
+"""Hearth's own CPU attention kernel (engine/native/hearth_attention.c), used in place of ONNX Runtime's
+GroupQueryAttention when it can be.
+
+The converted graph keeps ONNX Runtime's GroupQueryAttention nodes; on the CPU the runner loads the
+prebuilt kernel library, renames those nodes to ``ai.hearth.Attention`` (same inputs, attributes and
+outputs) in memory, and opens that graph instead. The weights file is shared, nothing is written to
+disk, and the KV cache layout is the same, so checkpoints do not care which kernel made them.
+
+It is skipped, and ONNX Runtime's kernel runs, when:
+- ``HEARTH_NATIVE_ATTENTION=0`` is set;
+- there is no library for this platform (only Linux x86-64 is prebuilt);
+- the graph is not float32 or uses an attention feature the kernel lacks (softcap and the like);
+- loading the library or the session fails (an old ONNX Runtime, a CPU without AVX2/FMA): logged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ENV_SWITCH = "HEARTH_NATIVE_ATTENTION"
+DOMAIN = "ai.hearth"
+OP_TYPE = "Attention"
+NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
+SOURCES = ("hearth_attention.c", "ort_abi.h")
+EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+# GroupQueryAttention attributes the kernel does not implement (any non-zero value keeps ONNX Runtime's).
+UNSUPPORTED_ATTRIBUTES = ("softcap", "smooth_softmax", "rotary_interleaved", "qk_output")
+MAX_INPUTS = 9  # query, key, value, past key/value, seqlens_k, total length, cos and sin caches
+
+
+def platform_library() -> Path | None:
+    """The prebuilt library for this machine, or None when there is none."""
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    path = NATIVE_DIR / "linux-x86_64" / "libhearth_attention.so"
+    return path if path.is_file() else None
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def source_hash() -> str:
+    """What build.sh bakes into the library: the first 16 hex digits of SHA-256 over the sources."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((NATIVE_DIR / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def library_source_hash(library: Path) -> str:
+    """The source hash a built library reports (HearthAttentionSourceHash)."""
+    lib = ctypes.CDLL(str(library))
+    lib.HearthAttentionSourceHash.restype = ctypes.c_char_p
+    return lib.HearthAttentionSourceHash().decode()
+
+
+def native_graph(onnx_path: Path) -> bytes | None:
+    """The graph at ``onnx_path`` with its GroupQueryAttention nodes running as ai.hearth.Attention, or
+    None when the graph does not qualify (not float32, a feature the kernel lacks, no attention)."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    meta = {p.key: p.value for p in model.metadata_props}
+    if meta.get("hearth.kv_dtype", "float32") != "float32":
+        return None
+    renamed = 0
+    for node in model.graph.node:
+        if node.op_type != "GroupQueryAttention" or node.domain != "com.microsoft":
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if any(attrs.get(name) for name in UNSUPPORTED_ATTRIBUTES) or len(node.input) > MAX_INPUTS:
+            return None
+        node.op_type, node.domain = OP_TYPE, DOMAIN
+        renamed += 1
+    if not renamed:
+        return None
+    model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return model.SerializeToString()
+
+
+def open_native_session(onnx_path: Path, options, open_session, library: Path | None = None):
+    """An InferenceSession running the graph with Hearth's kernel, or None (and why, logged) when it
+    cannot. ``options``: fresh SessionOptions for this attempt; ``open_session(model, options)`` makes
+    the session (the runner counts sessions through it)."""
+    library = library or platform_library()
+    if library is None or not enabled():
+        return None
+    try:
+        graph = native_graph(onnx_path)
+        if graph is None:
+            log.info("native attention: %s does not qualify; using ONNX Runtime's kernel", onnx_path.name)
+            return None
+        options.register_custom_ops_library(str(library))
+        options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(onnx_path.parent))
+        return open_session(graph, options)
+    except Exception as exc:  # ORT raises its own types; any failure here means "use the plain graph"
+        log.warning("native attention unavailable (%s); using ONNX Runtime's kernel", str(exc).splitlines()[0][:200])
+        return None
