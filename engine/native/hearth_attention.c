@@ -77,9 +77,11 @@ VEC static inline __m256 exp_ps(__m256 x) {
 
 /* scores[r * TILE + t] = q_r . k_t for NR rows starting at q[0], keys [0, nt). */
 VEC static INLINE void score_rows(const float *const *q, const int NR, const float *keys, int nt, int d,
-                                  float *scores) {
+                                  float *scores, const float *fetch) {
     for (int t = 0; t < nt; t++) {
         const float *k = keys + (size_t)t * d;
+        if (fetch) /* this key's value row, wanted right after this pass: ask for it now */
+            for (int i = 0; i < d; i += 16) _mm_prefetch((const char *)(fetch + (size_t)t * d + i), _MM_HINT_T0);
         __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         __m256 b[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         int i = 0;
@@ -98,13 +100,17 @@ VEC static INLINE void score_rows(const float *const *q, const int NR, const flo
     }
 }
 
-VEC static void score_tile(const float *const *q, int rows, const float *keys, int nt, int d, float *scores) {
+/* ``values``: the tile's value rows, prefetched during the first row block (they are summed next, column
+ * block by column block, a 256-byte stride the hardware prefetcher follows poorly). */
+VEC static void score_tile(const float *const *q, int rows, const float *keys, int nt, int d, float *scores,
+                           const float *values) {
     int r = 0;
-    for (; r + 4 <= rows; r += 4) score_rows(q + r, 4, keys, nt, d, scores + r * TILE);
+    for (; r + 4 <= rows; r += 4) score_rows(q + r, 4, keys, nt, d, scores + r * TILE, r == 0 ? values : NULL);
+    const float *fetch = r == 0 ? values : NULL;
     switch (rows - r) {
-    case 3: score_rows(q + r, 3, keys, nt, d, scores + r * TILE); break;
-    case 2: score_rows(q + r, 2, keys, nt, d, scores + r * TILE); break;
-    case 1: score_rows(q + r, 1, keys, nt, d, scores + r * TILE); break;
+    case 3: score_rows(q + r, 3, keys, nt, d, scores + r * TILE, fetch); break;
+    case 2: score_rows(q + r, 2, keys, nt, d, scores + r * TILE, fetch); break;
+    case 1: score_rows(q + r, 1, keys, nt, d, scores + r * TILE, fetch); break;
     default: break;
     }
 }
@@ -195,6 +201,7 @@ typedef struct {
     const float *q;         /* [heads][seq][d], rotated and scaled */
     const float *keys, *values; /* present buffers [kv_heads][cap][d] */
     int blocks, chunks;     /* query blocks per KV head, key chunks per block */
+    int rows;               /* query rows per work item at most: group x positions per block */
     float *m, *l, *acc;     /* per item: running max and sum per row, and the row's weighted values */
 } Job;
 
@@ -219,8 +226,8 @@ static void run_item(void *data, size_t item) {
     int64_t a, b;
     item_geometry(job, item, &h, &s0, &s1, &a, &b);
     const int d = job->d, group = job->group, positions = s1 - s0, rows = group * positions;
-    float *m = job->m + item * MAX_ROWS, *l = job->l + item * MAX_ROWS;
-    float *acc = job->acc + item * (size_t)MAX_ROWS * d;
+    float *m = job->m + item * job->rows, *l = job->l + item * job->rows;
+    float *acc = job->acc + item * (size_t)job->rows * d;
     const float *q[MAX_ROWS];
     for (int g = 0; g < group; g++)
         for (int s = 0; s < positions; s++) {
@@ -234,10 +241,7 @@ static void run_item(void *data, size_t item) {
     float scores[MAX_ROWS * TILE];
     for (int64_t j0 = a; j0 < b; j0 += TILE) {
         int nt = b - j0 < TILE ? (int)(b - j0) : TILE;
-        /* The value rows are summed column block by column block (a 256-byte stride the hardware does
-         * not prefetch well): ask for the whole tile now, so it arrives while the keys are scored. */
-        for (size_t i = 0; i < (size_t)nt * d; i += 16) _mm_prefetch((const char *)(values + j0 * d + i), _MM_HINT_T0);
-        score_tile(q, rows, keys + j0 * d, nt, d, scores);
+        score_tile(q, rows, keys + j0 * d, nt, d, scores, values + j0 * d);
         for (int r = 0; r < rows; r++) {
             int64_t pos = job->past + s0 + r % positions; /* this row's position */
             int64_t first = job->window > 0 ? pos - job->window + 1 : 0;
@@ -416,13 +420,14 @@ static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
         job.chunks = (int)(want < 1 ? 1 : want > 16 ? 16 : want);
     }
     size_t items = (size_t)kvh * job.blocks * job.chunks;
-    job.m = malloc(sizeof(float) * items * MAX_ROWS * 2);
-    job.acc = malloc(sizeof(float) * items * MAX_ROWS * d);
+    job.rows = job.group * (int)(seq < BLOCK_QUERIES ? seq : BLOCK_QUERIES);
+    job.m = malloc(sizeof(float) * items * job.rows * 2);
+    job.acc = malloc(sizeof(float) * items * job.rows * d);
     if (!job.m || !job.acc) {
         free(qbuf), free(job.m), free(job.acc);
         return error("hearth.Attention: out of memory");
     }
-    job.l = job.m + items * MAX_ROWS;
+    job.l = job.m + items * job.rows;
     st = CALL(ParallelForFn, SLOT_KernelContext_ParallelFor)(ctx, run_item, items, 0, &job);
 
     /* Merge each block's key chunks: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M). */
@@ -436,15 +441,15 @@ static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
                 int r = g * positions + s;
                 float best = NEG, sum = 0.0f;
                 for (int c = 0; c < job.chunks; c++)
-                    if (job.m[(base + c) * MAX_ROWS + r] > best) best = job.m[(base + c) * MAX_ROWS + r];
+                    if (job.m[(base + c) * job.rows + r] > best) best = job.m[(base + c) * job.rows + r];
                 float *dst = out + (size_t)(s0 + s) * heads * d + (size_t)(h * job.group + g) * d;
                 memset(dst, 0, sizeof(float) * d);
                 for (int c = 0; c < job.chunks; c++) {
                     size_t it = base + c;
-                    if (job.l[it * MAX_ROWS + r] == 0.0f) continue;
-                    float w = expf(job.m[it * MAX_ROWS + r] - best);
-                    sum += w * job.l[it * MAX_ROWS + r];
-                    const float *src = job.acc + (it * MAX_ROWS + r) * d;
+                    if (job.l[it * job.rows + r] == 0.0f) continue;
+                    float w = expf(job.m[it * job.rows + r] - best);
+                    sum += w * job.l[it * job.rows + r];
+                    const float *src = job.acc + (it * job.rows + r) * d;
                     for (int i = 0; i < d; i++) dst[i] += w * src[i];
                 }
                 float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
