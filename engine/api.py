@@ -358,7 +358,7 @@ class Hearth:
         self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
-                               engine.template.refused, self.model_key)
+                               engine.template.refused, self.model_key, engine.runner.attention)
         return self._info
 
     @property

@@ -52,6 +52,9 @@ check_resources "$BUNDLE/_internal"
 self_test --provider "$PROVIDER"
 check "the self-test imported every one of Hearth's modules" grep -q "ok  modules" <<<"$SELF_TEST_OUT"
 check "the self-test ran on $PROVIDER" grep -q " on $PROVIDER ready in" <<<"$SELF_TEST_OUT"
+if [ "$PROVIDER" = cpu ] && [ "$(uname -m)" = x86_64 ]; then
+  check "the bundled attention kernel ran (engine/native)" grep -q "attention kernel hearth" <<<"$SELF_TEST_OUT"
+fi
 say "\$ hearth-cli generate --provider $PROVIDER --prompt 'Hi' --max-new-tokens 8 --greedy"
 start=$(now_ms)
 out="$(in_bundle hearth-cli generate --provider "$PROVIDER" --prompt Hi --max-new-tokens 8 --greedy --json 2>&1)"

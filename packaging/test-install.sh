@@ -68,6 +68,9 @@ check "the bundled model is readable by everyone" as_user test -r \
 say "== as an unprivileged user (nobody, HOME=$USER_HOME)"
 self_test
 check "the self-test imported every one of Hearth's modules" grep -q "ok  modules" <<<"$SELF_TEST_OUT"
+if [ "$(uname -m)" = x86_64 ] && grep -q " on cpu ready in" <<<"$SELF_TEST_OUT"; then
+  check "the packaged attention kernel ran (engine/native)" grep -q "attention kernel hearth" <<<"$SELF_TEST_OUT"
+fi
 say "\$ hearth-cli generate --provider cuda --prompt 'Hi' --max-new-tokens 4 --greedy"
 out="$(as_user hearth-cli generate --provider cuda --prompt Hi --max-new-tokens 4 --greedy --json 2>&1)"
 say "    $(grep -v '^{' <<<"$out" | head -2)"
