@@ -1,7 +1,10 @@
 """Engine benchmark (not a test): load time, prefill and decode speed, peak RSS, per weight precision.
 
-    python bench/engine.py [--data-dir DIR] [--weights int4,int4-fast,fp32] [--provider cpu] [--model GGUF]
-                           [--peer] [--peer-contexts 512,8192]
+    python bench/engine.py [--data-dir DIR] [--weights int4,int4-fast,fp32,int4@ort] [--provider cpu]
+                           [--model GGUF] [--peer] [--peer-contexts 512,8192]
+
+A precision written ``W@ort`` runs W with ONNX Runtime's attention kernel instead of Hearth's
+(engine/native), for a same-run comparison of the two.
 
 Each precision runs in its own subprocess (so peak RSS is its own), one after another in the same
 run, so the ratios between them are fair. Decode at long context fills the KV cache with random rows
@@ -44,7 +47,8 @@ def measure(weights: str, provider: str, data_dir: str | None, model: str | None
     load_engine(paths, model=model, weights=weights, provider=provider)  # converts once if needed
     start = time.perf_counter()
     engine, _, _ = load_engine(paths, model=model, weights=weights, provider=provider)
-    out = {"weights": weights, "provider": engine.provider, "load_s": time.perf_counter() - start}
+    out = {"weights": weights, "provider": engine.provider, "attention": engine.runner.attention,
+           "load_s": time.perf_counter() - start}
     rng = np.random.default_rng(0)
     vocab = engine.runner.config.vocab_size
     engine.prefill(rng.integers(0, vocab, 64).tolist())  # warm-up
@@ -89,20 +93,23 @@ def main() -> int:
         print(json.dumps(measure(args.one, args.provider, args.data_dir, args.model)))
         return 0
     rows = []
-    for weights in args.weights.split(","):
+    for spec in args.weights.split(","):
+        # "int4@ort": int4 with ONNX Runtime's own attention kernel instead of Hearth's (a same-run A/B)
+        weights, _, kernel = spec.partition("@")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"HEARTH_NATIVE_ATTENTION": "0"} if kernel == "ort" else {})}
         cmd = [sys.executable, __file__, "--one", weights, "--provider", args.provider]
         cmd += ["--data-dir", args.data_dir] if args.data_dir else []
         cmd += ["--model", args.model] if args.model else []
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr)
             return 1
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        rows.append({**json.loads(proc.stdout.strip().splitlines()[-1]), "weights": spec})
     cols = ["load_s"] + [f"prefill_{n}_tok_s" for n in PREFILL_SIZES] + [f"decode_at_{c}_tok_s" for c in DECODE_CONTEXTS]
     cols.append("peak_rss_mib")
-    print(f"{'weights':<10} {'provider':<8} " + " ".join(f"{c:>20}" for c in cols))
+    print(f"{'weights':<10} {'provider':<8} {'attention':<11} " + " ".join(f"{c:>20}" for c in cols))
     for r in rows:
-        print(f"{r['weights']:<10} {r['provider']:<8} " + " ".join(f"{r[c]:>20.2f}" for c in cols))
+        print(f"{r['weights']:<10} {r['provider']:<8} {r['attention']:<11} " + " ".join(f"{r[c]:>20.2f}" for c in cols))
     base = rows[0]
     for r in rows[1:]:
         ratios = ", ".join(f"{c.replace('_tok_s', '')} {r[c] / base[c]:.2f}x" for c in cols if "tok_s" in c)
@@ -130,7 +137,7 @@ def run_peer(args: argparse.Namespace) -> dict[str, dict] | None:
 
     runs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="hearth-bench-") as tmp:
-        for weights in args.weights.split(","):
+        for weights in (w for w in args.weights.split(",") if "@" not in w):
             out = Path(tmp) / f"peer-{weights}.json"
             cmd = [sys.executable, str(ROOT / "bench" / "peer.py"), "--weights", weights, "--out", str(out),
                    "--prefill", args.peer_prefill, "--contexts", args.peer_contexts]
