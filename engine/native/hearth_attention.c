@@ -29,6 +29,7 @@
 #define MAX_HEAD 512
 #define MAX_ROWS 256    /* query rows (heads of a group x positions) per work item */
 #define NEG (-1.0e30f)  /* "no key yet": finite, so NEG - NEG is 0, never NaN */
+#define TRANSPOSE_ROWS 8 /* from this many query rows per item, keys are scored from a transposed tile */
 
 #ifndef HEARTH_SOURCE_HASH
 #define HEARTH_SOURCE_HASH "unknown"
@@ -102,6 +103,69 @@ VEC static INLINE void score_rows(const float *const *q, const int NR, const flo
 
 /* ``values``: the tile's value rows, prefetched during the first row block (they are summed next, column
  * block by column block, a 256-byte stride the hardware prefetcher follows poorly). */
+/* Many rows (a prefill block): the tile's keys transposed once, kt[i * TILE + t] = k_t[i], then each block
+ * of NR rows times 16 keys is an outer-product accumulation held in registers (no per-key reductions). */
+VEC static INLINE void score_rows_transposed(const float *const *q, const int NR, const float *kt, int nt, int d,
+                                             float *scores) {
+    for (int t0 = 0; t0 < nt; t0 += 16) {
+        __m256 a[6], b[6];
+        for (int r = 0; r < NR; r++) a[r] = b[r] = _mm256_setzero_ps();
+        for (int i = 0; i < d; i++) {
+            __m256 k0 = _mm256_loadu_ps(kt + (size_t)i * TILE + t0), k1 = _mm256_loadu_ps(kt + (size_t)i * TILE + t0 + 8);
+            for (int r = 0; r < NR; r++) {
+                __m256 w = _mm256_broadcast_ss(q[r] + i);
+                a[r] = _mm256_fmadd_ps(w, k0, a[r]);
+                b[r] = _mm256_fmadd_ps(w, k1, b[r]);
+            }
+        }
+        for (int r = 0; r < NR; r++) { /* columns past nt are scratch (zero keys), never read */
+            _mm256_storeu_ps(scores + r * TILE + t0, a[r]);
+            _mm256_storeu_ps(scores + r * TILE + t0 + 8, b[r]);
+        }
+    }
+}
+
+/* dst[i * TILE + t] = src[t * d + i] for an 8 x 8 block (8 keys, 8 dims). */
+VEC static INLINE void transpose8(const float *src, int d, float *dst) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + d), r2 = _mm256_loadu_ps(src + 2 * d),
+           r3 = _mm256_loadu_ps(src + 3 * d), r4 = _mm256_loadu_ps(src + 4 * d), r5 = _mm256_loadu_ps(src + 5 * d),
+           r6 = _mm256_loadu_ps(src + 6 * d), r7 = _mm256_loadu_ps(src + 7 * d);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + TILE, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * TILE, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * TILE, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * TILE, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * TILE, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * TILE, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * TILE, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+VEC static void score_tile_transposed(const float *const *q, int rows, const float *keys, int nt, int d,
+                                      float *scores, float *kt) {
+    int full = nt / 8 * 8;
+    for (int t = 0; t < full; t += 8)
+        for (int i = 0; i < d; i += 8) transpose8(keys + (size_t)t * d + i, d, kt + (size_t)i * TILE + t);
+    for (int t = full; t < TILE && t < full + 16; t++) /* a partial last tile: the rest, then zeros */
+        for (int i = 0; i < d; i++) kt[(size_t)i * TILE + t] = t < nt ? keys[(size_t)t * d + i] : 0.0f;
+    int r = 0;
+    for (; r + 6 <= rows; r += 6) score_rows_transposed(q + r, 6, kt, nt, d, scores + r * TILE);
+    switch (rows - r) {
+    case 5: score_rows_transposed(q + r, 5, kt, nt, d, scores + r * TILE); break;
+    case 4: score_rows_transposed(q + r, 4, kt, nt, d, scores + r * TILE); break;
+    case 3: score_rows_transposed(q + r, 3, kt, nt, d, scores + r * TILE); break;
+    case 2: score_rows_transposed(q + r, 2, kt, nt, d, scores + r * TILE); break;
+    case 1: score_rows_transposed(q + r, 1, kt, nt, d, scores + r * TILE); break;
+    default: break;
+    }
+}
+
 VEC static void score_tile(const float *const *q, int rows, const float *keys, int nt, int d, float *scores,
                            const float *values) {
     int r = 0;
@@ -239,9 +303,16 @@ static void run_item(void *data, size_t item) {
     memset(acc, 0, sizeof(float) * rows * d);
     const float *keys = job->keys + (size_t)h * job->cap * d, *values = job->values + (size_t)h * job->cap * d;
     float scores[MAX_ROWS * TILE];
+    /* Enough rows to pay for transposing each key tile (see score_tile_transposed); its scratch is D x TILE. */
+    float *kt = rows >= TRANSPOSE_ROWS ? malloc(sizeof(float) * d * TILE) : NULL;
     for (int64_t j0 = a; j0 < b; j0 += TILE) {
         int nt = b - j0 < TILE ? (int)(b - j0) : TILE;
-        score_tile(q, rows, keys + j0 * d, nt, d, scores, values + j0 * d);
+        if (kt) {
+            for (size_t i = 0; i < (size_t)nt * d; i += 16) _mm_prefetch((const char *)(values + j0 * d + i), _MM_HINT_T0);
+            score_tile_transposed(q, rows, keys + j0 * d, nt, d, scores, kt);
+        } else {
+            score_tile(q, rows, keys + j0 * d, nt, d, scores, values + j0 * d);
+        }
         for (int r = 0; r < rows; r++) {
             int64_t pos = job->past + s0 + r % positions; /* this row's position */
             int64_t first = job->window > 0 ? pos - job->window + 1 : 0;
@@ -269,6 +340,7 @@ static void run_item(void *data, size_t item) {
         }
         accumulate_tile(acc, rows, scores, values + j0 * d, nt, d);
     }
+    free(kt);
 }
 
 /* Rotate (x[i], x[i + half]) by the position's angle, for i < half. */
