@@ -153,27 +153,25 @@ def run_peer(args: argparse.Namespace) -> dict[str, dict] | None:
 
 
 def print_peer_table(runs: dict[str, dict]) -> None:
-    """One row per measurement: llama.cpp's median over the runs, then each precision and its same-run ratio."""
+    """One row per measurement; per precision: Hearth's median, llama.cpp's median in that same run, and
+    how many times faster Hearth is (llama.cpp is measured again in each run, so each ratio is same-run)."""
     names = list(runs)
     first = runs[names[0]]["rows"]
     kept = [r["row"] for r in first if r["row"].startswith(PEER_ROWS) and "copy" not in r["row"]]
-    head = f"{'row':<34} {'unit':>6} {'llama.cpp':>10}" + "".join(f" {n:>11} {'ratio':>7}" for n in names)
-    print(head)
+    print(f"{'row':<34} {'unit':>6}" + "".join(f" {n:>10} {'llama.cpp':>10} {'ratio':>6}" for n in names))
     for label in kept:
-        cells, peer_values, unit = "", [], ""
+        cells, unit = "", ""
         for n in names:
             row = next((r for r in runs[n]["rows"] if r["row"] == label), None)
             if row is None:
-                cells += f" {'—':>11} {'':>7}"
+                cells += f" {'—':>10} {'—':>10} {'':>6}"
                 continue
             unit = row["unit"]
             h, p = row["median"].get("hearth"), row["median"].get("llama.cpp")
-            peer_values.append(p)
             ratio = (h / p if row["higher_is_better"] else p / h) if h and p else None
-            cells += f" {_num(h):>11} {'' if ratio is None else f'{ratio:.2f}x':>7}"
-        peer = sorted(v for v in peer_values if v is not None)
-        print(f"{label:<34} {unit:>6} {_num(peer[len(peer) // 2] if peer else None):>10}{cells}")
-    print("ratio: how many times faster Hearth is than llama.cpp, within the same run (above 1: Hearth wins)")
+            cells += f" {_num(h):>10} {_num(p):>10} {'' if ratio is None else f'{ratio:.2f}x':>6}"
+        print(f"{label:<34} {unit:>6}{cells}")
+    print("ratio: how many times faster Hearth is than llama.cpp in the same run (above 1: Hearth wins)")
 
 
 def _num(value: float | None) -> str:
