@@ -32,7 +32,7 @@ def attention_graph(op: str, domain: str, layers: int, heads: int, kv_heads: int
 
     width = (heads + 2 * kv_heads) * d
     inputs = [helper.make_tensor_value_info("qkv", TensorProto.FLOAT, [1, None, width]),
-              helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+              helper.make_tensor_value_info("seqlens", TensorProto.INT32, [1]),
               helper.make_tensor_value_info("total", TensorProto.INT32, [])]
     nodes, outputs = [], []
     for i in range(layers):
@@ -41,7 +41,7 @@ def attention_graph(op: str, domain: str, layers: int, heads: int, kv_heads: int
                    helper.make_tensor_value_info(f"past_value.{i}", TensorProto.FLOAT, kv_shape)]
         outputs += [helper.make_tensor_value_info(f"present_key.{i}", TensorProto.FLOAT, kv_shape),
                     helper.make_tensor_value_info(f"present_value.{i}", TensorProto.FLOAT, kv_shape)]
-        nodes.append(helper.make_node(op, ["qkv", "", "", f"past_key.{i}", f"past_value.{i}", "seqlens_k", "total"],
+        nodes.append(helper.make_node(op, ["qkv", "", "", f"past_key.{i}", f"past_value.{i}", "seqlens", "total"],
                                       [f"out.{i}", f"present_key.{i}", f"present_value.{i}"], domain=domain,
                                       num_heads=heads, kv_num_heads=kv_heads))
     nodes.append(helper.make_node("Sum", [f"out.{i}" for i in range(layers)], ["out"]))
@@ -78,7 +78,7 @@ class Kernel:
         """Best milliseconds for ``new`` tokens over ``past`` cached rows."""
         a, b = self.args, self.session.io_binding()
         b.bind_cpu_input("qkv", self.rng.standard_normal((1, new, (a.heads + 2 * a.kv_heads) * a.head_dim), np.float32))
-        b.bind_cpu_input("seqlens_k", np.array([past + new - 1], np.int32))
+        b.bind_cpu_input("seqlens", np.array([past + new - 1], np.int32))
         b.bind_cpu_input("total", np.array(past + new, np.int32))
         b.bind_output("out", "cpu")
         for i in range(a.layers):

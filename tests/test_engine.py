@@ -17,6 +17,13 @@ GREEDY = SamplingParams.greedy_params()
 PROMPT = [int(x) for x in np.random.default_rng(3).integers(0, 300, 90)]
 
 
+# Cut-then-continue and a fresh prefill are the same arithmetic in a different order: on the CPU the
+# attention kernel (engine/native) scores a block of 8 or more query rows from a transposed key tile and
+# fewer rows with per-key dot products, so which rows share a block moves the float32 rounding (up to
+# ~4e-5 on these logits). Rows taken from the wrong place would be off by far more than this.
+SAME_ARITHMETIC_ATOL = 1e-4
+
+
 def test_cut_cache_then_continue_equals_fresh_prefill(tiny_engine):
     e = tiny_engine
     e.prefill(PROMPT)
@@ -24,7 +31,7 @@ def test_cut_cache_then_continue_equals_fresh_prefill(tiny_engine):
     cut = e.prefill([5, 6, 7])
     e.reset()
     fresh = e.prefill(PROMPT[:40] + [5, 6, 7])
-    np.testing.assert_allclose(cut, fresh, atol=1e-5)
+    np.testing.assert_allclose(cut, fresh, atol=SAME_ARITHMETIC_ATOL)
 
 
 def test_export_then_import_restores_identical_logits(tiny_engine):
@@ -56,7 +63,7 @@ def test_each_architecture_cuts_exports_and_decodes_like_the_reference(arch_conv
     e.truncate(40)
     cut = e.prefill([5, 6, 7])
     e.reset()
-    np.testing.assert_allclose(cut, e.prefill(PROMPT[:40] + [5, 6, 7]), atol=1e-5)
+    np.testing.assert_allclose(cut, e.prefill(PROMPT[:40] + [5, 6, 7]), atol=SAME_ARITHMETIC_ATOL)
     tokens, keys, values = e.export_kv()
     assert keys.shape == (cfg.n_layers, cfg.n_head_kv, 43, cfg.head_dim)
     live = e.runner.forward([11], e.cache)
