@@ -358,13 +358,17 @@ class Hearth:
         self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
-                               engine.template.refused, self.model_key, engine.runner.attention)
+                               engine.template.refused, self._key_of(self.model_path), engine.runner.attention)
         return self._info
 
     @property
     def model_key(self) -> str:
-        """The model this service runs, as a conversation remembers it: a library name or a GGUF path."""
-        return self._key_of(self.model_path)
+        """The model this service runs, as a conversation remembers it: a library name or a GGUF path.
+        While a model is loaded, the key it was loaded as: a service started on the library's default
+        must not take on whatever the default becomes later (the window makes a model the default and
+        asks for it on two threads, and the switch then saw "already loaded" whenever the library's
+        thread won the race)."""
+        return self._info.key if self._info is not None else self._key_of(self.model_path)
 
     def _key_of(self, model: str | None) -> str:
         """model_key_for, where no model named means the library's default (``hearth-cli model use``)."""

@@ -125,6 +125,24 @@ def test_switching_to_the_loaded_model_changes_nothing(tiny_home, tiny_gguf):
         hearth.close()
 
 
+@pytest.mark.real_model
+def test_making_a_model_the_default_before_switching_to_it_still_switches(two_model_home, tiny_gguf):
+    """The window makes the picked model the library's default and asks the engine to switch, on two
+    threads; when the default changed first, the engine took the new default for the model it ran
+    ("already loaded") and kept the old one (seen under load in CI)."""
+    hearth = Hearth(resolve_paths(two_model_home).ensure(), provider="cpu")  # the library's default model
+    try:
+        a = hearth.load()
+        assert hearth.model_key == DEFAULT
+        tiny = hearth.library.add(tiny_gguf).name
+        hearth.library.use(tiny)  # the library's thread wins the race
+        assert hearth.model_key == DEFAULT and hearth.model is a  # still what is loaded
+        b = hearth.switch_model(tiny)
+        assert b is not a and b.name == "tiny" and hearth.model_key == tiny
+    finally:
+        hearth.close()
+
+
 # hearth-cli chat --model ----------------------------------------------------------------------------------
 def chat(home: Path, conversation: str, message: str, *model: str):
     args = ["chat", "--conversation", conversation, "--message", message, "--greedy", "--max-new-tokens", "6",
