@@ -321,6 +321,8 @@ class Engine:
         if not stops.stopped:
             show(stops.push(stream.flush()))
             show(stops.flush())
+            if stops.stopped:  # a stop string completed while a longer one it might begin was pending
+                result.stop_reason = "stop"
         result.text = "".join(pieces)
         steps = len(self.tokens) - len(prompt)  # decode forward passes actually run
         timings.decode_ms = (time.perf_counter() - decode_start) * 1000

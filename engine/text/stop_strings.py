@@ -46,19 +46,34 @@ class StopStringFilter:
         text = self._held + piece
         if not self.stop:
             return text
-        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
-        if hits:
+        first = self._first_hit(text)
+        # A stop string that begins before the first complete one and runs off the end may still complete
+        # (text "<<b" with stops "b" and "<b<": "<b" can become "<b<", which would stop at 1, not 2): hold
+        # from where it begins, and decide when more text comes.
+        start = len(text) - self._partial_tail(text)
+        if start < len(text) and (first is None or start < first):
+            self._held = text[start:]
+            return text[:start]
+        self._held = ""
+        if first is not None:
             self.stopped = True
-            self._held = ""
-            return text[: min(hits)]
-        keep = self._partial_tail(text)
-        self._held = text[len(text) - keep :] if keep else ""
-        return text[: len(text) - keep]
+            return text[:first]
+        return text
 
     def flush(self) -> str:
-        """The held-back text, when the reply ended without completing a stop string."""
+        """The held-back text, when the reply ended without completing a stop string (or up to the one
+        it completed, when a longer one it was waiting on never came)."""
         text, self._held = ("" if self.stopped else self._held), ""
+        first = self._first_hit(text)
+        if first is not None:
+            self.stopped = True
+            return text[:first]
         return text
+
+    def _first_hit(self, text: str) -> int | None:
+        """Where the earliest complete stop string in ``text`` begins, or None."""
+        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        return min(hits) if hits else None
 
     def _partial_tail(self, text: str) -> int:
         """The length of the longest end of ``text`` that is the start of some stop string."""
