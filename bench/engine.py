@@ -155,6 +155,8 @@ def run_peer(args: argparse.Namespace) -> dict[str, dict] | None:
 def print_peer_table(runs: dict[str, dict]) -> None:
     """One row per measurement; per precision: Hearth's median, llama.cpp's median in that same run, and
     how many times faster Hearth is (llama.cpp is measured again in each run, so each ratio is same-run)."""
+    from peer import fmt  # bench/ is on the path: this script runs from there
+
     names = list(runs)
     first = runs[names[0]]["rows"]
     kept = [r["row"] for r in first if r["row"].startswith(PEER_ROWS) and "copy" not in r["row"]]
@@ -169,13 +171,9 @@ def print_peer_table(runs: dict[str, dict]) -> None:
             unit = row["unit"]
             h, p = row["median"].get("hearth"), row["median"].get("llama.cpp")
             ratio = (h / p if row["higher_is_better"] else p / h) if h and p else None
-            cells += f" {_num(h):>10} {_num(p):>10} {'' if ratio is None else f'{ratio:.2f}x':>6}"
+            cells += f" {fmt(h, unit):>10} {fmt(p, unit):>10} {'' if ratio is None else f'{ratio:.2f}x':>6}"
         print(f"{label:<34} {unit:>6}{cells}")
     print("ratio: how many times faster Hearth is than llama.cpp in the same run (above 1: Hearth wins)")
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else (f"{value:.1f}" if value < 100 else f"{value:.0f}")
 
 
 if __name__ == "__main__":

@@ -64,8 +64,6 @@ class ModelRunner:
                 last_error = providers.cuda_unavailable()
                 if last_error:
                     continue
-            # A missing CUDA library is an expected outcome of probing, not an error to print.
-            providers.quiet_onnxruntime(4 if name == "cuda" else 3)
             if name == "cpu":
                 session = native_attention.open_native_session(
                     self.path, session_options(threads, profile_prefix),
@@ -73,6 +71,8 @@ class ModelRunner:
                 if session is not None:
                     self.session, self.provider, self.attention = session, "cpu", "hearth"
                     break
+            # A missing CUDA library is an expected outcome of probing, not an error to print.
+            providers.quiet_onnxruntime(4 if name == "cuda" else 3)
             try:
                 session = providers.open_session(self.path, options, providers.ort_provider_list(name))
             except Exception as exc:  # ORT raises its own exception types for bad models
