@@ -1,6 +1,7 @@
 """Where a CPU decode step's time goes (not a test): ONNX Runtime's profiler, per operator type.
 
     python bench/decode_profile.py [--data-dir DIR] [--model GGUF] [--weights int4] [--contexts 512,8192]
+                                   [--tokens 15]    # a chunk of new tokens instead of one (a resume)
 
 For each context the cache is filled with random rows (a step's cost depends on the cache's size, not
 its values), then ``--steps`` decode steps run with the profiler on. The table gives, per context,
@@ -23,19 +24,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def run_steps(runner, ctx: int, steps: int) -> None:
-    """Warm-up steps, then ``steps`` decode steps at ``ctx`` tokens of context (per_op keeps the last)."""
+def run_steps(runner, ctx: int, steps: int, tokens: int = 1) -> None:
+    """Warm-up steps, then ``steps`` steps of ``tokens`` new tokens each at ``ctx`` tokens of context
+    (per_op keeps the last). With ``tokens`` > 1 every step starts from the same past, as a resumed
+    conversation's new message does."""
     cfg = runner.config
     cache = runner.new_cache()
     rng = np.random.default_rng(0)
-    fill = min(ctx, cfg.context_length) - steps - 8
+    fill = min(ctx, cfg.context_length) - (steps + 8) * tokens
     shape = (cfg.n_layers, cfg.n_head_kv, fill, cfg.head_dim)
     cache.load(rng.standard_normal(shape, np.float32), rng.standard_normal(shape, np.float32), 0)
+    ids = [42] * tokens
     for _ in range(4):
-        runner.forward([42], cache)
-        cache.length -= 1
+        runner.forward(ids, cache)
+        cache.length -= tokens
     for _ in range(steps):
-        runner.forward([42], cache)
+        runner.forward(ids, cache)
+        if tokens > 1:
+            cache.length -= tokens
 
 
 def per_op(trace: list[dict], runs: int) -> dict[str, float]:
@@ -63,6 +69,7 @@ def main() -> int:
     parser.add_argument("--contexts", default="512,8192")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--tokens", type=int, default=1, help="new tokens a step (a resume's message: ~15)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_profile.json"))
     args = parser.parse_args()
 
@@ -77,7 +84,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for ctx in contexts:
             runner = ModelRunner(converted.onnx_path, "cpu", args.threads, profile_prefix=str(Path(tmp) / f"ctx{ctx}"))
-            run_steps(runner, ctx, args.steps)
+            run_steps(runner, ctx, args.steps, args.tokens)
             trace = json.loads(Path(runner.session.end_profiling()).read_text())
             results[ctx] = per_op(trace, args.steps)
     ops = sorted({op for r in results.values() for op in r}, key=lambda o: -results[contexts[-1]].get(o, 0))
@@ -88,7 +95,8 @@ def main() -> int:
             ms = results[c].get(op, 0.0)
             cells += f"{ms:>12.2f}{ms / results[c]['(whole run)']:>7.0%}"
         print(f"{op:<34}{cells}")
-    out = {"weights": args.weights, "steps": args.steps, "ms_per_step": {str(c): r for c, r in results.items()}}
+    out = {"weights": args.weights, "steps": args.steps, "tokens": args.tokens,
+            "ms_per_step": {str(c): r for c, r in results.items()}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"wrote {args.out}")

@@ -122,6 +122,8 @@ def reference_attention(feeds: dict, heads: int, kv_heads: int, d: int, half: in
     (6, 2, 40, 9, 2, 8, 0),     # a head size ONNX Runtime's kernel refuses (not a multiple of 16)
     (9, 3, 64, 2000, 1, 32, 0),  # a long past split over key chunks
     (4, 2, 32, 30, 9, 16, 6),    # a window
+    (4, 1, 64, 69, 2, 32, 0),    # 8 rows: one vector of rows, a last tile of 7 keys
+    (8, 1, 32, 101, 4, 16, 5),   # 32 rows: row groups 3 + 1, a window
 ])
 def test_the_kernel_matches_a_float64_reference(heads, kv, d, past, seq, half, window):
     feeds = feeds_for(np.random.default_rng(d), heads, kv, d, past, seq, past + seq + 8, half=half)

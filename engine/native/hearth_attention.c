@@ -29,7 +29,7 @@
 #define MAX_HEAD 512
 #define MAX_ROWS 256    /* query rows (heads of a group x positions) per work item */
 #define NEG (-1.0e30f)  /* "no key yet": finite, so NEG - NEG is 0, never NaN */
-#define TRANSPOSE_ROWS 8 /* from this many query rows per item, keys are scored from a transposed tile */
+#define COLUMN_ROWS 8   /* from this many query rows per item, scores are computed key-major (run_columns) */
 
 #ifndef HEARTH_SOURCE_HASH
 #define HEARTH_SOURCE_HASH "unknown"
@@ -101,68 +101,48 @@ VEC static INLINE void score_rows(const float *const *q, const int NR, const flo
     }
 }
 
-/* ``values``: the tile's value rows, prefetched during the first row block (they are summed next, column
- * block by column block, a 256-byte stride the hardware prefetcher follows poorly). */
-/* Many rows (a prefill block): the tile's keys transposed once, kt[i * TILE + t] = k_t[i], then each block
- * of NR rows times 16 keys is an outer-product accumulation held in registers (no per-key reductions). */
-VEC static INLINE void score_rows_transposed(const float *const *q, const int NR, const float *kt, int nt, int d,
-                                             float *scores) {
-    for (int t0 = 0; t0 < nt; t0 += 16) {
-        __m256 a[6], b[6];
-        for (int r = 0; r < NR; r++) a[r] = b[r] = _mm256_setzero_ps();
-        for (int i = 0; i < d; i++) {
-            __m256 k0 = _mm256_loadu_ps(kt + (size_t)i * TILE + t0), k1 = _mm256_loadu_ps(kt + (size_t)i * TILE + t0 + 8);
-            for (int r = 0; r < NR; r++) {
-                __m256 w = _mm256_broadcast_ss(q[r] + i);
-                a[r] = _mm256_fmadd_ps(w, k0, a[r]);
-                b[r] = _mm256_fmadd_ps(w, k1, b[r]);
-            }
-        }
-        for (int r = 0; r < NR; r++) { /* columns past nt are scratch (zero keys), never read */
-            _mm256_storeu_ps(scores + r * TILE + t0, a[r]);
-            _mm256_storeu_ps(scores + r * TILE + t0 + 8, b[r]);
+/* Many rows (a prefill block): the item's query rows are laid out by dimension once, qt[i * R + r] = q_r[i]
+ * (R: the rows rounded up to 8, padding zero), and scores come out key-major, st[t * R + r]. Each key
+ * row is read as stored, one element at a time broadcast against 8 query rows per vector, so no key tile
+ * is transposed, and the softmax bookkeeping below runs 8 rows per vector. NK keys x NG groups of 8 rows
+ * are accumulated in registers over the whole head (12 accumulators at most: AVX2 has 16 registers). */
+VEC static INLINE void score_block(const float *qt, int R, const int NG, const int NK, const float *keys, int d,
+                                   float *st) {
+    __m256 a[4][3];
+    for (int k = 0; k < NK; k++)
+        for (int g = 0; g < NG; g++) a[k][g] = _mm256_setzero_ps();
+    for (int i = 0; i < d; i++) {
+        __m256 q[3];
+        for (int g = 0; g < NG; g++) q[g] = _mm256_loadu_ps(qt + (size_t)i * R + 8 * g);
+        for (int k = 0; k < NK; k++) {
+            __m256 w = _mm256_broadcast_ss(keys + (size_t)k * d + i);
+            for (int g = 0; g < NG; g++) a[k][g] = _mm256_fmadd_ps(w, q[g], a[k][g]);
         }
     }
+    for (int k = 0; k < NK; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(st + (size_t)k * R + 8 * g, a[k][g]);
 }
 
-/* dst[i * TILE + t] = src[t * d + i] for an 8 x 8 block (8 keys, 8 dims). */
-VEC static INLINE void transpose8(const float *src, int d, float *dst) {
-    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + d), r2 = _mm256_loadu_ps(src + 2 * d),
-           r3 = _mm256_loadu_ps(src + 3 * d), r4 = _mm256_loadu_ps(src + 4 * d), r5 = _mm256_loadu_ps(src + 5 * d),
-           r6 = _mm256_loadu_ps(src + 6 * d), r7 = _mm256_loadu_ps(src + 7 * d);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
-           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
-           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
-           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
-           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(dst + TILE, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(dst + 2 * TILE, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(dst + 3 * TILE, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(dst + 4 * TILE, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(dst + 5 * TILE, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(dst + 6 * TILE, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(dst + 7 * TILE, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
+#define SCORE_BLOCK(NG)                                                                    \
+    switch (nk) {                                                                          \
+    case 4: score_block(qt + 8 * g, R, NG, 4, keys + (size_t)t * d, d, st + (size_t)t * R + 8 * g); break; \
+    case 3: score_block(qt + 8 * g, R, NG, 3, keys + (size_t)t * d, d, st + (size_t)t * R + 8 * g); break; \
+    case 2: score_block(qt + 8 * g, R, NG, 2, keys + (size_t)t * d, d, st + (size_t)t * R + 8 * g); break; \
+    default: score_block(qt + 8 * g, R, NG, 1, keys + (size_t)t * d, d, st + (size_t)t * R + 8 * g); break; \
+    }
 
-VEC static void score_tile_transposed(const float *const *q, int rows, const float *keys, int nt, int d,
-                                      float *scores, float *kt) {
-    int full = nt / 8 * 8;
-    for (int t = 0; t < full; t += 8)
-        for (int i = 0; i < d; i += 8) transpose8(keys + (size_t)t * d + i, d, kt + (size_t)i * TILE + t);
-    for (int t = full; t < TILE && t < full + 16; t++) /* a partial last tile: the rest, then zeros */
-        for (int i = 0; i < d; i++) kt[(size_t)i * TILE + t] = t < nt ? keys[(size_t)t * d + i] : 0.0f;
-    int r = 0;
-    for (; r + 6 <= rows; r += 6) score_rows_transposed(q + r, 6, kt, nt, d, scores + r * TILE);
-    switch (rows - r) {
-    case 5: score_rows_transposed(q + r, 5, kt, nt, d, scores + r * TILE); break;
-    case 4: score_rows_transposed(q + r, 4, kt, nt, d, scores + r * TILE); break;
-    case 3: score_rows_transposed(q + r, 3, kt, nt, d, scores + r * TILE); break;
-    case 2: score_rows_transposed(q + r, 2, kt, nt, d, scores + r * TILE); break;
-    case 1: score_rows_transposed(q + r, 1, kt, nt, d, scores + r * TILE); break;
-    default: break;
+/* st[t * R + r] = q_r . k_t for all R rows, keys [0, nt). */
+VEC static void score_tile_columns(const float *qt, int R, const float *keys, int nt, int d, float *st) {
+    const int groups = R / 8;
+    for (int t = 0; t < nt; t += 4) { /* the 4 key rows stay in L1 while every row group meets them */
+        int nk = nt - t < 4 ? nt - t : 4;
+        for (int g = 0; g < groups; g += 3) {
+            switch (groups - g < 3 ? groups - g : 3) {
+            case 3: SCORE_BLOCK(3) break;
+            case 2: SCORE_BLOCK(2) break;
+            default: SCORE_BLOCK(1) break;
+            }
+        }
     }
 }
 
@@ -179,12 +159,14 @@ VEC static void score_tile(const float *const *q, int rows, const float *keys, i
     }
 }
 
-/* acc_r += sum_t p[r * TILE + t] * v_t for NR rows starting at acc / p, keys [0, nt). */
-VEC static INLINE void accumulate_rows(float *acc, const int NR, const float *p, const float *values, int nt,
-                                       int d) {
+/* acc_r += sum_t p[r * rs + t * ts] * v_t for NR rows starting at acc / p, keys [0, nt): the
+ * probabilities are row-major (rs TILE, ts 1) after score_tile or key-major (rs 1, ts R) after
+ * score_tile_columns. */
+VEC static INLINE void accumulate_rows(float *acc, const int NR, const float *p, size_t rs, size_t ts,
+                                       const float *values, int nt, int d) {
     int i = 0;
     for (; i + 16 <= d; i += 16) {
-        __m256 a[4], b[4];
+        __m256 a[6], b[6];
         for (int r = 0; r < NR; r++) {
             a[r] = _mm256_loadu_ps(acc + (size_t)r * d + i);
             b[r] = _mm256_loadu_ps(acc + (size_t)r * d + i + 8);
@@ -192,7 +174,7 @@ VEC static INLINE void accumulate_rows(float *acc, const int NR, const float *p,
         for (int t = 0; t < nt; t++) {
             __m256 v0 = _mm256_loadu_ps(values + (size_t)t * d + i), v1 = _mm256_loadu_ps(values + (size_t)t * d + i + 8);
             for (int r = 0; r < NR; r++) {
-                __m256 w = _mm256_broadcast_ss(p + r * TILE + t);
+                __m256 w = _mm256_broadcast_ss(p + r * rs + t * ts);
                 a[r] = _mm256_fmadd_ps(w, v0, a[r]);
                 b[r] = _mm256_fmadd_ps(w, v1, b[r]);
             }
@@ -203,23 +185,28 @@ VEC static INLINE void accumulate_rows(float *acc, const int NR, const float *p,
         }
     }
     if (i < d) {
-        __m256 a[4];
+        __m256 a[6];
         for (int r = 0; r < NR; r++) a[r] = _mm256_loadu_ps(acc + (size_t)r * d + i);
         for (int t = 0; t < nt; t++) {
             __m256 v0 = _mm256_loadu_ps(values + (size_t)t * d + i);
-            for (int r = 0; r < NR; r++) a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * TILE + t), v0, a[r]);
+            for (int r = 0; r < NR; r++) a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * rs + t * ts), v0, a[r]);
         }
         for (int r = 0; r < NR; r++) _mm256_storeu_ps(acc + (size_t)r * d + i, a[r]);
     }
 }
 
-VEC static void accumulate_tile(float *acc, int rows, const float *p, const float *values, int nt, int d) {
+VEC static void accumulate_tile(float *acc, int rows, const float *p, size_t rs, size_t ts, const float *values,
+                                int nt, int d) {
     int r = 0;
-    for (; r + 4 <= rows; r += 4) accumulate_rows(acc + (size_t)r * d, 4, p + r * TILE, values, nt, d);
+    for (; r + 6 <= rows; r += 6) accumulate_rows(acc + (size_t)r * d, 6, p + r * rs, rs, ts, values, nt, d);
+    float *a = acc + (size_t)r * d;
+    const float *pr = p + r * rs;
     switch (rows - r) {
-    case 3: accumulate_rows(acc + (size_t)r * d, 3, p + r * TILE, values, nt, d); break;
-    case 2: accumulate_rows(acc + (size_t)r * d, 2, p + r * TILE, values, nt, d); break;
-    case 1: accumulate_rows(acc + (size_t)r * d, 1, p + r * TILE, values, nt, d); break;
+    case 5: accumulate_rows(a, 5, pr, rs, ts, values, nt, d); break;
+    case 4: accumulate_rows(a, 4, pr, rs, ts, values, nt, d); break;
+    case 3: accumulate_rows(a, 3, pr, rs, ts, values, nt, d); break;
+    case 2: accumulate_rows(a, 2, pr, rs, ts, values, nt, d); break;
+    case 1: accumulate_rows(a, 1, pr, rs, ts, values, nt, d); break;
     default: break;
     }
 }
@@ -284,35 +271,14 @@ static void item_geometry(const Job *job, size_t item, int *h, int *s0, int *s1,
     *b = *a + span < hi ? *a + span : hi;
 }
 
-static void run_item(void *data, size_t item) {
-    const Job *job = data;
-    int h, s0, s1;
-    int64_t a, b;
-    item_geometry(job, item, &h, &s0, &s1, &a, &b);
-    const int d = job->d, group = job->group, positions = s1 - s0, rows = group * positions;
-    float *m = job->m + item * job->rows, *l = job->l + item * job->rows;
-    float *acc = job->acc + item * (size_t)job->rows * d;
-    const float *q[MAX_ROWS];
-    for (int g = 0; g < group; g++)
-        for (int s = 0; s < positions; s++) {
-            int r = g * positions + s;
-            q[r] = job->q + ((size_t)(h * group + g) * job->seq + s0 + s) * d;
-            m[r] = NEG;
-            l[r] = 0.0f;
-        }
-    memset(acc, 0, sizeof(float) * rows * d);
-    const float *keys = job->keys + (size_t)h * job->cap * d, *values = job->values + (size_t)h * job->cap * d;
+/* Few rows (decode, or a short chunk): row-major scores, one row's softmax at a time. */
+static void run_rows(const Job *job, const float *const *q, int rows, int positions, int s0, int64_t a, int64_t b,
+                     const float *keys, const float *values, float *m, float *l, float *acc) {
+    const int d = job->d;
     float scores[MAX_ROWS * TILE];
-    /* Enough rows to pay for transposing each key tile (see score_tile_transposed); its scratch is D x TILE. */
-    float *kt = rows >= TRANSPOSE_ROWS ? malloc(sizeof(float) * d * TILE) : NULL;
     for (int64_t j0 = a; j0 < b; j0 += TILE) {
         int nt = b - j0 < TILE ? (int)(b - j0) : TILE;
-        if (kt) {
-            for (size_t i = 0; i < (size_t)nt * d; i += 16) _mm_prefetch((const char *)(values + j0 * d + i), _MM_HINT_T0);
-            score_tile_transposed(q, rows, keys + j0 * d, nt, d, scores, kt);
-        } else {
-            score_tile(q, rows, keys + j0 * d, nt, d, scores, values + j0 * d);
-        }
+        score_tile(q, rows, keys + j0 * d, nt, d, scores, values + j0 * d);
         for (int r = 0; r < rows; r++) {
             int64_t pos = job->past + s0 + r % positions; /* this row's position */
             int64_t first = job->window > 0 ? pos - job->window + 1 : 0;
@@ -338,9 +304,89 @@ static void run_item(void *data, size_t item) {
             }
             l[r] += exp_row(s, nt, m[r]);
         }
-        accumulate_tile(acc, rows, scores, values + j0 * d, nt, d);
+        accumulate_tile(acc, rows, scores, TILE, 1, values + j0 * d, nt, d);
     }
-    free(kt);
+}
+
+/* Many rows: key-major scores (score_tile_columns), the running max and sum of 8 rows per vector. */
+VEC static void run_columns(const Job *job, const float *const *q, int rows, int positions, int s0, int64_t a,
+                            int64_t b, const float *keys, const float *values, float *m_out, float *l_out,
+                            float *acc, float *qt, float *st) {
+    const int d = job->d, R = (rows + 7) / 8 * 8;
+    float m[MAX_ROWS], l[MAX_ROWS], fix[MAX_ROWS];
+    for (int r = 0; r < R; r++) {
+        m[r] = NEG;
+        l[r] = 0.0f;
+        for (int i = 0; i < d; i++) qt[(size_t)i * R + r] = r < rows ? q[r][i] : 0.0f;
+    }
+    const int64_t newest = job->past + s0, last = newest + positions - 1; /* the block's first and last position */
+    for (int64_t j0 = a; j0 < b; j0 += TILE) {
+        int nt = b - j0 < TILE ? (int)(b - j0) : TILE;
+        for (size_t i = 0; i < (size_t)nt * d; i += 16) _mm_prefetch((const char *)(values + j0 * d + i), _MM_HINT_T0);
+        score_tile_columns(qt, R, keys + j0 * d, nt, d, st);
+        /* Mask what a row may not see: only tiles at the causal edge or the window's far edge need it. */
+        int edge = j0 + nt - 1 > newest || (job->window > 0 && j0 <= last - job->window);
+        for (int t = 0; edge && t < nt; t++)
+            for (int r = 0; r < rows; r++) {
+                int64_t pos = newest + r % positions, j = j0 + t;
+                if (j > pos || (job->window > 0 && j <= pos - job->window)) st[(size_t)t * R + r] = NEG;
+            }
+        for (int g = 0; g < R; g += 8) {
+            __m256 best = _mm256_set1_ps(NEG);
+            for (int t = 0; t < nt; t++) best = _mm256_max_ps(best, _mm256_loadu_ps(st + (size_t)t * R + g));
+            __m256 old = _mm256_loadu_ps(m + g), top = _mm256_max_ps(old, best);
+            __m256 sum = _mm256_setzero_ps(), floor = _mm256_set1_ps(NEG * 0.5f);
+            for (int t = 0; t < nt; t++) { /* numerators against the running max; masked keys to 0 */
+                __m256 raw = _mm256_loadu_ps(st + (size_t)t * R + g);
+                __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(raw, top)), _mm256_cmp_ps(raw, floor, _CMP_GT_OQ));
+                _mm256_storeu_ps(st + (size_t)t * R + g, e);
+                sum = _mm256_add_ps(sum, e);
+            }
+            __m256 f = exp_ps(_mm256_sub_ps(old, top)); /* 1 where the max did not move */
+            _mm256_storeu_ps(fix + g, f);
+            _mm256_storeu_ps(l + g, _mm256_fmadd_ps(_mm256_loadu_ps(l + g), f, sum));
+            _mm256_storeu_ps(m + g, top);
+        }
+        for (int r = 0; r < rows; r++)
+            if (fix[r] != 1.0f)
+                for (int i = 0; i < d; i++) acc[(size_t)r * d + i] *= fix[r];
+        accumulate_tile(acc, rows, st, 1, (size_t)R, values + j0 * d, nt, d);
+    }
+    memcpy(m_out, m, sizeof(float) * rows);
+    memcpy(l_out, l, sizeof(float) * rows);
+}
+
+static void run_item(void *data, size_t item) {
+    const Job *job = data;
+    int h, s0, s1;
+    int64_t a, b;
+    item_geometry(job, item, &h, &s0, &s1, &a, &b);
+    const int d = job->d, group = job->group, positions = s1 - s0, rows = group * positions;
+    float *m = job->m + item * job->rows, *l = job->l + item * job->rows;
+    float *acc = job->acc + item * (size_t)job->rows * d;
+    const float *q[MAX_ROWS];
+    for (int g = 0; g < group; g++)
+        for (int s = 0; s < positions; s++) {
+            int r = g * positions + s;
+            q[r] = job->q + ((size_t)(h * group + g) * job->seq + s0 + s) * d;
+            m[r] = NEG;
+            l[r] = 0.0f;
+        }
+    memset(acc, 0, sizeof(float) * rows * d);
+    const float *keys = job->keys + (size_t)h * job->cap * d, *values = job->values + (size_t)h * job->cap * d;
+    if (rows < COLUMN_ROWS) {
+        run_rows(job, q, rows, positions, s0, a, b, keys, values, m, l, acc);
+        return;
+    }
+    /* Scratch: the rows by dimension (d x R) and a tile's key-major scores (TILE x R). */
+    const int R = (rows + 7) / 8 * 8;
+    float *scratch = malloc(sizeof(float) * (size_t)R * (d + TILE));
+    if (!scratch) { /* cannot happen in practice (under 1 MiB); fall back to the row path */
+        run_rows(job, q, rows, positions, s0, a, b, keys, values, m, l, acc);
+        return;
+    }
+    run_columns(job, q, rows, positions, s0, a, b, keys, values, m, l, acc, scratch, scratch + (size_t)R * d);
+    free(scratch);
 }
 
 /* Rotate (x[i], x[i + half]) by the position's angle, for i < half. */
