@@ -205,7 +205,7 @@ def window_turn(config, report: SelfTestReport) -> str:
         note = f"; {info.note}" if info.note else ""
         report.ok("window", f"shown in {duration(shown_ms)}; {info.name} {info.weights} on {info.provider} "
                             f"ready in {duration((time.perf_counter() - started) * 1000)}{note}; "
-                            f"attention kernel {info.attention}")
+                            f"attention kernel {info.attention}, head {info.head}")
 
         conversation = window.new_chat()
         window.store.rename(conversation, "Self-test")

@@ -358,7 +358,8 @@ class Hearth:
         self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
-                               engine.template.refused, self._key_of(self.model_path), engine.runner.attention)
+                               engine.template.refused, self._key_of(self.model_path), engine.runner.attention,
+                               engine.runner.head)
         return self._info
 
     @property

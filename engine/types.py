@@ -131,6 +131,7 @@ class ModelInfo:
     chat_template_refused: str = ""  # why the file's own template was set aside for the built-in one, or ""
     key: str = ""  # the library name or GGUF path it was loaded by (what a conversation remembers)
     attention: str = "onnxruntime"  # whose attention kernel runs: "hearth" (its own CPU kernel) or ONNX Runtime's
+    head: str = "onnxruntime"  # whose output head: "hearth" (from the token table's 8-bit blocks) or ONNX Runtime's
 
     @property
     def label(self) -> str:

@@ -54,6 +54,7 @@ check "the self-test imported every one of Hearth's modules" grep -q "ok  module
 check "the self-test ran on $PROVIDER" grep -q " on $PROVIDER ready in" <<<"$SELF_TEST_OUT"
 if [ "$PROVIDER" = cpu ] && [ "$(uname -m)" = x86_64 ]; then
   check "the bundled attention kernel ran (engine/native)" grep -q "attention kernel hearth" <<<"$SELF_TEST_OUT"
+  check "the bundled output head ran from the table's blocks (engine/native)" grep -q "head hearth" <<<"$SELF_TEST_OUT"
 fi
 say "\$ hearth-cli generate --provider $PROVIDER --prompt 'Hi' --max-new-tokens 8 --greedy"
 start=$(now_ms)

@@ -70,6 +70,7 @@ self_test
 check "the self-test imported every one of Hearth's modules" grep -q "ok  modules" <<<"$SELF_TEST_OUT"
 if [ "$(uname -m)" = x86_64 ] && grep -q " on cpu ready in" <<<"$SELF_TEST_OUT"; then
   check "the packaged attention kernel ran (engine/native)" grep -q "attention kernel hearth" <<<"$SELF_TEST_OUT"
+  check "the packaged output head ran from the table's blocks (engine/native)" grep -q "head hearth" <<<"$SELF_TEST_OUT"
 fi
 say "\$ hearth-cli generate --provider cuda --prompt 'Hi' --max-new-tokens 4 --greedy"
 out="$(as_user hearth-cli generate --provider cuda --prompt Hi --max-new-tokens 4 --greedy --json 2>&1)"

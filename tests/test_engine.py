@@ -18,7 +18,7 @@ PROMPT = [int(x) for x in np.random.default_rng(3).integers(0, 300, 90)]
 
 
 # Cut-then-continue and a fresh prefill are the same arithmetic in a different order: on the CPU the
-# attention kernel (engine/native) scores a block of 8 or more query rows from a transposed key tile and
+# attention kernel (engine/native) scores a block of 8 or more query rows key-major (8 rows per vector) and
 # fewer rows with per-key dot products, so which rows share a block moves the float32 rounding (up to
 # ~4e-5 on these logits). Rows taken from the wrong place would be off by far more than this.
 SAME_ARITHMETIC_ATOL = 1e-4

@@ -213,7 +213,7 @@ def test_turned_off_by_the_environment_the_runner_uses_onnxruntimes_kernel(tiny_
 
 
 def test_a_library_that_does_not_load_falls_back_with_a_warning(tiny_converted, tmp_path, caplog):
-    broken = tmp_path / "libhearth_attention.so"
+    broken = tmp_path / "libhearth_kernels.so"
     broken.write_bytes(b"\x7fELF but not really a shared library")
     opened = []
     with caplog.at_level(logging.WARNING, logger="engine.runtime.native_attention"):

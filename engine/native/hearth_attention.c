@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ort_abi.h"
+#include "hearth_ort.h"
 
 #define TILE 64         /* keys scored per pass */
 #define BLOCK_QUERIES 16 /* query positions per work item */
@@ -31,17 +31,6 @@
 #define NEG (-1.0e30f)  /* "no key yet": finite, so NEG - NEG is 0, never NaN */
 #define COLUMN_ROWS 8   /* from this many query rows per item, scores are computed key-major (run_columns) */
 
-#ifndef HEARTH_SOURCE_HASH
-#define HEARTH_SOURCE_HASH "unknown"
-#endif
-
-static const OrtApi *api;
-
-#define CALL(type, index) ((type)api->slot[index])
-
-static OrtStatus *error(const char *message) {
-    return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_INVALID_ARGUMENT, message);
-}
 
 /* ---- vector helpers (AVX2 + FMA) ------------------------------------------------------------------ */
 
@@ -406,46 +395,6 @@ typedef struct {
     int64_t window;
 } Kernel;
 
-typedef struct {
-    const float *data;
-    int64_t dims[4];
-    size_t rank;
-} Tensor;
-
-static OrtStatus *tensor_of(const OrtValue *value, Tensor *t, int element) {
-    OrtTensorTypeAndShapeInfo *info;
-    OrtStatus *st = CALL(GetTensorTypeAndShapeFn, SLOT_GetTensorTypeAndShape)(value, &info);
-    if (st) return st;
-    int type = 0;
-    st = CALL(GetTensorElementTypeFn, SLOT_GetTensorElementType)(info, &type);
-    if (!st) st = CALL(GetDimensionsCountFn, SLOT_GetDimensionsCount)(info, &t->rank);
-    if (!st && t->rank > 4) st = error("hearth.Attention: a tensor has more than 4 dimensions");
-    if (!st) st = CALL(GetDimensionsFn, SLOT_GetDimensions)(info, t->dims, t->rank);
-    CALL(ReleaseTypeShapeFn, SLOT_ReleaseTensorTypeAndShapeInfo)(info);
-    if (st) return st;
-    if (type != element) return error("hearth.Attention: an input has an unsupported element type");
-    void *p;
-    st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)((OrtValue *)value, &p);
-    t->data = p;
-    return st;
-}
-
-static int64_t count(const Tensor *t) {
-    int64_t n = 1;
-    for (size_t i = 0; i < t->rank; i++) n *= t->dims[i];
-    return n;
-}
-
-static OrtStatus *output(OrtKernelContext *ctx, size_t index, const int64_t *dims, size_t rank, float **out) {
-    OrtValue *value;
-    OrtStatus *st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, index, dims, rank, &value);
-    if (st) return st;
-    void *p;
-    st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)(value, &p);
-    *out = p;
-    return st;
-}
-
 static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
     const Kernel *k = self;
     size_t n_inputs = 0;
@@ -455,48 +404,48 @@ static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
     for (size_t i = 0; i < n_inputs && i < 9; i++)
         if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &in[i]))) return st;
     if (!in[0] || !in[3] || !in[4] || !in[5] || !in[6])
-        return error("hearth.Attention needs query, past_key, past_value, seqlens_k and total_sequence_length");
-    Tensor query, key = {0}, value = {0}, past_k, past_v, seqlens, total_t, cos = {0}, sin = {0};
-    if ((st = tensor_of(in[0], &query, ELEMENT_FLOAT)) || (st = tensor_of(in[3], &past_k, ELEMENT_FLOAT)) ||
-        (st = tensor_of(in[4], &past_v, ELEMENT_FLOAT)) || (st = tensor_of(in[5], &seqlens, ELEMENT_INT32)) ||
-        (st = tensor_of(in[6], &total_t, ELEMENT_INT32)))
+        return hearth_error("hearth.Attention needs query, past_key, past_value, seqlens_k and total_sequence_length");
+    HearthTensor query, key = {0}, value = {0}, past_k, past_v, seqlens, total_t, cos = {0}, sin = {0};
+    if ((st = hearth_tensor(in[0], &query, ELEMENT_FLOAT)) || (st = hearth_tensor(in[3], &past_k, ELEMENT_FLOAT)) ||
+        (st = hearth_tensor(in[4], &past_v, ELEMENT_FLOAT)) || (st = hearth_tensor(in[5], &seqlens, ELEMENT_INT32)) ||
+        (st = hearth_tensor(in[6], &total_t, ELEMENT_INT32)))
         return st;
     const int packed = in[1] == NULL;
-    if (!packed && (!in[2] || (st = tensor_of(in[1], &key, ELEMENT_FLOAT)) || (st = tensor_of(in[2], &value, ELEMENT_FLOAT))))
-        return st ? st : error("hearth.Attention: key given without value");
+    if (!packed && (!in[2] || (st = hearth_tensor(in[1], &key, ELEMENT_FLOAT)) || (st = hearth_tensor(in[2], &value, ELEMENT_FLOAT))))
+        return st ? st : hearth_error("hearth.Attention: key given without value");
     if (past_k.rank != 4 || past_k.dims[0] != 1 || past_k.dims[1] != k->kv_heads || past_v.rank != 4 ||
         memcmp(past_k.dims, past_v.dims, sizeof past_k.dims) != 0)
-        return error("hearth.Attention: past key/value must both be [1, kv_num_heads, capacity, head_size]");
+        return hearth_error("hearth.Attention: past key/value must both be [1, kv_num_heads, capacity, head_size]");
     const int64_t cap = past_k.dims[2], d = past_k.dims[3];
-    if (d % 8 != 0 || d > MAX_HEAD) return error("hearth.Attention: head size must be a multiple of 8, at most 512");
-    if (query.rank != 3 || query.dims[0] != 1) return error("hearth.Attention: query must be [1, sequence, hidden]");
+    if (d % 8 != 0 || d > MAX_HEAD) return hearth_error("hearth.Attention: head size must be a multiple of 8, at most 512");
+    if (query.rank != 3 || query.dims[0] != 1) return hearth_error("hearth.Attention: query must be [1, sequence, hidden]");
     const int64_t seq = query.dims[1], heads = k->heads, kvh = k->kv_heads;
     const int64_t q_width = packed ? (heads + 2 * kvh) * d : heads * d;
-    if (query.dims[2] != q_width) return error("hearth.Attention: query width does not match the heads");
+    if (query.dims[2] != q_width) return hearth_error("hearth.Attention: query width does not match the heads");
     if (!packed && (key.rank != 3 || value.rank != 3 || key.dims[1] != seq || value.dims[1] != seq ||
                     key.dims[2] != kvh * d || value.dims[2] != kvh * d))
-        return error("hearth.Attention: key/value must be [1, sequence, kv_num_heads * head_size]");
-    if (count(&seqlens) != 1 || count(&total_t) != 1) return error("hearth.Attention: batch size must be 1");
+        return hearth_error("hearth.Attention: key/value must be [1, sequence, kv_num_heads * head_size]");
+    if (hearth_count(&seqlens) != 1 || hearth_count(&total_t) != 1) return hearth_error("hearth.Attention: batch size must be 1");
     const int64_t total = total_t.data ? ((const int32_t *)total_t.data)[0] : 0;
     if (((const int32_t *)seqlens.data)[0] + 1 != total)
-        return error("hearth.Attention: seqlens_k must be total_sequence_length - 1");
+        return hearth_error("hearth.Attention: seqlens_k must be total_sequence_length - 1");
     const int64_t past = total - seq;
-    if (seq < 1 || past < 0 || total > cap) return error("hearth.Attention: the sequence does not fit the cache");
+    if (seq < 1 || past < 0 || total > cap) return hearth_error("hearth.Attention: the sequence does not fit the cache");
     int half = 0;
     if (k->rotary) {
-        if (!in[7] || !in[8] || (st = tensor_of(in[7], &cos, ELEMENT_FLOAT)) || (st = tensor_of(in[8], &sin, ELEMENT_FLOAT)))
-            return st ? st : error("hearth.Attention: do_rotary needs cos_cache and sin_cache");
+        if (!in[7] || !in[8] || (st = hearth_tensor(in[7], &cos, ELEMENT_FLOAT)) || (st = hearth_tensor(in[8], &sin, ELEMENT_FLOAT)))
+            return st ? st : hearth_error("hearth.Attention: do_rotary needs cos_cache and sin_cache");
         if (cos.rank != 2 || sin.rank != 2 || cos.dims[0] != sin.dims[0] || cos.dims[1] != sin.dims[1] ||
             2 * cos.dims[1] > d)
-            return error("hearth.Attention: cos/sin caches must be [positions, rotary_dim / 2]");
-        if (total > cos.dims[0]) return error("hearth.Attention: a position is past the rotary cache");
+            return hearth_error("hearth.Attention: cos/sin caches must be [positions, rotary_dim / 2]");
+        if (total > cos.dims[0]) return hearth_error("hearth.Attention: a position is past the rotary cache");
         half = (int)cos.dims[1];
     }
 
     int64_t out_dims[3] = {1, seq, heads * d};
     float *out, *present_k, *present_v;
-    if ((st = output(ctx, 0, out_dims, 3, &out)) || (st = output(ctx, 1, past_k.dims, 4, &present_k)) ||
-        (st = output(ctx, 2, past_k.dims, 4, &present_v)))
+    if ((st = hearth_output(ctx, 0, out_dims, 3, &out)) || (st = hearth_output(ctx, 1, past_k.dims, 4, &present_k)) ||
+        (st = hearth_output(ctx, 2, past_k.dims, 4, &present_v)))
         return st;
     if (present_k != past_k.data) /* not sharing one buffer: bring the past rows over */
         for (int64_t h = 0; h < kvh; h++) {
@@ -506,7 +455,7 @@ static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
 
     const float scale = k->scale > 0.0f ? k->scale : 1.0f / sqrtf((float)d);
     float *qbuf = malloc(sizeof(float) * heads * seq * d);
-    if (!qbuf) return error("hearth.Attention: out of memory");
+    if (!qbuf) return hearth_error("hearth.Attention: out of memory");
     for (int64_t s = 0; s < seq; s++) { /* rotate and scale Q; rotate K into the cache, copy V */
         int64_t pos = past + s;
         const float *row = query.data + s * q_width;
@@ -543,7 +492,7 @@ static OrtStatus *compute(void *self, OrtKernelContext *ctx) {
     job.acc = malloc(sizeof(float) * items * job.rows * d);
     if (!job.m || !job.acc) {
         free(qbuf), free(job.m), free(job.acc);
-        return error("hearth.Attention: out of memory");
+        return hearth_error("hearth.Attention: out of memory");
     }
     job.l = job.m + items * job.rows;
     st = CALL(ParallelForFn, SLOT_KernelContext_ParallelFor)(ctx, run_item, items, 0, &job);
@@ -597,11 +546,11 @@ static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *unused, con
     OPTIONAL_ATTR(get_float(info, "scale", &scale));
     OPTIONAL_ATTR(get_float(info, "softcap", &softcap));
     if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || heads / kv_heads > MAX_ROWS / BLOCK_QUERIES)
-        return error("hearth.Attention: num_heads must be a multiple of kv_num_heads, at most 16 per KV head");
+        return hearth_error("hearth.Attention: num_heads must be a multiple of kv_num_heads, at most 16 per KV head");
     if (interleaved || smooth || softcap != 0.0f)
-        return error("hearth.Attention: interleaved rotary, smooth softmax and softcap are not supported");
+        return hearth_error("hearth.Attention: interleaved rotary, smooth softmax and softcap are not supported");
     Kernel *k = malloc(sizeof *k);
-    if (!k) return error("hearth.Attention: out of memory");
+    if (!k) return hearth_error("hearth.Attention: out of memory");
     *k = (Kernel){.heads = (int)heads, .kv_heads = (int)kv_heads, .rotary = rotary != 0, .scale = scale,
                   .window = window};
     *out = k;
@@ -609,7 +558,6 @@ static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *unused, con
 }
 
 static const char *op_name(const OrtCustomOp *op) { (void)op; return "Attention"; }
-static const char *op_provider(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static int input_type(const OrtCustomOp *op, size_t i) { (void)op; return i == 5 || i == 6 ? ELEMENT_INT32 : ELEMENT_FLOAT; }
 static size_t input_count(const OrtCustomOp *op) { (void)op; return 9; }
 static int output_type(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return ELEMENT_FLOAT; }
@@ -618,50 +566,25 @@ static int input_kind(const OrtCustomOp *op, size_t i) {
     (void)op;
     return i == 1 || i == 2 || i == 7 || i == 8 ? IO_OPTIONAL : IO_REQUIRED;
 }
-static int output_kind(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return IO_REQUIRED; }
-static int memory_type(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return 0; }
-static int zero(const OrtCustomOp *op) { (void)op; return 0; }
-static int one(const OrtCustomOp *op) { (void)op; return 1; }
-static int end_version(const OrtCustomOp *op) { (void)op; return 1 << 30; }
-static void destroy(void *kernel) { free(kernel); }
 
-static const OrtCustomOp attention_op = {
+const OrtCustomOp hearth_attention_op = {
     .version = HEARTH_ORT_API_VERSION,
     .GetName = op_name,
-    .GetExecutionProviderType = op_provider,
+    .GetExecutionProviderType = hearth_cpu_provider,
     .GetInputType = input_type,
     .GetInputTypeCount = input_count,
     .GetOutputType = output_type,
     .GetOutputTypeCount = output_count,
-    .KernelDestroy = destroy,
+    .KernelDestroy = free,
     .GetInputCharacteristic = input_kind,
-    .GetOutputCharacteristic = output_kind,
-    .GetInputMemoryType = memory_type,
-    .GetVariadicInputMinArity = one,
-    .GetVariadicInputHomogeneity = zero,
-    .GetVariadicOutputMinArity = one,
-    .GetVariadicOutputHomogeneity = zero,
+    .GetOutputCharacteristic = hearth_required,
+    .GetInputMemoryType = hearth_cpu_memory,
+    .GetVariadicInputMinArity = hearth_one,
+    .GetVariadicInputHomogeneity = hearth_zero,
+    .GetVariadicOutputMinArity = hearth_one,
+    .GetVariadicOutputHomogeneity = hearth_zero,
     .CreateKernelV2 = create_kernel,
     .KernelComputeV2 = compute,
-    .GetStartVersion = one,
-    .GetEndVersion = end_version,
+    .GetStartVersion = hearth_one,
+    .GetEndVersion = hearth_end_version,
 };
-
-/* For the Python side: which source this binary was built from (see build.sh). */
-__attribute__((visibility("default"))) const char *HearthAttentionSourceHash(void) { return HEARTH_SOURCE_HASH; }
-
-__attribute__((visibility("default"))) OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
-    api = base->GetApi(HEARTH_ORT_API_VERSION);
-    if (!api) return NULL; /* too old an ONNX Runtime: cannot even make a status; the op stays unknown */
-    const char *build = CALL(GetBuildInfoStringFn, SLOT_GetBuildInfoString)();
-    if (!build || strncmp(build, "ORT Build Info", 14) != 0)
-        return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_FAIL, "hearth.Attention: unexpected ONNX Runtime API layout");
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-        return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_NOT_IMPLEMENTED, "hearth.Attention needs AVX2 and FMA");
-    OrtCustomOpDomain *domain;
-    OrtStatus *st = CALL(CreateCustomOpDomainFn, SLOT_CreateCustomOpDomain)("ai.hearth", &domain);
-    if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &attention_op);
-    if (!st) st = CALL(AddCustomOpDomainFn, SLOT_AddCustomOpDomain)(options, domain);
-    return st;
-}

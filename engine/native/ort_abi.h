@@ -1,4 +1,4 @@
-/* The part of ONNX Runtime's C ABI that hearth_attention.c uses, declared by hand.
+/* The part of ONNX Runtime's C ABI that Hearth's kernels (hearth_*.c) use, declared by hand.
  *
  * ONNX Runtime's C API is one struct of function pointers (OrtApi) that only ever grows at its end, and
  * a custom operator is a struct of callbacks (OrtCustomOp). The pip wheel ships no headers, so this file
@@ -24,7 +24,7 @@ typedef struct OrtCustomOpDomain OrtCustomOpDomain;
 typedef struct OrtTensorTypeAndShapeInfo OrtTensorTypeAndShapeInfo;
 
 enum { ORT_OK = 0, ORT_FAIL = 1, ORT_INVALID_ARGUMENT = 2, ORT_NOT_IMPLEMENTED = 9 };
-enum { ELEMENT_UNDEFINED = 0, ELEMENT_FLOAT = 1, ELEMENT_INT32 = 6 };
+enum { ELEMENT_UNDEFINED = 0, ELEMENT_FLOAT = 1, ELEMENT_UINT8 = 2, ELEMENT_INT32 = 6 };
 enum { IO_REQUIRED = 0, IO_OPTIONAL = 1 };
 
 /* Positions in struct OrtApi (0-based). */

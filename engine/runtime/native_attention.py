@@ -1,5 +1,6 @@
-"""Hearth's own CPU attention kernel (engine/native/hearth_attention.c), used in place of ONNX Runtime's
-GroupQueryAttention when it can be.
+"""Hearth's own CPU kernels (engine/native/): its attention kernel (hearth_attention.c), used in place
+of ONNX Runtime's GroupQueryAttention when it can be, and with it the output head over the token
+table's 8-bit blocks (hearth_head.c) where the model qualifies (native_head.py).
 
 The converted graph keeps ONNX Runtime's GroupQueryAttention nodes; on the CPU the runner loads the
 prebuilt kernel library, renames those nodes to ``ai.hearth.Attention`` (same inputs, attributes and
@@ -21,7 +22,10 @@ import logging
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from engine.runtime import native_head
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,7 @@ ENV_SWITCH = "HEARTH_NATIVE_ATTENTION"
 DOMAIN = "ai.hearth"
 OP_TYPE = "Attention"
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
-SOURCES = ("hearth_attention.c", "ort_abi.h")
+SOURCES = ("hearth_attention.c", "hearth_head.c", "hearth_ort.c", "hearth_ort.h", "ort_abi.h")  # build.sh's order
 EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 # GroupQueryAttention attributes the kernel does not implement (any non-zero value keeps ONNX Runtime's).
 UNSUPPORTED_ATTRIBUTES = ("softcap", "smooth_softmax", "rotary_interleaved", "qk_output")
@@ -40,7 +44,7 @@ def platform_library() -> Path | None:
     """The prebuilt library for this machine, or None when there is none."""
     if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    path = NATIVE_DIR / "linux-x86_64" / "libhearth_attention.so"
+    path = NATIVE_DIR / "linux-x86_64" / "libhearth_kernels.so"
     return path if path.is_file() else None
 
 
@@ -57,15 +61,22 @@ def source_hash() -> str:
 
 
 def library_source_hash(library: Path) -> str:
-    """The source hash a built library reports (HearthAttentionSourceHash)."""
+    """The source hash a built library reports (HearthKernelsSourceHash)."""
     lib = ctypes.CDLL(str(library))
-    lib.HearthAttentionSourceHash.restype = ctypes.c_char_p
-    return lib.HearthAttentionSourceHash().decode()
+    lib.HearthKernelsSourceHash.restype = ctypes.c_char_p
+    return lib.HearthKernelsSourceHash().decode()
 
 
-def native_graph(onnx_path: Path) -> bytes | None:
-    """The graph at ``onnx_path`` with its GroupQueryAttention nodes running as ai.hearth.Attention, or
-    None when the graph does not qualify (not float32, a feature the kernel lacks, no attention)."""
+@dataclass(frozen=True)
+class NativeGraph:
+    model: bytes  # the serialized graph to open
+    head: bool  # its output head runs as ai.hearth.HeadQ8 (native_head.py)
+
+
+def native_graph(onnx_path: Path) -> NativeGraph | None:
+    """The graph at ``onnx_path`` with its GroupQueryAttention nodes running as ai.hearth.Attention (and
+    its head as ai.hearth.HeadQ8 where it qualifies), or None when the graph does not qualify (not
+    float32, a feature the kernel lacks, no attention)."""
     import onnx
     from onnx import helper
 
@@ -84,14 +95,15 @@ def native_graph(onnx_path: Path) -> bytes | None:
         renamed += 1
     if not renamed:
         return None
+    head = native_head.enabled() and native_head.swap_head(model, onnx_path.parent, DOMAIN)
     model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
-    return model.SerializeToString()
+    return NativeGraph(model.SerializeToString(), head)
 
 
 def open_native_session(onnx_path: Path, options, open_session, library: Path | None = None):
-    """An InferenceSession running the graph with Hearth's kernel, or None (and why, logged) when it
-    cannot. ``options``: fresh SessionOptions for this attempt; ``open_session(model, options)`` makes
-    the session (the runner counts sessions through it)."""
+    """(an InferenceSession running the graph with Hearth's kernels, the NativeGraph it runs), or None
+    (and why, logged) when it cannot. ``options``: fresh SessionOptions for this attempt;
+    ``open_session(model, options)`` makes the session (the runner counts sessions through it)."""
     library = library or platform_library()
     if library is None or not enabled():
         return None
@@ -102,7 +114,7 @@ def open_native_session(onnx_path: Path, options, open_session, library: Path | 
             return None
         options.register_custom_ops_library(str(library))
         options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(onnx_path.parent))
-        return open_session(graph, options)
+        return open_session(graph.model, options), graph
     except Exception as exc:  # ORT raises its own types; any failure here means "use the plain graph"
         log.warning("native attention unavailable (%s); using ONNX Runtime's kernel", str(exc).splitlines()[0][:200])
         return None

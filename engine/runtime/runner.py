@@ -58,6 +58,7 @@ class ModelRunner:
         self.path = Path(onnx_path)
         self.provider_note = ""
         self.attention = "onnxruntime"  # whose CPU attention kernel runs: "hearth" (native_attention.py) or this
+        self.head = "onnxruntime"  # whose output head: "hearth" (HeadQ8 over the table's blocks) or this
         options = session_options(threads, profile_prefix)
         candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
@@ -68,11 +69,12 @@ class ModelRunner:
                 if last_error:
                     continue
             if name == "cpu":
-                session = native_attention.open_native_session(
+                opened = native_attention.open_native_session(
                     self.path, session_options(threads, profile_prefix),
                     lambda model, opts: providers.open_session(model, opts, providers.ort_provider_list("cpu")))
-                if session is not None:
-                    self.session, self.provider, self.attention = session, "cpu", "hearth"
+                if opened is not None:
+                    self.session, self.provider, self.attention = opened[0], "cpu", "hearth"
+                    self.head = "hearth" if opened[1].head else "onnxruntime"
                     break
             # A missing CUDA library is an expected outcome of probing, not an error to print.
             providers.quiet_onnxruntime(4 if name == "cuda" else 3)

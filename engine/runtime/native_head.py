@@ -1,0 +1,95 @@
+"""The output head from the token table's 8-bit blocks (``ai.hearth.HeadQ8``, engine/native/hearth_head.c).
+
+A model whose head is tied to a Q8_0 token embedding (the default model) is converted, for the exact
+setting, with the table in MatMulNBits' 8-bit blocks (for the embedding's Gather) and the head as a
+dense float32 [n_embd, vocab] MatMul: 113 MB read every step, ~30% of a decode step at 512 tokens.
+The blocks hold the same numbers — each dense weight is exactly its code times its fp16 scale — in
+a quarter of the bytes, so on the CPU the runner replaces that MatMul with HeadQ8 over the blocks.
+
+The swap is made only when the graph has exactly that form (names from the converter: the dense head
+``token_embd.weight_t``, the blocks ``token_embd.weight.qweight`` / ``.scales`` with zero point 128, no
+4-bit planes and no offset correction) and when a sample of the dense head's columns equals the blocks
+dequantized, bit for bit. Otherwise the MatMul stays. ``HEARTH_NATIVE_HEAD=0`` keeps it as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from engine.arch import io_names
+from engine.model import weights
+
+log = logging.getLogger(__name__)
+
+ENV_SWITCH = "HEARTH_NATIVE_HEAD"
+OP_TYPE = "HeadQ8"
+DENSE_HEAD = weights.EMBEDDING + "_t"  # blocks.py: the tied head as one dense [n_embd, vocab] matrix
+CODES, SCALES = weights.EMBEDDING + ".qweight", weights.EMBEDDING + ".scales"  # packed_ops.py's names
+# gather_rows constants that mark forms HeadQ8 does not read: 4-bit codes, two planes, an offset correction.
+OTHER_FORMS = ("token_embd.low_mask", "token_embd.plane_zero", "token_embd.offset_axis")
+SAMPLE_COLUMNS = 64
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def swap_head(model, folder: Path, domain: str) -> bool:
+    """Replace the dense tied head of ``model`` (an onnx ModelProto loaded without external data, whose
+    data files are in ``folder``) with HeadQ8 over the embedding's blocks; True if it did."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    head = next((n for n in graph.node if n.op_type == "MatMul" and list(n.output) == [io_names.LOGITS]
+                 and len(n.input) == 2 and n.input[1] == DENSE_HEAD), None)
+    dense, codes, scales = inits.get(DENSE_HEAD), inits.get(CODES), inits.get(SCALES)
+    if head is None or dense is None or codes is None or scales is None or any(n in inits for n in OTHER_FORMS):
+        return False
+    zero = inits.get("token_embd.zero")
+    if zero is None or numpy_helper.to_array(zero).ravel().tolist() != [128.0]:
+        return False
+    if len(codes.dims) != 3 or len(dense.dims) != 2 or codes.data_type != 2 or dense.data_type != 1:
+        return False
+    vocab, blocks, block = codes.dims
+    if list(dense.dims) != [blocks * block, vocab] or list(scales.dims) != [vocab * blocks]:
+        return False
+    if not _blocks_match_dense(folder, dense, codes, scales):
+        log.warning("native head: the embedding's blocks differ from the dense head; keeping the MatMul")
+        return False
+    index = list(graph.node).index(head)
+    graph.node.remove(head)
+    graph.node.insert(index, helper.make_node(OP_TYPE, [head.input[0], CODES, SCALES], [io_names.LOGITS],
+                                              name="hearth_head", domain=domain))
+    graph.initializer.remove(dense)  # nothing else reads it: 113 MB the session no longer maps
+    return True
+
+
+def _external(folder: Path, tensor, dtype, shape) -> np.ndarray:
+    """A read-only map of an initializer stored in an external data file (bounds-checked)."""
+    info = {e.key: e.value for e in tensor.external_data}
+    path = folder / info["location"]
+    offset, length = int(info.get("offset", 0)), int(info["length"])
+    expected = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if length != expected or offset < 0 or offset + length > path.stat().st_size:
+        raise ValueError(f"{tensor.name}: its external data does not fit {path.name}")
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+
+
+def _blocks_match_dense(folder: Path, dense, codes, scales) -> bool:
+    """Whether columns sampled across the vocabulary read the same from the blocks as from the dense head."""
+    vocab, blocks, block = codes.dims
+    try:
+        dense_w = _external(folder, dense, np.float32, dense.dims)
+        code_w = _external(folder, codes, np.uint8, codes.dims)
+        scale_w = _external(folder, scales, np.float32, scales.dims)
+    except (KeyError, OSError, ValueError) as exc:
+        log.info("native head: cannot read the weights to compare (%s)", exc)
+        return False
+    columns = np.unique(np.linspace(0, vocab - 1, SAMPLE_COLUMNS).astype(np.int64))
+    decoded = (code_w[columns].astype(np.float32) - 128.0) * scale_w.reshape(vocab, blocks)[columns][:, :, None]
+    return bool(np.array_equal(decoded.reshape(len(columns), blocks * block), dense_w[:, columns].T))
