@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.runtime import native_head
+
 log = logging.getLogger(__name__)
 
 RUNTIME_BYTES = 16 << 20
@@ -75,6 +77,9 @@ def conversion_memory(onnx_path: Path) -> WeightsMemory:
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
     sizes = {t.name: _initializer_bytes(t) for t in graph.initializer
              if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+    head = native_head.tied_dense_head(graph) if native_head.available() else None
+    if head is not None:  # the head runs from the table's blocks: its dense matrix is never loaded
+        resident -= sizes.pop(head[1].name, 0)
     transient = max((sizes.get(node.input[1], 0) for node in graph.node
                      if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1), default=0)
     return WeightsMemory(resident, transient)

@@ -31,33 +31,53 @@ DENSE_HEAD = weights.EMBEDDING + "_t"  # blocks.py: the tied head as one dense [
 CODES, SCALES = weights.EMBEDDING + ".qweight", weights.EMBEDDING + ".scales"  # packed_ops.py's names
 # gather_rows constants that mark forms HeadQ8 does not read: 4-bit codes, two planes, an offset correction.
 OTHER_FORMS = ("token_embd.low_mask", "token_embd.plane_zero", "token_embd.offset_axis")
-SAMPLE_COLUMNS = 64
+SAMPLE_GROUPS, SAMPLE_WIDTH = 8, 8  # columns compared: 8 runs of 8 adjacent ones, spread over the vocabulary
 
 
 def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
-def swap_head(model, folder: Path, domain: str) -> bool:
-    """Replace the dense tied head of ``model`` (an onnx ModelProto loaded without external data, whose
-    data files are in ``folder``) with HeadQ8 over the embedding's blocks; True if it did."""
-    from onnx import helper, numpy_helper
+def available() -> bool:
+    """Whether a CPU session here would run HeadQ8 (the library exists for this platform, nothing turned
+    it off); the memory estimates ask, since the dense head is then never loaded."""
+    from engine.runtime import native_attention
 
-    graph = model.graph
+    return enabled() and native_attention.enabled() and native_attention.platform_library() is not None
+
+
+def tied_dense_head(graph):
+    """(the head MatMul node, its dense matrix, the table's codes, its scales) when ``graph`` has the form
+    HeadQ8 reads, else None. Looks at the graph only (the weights' values: _blocks_match_dense)."""
+    from onnx import numpy_helper
+
     inits = {t.name: t for t in graph.initializer}
     head = next((n for n in graph.node if n.op_type == "MatMul" and list(n.output) == [io_names.LOGITS]
                  and len(n.input) == 2 and n.input[1] == DENSE_HEAD), None)
     dense, codes, scales = inits.get(DENSE_HEAD), inits.get(CODES), inits.get(SCALES)
     if head is None or dense is None or codes is None or scales is None or any(n in inits for n in OTHER_FORMS):
-        return False
+        return None
     zero = inits.get("token_embd.zero")
     if zero is None or numpy_helper.to_array(zero).ravel().tolist() != [128.0]:
-        return False
+        return None
     if len(codes.dims) != 3 or len(dense.dims) != 2 or codes.data_type != 2 or dense.data_type != 1:
-        return False
+        return None
     vocab, blocks, block = codes.dims
     if list(dense.dims) != [blocks * block, vocab] or list(scales.dims) != [vocab * blocks]:
+        return None
+    return head, dense, codes, scales
+
+
+def swap_head(model, folder: Path, domain: str) -> bool:
+    """Replace the dense tied head of ``model`` (an onnx ModelProto loaded without external data, whose
+    data files are in ``folder``) with HeadQ8 over the embedding's blocks; True if it did."""
+    from onnx import helper
+
+    graph = model.graph
+    found = tied_dense_head(graph)
+    if found is None:
         return False
+    head, dense, codes, scales = found
     if not _blocks_match_dense(folder, dense, codes, scales):
         log.warning("native head: the embedding's blocks differ from the dense head; keeping the MatMul")
         return False
@@ -69,27 +89,51 @@ def swap_head(model, folder: Path, domain: str) -> bool:
     return True
 
 
-def _external(folder: Path, tensor, dtype, shape) -> np.ndarray:
-    """A read-only map of an initializer stored in an external data file (bounds-checked)."""
+def _located(folder: Path, tensor, itemsize: int) -> tuple[Path, int]:
+    """(file, offset) of an initializer stored in an external data file, its extent checked against the file."""
     info = {e.key: e.value for e in tensor.external_data}
     path = folder / info["location"]
     offset, length = int(info.get("offset", 0)), int(info["length"])
-    expected = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if length != expected or offset < 0 or offset + length > path.stat().st_size:
+    if length != int(np.prod(tensor.dims)) * itemsize or offset < 0 or offset + length > path.stat().st_size:
         raise ValueError(f"{tensor.name}: its external data does not fit {path.name}")
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+    return path, offset
 
 
 def _blocks_match_dense(folder: Path, dense, codes, scales) -> bool:
-    """Whether columns sampled across the vocabulary read the same from the blocks as from the dense head."""
+    """Whether groups of columns sampled across the vocabulary read the same from the blocks as from the
+    dense head. Read with plain file reads, a few bytes each: mapping the files would count every page
+    a strided column touches in the process's memory (160 MiB for Gemma 3's head)."""
     vocab, blocks, block = codes.dims
+    k = blocks * block
+    handles: dict[Path, object] = {}
     try:
-        dense_w = _external(folder, dense, np.float32, dense.dims)
-        code_w = _external(folder, codes, np.uint8, codes.dims)
-        scale_w = _external(folder, scales, np.float32, scales.dims)
+        (dense_file, dense_at), (codes_file, codes_at), (scales_file, scales_at) = (
+            _located(folder, t, size) for t, size in ((dense, 4), (codes, 1), (scales, 4)))
+        for path in {dense_file, codes_file, scales_file}:
+            handles[path] = open(path, "rb")  # noqa: SIM115 (closed below, all together)
+
+        def read(path: Path, offset: int, count: int, dtype) -> np.ndarray:
+            size = count * np.dtype(dtype).itemsize
+            fh = handles[path]
+            fh.seek(offset)
+            data = fh.read(size)
+            if len(data) != size:
+                raise ValueError(f"{path.name} ends early")
+            return np.frombuffer(data, dtype=dtype)
+
+        for first in np.linspace(0, vocab - SAMPLE_WIDTH, SAMPLE_GROUPS).astype(np.int64).tolist():
+            code = read(codes_file, codes_at + first * k, SAMPLE_WIDTH * k, np.uint8)
+            scale = read(scales_file, scales_at + first * blocks * 4, SAMPLE_WIDTH * blocks, np.float32)
+            decoded = (code.reshape(SAMPLE_WIDTH, blocks, block).astype(np.float32) - 128.0) \
+                * scale.reshape(SAMPLE_WIDTH, blocks, 1)
+            dense_rows = [read(dense_file, dense_at + (r * vocab + first) * 4, SAMPLE_WIDTH, np.float32)
+                          for r in range(k)]
+            if not np.array_equal(decoded.reshape(SAMPLE_WIDTH, k), np.stack(dense_rows, axis=1)):
+                return False
     except (KeyError, OSError, ValueError) as exc:
         log.info("native head: cannot read the weights to compare (%s)", exc)
         return False
-    columns = np.unique(np.linspace(0, vocab - 1, SAMPLE_COLUMNS).astype(np.int64))
-    decoded = (code_w[columns].astype(np.float32) - 128.0) * scale_w.reshape(vocab, blocks)[columns][:, :, None]
-    return bool(np.array_equal(decoded.reshape(len(columns), blocks * block), dense_w[:, columns].T))
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return True
