@@ -568,23 +568,14 @@ static int input_kind(const OrtCustomOp *op, size_t i) {
 }
 
 const OrtCustomOp hearth_attention_op = {
-    .version = HEARTH_ORT_API_VERSION,
+    HEARTH_CPU_OP_DEFAULTS,
     .GetName = op_name,
-    .GetExecutionProviderType = hearth_cpu_provider,
     .GetInputType = input_type,
     .GetInputTypeCount = input_count,
     .GetOutputType = output_type,
     .GetOutputTypeCount = output_count,
     .KernelDestroy = free,
     .GetInputCharacteristic = input_kind,
-    .GetOutputCharacteristic = hearth_required,
-    .GetInputMemoryType = hearth_cpu_memory,
-    .GetVariadicInputMinArity = hearth_one,
-    .GetVariadicInputHomogeneity = hearth_zero,
-    .GetVariadicOutputMinArity = hearth_one,
-    .GetVariadicOutputHomogeneity = hearth_zero,
     .CreateKernelV2 = create_kernel,
     .KernelComputeV2 = compute,
-    .GetStartVersion = hearth_one,
-    .GetEndVersion = hearth_end_version,
 };

@@ -105,23 +105,14 @@ static int head_output_type(const OrtCustomOp *op, size_t i) { (void)op, (void)i
 static size_t head_outputs(const OrtCustomOp *op) { (void)op; return 1; }
 
 const OrtCustomOp hearth_head_op = {
-    .version = HEARTH_ORT_API_VERSION,
+    HEARTH_CPU_OP_DEFAULTS,
     .GetName = head_name,
-    .GetExecutionProviderType = hearth_cpu_provider,
     .GetInputType = head_input_type,
     .GetInputTypeCount = head_inputs,
     .GetOutputType = head_output_type,
     .GetOutputTypeCount = head_outputs,
     .KernelDestroy = head_destroy,
     .GetInputCharacteristic = hearth_required,
-    .GetOutputCharacteristic = hearth_required,
-    .GetInputMemoryType = hearth_cpu_memory,
-    .GetVariadicInputMinArity = hearth_one,
-    .GetVariadicInputHomogeneity = hearth_zero,
-    .GetVariadicOutputMinArity = hearth_one,
-    .GetVariadicOutputHomogeneity = hearth_zero,
     .CreateKernelV2 = head_create,
     .KernelComputeV2 = head_compute,
-    .GetStartVersion = hearth_one,
-    .GetEndVersion = hearth_end_version,
 };

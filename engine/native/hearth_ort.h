@@ -33,6 +33,15 @@ int hearth_zero(const struct OrtCustomOp *op);
 int hearth_one(const struct OrtCustomOp *op);
 int hearth_end_version(const struct OrtCustomOp *op);
 
+/* The OrtCustomOp fields every op of ours fills the same way: CPU, fixed (non-variadic) inputs and
+ * outputs, all outputs required, any opset version. */
+#define HEARTH_CPU_OP_DEFAULTS                                                                      \
+    .version = HEARTH_ORT_API_VERSION, .GetExecutionProviderType = hearth_cpu_provider,             \
+    .GetOutputCharacteristic = hearth_required, .GetInputMemoryType = hearth_cpu_memory,            \
+    .GetVariadicInputMinArity = hearth_one, .GetVariadicInputHomogeneity = hearth_zero,             \
+    .GetVariadicOutputMinArity = hearth_one, .GetVariadicOutputHomogeneity = hearth_zero,           \
+    .GetStartVersion = hearth_one, .GetEndVersion = hearth_end_version
+
 extern const OrtCustomOp hearth_attention_op, hearth_head_op;
 
 #endif
