@@ -121,3 +121,13 @@ def test_graphs_without_a_dense_tied_head_are_left_alone(tiny_converted):
     assert not native_head.swap_head(fast, tiny_converted("int4-fast").onnx_path.parent, native_attention.DOMAIN)
     graph = native_attention.native_graph(tiny_converted("int4-fast").onnx_path)
     assert graph is not None and not graph.head
+
+
+def test_a_head_whose_data_location_is_incomplete_keeps_the_matmul(tiny_converted):
+    path = tiny_converted("int4").onnx_path
+    model = onnx.load(str(path), load_external_data=False)
+    dense = next(t for t in model.graph.initializer if t.name == native_head.DENSE_HEAD)
+    kept = [e for e in dense.external_data if e.key != "length"]
+    del dense.external_data[:]
+    dense.external_data.extend(kept)
+    assert not native_head.swap_head(model, path.parent, native_attention.DOMAIN)

@@ -11,8 +11,9 @@ import numpy as np
 from engine.errors import UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, get_precision
-from engine.model.quant import has_offsets, is_packable, pack_rows, packed_bits
+from engine.model.quant import is_packable, pack_rows
 from engine.model.weights import EMBEDDING, embedding_in_blocks, planes_for, tensor_rows, will_pack
+from engine.runtime import native_head
 from engine.types import ModelFootprint, WeightTypeUse
 
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
@@ -75,20 +76,10 @@ def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, 
         if packed:  # in the head's form, shared when tied
             return "packed", _packed_bytes(model, name, precision)
         table = _packed_bytes(model, name, precision, planes=1)  # plain 8-bit blocks beside a dense head
-        return "packed", table + (dense_bytes if tied and not _head_from_blocks(type_name) else 0)
+        return "packed", table + (dense_bytes if tied and not native_head.table_type_qualifies(type_name) else 0)
     if not (tied and packed):
         return form, dense_bytes
     return "packed", dense_bytes + _packed_bytes(model, name, precision)
-
-
-def _head_from_blocks(type_name: str) -> bool:
-    """Whether a dense head tied to a table of this type runs from the table's 8-bit blocks on the CPU
-    here instead (engine/runtime/native_head.py: 8-bit codes without offsets — Q8_0, Q6_K, Q5_0 — and
-    the native kernels available)."""
-    from engine.runtime import native_head
-
-    return (is_packable(type_name) and packed_bits(type_name) == 8 and not has_offsets(type_name)
-            and native_head.available())
 
 
 def _packed_bytes(model, name: str, precision, planes: int = 0) -> int:
@@ -127,7 +118,7 @@ def largest_dense_matmul_bytes(gguf: Path | GGUFModel, weights: str = DEFAULT_PR
             continue
         if t.name == EMBEDDING and not tied:  # a dense table alone is only gathered from, never prepacked
             continue
-        if t.name == EMBEDDING and embedding_in_blocks(model, precision) and _head_from_blocks(t.tensor_type.name):
+        if t.name == EMBEDDING and embedding_in_blocks(model, precision) and native_head.table_type_qualifies(t.tensor_type.name):
             continue  # the tied head runs from the table's blocks: no dense copy at all
         largest = max(largest, int(t.n_elements) * itemsize)
     return largest

@@ -79,7 +79,7 @@ def conversion_memory(onnx_path: Path) -> WeightsMemory:
              if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
     head = native_head.tied_dense_head(graph) if native_head.available() else None
     if head is not None:  # the head runs from the table's blocks: its dense matrix is never loaded
-        resident -= sizes.pop(head[1].name, 0)
+        resident -= sizes.pop(head.dense.name, 0)
     transient = max((sizes.get(node.input[1], 0) for node in graph.node
                      if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1), default=0)
     return WeightsMemory(resident, transient)

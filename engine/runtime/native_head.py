@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from engine.arch import io_names
 from engine.model import weights
+from engine.model.quant import has_offsets, is_packable, packed_bits
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +48,22 @@ def available() -> bool:
     return enabled() and native_attention.enabled() and native_attention.platform_library() is not None
 
 
-def tied_dense_head(graph):
-    """(the head MatMul node, its dense matrix, the table's codes, its scales) when ``graph`` has the form
-    HeadQ8 reads, else None. Looks at the graph only (the weights' values: _blocks_match_dense)."""
+def table_type_qualifies(type_name: str) -> bool:
+    """Whether a GGUF table of this type is converted into the blocks HeadQ8 reads (8-bit codes without
+    offsets: Q8_0, Q6_K, Q5_0), so a dense head tied to it would run from them here."""
+    return is_packable(type_name) and packed_bits(type_name) == 8 and not has_offsets(type_name) and available()
+
+
+class TiedHead(NamedTuple):
+    node: object  # the head's MatMul
+    dense: object  # its dense [n_embd, vocab] matrix (an initializer)
+    codes: object  # the table's 8-bit codes [vocab, blocks, block]
+    scales: object  # their scales [vocab * blocks]
+
+
+def tied_dense_head(graph) -> TiedHead | None:
+    """The head and the table's blocks when ``graph`` has the form HeadQ8 reads, else None. Looks at the
+    graph only (the weights' values: _blocks_match_dense)."""
     from onnx import numpy_helper
 
     inits = {t.name: t for t in graph.initializer}
@@ -65,7 +80,7 @@ def tied_dense_head(graph):
     vocab, blocks, block = codes.dims
     if list(dense.dims) != [blocks * block, vocab] or list(scales.dims) != [vocab * blocks]:
         return None
-    return head, dense, codes, scales
+    return TiedHead(head, dense, codes, scales)
 
 
 def swap_head(model, folder: Path, domain: str) -> bool:

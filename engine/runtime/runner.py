@@ -73,8 +73,9 @@ class ModelRunner:
                     self.path, session_options(threads, profile_prefix),
                     lambda model, opts: providers.open_session(model, opts, providers.ort_provider_list("cpu")))
                 if opened is not None:
-                    self.session, self.provider, self.attention = opened[0], "cpu", "hearth"
-                    self.head = "hearth" if opened[1].head else "onnxruntime"
+                    session, graph = opened
+                    self.session, self.provider, self.attention = session, "cpu", "hearth"
+                    self.head = "hearth" if graph.head else "onnxruntime"
                     break
             # A missing CUDA library is an expected outcome of probing, not an error to print.
             providers.quiet_onnxruntime(4 if name == "cuda" else 3)
