@@ -4,6 +4,11 @@ The server shares the window's one engine: its requests run on the engine thread
 window's own turns (``EngineHost.request_posted``). Starting it is done on the engine thread, where the
 ``Hearth`` lives; it listens on 127.0.0.1 only. The switch's menu shows the base URL and copies it or a
 ready-to-run example.
+
+"Require a key" (for the other accounts on this computer, which can reach 127.0.0.1 too): the key is
+generated once and kept in a private file in the data dir (``engine/server_key.py``); the server then
+refuses requests without ``Authorization: Bearer KEY``. The key is shown, with a Copy button, only in
+its own dialog, and never logged.
 """
 
 from __future__ import annotations
@@ -12,18 +17,58 @@ import logging
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QMenu, QToolButton
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+)
 
-from engine.api import local_server
+from engine.api import create_server_key, local_server, read_server_key, remove_server_key
 from engine.errors import HearthError
 
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 8080
 
 
-def curl_example(base_url: str, model: str) -> str:
-    return (f"curl {base_url}/chat/completions -H 'Content-Type: application/json' -d "
+def curl_example(base_url: str, model: str, key: str | None = None) -> str:
+    auth = f" -H 'Authorization: Bearer {key}'" if key else ""
+    return (f"curl {base_url}/chat/completions{auth} -H 'Content-Type: application/json' -d "
             f"'{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello!\"}}]}}'")
+
+
+class ServerKeyDialog(QDialog):
+    """The key, selectable, with a Copy button: what a client needs to reach the server."""
+
+    def __init__(self, key: str, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Local server key — Hearth")
+        self.setAccessibleName("Local server key")
+        layout = QVBoxLayout(self)
+        note = QLabel("Programs using the local server must send this key: "
+                      "<code>Authorization: Bearer KEY</code>. Other accounts on this computer cannot "
+                      "use the server without it. Keep it private.")
+        note.setWordWrap(True)
+        layout.addWidget(note)
+        row = QHBoxLayout()
+        self.field = QLineEdit(key)
+        self.field.setReadOnly(True)
+        self.field.setAccessibleName("The key")
+        self.field.setMinimumWidth(self.field.fontMetrics().horizontalAdvance(key) + 24)
+        row.addWidget(self.field, 1)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setAccessibleName("Copy the key")
+        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.field.text()))
+        row.addWidget(self.copy_button)
+        layout.addLayout(row)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
 
 
 class ServerSwitch(QObject):
@@ -36,6 +81,12 @@ class ServerSwitch(QObject):
         self.port = DEFAULT_PORT
         self.server = None
         self.url = ""
+        self.key_dialog: ServerKeyDialog | None = None
+        try:  # a few bytes in the data dir, like preferences.json
+            self.key = read_server_key(window.config.paths.data)
+        except HearthError as exc:
+            self.key = None
+            window.status.problem(str(exc))
         self.button = QToolButton()
         self.button.setText("Local server: off")
         self.button.setAccessibleName("Local server")
@@ -45,6 +96,14 @@ class ServerSwitch(QObject):
         self.toggle_action = self.menu.addAction("Start the local server", self.toggle)
         self.copy_url_action = self.menu.addAction("Copy the base URL", lambda: self._copy(self.url))
         self.copy_example_action = self.menu.addAction("Copy a curl example", self._copy_example)
+        self.menu.addSeparator()
+        self.require_key_action = self.menu.addAction("Require a key")
+        self.require_key_action.setCheckable(True)
+        self.require_key_action.setChecked(self.key is not None)
+        self.require_key_action.setToolTip("Other accounts on this computer can reach 127.0.0.1 too: "
+                                           "make programs send a key")
+        self.require_key_action.toggled.connect(self.require_key)
+        self.show_key_action = self.menu.addAction("Show the key…", self.show_key)
         self.button.setMenu(self.menu)
         self._started.connect(self._on_started)
         self._show("off")
@@ -67,12 +126,12 @@ class ServerSwitch(QObject):
                 self._show("the model is not loaded yet")
             return
         self._show("starting")
-        port, paths, post = self.port, self.window.config.paths, self.host.request_posted.emit
+        port, paths, post, key = self.port, self.window.config.paths, self.host.request_posted.emit, self.key
 
         def begin() -> None:
             worker = self.host.worker
             try:
-                server = local_server(paths, worker.hearth, post, port=port)
+                server = local_server(paths, worker.hearth, post, port=port, api_key=key)
                 url = server.start()
             except HearthError as exc:
                 self._started.emit(None, str(exc))
@@ -99,9 +158,44 @@ class ServerSwitch(QObject):
         self.server, self.url = None, ""
         self._show("off")
 
+    def require_key(self, on: bool) -> None:
+        """Make (or keep) the key and require it, or stop requiring it (the key file goes; turning it on
+        again makes a new key). A running server restarts so the change holds at once."""
+        data = self.window.config.paths.data
+        try:
+            if on:
+                self.key = create_server_key(data)
+            else:
+                remove_server_key(data)
+                self.key = None
+        except HearthError as exc:
+            self.window.status.problem(str(exc))
+            self.key = read_server_key_quietly(data)
+        self.require_key_action.blockSignals(True)
+        self.require_key_action.setChecked(self.key is not None)
+        self.require_key_action.blockSignals(False)
+        if self.running:
+            self.stop()
+            self.start()
+        else:
+            self._show("off")
+        if on and self.key is not None:
+            self.show_key()
+
+    def show_key(self) -> ServerKeyDialog | None:
+        if self.key is None:
+            return None
+        if self.key_dialog is not None:
+            self.key_dialog.close()
+        self.key_dialog = ServerKeyDialog(self.key, self.window)
+        self.key_dialog.open()
+        return self.key_dialog
+
     def _show(self, state: str) -> None:
         on = state == "on"
-        self.button.setText(f"Local server: {self.url}" if on else "Local server: starting…" if state == "starting"
+        self.show_key_action.setEnabled(self.key is not None)
+        locked = " · key" if self.key is not None else ""
+        self.button.setText(f"Local server: {self.url}{locked}" if on else "Local server: starting…" if state == "starting"
                             else "Local server: off")
         self.toggle_action.setText("Stop the local server" if on else "Start the local server")
         self.copy_url_action.setEnabled(on)
@@ -115,4 +209,12 @@ class ServerSwitch(QObject):
 
     def _copy_example(self) -> None:
         model = self.window.model_info.key if self.window.model_info is not None else "model"
-        self._copy(curl_example(self.url, model))
+        self._copy(curl_example(self.url, model, self.key))
+
+
+def read_server_key_quietly(data) -> str | None:
+    """The key on disk after a failed change, or None when even that cannot be read (already reported)."""
+    try:
+        return read_server_key(data)
+    except HearthError:
+        return None

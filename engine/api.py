@@ -59,6 +59,7 @@ from engine.preferences import CONTEXT_POLICIES, SETTING_LIMITS, LoadedPreferenc
 from engine.private_files import FILE_MODE
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
+from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
 from engine.turn_lock import DEFAULT_TURN_WAIT_S, TurnLock
 from engine.types import (
@@ -126,6 +127,8 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "save_preferences",
     # imports of conversations already here (engine/import_dedupe.py)
     "COPY_SUFFIX", "DuplicatePolicy", "apply_duplicates", "find_duplicates", "read_document",
+    # the window's local-server key (engine/server_key.py)
+    "ServerKeyError", "create_server_key", "read_server_key", "remove_server_key",
 ]
 
 

@@ -10,6 +10,7 @@ import threading
 
 import httpx
 import pytest
+from PySide6.QtCore import Qt
 
 from app.server_switch import curl_example
 
@@ -114,3 +115,58 @@ def test_the_switch_waits_for_the_model(qtbot, windows):
     start(qtbot, w)
     assert w.server.running
     w.server.stop()
+
+
+def test_require_a_key_makes_a_private_key_and_the_server_refuses_requests_without_it(qtbot, windows, caplog):
+    """Issue 27 item 4: other accounts on this computer can reach 127.0.0.1; with "Require a key" the
+    window's server answers 401 without the key and 200 with it."""
+    import logging
+    import os
+    import stat
+
+    from PySide6.QtGui import QGuiApplication
+
+    caplog.set_level(logging.DEBUG)
+    w = windows()
+    assert not w.server.require_key_action.isChecked() and not w.server.show_key_action.isEnabled()
+    w.server.require_key_action.trigger()  # the menu's checkable "Require a key"
+    key_file = w.config.paths.data / "server.key"
+    key = key_file.read_text().strip()
+    assert len(key) >= 40 and stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    dialog = w.server.key_dialog  # shown at once, with a Copy button
+    assert dialog is not None and dialog.field.text() == key
+    qtbot.mouseClick(dialog.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == key
+    dialog.close()
+    start(qtbot, w)
+    assert w.server.running and w.server.button.text().endswith("· key")
+    body = {"model": w.model_info.key, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    refused = httpx.post(w.server.url + "/chat/completions", json=body, timeout=60)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(w.server.url + "/models", timeout=30).status_code == 401
+    wrong = httpx.post(w.server.url + "/chat/completions", json=body, timeout=60,
+                       headers={"Authorization": "Bearer not-the-key-at-all"})
+    assert wrong.status_code == 401
+    ok = httpx.post(w.server.url + "/chat/completions", json=body, timeout=60,
+                    headers={"Authorization": f"Bearer {key}"})
+    assert ok.status_code == 200, ok.text
+    w.server.copy_example_action.trigger()
+    assert f"Authorization: Bearer {key}" in QGuiApplication.clipboard().text()
+    assert key not in caplog.text  # never logged
+    # Turned off: the running server restarts without a key and the file goes.
+    w.server.require_key_action.trigger()
+    qtbot.waitUntil(lambda: w.server.running, timeout=TIMEOUT)
+    assert not key_file.exists() and not w.server.button.text().endswith("· key")
+    assert httpx.get(w.server.url + "/models", timeout=30).status_code == 200
+    w.server.stop()
+
+
+def test_the_key_is_kept_across_launches(qtbot, windows):
+    w = windows()
+    w.server.require_key_action.trigger()
+    key = w.server.key
+    w.server.key_dialog.close()
+    w.close()
+    again = windows()
+    assert again.server.require_key_action.isChecked() and again.server.key == key
+    assert again.server.show_key().field.text() == key
