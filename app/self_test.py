@@ -8,12 +8,14 @@ fingerprints), a restore through the engine API (``Hearth.check_restore``), and 
 against a cold prefill of the same prompt. It prints one line per step and exits 0, or 1 with the
 step that failed and why.
 
-Everything happens in a throwaway data dir (removed afterwards) unless ``--data-dir`` is given. The
-self-test never downloads anything: with no model it fails and says so.
+Everything happens in a throwaway data dir (removed afterwards) unless ``--data-dir`` is given; the
+model is then read from where it is installed (the bundled one, or what ``hearth-cli model fetch``
+fetched). The self-test never downloads anything: with no model it fails and says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import shutil
@@ -117,7 +119,14 @@ def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provid
 
     check_modules(report)
     try:
-        paths = resolve_paths(report.data_dir).ensure()
+        paths = resolve_paths(report.data_dir)
+        if report.throwaway:
+            # Conversations and saved context go to the throwaway dir; the model comes from where
+            # ``hearth-cli model fetch`` put it (HEARTH_HOME or the platform's cache), else a source
+            # install would find none. Reading it there touches no user data.
+            installed = resolve_paths(None)
+            paths = dataclasses.replace(paths, models=installed.models, converted=installed.converted)
+        paths = paths.ensure()
     except OSError as exc:
         raise SelfTestFailed("data dir", f"cannot use {report.data_dir}: {exc.strerror or exc}") from None
     try:

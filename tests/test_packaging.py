@@ -205,6 +205,24 @@ def test_self_test_with_a_data_dir_uses_it_and_keeps_the_conversation(real_model
         store.close()
 
 
+@pytest.mark.real_model
+def test_self_test_without_a_data_dir_finds_the_fetched_model(real_home, tmp_path):
+    """Issue 27 item 24: from a source install, ``hearth --self-test`` (no --data-dir) failed with "no
+    model to test with" though ``hearth-cli model fetch`` had put the model in the platform's cache."""
+    cache, data, scratch = tmp_path / "cache", tmp_path / "data", tmp_path / "tmp"
+    (cache / "hearth").mkdir(parents=True)
+    scratch.mkdir()
+    for sub in ("models", "converted"):  # where model fetch puts them: ~/.cache/hearth/{models,converted}
+        (real_home / sub).mkdir(parents=True, exist_ok=True)
+        (cache / "hearth" / sub).symlink_to(real_home / sub)
+    proc = run_hearth("--self-test", "--provider", "cpu",
+                      env={"XDG_CACHE_HOME": str(cache), "XDG_DATA_HOME": str(data), "TMPDIR": str(scratch)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "(installed: " in proc.stdout and "throwaway, removed afterwards" in proc.stdout
+    assert not (data / "hearth" / "conversations.sqlite3").exists()  # the user's data dir is not touched
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("hearth")] == []
+
+
 def test_self_test_without_a_model_fails_and_says_why(tmp_path):
     proc = run_hearth("--self-test", "--data-dir", str(tmp_path))
     assert proc.returncode == 1
