@@ -103,6 +103,16 @@ def import_summary(result: BundleImported) -> str:
     return text + "."
 
 
+def usage_text(usage: StoreUsage) -> str:
+    """The disk line: the total against the budget and, apart, the local server's prompt cache, which no
+    row shows, so the rows and the total agree."""
+    text = f"Saved context: {usage.bytes / 2**20:,.1f} MiB of {usage.budget / 2**20:,.0f} MiB"
+    if usage.server_bytes:
+        text += (f" — chats {(usage.bytes - usage.server_bytes) / 2**20:,.1f} MiB, local server's prompt cache "
+                 f"{usage.server_bytes / 2**20:,.1f} MiB (not listed)")
+    return text
+
+
 class HtmlDelegate(QStyledItemDelegate):
     """Paints a cell's text as rich text (the search snippet, matched words in bold)."""
 
@@ -775,7 +785,7 @@ class BrowserWindow(QWidget):
         self.verify_bar.setValue(done)
 
     def _on_report(self, report: ContextReport) -> None:
-        self._on_usage(StoreUsage(report.bytes, report.budget))
+        self._on_usage(StoreUsage(report.bytes, report.budget, report.server_bytes))
         if report.full:
             self.verify_bar.hide()
             found = [status.health for status in report.items.values()]
@@ -787,7 +797,7 @@ class BrowserWindow(QWidget):
 
     def _on_usage(self, usage: StoreUsage) -> None:
         self.usage = usage
-        self.usage_label.setText(f"Saved context: {usage.bytes / 2**20:,.1f} MiB of {usage.budget / 2**20:,.0f} MiB")
+        self.usage_label.setText(usage_text(usage))
         if not self.budget.hasFocus():
             self.budget.setValue(min(self.budget.maximum(), usage.budget >> 20))
 

@@ -37,7 +37,6 @@ from engine.types import (
     Rebuilt,
     Resumed,
     ResumeSource,
-    StoreUsage,
     Token,
     TurnRequest,
     Waiting,
@@ -321,7 +320,7 @@ class EngineWorker(QObject):
     def reclaim(self, live_conversations: list) -> None:
         report = self.hearth.reclaim(live_conversations)
         self.reclaimed.emit(report)
-        self.usage.emit(StoreUsage(report.bytes, report.budget))
+        self.usage.emit(self.hearth.usage())  # with the server's share, which the report does not split
         self._emit_cache_states()
 
     @Slot(str, object, object)

@@ -863,10 +863,12 @@ class Hearth:
             if progress is not None:
                 progress(i + 1, len(conversations))
         usage = self.usage()
-        return ContextReport(full, items, usage.bytes, usage.budget, bool(cancel and cancel.cancelled))
+        return ContextReport(full, items, usage.bytes, usage.budget, bool(cancel and cancel.cancelled),
+                             usage.server_bytes)
 
     def usage(self) -> StoreUsage:
-        return StoreUsage(self.checkpoints.total_bytes(), self.checkpoints.budget_bytes)
+        store = self.checkpoints
+        return StoreUsage(store.total_bytes(), store.budget_bytes, store.total_bytes(kind="api"))
 
     def drop_contexts(self, conversations: Iterable[str]) -> StoreUsage:
         """Delete saved context but keep the chats (their context is rebuilt when next used)."""

@@ -447,12 +447,14 @@ class ContextReport:
     bytes: int
     budget: int
     cancelled: bool = False
+    server_bytes: int = 0  # of ``bytes``, the local server's prompt cache (no conversation's row shows it)
 
 
 @dataclass(frozen=True)
 class StoreUsage:
     bytes: int
     budget: int
+    server_bytes: int = 0  # of ``bytes``, the local server's prompt cache (no conversation's row shows it)
 
 
 @dataclass(frozen=True)

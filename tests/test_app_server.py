@@ -170,3 +170,27 @@ def test_the_key_is_kept_across_launches(qtbot, windows):
     again = windows()
     assert again.server.require_key_action.isChecked() and again.server.key == key
     assert again.server.show_key().field.text() == key
+
+
+def test_the_browser_shows_the_servers_prompt_cache_apart_so_rows_and_total_agree(qtbot, windows):
+    """Issue 27 item 21: "Saved context: 410.9 MiB" counted the server's prompt-cache files, which no row
+    shows; now the line gives them apart and the chats' figure is what the rows add up to."""
+    w = windows()
+    start(qtbot, w)
+    r = httpx.post(w.server.url + "/chat/completions", timeout=120,
+                   json={"model": w.model_info.key, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    w.server.stop()
+    w.new_chat()
+    send(qtbot, w, "hello")  # the window's own chat has a saved context too; the server's is saved as it leaves
+    wait_idle(qtbot, w)
+    assert list(w.config.paths.checkpoints.glob("api-*.hkv"))
+    w.show_browser()
+    b = w.browser
+    qtbot.waitUntil(lambda: "local server" in b.usage_label.text(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: all(b.contexts.status(i) is not None for i in b.ids_shown()), timeout=TIMEOUT)
+    rows = sum(b.contexts.status(i).bytes for i in b.ids_shown())
+    assert rows > 0 and b.usage.server_bytes > 0
+    assert b.usage.bytes - b.usage.server_bytes == rows
+    mib = b.usage.server_bytes / 2**20
+    assert f"local server's prompt cache {mib:,.1f} MiB (not listed)" in b.usage_label.text()

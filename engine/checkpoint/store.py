@@ -401,9 +401,12 @@ class CheckpointStore:
         with self._sql() as db:
             db.execute("UPDATE entries SET pinned = ? WHERE name = ?", (int(pinned), name))
 
-    def total_bytes(self) -> int:
+    def total_bytes(self, kind: str | None = None) -> int:
+        """The files' size: all of them, or those of one ``kind`` ("api": the server's prompt cache)."""
         with self._sql() as db:
-            return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()[0])
+            if kind is None:
+                return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()[0])
+            return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries WHERE kind = ?", (kind,)).fetchone()[0])
 
     # removal ------------------------------------------------------------------------------------------
     def remove(self, name: str, why: str = "") -> None:
