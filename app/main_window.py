@@ -33,7 +33,7 @@ from app.shell import ShellMixin, about_text
 from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
 from app.turns import TurnControl
-from engine.api import Preferences, effective_settings, load_preferences, open_conversations
+from engine.api import Preferences, effective_settings, load_preferences, open_conversations, recommended_values
 from engine.types import Accepted, ContextBadge, Finished, ModelInfo, Resume
 
 log = logging.getLogger(__name__)
@@ -304,9 +304,11 @@ class MainWindow(ShellMixin, QMainWindow):
         if self.current is None:
             return None
         conv = self.store.require(self.current)
-        dialog = ChatSettingsDialog(conv.system_prompt, conv.settings, self, inherited=self.inherited_settings(conv.id))
+        dialog = ChatSettingsDialog(conv.system_prompt, conv.settings, self, inherited=self.inherited_settings(conv.id),
+                                    recommended=recommended_values(self.model_defaults(conv.id)),
+                                    preferences=self.preferences.settings())
         dialog.defaults_requested.connect(lambda: self.open_preferences(
-            lambda: dialog.set_inherited(self.inherited_settings(conv.id)), parent=dialog))
+            lambda: dialog.set_inherited(self.inherited_settings(conv.id), self.preferences.settings()), parent=dialog))
 
         def keep() -> None:
             system, settings = dialog.values()
@@ -334,7 +336,10 @@ class MainWindow(ShellMixin, QMainWindow):
     def open_preferences(self, after: Callable[[], None] | None = None,
                          parent: QWidget | None = None) -> PreferencesDialog:
         """Edit → Preferences… (over ``parent``, else the window); ``after`` runs once new preferences are kept."""
-        dialog = PreferencesDialog(self.config.paths, self.preferences, parent or self)
+        dialog = PreferencesDialog(self.config.paths, self.preferences, parent or self,
+                                   recommended=recommended_values(self.model_defaults(self.current)),
+                                   model_title=self.models.short_title(self.models.chat_model(self.current)
+                                                                       or self.models.loaded))
 
         def keep() -> None:
             self.preferences = dialog.saved

@@ -1,11 +1,14 @@
 """Edit → Preferences…: the defaults every chat starts from, kept in the data dir's preferences.json.
 
 A chat's own settings (Chat settings) beat these, and a model's recommended values sit in between
-(``engine.api.effective_settings``). The dialog saves on OK and stays open with the reason when it
-cannot (a full disk, a value out of range).
+(``engine.api.effective_settings``): a field the current model recommends a value for says so beside
+it, since changing it here does not change that model's chats. The dialog saves on OK and stays open
+with the reason when it cannot (a full disk, a value out of range).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from PySide6.QtWidgets import (
     QComboBox,
@@ -49,7 +52,9 @@ def number_box(key: str, step: float, decimals: int, value: float, name: str) ->
 
 
 class PreferencesDialog(QDialog):
-    def __init__(self, paths: HearthPaths, prefs: Preferences, parent: QWidget | None = None):
+    def __init__(self, paths: HearthPaths, prefs: Preferences, parent: QWidget | None = None,
+                 recommended: Mapping | None = None, model_title: str = ""):
+        """``recommended``: the current chat's model's recommended values, which beat these in its chats."""
         super().__init__(parent)
         self.paths = paths
         self.saved: Preferences | None = None  # what OK kept
@@ -57,8 +62,8 @@ class PreferencesDialog(QDialog):
         self.setAccessibleName("Preferences")
         self.setMinimumWidth(440)
         layout = QVBoxLayout(self)
-        note = QLabel("Defaults for every chat. A chat's own settings (Chat settings) take precedence, and "
-                      "a model may recommend its own values.")
+        note = QLabel("Defaults for every chat. Which value a chat uses: its own (Chat settings), else its "
+                      "model's recommended value, else the one here.")
         note.setWordWrap(True)
         layout.addWidget(note)
         form = QFormLayout()
@@ -68,9 +73,21 @@ class PreferencesDialog(QDialog):
         self.system.setMinimumHeight(80)
         form.addRow("System prompt for new chats", self.system)
         self.boxes: dict[str, QDoubleSpinBox | QSpinBox] = {}
+        self.notes: dict[str, QLabel] = {}  # the fields the current model overrides
+        model = model_title or "the current model"
         for key, label, step, decimals in NUMERIC_FIELDS:
             self.boxes[key] = number_box(key, step, decimals, getattr(prefs, key), label)
-            form.addRow(label, self.boxes[key])
+            if recommended and key in recommended:
+                value = f"{float(recommended[key]):.{decimals}f}" if decimals else str(int(recommended[key]))
+                self.notes[key] = QLabel(f"{model} recommends {value}: its chats use that")
+                self.notes[key].setEnabled(False)  # a note, not a control
+                self.notes[key].setToolTip("A model's recommended value beats Preferences; a chat's own value "
+                                           "(Chat settings) beats both")
+                self.notes[key].setWordWrap(True)  # under its box: never cut off, never widens the dialog
+                form.addRow(label, self.boxes[key])
+                form.addRow("", self.notes[key])
+            else:
+                form.addRow(label, self.boxes[key])
         self.policy = QComboBox()
         self.policy.setAccessibleName("When the context is full")
         for policy in CONTEXT_POLICIES:

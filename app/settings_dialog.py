@@ -1,12 +1,16 @@
 """Per-chat settings: the system prompt and the sampling parameters, checked before they are kept.
 
 A chat keeps only what differs from what it would inherit (Preferences, or its model's recommended
-values): a field left at its default follows the default when that changes. Each field says its default.
+values): a field left at its default follows the default when that changes. Each field says its default
+and where it comes from. Which wins: the chat's own value, then the model's recommended value, then
+Preferences (``engine.api.effective_settings``), so a model's recommendation hides Preferences' value;
+the field says so, with Preferences' value beside it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -79,23 +83,45 @@ def usable_values(inherited: dict, settings: dict) -> tuple[dict, list[str]]:
 
 # (key, decimals) of the fields that show their default, compared at the precision the box shows
 INHERITABLE = (("temperature", 2), ("top_p", 2), ("top_k", 0), ("min_p", 2), ("repeat_penalty", 2), ("max_new_tokens", 0))
+PRECEDENCE = "Which value a chat uses: its own (set here), else its model's recommended value, else Preferences."
+
+
+def _shown(value, decimals: int) -> str:
+    return f"{float(value):.{decimals}f}" if decimals else str(int(value))
+
+
+def default_hint(key: str, inherited: Mapping, recommended: Mapping | None, preferences: Mapping | None) -> str:
+    """"default: 0.20, recommended by the model (Preferences: 0.70)" or "default: 0.70, from Preferences";
+    without sources (``preferences`` None) just the value."""
+    decimals = dict(INHERITABLE)[key]
+    text = f"default: {_shown(inherited[key], decimals)}"
+    if recommended and key in recommended:
+        mine = f" (Preferences: {_shown(preferences[key], decimals)})" if preferences and key in preferences else ""
+        return f"{text}, recommended by the model{mine}"
+    return f"{text}, from Preferences" if preferences is not None else text
 
 
 class ChatSettingsDialog(QDialog):
     defaults_requested = Signal()  # "Defaults for all chats…": the window opens Preferences
 
-    def __init__(self, system_prompt: str, settings: dict, parent=None, inherited: dict | None = None):
+    def __init__(self, system_prompt: str, settings: dict, parent=None, inherited: dict | None = None,
+                 recommended: Mapping | None = None, preferences: Mapping | None = None):
         """``inherited``: what the chat gets where it sets nothing (Preferences and its model's values);
-        None: the built-in defaults."""
+        None: the built-in defaults. ``recommended``: the model's values among them, ``preferences``:
+        Preferences' (so each field can say where its default comes from)."""
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.setAccessibleName("Chat settings")
         self.original = dict(settings)
         self.inherited = {**default_settings(), **(inherited or {})}
+        self.recommended, self.preferences = dict(recommended or {}), preferences
         values, unusable = usable_values(self.inherited, settings)
         self.hints: dict[str, QLabel] = {}
         self._boxes: dict[str, QDoubleSpinBox | QSpinBox] = {}
         layout = QVBoxLayout(self)
+        self.precedence = QLabel(PRECEDENCE)
+        self.precedence.setWordWrap(True)
+        layout.addWidget(self.precedence)
         form = QFormLayout()
         self.system = QPlainTextEdit(system_prompt)
         self.system.setPlaceholderText("Optional: how the assistant should behave in this chat")
@@ -232,10 +258,9 @@ class ChatSettingsDialog(QDialog):
         return round(float(self._box(key).value()), decimals) == round(float(self.inherited[key]), decimals)
 
     def _update_hint(self, key: str) -> None:
-        decimals = dict(INHERITABLE)[key]
-        default = f"{float(self.inherited[key]):.{decimals}f}" if decimals else str(int(self.inherited[key]))
-        inherited = self._is_inherited(key, decimals)
-        self.hints[key].setText(f"default: {default}" if inherited else f"default: {default} · changed for this chat")
+        hint = default_hint(key, self.inherited, self.recommended, self.preferences)
+        inherited = self._is_inherited(key, dict(INHERITABLE)[key])
+        self.hints[key].setText(hint if inherited else f"{hint} · changed for this chat")
 
     def _overrides(self, chosen: dict) -> dict:
         """The chat's own settings: the values that differ from the inherited ones, the seed when set, and
@@ -249,10 +274,12 @@ class ChatSettingsDialog(QDialog):
             kept["seed"] = chosen["seed"]
         return kept
 
-    def set_inherited(self, inherited: dict) -> None:
+    def set_inherited(self, inherited: dict, preferences: Mapping | None = None) -> None:
         """The defaults changed (Preferences saved meanwhile): fields that were inherited follow them."""
         following = [key for key, decimals in INHERITABLE if self._is_inherited(key, decimals)]
         self.inherited = {**default_settings(), **inherited}
+        if preferences is not None:
+            self.preferences = preferences
         for key in following:
             self._box(key).setValue(self.inherited[key])
         for key, _ in INHERITABLE:

@@ -55,7 +55,14 @@ from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
 from engine.paths import HearthPaths, resolve_paths
-from engine.preferences import CONTEXT_POLICIES, SETTING_LIMITS, LoadedPreferences, Preferences, effective_settings
+from engine.preferences import (
+    CONTEXT_POLICIES,
+    SETTING_LIMITS,
+    LoadedPreferences,
+    Preferences,
+    effective_settings,
+    recommended_values,
+)
 from engine.private_files import FILE_MODE
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
@@ -124,7 +131,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "run_terminal_chat", "search", "snippet_html", "to_document",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
-    "save_preferences",
+    "save_preferences", "recommended_values",
     # imports of conversations already here (engine/import_dedupe.py)
     "COPY_SUFFIX", "DuplicatePolicy", "apply_duplicates", "find_duplicates", "read_document",
     # the window's local-server key (engine/server_key.py)

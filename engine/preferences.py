@@ -201,22 +201,29 @@ def write_preferences(path: Path, prefs: Preferences) -> None:
 
 
 # precedence ----------------------------------------------------------------------------------------------
-def effective_settings(global_prefs: Preferences, model_defaults: Mapping, chat_overrides: Mapping) -> dict:
-    """A chat's settings for a turn: its own values, over its model's recommended values, over the
-    preferences (chat > model > global). A model's value that is not a known setting within bounds is
-    ignored (logged); a chat's values pass as they are, so a bad one is reported when the turn is built."""
-    settings = global_prefs.settings()
+def recommended_values(model_defaults: Mapping) -> dict:
+    """The model's recommended values that count, under the keys a chat's settings use: known settings
+    within bounds (another is ignored, logged). These beat Preferences (``effective_settings``)."""
+    values = {}
     for key, value in model_defaults.items():
         key = ALIASES.get(key, key)
         try:
             if key in SETTING_LIMITS:
-                settings[key] = check_setting(key, value)
+                values[key] = check_setting(key, value)
             elif key == "context_policy":
-                settings[key] = check_context_policy(value)
+                values[key] = check_context_policy(value)
             else:
                 log.debug("a model default %r is not a setting; ignored", key)
         except PreferencesError as exc:
             log.warning("a model's recommended %s is ignored: %s", key, exc)
+    return values
+
+
+def effective_settings(global_prefs: Preferences, model_defaults: Mapping, chat_overrides: Mapping) -> dict:
+    """A chat's settings for a turn: its own values, over its model's recommended values, over the
+    preferences (chat > model > global). A model's value that is not a known setting within bounds is
+    ignored (logged); a chat's values pass as they are, so a bad one is reported when the turn is built."""
+    settings = {**global_prefs.settings(), **recommended_values(model_defaults)}
     for key, value in chat_overrides.items():
         settings[ALIASES.get(key, key)] = value
     return settings

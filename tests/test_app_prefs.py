@@ -8,6 +8,7 @@ import threading
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
 
 from app.config import AppConfig
 from app.load_progress import CANCELLED
@@ -71,9 +72,9 @@ def test_a_chat_override_wins_and_reset_to_defaults_inherits_again(qtbot, window
     conv = w.new_chat()
     dialog = w.open_settings()
     qtbot.waitExposed(dialog)
-    assert dialog.temperature.value() == 0.3 and dialog.hints["temperature"].text() == "default: 0.30"
+    assert dialog.temperature.value() == 0.3 and dialog.hints["temperature"].text() == "default: 0.30, from Preferences"
     dialog.temperature.setValue(1.2)
-    assert dialog.hints["temperature"].text() == "default: 0.30 · changed for this chat"
+    assert dialog.hints["temperature"].text() == "default: 0.30, from Preferences · changed for this chat"
     dialog.accept()
     assert w.store.require(conv).settings == {"temperature": 1.2}  # only what differs from the default
     send(qtbot, w, "first")
@@ -104,10 +105,55 @@ def test_the_chat_dialog_opens_preferences_and_inherited_fields_follow(qtbot, wi
     prefs.boxes["top_k"].setValue(20)
     prefs.accept()
     # The inherited temperature follows the new default; the chat's own top-k stays its own.
-    assert chat_dialog.temperature.value() == 0.45 and chat_dialog.hints["temperature"].text() == "default: 0.45"
+    assert chat_dialog.temperature.value() == 0.45 and chat_dialog.hints["temperature"].text() == "default: 0.45, from Preferences"
     assert chat_dialog.top_k.value() == 7 and "changed for this chat" in chat_dialog.hints["top_k"].text()
     chat_dialog.accept()
     assert w.store.require(conv).settings == {"top_k": 7}
+
+
+@pytest.fixture
+def real_config(real_model_home) -> AppConfig:
+    """The real default model, whose catalog entry recommends a temperature and a top-p (0.20 / 0.90)."""
+    return AppConfig(resolve_paths(real_model_home).ensure(), model=None, weights="int4", provider="cpu")
+
+
+@pytest.mark.real_model
+def test_each_default_says_where_it_comes_from_and_which_wins(qtbot, windows, real_config):
+    """Issue 27 item 22: Chat settings showed the model's 0.20 / 0.90 while Preferences showed 0.70 / 0.95,
+    and changing Preferences seemed to do nothing. The rule (chat > model's recommendation > Preferences)
+    is now on both dialogs, each default names its source, and a Preferences change shows where it wins."""
+    w = windows(real_config)
+    requests = sent_requests(w)
+    conv = w.new_chat()
+    qtbot.keyClick(w, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)  # Edit → Preferences…
+    prefs = next(d for d in w.findChildren(PreferencesDialog) if d.isVisible())
+    assert "its model's recommended value, else the one here" in prefs.findChildren(QLabel)[0].text()
+    assert prefs.boxes["temperature"].value() == 0.7
+    assert prefs.notes["temperature"].text().endswith("recommends 0.20: its chats use that")
+    assert prefs.notes["top_p"].text().endswith("recommends 0.90: its chats use that")
+    assert "top_k" not in prefs.notes  # Preferences' own value wins there
+    prefs.reject()
+    dialog = w.open_settings()
+    qtbot.waitExposed(dialog)
+    assert dialog.temperature.value() == 0.2
+    assert dialog.hints["temperature"].text() == "default: 0.20, recommended by the model (Preferences: 0.70)"
+    assert dialog.hints["top_p"].text() == "default: 0.90, recommended by the model (Preferences: 0.95)"
+    assert dialog.hints["top_k"].text() == "default: 40, from Preferences"
+    assert "else its model's recommended value, else Preferences" in dialog.precedence.text()
+    qtbot.mouseClick(dialog.global_defaults, Qt.MouseButton.LeftButton)
+    prefs = next(d for d in w.findChildren(PreferencesDialog) if d.isVisible())
+    prefs.boxes["temperature"].setValue(0.5)
+    prefs.boxes["top_k"].setValue(20)
+    qtbot.mouseClick(prefs.ok, Qt.MouseButton.LeftButton)
+    # Where Preferences win (top-k) the chat follows at once; where the model's value wins it says so.
+    assert dialog.top_k.value() == 20 and dialog.hints["top_k"].text() == "default: 20, from Preferences"
+    assert dialog.temperature.value() == 0.2
+    assert dialog.hints["temperature"].text() == "default: 0.20, recommended by the model (Preferences: 0.50)"
+    dialog.accept()
+    assert w.store.require(conv).settings == {}
+    send(qtbot, w, "hi")
+    wait_idle(qtbot, w)
+    assert requests[-1].params.temperature == 0.2 and requests[-1].params.top_k == 20
 
 
 def test_a_damaged_preferences_file_gives_a_notice_and_the_defaults(qtbot, windows, config):
