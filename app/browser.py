@@ -16,6 +16,7 @@ from PySide6.QtCore import QDate, QModelIndex, QPoint, QRectF, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence, QPalette, QTextDocument
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDateEdit,
@@ -28,11 +29,13 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QProgressDialog,
+    QProxyStyle,
     QPushButton,
     QSpinBox,
     QSplitter,
     QStyle,
     QStyledItemDelegate,
+    QStyleOptionHeader,
     QTableView,
     QToolBar,
     QVBoxLayout,
@@ -41,10 +44,11 @@ from PySide6.QtWidgets import (
 
 from app.browser_model import ID_ROLE, ConversationTableModel, column_widths
 from app.context_status import ContextStatusRegistry
-from app.elided_label import ElidedLabel
+from app.elided_label import elide_title
 from app.engine_worker import EngineHost
 from app.import_worker import BundleConversations, ImportHost, PendingImport
 from app.rename_dialog import RenameDialog
+from app.text import plural
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
@@ -96,21 +100,63 @@ MENU_ACTIONS = ("open", "rename", "duplicate", None, "md", "json", "bundle", Non
 
 def import_summary(result: BundleImported) -> str:
     """Which saved contexts an import used and which will be rebuilt, and why, in a sentence or two."""
-    text = f"Saved context used for {len(result.used)} conversation(s)" + (" (trusted by you)" if result.trusted else "")
+    text = f"Saved context used for {plural(len(result.used), 'conversation')}" + (" (trusted by you)" if result.trusted
+                                                                                      else "")
     if result.rebuilt:
         whys = sorted({result.notes.get(cid) or result.rebuilt[cid] for cid in result.rebuilt})
         text += f"; {len(result.rebuilt)} will be rebuilt when opened — " + "; ".join(whys)
     return text + "."
 
 
+# The saved context no row shows, by kind of file, as the disk line names it
+UNLISTED_KINDS = (("prefix", "shared system prompts"), ("api", "local server's prompt cache"),
+                  ("orphan", "leftovers"))
+
+
 def usage_text(usage: StoreUsage) -> str:
-    """The disk line: the total against the budget and, apart, the local server's prompt cache, which no
-    row shows, so the rows and the total agree."""
+    """The disk line: the total against the budget and, apart, what no row shows (the local server's
+    prompt cache, shared system prompts, leftovers), so the rows and the total agree."""
     text = f"Saved context: {usage.bytes / 2**20:,.1f} MiB of {usage.budget / 2**20:,.0f} MiB"
-    if usage.server_bytes:
-        text += (f" — chats {(usage.bytes - usage.server_bytes) / 2**20:,.1f} MiB, local server's prompt cache "
-                 f"{usage.server_bytes / 2**20:,.1f} MiB (not listed)")
+    apart = [(name, usage.by_kind.get(kind, 0)) for kind, name in UNLISTED_KINDS if usage.by_kind.get(kind, 0)]
+    if apart:
+        chats = usage.bytes - sum(n for _, n in apart)
+        text += f" — chats {chats / 2**20:,.1f} MiB, " + ", ".join(f"{name} {n / 2**20:,.1f} MiB" for name, n in apart)
+        text += " (not listed)"
     return text
+
+
+def duplicates_count(n: int, total: int) -> str:
+    """The start of the duplicates question: "The conversation in this file is", "All 3 conversations in
+    this file are", "2 of the 5 conversations in this file are" (never "1 of the 1 conversation")."""
+    verb = "is" if n == 1 else "are"
+    if n == total:
+        return f"The conversation in this file {verb}" if n == 1 else f"All {n:,} conversations in this file {verb}"
+    return f"{n:,} of the {plural(total, 'conversation')} in this file {verb}"
+
+
+class SortArrowStyle(QProxyStyle):
+    """Header arrows that point the way the column runs: ▼ for descending (newest first), ▲ for ascending.
+    QHeaderView asks for "SortUp" on a descending column, which Fusion draws as ▲: "Last activity" showed
+    ▲ while the newest chats were on top."""
+
+    _FLIP = {QStyleOptionHeader.SortIndicator.SortUp: QStyleOptionHeader.SortIndicator.SortDown,
+             QStyleOptionHeader.SortIndicator.SortDown: QStyleOptionHeader.SortIndicator.SortUp}
+
+    def drawPrimitive(self, element, option, painter, widget=None) -> None:  # noqa: N802 - Qt's name
+        if element == QStyle.PrimitiveElement.PE_IndicatorHeaderArrow and isinstance(option, QStyleOptionHeader):
+            option = QStyleOptionHeader(option)
+            option.sortIndicator = self._FLIP.get(option.sortIndicator, option.sortIndicator)
+        super().drawPrimitive(element, option, painter, widget)
+
+
+class TitleDelegate(QStyledItemDelegate):
+    """The Title cell, cut so that a copy's " (imported)" stays visible (``elide_title``)."""
+
+    def initStyleOption(self, option, index: QModelIndex) -> None:  # noqa: N802 - Qt's name
+        super().initStyleOption(option, index)
+        style = option.widget.style() if option.widget is not None else QApplication.style()
+        room = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, option.widget).width()
+        option.text = elide_title(option.fontMetrics, option.text, room - 2)  # what the style would cut anyway
 
 
 class HtmlDelegate(QStyledItemDelegate):
@@ -194,6 +240,13 @@ class BrowserWindow(QWidget):
     def _build(self) -> None:
         outer = QVBoxLayout(self)
         outer.addWidget(self._build_toolbar())
+        self.close_action = QAction("Close the browser", self)  # Esc or Ctrl+W, as any other window
+        keys = [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+W")]  # QKeySequence(StandardKey) is Ctrl+F4 here
+        self.close_action.setShortcuts(keys + [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.Close)
+                                               if k not in keys])
+        self.close_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.close_action.triggered.connect(self.close)
+        self.addAction(self.close_action)
         bar = QHBoxLayout()
         self.query = QLineEdit()
         self.query.setPlaceholderText('Search titles and messages — "a phrase", -exclude, prefix*')
@@ -252,11 +305,15 @@ class BrowserWindow(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setItemDelegateForColumn(0, TitleDelegate(self.table))
         self.table.setItemDelegateForColumn(1, HtmlDelegate(self.table))
         self.table.verticalHeader().hide()
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = self.table.horizontalHeader()
+        self._arrow_style = SortArrowStyle()  # kept: a widget does not own the style it is given
+        self._arrow_style.setParent(self)
+        header.setStyle(self._arrow_style)
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)
         # Title and Match share what the fixed columns leave, so every column fits without scrolling.
@@ -300,7 +357,11 @@ class BrowserWindow(QWidget):
 
         disk = QHBoxLayout()
         self.usage_label = QLabel("Saved context: …")
-        disk.addWidget(self.usage_label)
+        self.usage_label.setWordWrap(True)  # the server's share makes it long: wrapped, never cut at 1,100 px
+        self.usage_label.setAccessibleName("Disk used by saved context")
+        self.usage_label.setToolTip("A chat's row shows its saved context for the model it uses; contexts it keeps "
+                                    "for other models count in “chats” too")
+        disk.addWidget(self.usage_label, 1)
         disk.addWidget(QLabel("Budget (MiB):"))
         self.budget = QSpinBox()
         self.budget.setRange(64, 1 << 20)
@@ -324,10 +385,13 @@ class BrowserWindow(QWidget):
         self.verify_bar.setAccessibleName("Verification progress")
         self.verify_bar.hide()
         disk.addWidget(self.verify_bar)
-        self.verify_result = ElidedLabel("")  # a long report is cut, whole in its tooltip: never widens the window
-        self.verify_result.setAccessibleName("Result of the last action")
-        disk.addWidget(self.verify_result, 1)
         outer.addLayout(disk)
+        # On its own line, wrapped: a long report is read whole at 1,100 px, and never widens the window.
+        self.verify_result = QLabel("")
+        self.verify_result.setTextFormat(Qt.TextFormat.PlainText)
+        self.verify_result.setWordWrap(True)
+        self.verify_result.setAccessibleName("Result of the last action")
+        outer.addWidget(self.verify_result)
 
     def _build_toolbar(self) -> QToolBar:
         """The actions, once: on the toolbar, in the rows' context menu and on their shortcuts."""
@@ -449,7 +513,7 @@ class BrowserWindow(QWidget):
         self.preview_status.setText("")
         conv = self.store.get(ids[0]) if len(ids) == 1 else None
         if conv is None:
-            self.preview_title.setText(f"{len(ids)} conversations selected" if len(ids) > 1 else "")
+            self.preview_title.setText(f"{plural(len(ids), 'conversation')} selected" if len(ids) > 1 else "")
             self.preview.empty_hint.setText("Select one conversation to preview it." if len(ids) > 1
                                             else NOTHING_SELECTED)
             return
@@ -491,7 +555,7 @@ class BrowserWindow(QWidget):
         self._purge_trash()  # an earlier delete's undo window closes now
         self.store.trash(ids)
         self._trash = ids
-        self.undo_label.setText(f"Deleted {len(ids)} chat{'s' if len(ids) != 1 else ''}.")
+        self.undo_label.setText(f"Deleted {plural(len(ids), 'chat')}.")
         self.undo_bar.show()
         self.undo_timer.start(UNDO_SECONDS * 1000)
         self._changed()
@@ -542,7 +606,7 @@ class BrowserWindow(QWidget):
         except OSError as exc:
             self._warn(f"The export could not be written: {exc.strerror or exc}")
             return 0
-        self.verify_result.setText(f"Exported {n} conversation{'s' if n != 1 else ''}.")
+        self.verify_result.setText(f"Exported {plural(n, 'conversation')}.")
         return n
 
     def import_file(self, path: str | None, duplicates: str = "") -> bool:
@@ -565,8 +629,7 @@ class BrowserWindow(QWidget):
         n, total = len(pending.duplicates), len(pending.conversations)
         names = ", ".join(f"“{t}”" for t in pending.titles[:3]) + (f" and {n - 3} more" if n > 3 else "")
         box = QMessageBox(QMessageBox.Icon.Question, "Conversations already here",
-                          f"{n} of the {total} conversation{'s' if total != 1 else ''} in this file "
-                          f"{'is' if n == 1 else 'are'} already here (same id or same messages): {names}.\n\n"
+                          f"{duplicates_count(n, total)} already here (same id or same messages): {names}.\n\n"
                           "Skip them, or import them as copies titled “… (imported)” so you can tell them apart?",
                           QMessageBox.StandardButton.NoButton, self)
         box.setObjectName("importDuplicates")
@@ -640,7 +703,7 @@ class BrowserWindow(QWidget):
             return
         dialog.setMaximum(max(1, total))
         dialog.setValue(done)
-        dialog.setLabelText(f"Imported {done:,} of {total:,} conversations…")
+        dialog.setLabelText(f"Imported {done:,} of {plural(total, 'conversation')}…")
 
     def _on_imported(self, result: list[str] | HearthError) -> None:
         self._import_cancel = None
@@ -658,7 +721,7 @@ class BrowserWindow(QWidget):
             choice, dup = self._duplicates_choice
             self._import_note = (f"; skipped {dup:,} already here" if choice == "skip"
                                  else f", {dup:,} of them as copies marked “(imported)”")
-        self.verify_result.setText(f"Imported {n:,} conversation{'s' if n != 1 else ''}{self._import_note}.")
+        self.verify_result.setText(f"Imported {plural(n, 'conversation')}{self._import_note}.")
         self.imported_ids = result
         self._changed()
         if result:
@@ -709,7 +772,7 @@ class BrowserWindow(QWidget):
                 and self.ask_trust()
         owners = {c["id"]: new for c, new in zip(result.conversations, result.ids, strict=True) if c["id"]}
         n = len(result.ids)
-        self.verify_result.setText(f"Imported {n} conversation{'s' if n != 1 else ''}{self._import_note}; "
+        self.verify_result.setText(f"Imported {plural(n, 'conversation')}{self._import_note}; "
                                    "checking their saved context…")
         self.host.request_import_bundle.emit(result.path, result.entries, owners, bool(trust))
 
@@ -737,8 +800,8 @@ class BrowserWindow(QWidget):
         if isinstance(result, HearthError):
             self._warn(str(result))
         elif isinstance(result, BundleExported):
-            self.verify_result.setText(f"Exported {result.conversations} conversations with "
-                                       f"{result.contexts} saved contexts.")
+            self.verify_result.setText(f"Exported {plural(result.conversations, 'conversation')} with "
+                                       f"{plural(result.contexts, 'saved context')}.")
         else:
             self.verify_result.setText(import_summary(result) + self._duplicates_sentence())
             self.check_contexts(full=False)
@@ -785,13 +848,13 @@ class BrowserWindow(QWidget):
         self.verify_bar.setValue(done)
 
     def _on_report(self, report: ContextReport) -> None:
-        self._on_usage(StoreUsage(report.bytes, report.budget, report.server_bytes))
+        self._on_usage(StoreUsage(report.bytes, report.budget, report.by_kind))
         if report.full:
             self.verify_bar.hide()
             found = [status.health for status in report.items.values()]
             damaged = found.count(ContextHealth.DAMAGED)
             self.verify_result.setText(
-                f"Checked {len(found)}: {found.count(ContextHealth.VALID)} valid, {found.count(ContextHealth.STALE)} "
+                f"Checked {len(found):,}: {found.count(ContextHealth.VALID)} valid, {found.count(ContextHealth.STALE)} "
                 f"stale, {damaged} damaged, {found.count(ContextHealth.NONE)} without saved context"
                 + (" — damaged ones are rebuilt when opened." if damaged else "."))
 
@@ -803,7 +866,7 @@ class BrowserWindow(QWidget):
 
     def _on_reclaimed(self, report: GcReport) -> None:
         removed = report.temp_files + len(report.orphans) + len(report.evicted)
-        self.verify_result.setText(f"Reclaimed space: removed {removed} saved-context file{'s' if removed != 1 else ''}.")
+        self.verify_result.setText(f"Reclaimed space: removed {plural(removed, 'saved-context file')}.")
 
     def apply_budget(self) -> None:
         self.host.request_set_budget.emit(self.budget.value() << 20)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QLineEdit, QToolButton, QWidget
 
+from app.text import plural
 from app.transcript import TranscriptView
 
 
@@ -47,4 +48,4 @@ class FindBar(QWidget):
         needle = self.edit.text()
         found = self.transcript.find(needle, backward)
         n = self.transcript.match_count(needle)
-        self.count.setText("" if not needle else f"{n} match{'es' if n != 1 else ''}" if found else "no matches")
+        self.count.setText("" if not needle else plural(n, 'match', 'matches') if found else "no matches")

@@ -222,7 +222,8 @@ class MainWindow(ShellMixin, QMainWindow):
     def _sync_list(self) -> None:
         """The list as stored (the newest activity first); if the open chat is gone, show another."""
         self.sidebar.set_pinned_ids(self.store.pinned_ids())
-        self.sidebar.sync([(c.id, c.title, c.updated_ms, self.models.short_title(c.model_key))
+        # An imported chat has no model key (exports carry the model's name only): show that name.
+        self.sidebar.sync([(c.id, c.title, c.updated_ms, self.models.short_title(c.model_key) or c.model)
                            for c in self.store.list()])
         if self.current is not None and self.sidebar.item_for(self.current) is None:
             self.sidebar.blockSignals(True)  # the list may have moved its current item already, silently

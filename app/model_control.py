@@ -39,6 +39,7 @@ class ModelControl(QObject):
         self.loaded: str | None = None  # the model the engine has (or is loading, once asked)
         self.dialog = None
         self._after_add_use = False  # the file being added was opened to run the chat on it
+        self._adding = ""  # the name of that file, for the status line
         self._build_header()
         lw = self.library.worker
         lw.listed.connect(self._on_listed)
@@ -196,8 +197,13 @@ class ModelControl(QObject):
     def add_and_use(self, path: str) -> None:
         """Add a GGUF to the library (linked where it is) and run the open chat on it."""
         self._after_add_use = True
-        self.window.status.say(f"Adding {Path(path).name}…")
+        self._adding = Path(path).name
+        self.window.status.say(f"Adding {self._adding}…")
         self.library.request_add.emit(path)
+
+    def _not_added(self) -> None:
+        """The add was refused: "Adding README.md…" must not stay on the status line after the dialog."""
+        self.window.status.problem(f"{self._adding} was not added")
 
     def _on_added(self, model: LibraryModel) -> None:
         use, self._after_add_use = self._after_add_use, False
@@ -206,11 +212,13 @@ class ModelControl(QObject):
         if model.status == "ready":
             self.choose(model.name)
         else:
+            self._not_added()
             QMessageBox.warning(self.window, "Hearth", f"{model.title} cannot be used: {model.problem}")
 
     def _on_changed(self, what: str, problem: str) -> None:
         if problem and what.startswith("added") and self._after_add_use:
             self._after_add_use = False
+            self._not_added()
             QMessageBox.warning(self.window, "Hearth", f"The model file could not be added:\n\n{problem}")
 
     def stop(self) -> None:

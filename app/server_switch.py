@@ -88,11 +88,13 @@ class ServerSwitch(QObject):
             self.key = None
             window.status.problem(str(exc))
         self.button = QToolButton()
-        self.button.setText("Local server: off")
+        self.button.setText("Server: off")
         self.button.setAccessibleName("Local server")
         self.button.setToolTip("An OpenAI-compatible server for other programs, on this computer only")
         self.button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.menu = QMenu(self.button)
+        self.url_action = self.menu.addAction("")  # the base URL, shown here (the button stays short)
+        self.url_action.setEnabled(False)
         self.toggle_action = self.menu.addAction("Start the local server", self.toggle)
         self.copy_url_action = self.menu.addAction("Copy the base URL", lambda: self._copy(self.url))
         self.copy_example_action = self.menu.addAction("Copy a curl example", self._copy_example)
@@ -195,8 +197,13 @@ class ServerSwitch(QObject):
         on = state == "on"
         self.show_key_action.setEnabled(self.key is not None)
         locked = " · key" if self.key is not None else ""
-        self.button.setText(f"Local server: {self.url}{locked}" if on else "Local server: starting…" if state == "starting"
-                            else "Local server: off")
+        # Short, so the status bar keeps room for how the last turn started at 1,100 px; the URL is in
+        # the tooltip and the menu.
+        self.button.setText(f"Server: on{locked}" if on else "Server: starting…" if state == "starting"
+                            else "Server: off")
+        self.button.setToolTip(f"The local server answers at {self.url}" + (" (a key is required)" if locked else "")
+                               if on else "An OpenAI-compatible server for other programs, on this computer only")
+        self.url_action.setText(self.url if on else "Not running")
         self.toggle_action.setText("Stop the local server" if on else "Start the local server")
         self.copy_url_action.setEnabled(on)
         self.copy_example_action.setEnabled(on)

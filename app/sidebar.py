@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QStyleOptionViewItem,
 )
 
+from app.elided_label import elide_title
 from app.text import age, count
 from engine.types import ContextBadge, ContextState
 
@@ -63,6 +64,10 @@ def header_height(option: QStyleOptionViewItem) -> int:
 
 
 class ConversationDelegate(QStyledItemDelegate):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.drawn_titles: dict[str, str] = {}  # conversation id → its title as last painted (maybe cut)
+
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
         fm = QFontMetrics(option.font)
         extra = header_height(option) if index.data(HEADER_ROLE) else 0
@@ -99,8 +104,8 @@ class ConversationDelegate(QStyledItemDelegate):
         painter.setFont(title_font)
         painter.setPen(text_color)
         title_rect = QRect(r.left(), r.top(), r.width() - badge_w - 6, font.height())
-        title = QFontMetrics(title_font).elidedText(index.data(Qt.ItemDataRole.DisplayRole) or "", Qt.TextElideMode.ElideRight,
-                                                    title_rect.width())
+        title = elide_title(QFontMetrics(title_font), index.data(Qt.ItemDataRole.DisplayRole) or "", title_rect.width())
+        self.drawn_titles[index.data(ID_ROLE)] = title  # what shows, for tests and accessibility checks
         painter.drawText(title_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title)
         title_font.setBold(False)
         painter.setFont(title_font)

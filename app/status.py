@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtWidgets import QLabel, QStatusBar
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar
 
 from app.elided_label import ElidedLabel
 from app.text import context_label, duration, model_label, model_tooltip, resume_summary
@@ -21,9 +21,14 @@ def speed_label(tokens_per_s: float | None, ttft_ms: float | None) -> str:
     return " · ".join(parts)
 
 
+MODEL_LABEL_MAX_PX = 200  # the model picker names it too: at 1,100 px the turn's line needs the room
+
+
 class StatusLine:
     def __init__(self, bar: QStatusBar):
-        self.model = QLabel("")
+        self.model = ElidedLabel("")  # a long file name is cut, whole in its tooltip
+        self.model.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.model.setMaximumWidth(MODEL_LABEL_MAX_PX)
         self.context = QLabel("")
         self.speed = QLabel("")
         self.speed.setAccessibleName("Reply speed")
@@ -38,7 +43,7 @@ class StatusLine:
     def model_ready(self, info: ModelInfo) -> None:
         self.limit = info.context_length
         self.model.setText(model_label(info))
-        self.model.setToolTip(model_tooltip(info))
+        self.model.set_note(model_tooltip(info))
         self.context.setText(context_label(0, info.context_length))
 
     def tokens_in_context(self, used: int) -> None:

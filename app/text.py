@@ -149,3 +149,8 @@ def version_chosen_note(index: int, counted: ChatTokens | None = None) -> str:
     if counted.to_reread > 0:
         return text + f" · the next message re-reads the last {count(counted.to_reread)} tokens of the context"
     return text
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 conversation', '2 conversations', '1,024 matches' (``many``: the plural when not word + 's')."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"

@@ -871,11 +871,11 @@ class Hearth:
                 progress(i + 1, len(conversations))
         usage = self.usage()
         return ContextReport(full, items, usage.bytes, usage.budget, bool(cancel and cancel.cancelled),
-                             usage.server_bytes)
+                             usage.by_kind)
 
     def usage(self) -> StoreUsage:
         store = self.checkpoints
-        return StoreUsage(store.total_bytes(), store.budget_bytes, store.total_bytes(kind="api"))
+        return StoreUsage(store.total_bytes(), store.budget_bytes, store.bytes_by_kind())
 
     def drop_contexts(self, conversations: Iterable[str]) -> StoreUsage:
         """Delete saved context but keep the chats (their context is rebuilt when next used)."""

@@ -440,7 +440,11 @@ class ConversationStore:
                             row[7])
 
     def rename(self, conversation_id: str, title: str) -> None:
-        self._update(conversation_id, "title = ?", title.strip())
+        """A new title; the last activity stays as it was (a rename is not a message: it showed "just now")."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id))
+        if cur.rowcount == 0:
+            raise ConversationError(f"no conversation {conversation_id!r}")
 
     def set_system_prompt(self, conversation_id: str, text: str) -> None:
         self._update(conversation_id, "system_prompt = ?", text)

@@ -447,14 +447,16 @@ class ContextReport:
     bytes: int
     budget: int
     cancelled: bool = False
-    server_bytes: int = 0  # of ``bytes``, the local server's prompt cache (no conversation's row shows it)
+    by_kind: Mapping[str, int] = field(default_factory=dict)  # ``bytes`` per kind of file (StoreUsage's)
 
 
 @dataclass(frozen=True)
 class StoreUsage:
     bytes: int
     budget: int
-    server_bytes: int = 0  # of ``bytes``, the local server's prompt cache (no conversation's row shows it)
+    # ``bytes`` per kind of file: "conversation" (what the browser's rows show, for each chat's model),
+    # "prefix" (shared system prompts), "api" (the local server's prompt cache), "orphan" (leftovers)
+    by_kind: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

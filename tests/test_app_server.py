@@ -43,7 +43,8 @@ def test_the_switch_starts_the_server_on_the_windows_model_and_stops_it(qtbot, w
     w = windows()
     start(qtbot, w)
     assert w.server.running and w.server.url.startswith("http://127.0.0.1:")
-    assert w.server.button.text() == f"Local server: {w.server.url}"
+    assert w.server.button.text() == "Server: on" and w.server.url in w.server.button.toolTip()
+    assert w.server.url_action.text() == w.server.url
     models = httpx.get(w.server.url + "/models", timeout=30).json()["data"]
     assert w.model_info.key == "tiny" and "tiny" in {m["id"] for m in models}
     r = httpx.post(w.server.url + "/chat/completions", timeout=60,
@@ -53,7 +54,7 @@ def test_the_switch_starts_the_server_on_the_windows_model_and_stops_it(qtbot, w
     assert curl_example(w.server.url, "m").startswith(f"curl {w.server.url}/chat/completions")
     url = w.server.url
     w.server.toggle()
-    assert not w.server.running and w.server.button.text() == "Local server: off"
+    assert not w.server.running and w.server.button.text() == "Server: off"
     try:
         httpx.get(url + "/models", timeout=5)
         raise AssertionError("the server still answers after it was switched off")
@@ -69,7 +70,7 @@ def test_a_port_in_use_is_reported_and_the_window_carries_on(qtbot, windows):
         taken.listen()
         start(qtbot, w, taken.getsockname()[1])
         assert not w.server.running
-        assert "could not listen" in w.status.resume.text() and w.server.button.text() == "Local server: off"
+        assert "could not listen" in w.status.resume.text() and w.server.button.text() == "Server: off"
 
 
 def test_a_gui_turn_during_a_streaming_api_request_both_complete_and_are_stored(qtbot, windows):
@@ -190,7 +191,9 @@ def test_the_browser_shows_the_servers_prompt_cache_apart_so_rows_and_total_agre
     qtbot.waitUntil(lambda: "local server" in b.usage_label.text(), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: all(b.contexts.status(i) is not None for i in b.ids_shown()), timeout=TIMEOUT)
     rows = sum(b.contexts.status(i).bytes for i in b.ids_shown())
-    assert rows > 0 and b.usage.server_bytes > 0
-    assert b.usage.bytes - b.usage.server_bytes == rows
-    mib = b.usage.server_bytes / 2**20
-    assert f"local server's prompt cache {mib:,.1f} MiB (not listed)" in b.usage_label.text()
+    server = b.usage.by_kind["api"]
+    assert rows > 0 and server > 0
+    assert b.usage.by_kind["conversation"] == rows and sum(b.usage.by_kind.values()) == b.usage.bytes
+    assert f"local server's prompt cache {server / 2**20:,.1f} MiB" in b.usage_label.text()
+    assert f"chats {(b.usage.bytes - server - b.usage.by_kind.get('prefix', 0)) / 2**20:,.1f} MiB" \
+        in b.usage_label.text() and b.usage_label.text().endswith("(not listed)")

@@ -401,12 +401,15 @@ class CheckpointStore:
         with self._sql() as db:
             db.execute("UPDATE entries SET pinned = ? WHERE name = ?", (int(pinned), name))
 
-    def total_bytes(self, kind: str | None = None) -> int:
-        """The files' size: all of them, or those of one ``kind`` ("api": the server's prompt cache)."""
+    def total_bytes(self) -> int:
         with self._sql() as db:
-            if kind is None:
-                return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()[0])
-            return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries WHERE kind = ?", (kind,)).fetchone()[0])
+            return int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()[0])
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        """The files' size per kind: "conversation", "prefix" (shared system prompts), "api" (the
+        server's prompt cache), "orphan" (leftovers Reclaim removes)."""
+        with self._sql() as db:
+            return {kind: int(n) for kind, n in db.execute("SELECT kind, SUM(bytes) FROM entries GROUP BY kind")}
 
     # removal ------------------------------------------------------------------------------------------
     def remove(self, name: str, why: str = "") -> None:
