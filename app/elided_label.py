@@ -42,7 +42,8 @@ class ElidedLabel(QLabel):
         self._tip()
 
     def _tip(self) -> None:
-        cut = self.fontMetrics().horizontalAdvance(self._full) > self.contentsRect().width()
+        # Not laid out yet (hidden): its width means nothing; the resize that shows it asks again.
+        cut = self.isVisible() and self.fontMetrics().horizontalAdvance(self._full) > self.contentsRect().width()
         self.setToolTip("\n".join(part for part in (self._full if cut else "", self.note) if part))
 
     def text(self) -> str:
