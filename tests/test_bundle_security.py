@@ -471,3 +471,24 @@ def test_cli_export_to_an_unwritable_place_is_one_clear_error(source, tmp_path):
     (tmp_path / "file").write_text("x")
     assert_clean_error(run_cli("bundle", "export", A, "--out", str(tmp_path / "file" / "x.hearth"), home=source),
                        "cannot write")
+
+
+def test_a_mac_that_is_not_ascii_hex_refuses_the_bundle_before_any_chat_is_stored(source, target, tiny_gguf, tmp_path):
+    """Issue 27: ``manifest.mac`` of ``b"\\xff" * 64`` reached hmac.compare_digest (TypeError: "internal
+    error") after the chats were committed. It is refused while reading, before the first write."""
+    bundle, bad = tmp_path / "mine.hearth", tmp_path / "badmac.hearth"
+    hearth = hearth_at(source, tiny_gguf)
+    hearth.export_bundle(bundle, document(source, [B]), [B])
+    hearth.close()
+    rewrite(bundle, bad, lambda n, d: (n, b"\xff" * 64 if n == MAC else d))
+    with pytest.raises(TransferError, match="manifest.mac in badmac.hearth is not a signature"):
+        read_bundle(bad)
+    for extra in ([], ["--trust-contexts"]):
+        proc = run_cli("bundle", "import", str(bad), *extra, "--model", str(tiny_gguf), home=target, timeout=120)
+        assert_clean_error(proc, "manifest.mac in badmac.hearth is not a signature")
+    hearth = Hearth(resolve_paths(target))
+    try:
+        assert hearth.conversations.ids() == set()
+    finally:
+        hearth.close()
+    assert leftovers(target) == []
