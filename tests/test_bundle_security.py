@@ -492,3 +492,45 @@ def test_a_mac_that_is_not_ascii_hex_refuses_the_bundle_before_any_chat_is_store
     finally:
         hearth.close()
     assert leftovers(target) == []
+
+
+def reseal_with_nan(src: Path, out: Path) -> None:
+    """A real checkpoint's own rows with one value NaN and one infinite, every checksum recomputed."""
+    with CheckpointReader(src) as r:
+        h = r.read_header()
+        records, problem = r.scan()
+        assert problem is None
+        s = h.shape
+        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
+        good, problem = r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
+                                                                 for k in range(2 * s.n_kv_heads)])
+        assert problem is None
+        tokens = [t for rec in records for t in r.read_tokens(rec, 1 << 31)]
+    rows[0, 0, 0, 0], rows[-1, -1, -1, -1] = np.nan, np.inf
+    blocks = [np.ascontiguousarray(rows[layer, k]) for layer in range(s.n_layers) for k in range(2 * s.n_kv_heads)]
+    last = records[-1]
+    write_new(out, Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label),
+              [NewRecord(0, tokens, blocks, last.text_len, last.text_sha, "turn")])
+
+
+def test_a_resealed_context_holding_nan_is_damaged_and_its_chat_is_rebuilt(source, target, tiny_gguf, tmp_path):
+    """Issue 27: a checkpoint resealed with NaN rows passed ``kv verify`` and ``--trust-contexts``; every
+    later turn then failed with "NaN… run with --weights int4" though the model already ran int4."""
+    bad = tmp_path / "nan.hkv"
+    reseal_with_nan(store_path(source, B), bad)
+    proc = run_cli("kv", "verify", str(bad), "--json", "--model", str(tiny_gguf), home=target, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    (row,) = json.loads(proc.stdout)["files"]
+    assert (row["status"], row["reason"]) == ("damaged", "non_finite") and "NaN or infinity" in row["message"]
+    bundle = tmp_path / "nan.hearth"
+    write_bundle(bundle, document(source, [B]), {B: bad}, os.urandom(32))
+    result = imported(target, tiny_gguf, bundle, trust=True)
+    (new,) = result.conversations
+    assert result.used == () and result.rebuilt == {new: "non_finite"}, result
+    assert leftovers(target) == []
+    hearth = hearth_at(target, tiny_gguf)  # the chat goes on: rebuilt from its transcript
+    try:
+        hearth.load()
+        hearth.run_turn(TurnRequest(new, "And now?", SamplingParams.greedy_params(), 4))
+    finally:
+        hearth.close()
