@@ -328,3 +328,23 @@ def test_the_window_says_why_the_files_template_was_refused():
                      chat_template_refused="it ran past its limit on loop steps")
     assert model_tooltip(info) == ("The model file's chat template was refused (it ran past its limit on loop steps); "
                                    "Hearth uses its built-in chatml format.")
+
+
+def test_the_cli_refuses_the_bombs_within_their_bounds(synthetic_gguf, tmp_path):
+    """Issue 27 end to end: ``model info`` of the sum bomb took 74 s; ``generate`` with a trigger hidden
+    behind a condition hung for more than 100 s. Here a C-level hang behind the condition is killed at
+    the turn's deadline and reported in one line."""
+    from tests.test_cli import assert_clean_error, run_cli
+
+    bomb = with_template(synthetic_gguf, tmp_path / "sum.gguf", SUM_BOMB)
+    started = time.monotonic()
+    info = run_cli("model", "info", "--model", str(bomb), "--json", home=tmp_path / "home", timeout=120)
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["chat_template_refused"] == "it ran past its memory limit"
+    assert time.monotonic() - started < 30
+    armed = with_template(synthetic_gguf, tmp_path / "armed.gguf", when_triggered(COMPARE_HANG))
+    args = ("generate", "--model", str(armed), "--max-new-tokens", "2", "--provider", "cpu", "--prompt")
+    started = time.monotonic()
+    proc = run_cli(*args, "BOOM", home=tmp_path / "home", timeout=120)
+    assert_clean_error(proc, "the chat template in armed.gguf took longer than 6 s to render, so it was stopped")
+    assert time.monotonic() - started < 60  # the 5 s turn limit and its second of grace, plus converting the model
