@@ -42,10 +42,10 @@ def template_problem(source: str, bos: str = "", eos: str = "", seconds: float =
         return _verdicts[key]
 
 
-def trial_render(source: str, bos: str, eos: str, seconds: float = RENDER_SECONDS, isolated: bool = True) -> str:
+def trial_render(source: str, bos: str, eos: str, seconds: float = RENDER_SECONDS) -> str:
     """Compile and render the sample, with and without the generation prompt: "" or the failure."""
     try:
-        template = ChatTemplate(source, bos, eos, name="it", isolated=isolated)
+        template = ChatTemplate(source, bos, eos, name="it", isolated=True)
         template.render(SAMPLE, add_generation_prompt=True, seconds=seconds)
         template.render(SAMPLE[:2], add_generation_prompt=False, seconds=seconds)
     except HearthError as exc:
