@@ -66,6 +66,7 @@ class GenerationResult:
     reused_tokens: int
     timings: Timings = field(default_factory=Timings)
     logprobs: list[types.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
+    rebuilt: bool = False  # the reused context gave NaN logits, so the prompt was prefilled again
 
 
 class Engine:
@@ -308,7 +309,7 @@ class Engine:
                     log.warning("NaN logits after reusing %d cached tokens: rebuilding the context", reused)
                     self.reset()
                     logits, reused = self.sync(prompt, progress, cancel)
-                    result.reused_tokens = reused
+                    result.reused_tokens, result.rebuilt = reused, True
                     if logits is None:
                         return result
                     continue

@@ -496,6 +496,14 @@ def test_a_mac_that_is_not_ascii_hex_refuses_the_bundle_before_any_chat_is_store
 
 def reseal_with_nan(src: Path, out: Path) -> None:
     """A real checkpoint's own rows with one value NaN and one infinite, every checksum recomputed."""
+    def poison(rows: np.ndarray) -> None:
+        rows[0, 0, 0, 0], rows[-1, -1, -1, -1] = np.nan, np.inf
+
+    reseal(src, out, poison)
+
+
+def reseal(src: Path, out: Path, poison) -> None:
+    """A real checkpoint's own rows changed by ``poison`` (in place), every checksum recomputed."""
     with CheckpointReader(src) as r:
         h = r.read_header()
         records, problem = r.scan()
@@ -506,7 +514,7 @@ def reseal_with_nan(src: Path, out: Path) -> None:
                                                                  for k in range(2 * s.n_kv_heads)])
         assert problem is None
         tokens = [t for rec in records for t in r.read_tokens(rec, 1 << 31)]
-    rows[0, 0, 0, 0], rows[-1, -1, -1, -1] = np.nan, np.inf
+    poison(rows)
     blocks = [np.ascontiguousarray(rows[layer, k]) for layer in range(s.n_layers) for k in range(2 * s.n_kv_heads)]
     last = records[-1]
     write_new(out, Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label),
@@ -534,3 +542,33 @@ def test_a_resealed_context_holding_nan_is_damaged_and_its_chat_is_rebuilt(sourc
         hearth.run_turn(TurnRequest(new, "And now?", SamplingParams.greedy_params(), 4))
     finally:
         hearth.close()
+
+
+def test_a_context_of_finite_values_that_give_nan_is_deleted_and_rebuilt(source, target, tiny_gguf, tmp_path, caplog):
+    """Rows that verify (finite, checksums resealed) but overflow the attention: the turn rebuilds the
+    context from the transcript instead of failing, and the file is replaced rather than kept."""
+    bad = tmp_path / "huge.hkv"
+
+    def poison(rows: np.ndarray) -> None:
+        rows[:, :, 0, :] = np.finfo(rows.dtype).max
+
+    reseal(store_path(source, B), bad, poison)
+    bundle = tmp_path / "huge.hearth"
+    write_bundle(bundle, document(source, [B]), {B: bad}, os.urandom(32))
+    (new,) = imported(target, tiny_gguf, bundle, trust=True).used
+    hearth = hearth_at(target, tiny_gguf)
+    try:
+        hearth.load()
+        with caplog.at_level("WARNING"):
+            turn = hearth.run_turn(TurnRequest(new, "And now?", SamplingParams.greedy_params(), 4))
+        assert turn.reply and "its saved context gave invalid numbers; deleting it" in caplog.text
+    finally:
+        hearth.close()
+    with CheckpointReader(store_path(target, new)) as r:
+        h = r.read_header()
+        records, problem = r.scan()
+        s = h.shape
+        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
+        r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
+                                                 for k in range(2 * s.n_kv_heads)])
+    assert problem is None and np.abs(rows).max() < 1e6  # the saved context is the rebuilt one
