@@ -122,6 +122,15 @@ def real_template_sources() -> list[tuple[str, str]]:
     return [("synthetic-chatml", CHATML_TEMPLATE)] + [(f.name, f.source) for f in FAMILIES]
 
 
+@pytest.mark.parametrize("source", [
+    "{{ [1, 2, 3]|sum }} {{ [[1], [2]]|sum(start=[]) }} {{ [{'x': 2}, {'x': 3}]|sum(attribute='x', start=1) }}",
+    "{{ '%(n)s' % {'n': 123456789} }} {{ '%s-%d' % ('a', 2) }} {{ '%s' % [1, 'b'] }}",
+    "{{ ['a', 1, [2]]|join('-') }} {{ messages|map(attribute='role')|join(', ') }} {{ [1, {'k': 'v'}] }}",
+])
+def test_the_sized_sum_percent_join_and_output_give_what_jinja_gives(source):
+    assert render(source) == plain_render(source, CHAT, True, "<s>", "</s>")
+
+
 @pytest.mark.parametrize("name,source", real_template_sources())
 @pytest.mark.parametrize("generation_prompt", [True, False])
 def test_normal_templates_render_as_before(name, source, generation_prompt):

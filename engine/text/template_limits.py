@@ -194,7 +194,7 @@ def _stringify(value: Any) -> str:
 
 def _modulo(left: Any, right: Any) -> Any:
     if isinstance(left, str):
-        args = right if isinstance(right, tuple) else tuple(right.values()) if isinstance(right, dict) else (right,)
+        args = right if isinstance(right, tuple) else (right,)
         _check_format(left, args, percent=True)
         # Sized before it is built: ``'%s' * 2500 % ((s,) * 2500)`` built 2.67 GB before the check after it.
         b = budget()
