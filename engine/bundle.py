@@ -150,6 +150,8 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
             raise TransferError(f"{path.name} is not a Hearth bundle: it has no {DOCUMENT}")
         infos = check_structure(z, path.name)
         data = read_entry(z, infos[DOCUMENT], MAX_IMPORT_BYTES, path.name)
+        if MAC in infos:  # checked here, before anything is imported, not when the contexts are installed
+            read_mac(z, infos[MAC], path.name)
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -168,6 +170,16 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
 
 
 # trust ---------------------------------------------------------------------------------------------------
+def read_mac(z: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> str:
+    """The manifest's MAC as 64 lowercase hex digits; a TransferError for anything else (``b"\\xff" * 64``
+    once reached hmac.compare_digest, which raises TypeError on non-ASCII text)."""
+    data = read_entry(z, info, MAX_MAC_BYTES, name).strip()
+    mac = data.decode("ascii", "replace")
+    if not _HEX64.fullmatch(mac):
+        raise TransferError(f"{MAC} in {name} is not a signature (expected 64 hexadecimal digits)")
+    return mac
+
+
 @dataclass(frozen=True)
 class Signed:
     """A manifest whose MAC verified under this installation's key: context id → (sha256 hex, bytes)."""
@@ -182,7 +194,7 @@ def signed_manifest(z: zipfile.ZipFile, name: str, key: bytes) -> tuple[Signed |
     if MAC not in infos or MANIFEST not in infos:
         return None, "the bundle is not signed"
     manifest = read_entry(z, infos[MANIFEST], MAX_MANIFEST_BYTES, name)
-    mac = read_entry(z, infos[MAC], MAX_MAC_BYTES, name).decode("ascii", "replace").strip()
+    mac = read_mac(z, infos[MAC], name)
     if not verify(key, manifest, mac):
         return None, "the bundle was signed by another installation, or altered since"
     # Past this point the manifest is our own writing; checking it anyway costs nothing.

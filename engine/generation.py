@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from engine import types
-from engine.errors import PromptError
+from engine.errors import HearthError, NumericalError, PromptError
 from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
 from engine.runtime.runner import ModelRunner
@@ -66,6 +66,7 @@ class GenerationResult:
     reused_tokens: int
     timings: Timings = field(default_factory=Timings)
     logprobs: list[types.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
+    rebuilt: bool = False  # the reused context gave NaN logits, so the prompt was prefilled again
 
 
 class Engine:
@@ -223,6 +224,22 @@ class Engine:
         self.truncate(keep)
         return self.prefill(prompt[keep:], progress, cancel), keep
 
+    def _numerical_advice(self) -> str:
+        """Why NaN, and what to do, for the precision this model runs in (the advice to switch to int4
+        was once given to a model already running int4)."""
+        from engine.model.precision import get_precision
+
+        name = self.model.precision if self.model is not None else ""
+        try:
+            compute = get_precision(name).compute if name else "float32"
+        except HearthError:  # an unknown name: advice as for fp32
+            compute = "float32"
+        if compute == "float16":
+            return (f"its activations overflowed the fp16 that --weights {name} computes in; "
+                    "run it with --weights int4 or fp32")
+        return (f"it already computes in fp32 (--weights {name or 'fp32'}), so the model file's weights are "
+                "likely damaged (the context was dropped: the next turn rebuilds it)")
+
     # generation -----------------------------------------------------------------------------------
     def generate(
         self,
@@ -285,7 +302,19 @@ class Engine:
 
         while True:
             allowed = constraint.allowed() if constraint is not None else None
-            token = sampler.sample(logits, history, counts, allowed)
+            try:
+                token = sampler.sample(logits, history, counts, allowed)
+            except NumericalError as exc:
+                if reused and not result.tokens:  # maybe the reused context: rebuilt once from the prompt
+                    log.warning("NaN logits after reusing %d cached tokens: rebuilding the context", reused)
+                    self.reset()
+                    logits, reused = self.sync(prompt, progress, cancel)
+                    result.reused_tokens, result.rebuilt = reused, True
+                    if logits is None:
+                        return result
+                    continue
+                self.reset()  # never leave a chat on a context that gives NaN: the next turn rebuilds it
+                raise NumericalError(f"{exc}: {self._numerical_advice()}") from None
             if decode_start is None:
                 timings.ttft_ms = (time.perf_counter() - start) * 1000
                 decode_start = time.perf_counter()

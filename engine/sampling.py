@@ -42,8 +42,7 @@ class Sampler:
         p = self.params
         logits = np.asarray(logits, dtype=np.float32)
         if not np.isfinite(logits).all():  # argmax of NaNs is token 0: garbage that looks like output
-            raise NumericalError("the model computed invalid numbers (NaN or infinity): its activations overflowed "
-                                 "the precision it runs in; run it with --weights int4 or fp32")
+            raise NumericalError("the model computed invalid numbers (NaN or infinity)")  # the engine adds why
         if p.repetition_penalty != 1.0 and history:
             logits = apply_repetition_penalty(logits, history[-p.penalty_window :], p.repetition_penalty)
         if reply_counts is not None and self.has_reply_penalties:

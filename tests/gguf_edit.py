@@ -10,8 +10,8 @@ import numpy as np
 def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | None = None,
                  values: dict | None = None, new_values: dict | None = None) -> Path:
     """``drop`` names tensors or metadata keys to leave out; ``add`` maps tensor names to (raw bytes array,
-    GGMLQuantizationType); ``values`` replaces
-    scalar metadata values, keeping their types; ``new_values`` adds metadata: key → (value, GGUFValueType)."""
+    GGMLQuantizationType); ``values`` replaces metadata values (scalars keep their types; arrays are
+    written as given); ``new_values`` adds metadata: key → (value, GGUFValueType)."""
     import gguf
 
     reader = gguf.GGUFReader(src)
@@ -20,7 +20,7 @@ def rewrite_gguf(src: Path, dst: Path, drop: tuple[str, ...] = (), add: dict | N
         if key.startswith("GGUF.") or key == "general.architecture" or key in drop:
             continue
         if field.types[0] == gguf.GGUFValueType.ARRAY:
-            writer.add_array(key, field.contents())
+            writer.add_array(key, (values or {}).get(key, field.contents()))
         else:
             writer.add_key_value(key, (values or {}).get(key, field.contents()), field.types[0])
     for key, (value, kind) in (new_values or {}).items():

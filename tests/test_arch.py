@@ -189,6 +189,14 @@ def _bad(tmp_path, arch_gguf, tiny_gguf, case: str) -> Path:
         return rewrite_gguf(arch_gguf("gemma3"), dst, drop=("blk.0.post_attention_norm.weight",))
     if case == "gemma3-head-counts":
         return rewrite_gguf(arch_gguf("gemma3"), dst, values={"gemma3.attention.head_count_kv": 4})
+    if case == "context-2^31-1":  # conversion asked numpy for 16 GiB of rope positions (issue 27)
+        return rewrite_gguf(tiny_gguf, dst, values={"llama.context_length": 2**31 - 1})
+    if case == "vocabulary-cut-to-100":  # once "internal error: Exception: Error while initializing BPE"
+        return rewrite_gguf(tiny_gguf, dst, values=cut_vocabulary(GGUFModel(tiny_gguf), 100))
+    if case == "merge-out-of-vocabulary":
+        model = GGUFModel(tiny_gguf)
+        return rewrite_gguf(tiny_gguf, dst, values={
+            "tokenizer.ggml.merges": [*model.string_array("tokenizer.ggml.merges"), "zq xj"]})
     assert case == "qwen3-no-q-norm"
     return rewrite_gguf(arch_gguf("qwen3"), dst, drop=("blk.1.attn_q_norm.weight",))
 
@@ -202,7 +210,17 @@ BAD_FILES = {
     "gemma3-no-post-norm": r"tensor 'blk\.4\.post_ffw_norm\.weight' is missing",
     "gemma3-no-post-attention-norm": r"tensor 'blk\.0\.post_attention_norm\.weight' is missing",
     "gemma3-head-counts": r"blk\.0\.attn_k\.weight has shape \[64, 64\], expected \[64, 128\] for 4 query / 4 KV heads of 32",
+    "context-2^31-1": r"'llama\.context_length' declares a context of 2,147,483,647 tokens; Hearth runs models of up "
+                      r"to 1,048,576",
+    "vocabulary-cut-to-100": r"the tokenizer vocabulary holds 100 tokens but the model's embedding table has",
+    "merge-out-of-vocabulary": r"tokenizer merge 46 \('zq xj'\) names a token that is not in its vocabulary",
 }
+
+
+def cut_vocabulary(model: GGUFModel, n: int) -> dict:
+    """The token list and its types cut to the first ``n`` (the merges still name the rest)."""
+    return {"tokenizer.ggml.tokens": model.string_array("tokenizer.ggml.tokens")[:n],
+            "tokenizer.ggml.token_type": [int(t) for t in model.int_array("tokenizer.ggml.token_type")][:n]}
 
 
 @pytest.mark.parametrize("case", list(BAD_FILES))
@@ -214,7 +232,8 @@ def test_a_damaged_file_of_each_architecture_is_refused_before_converting(tmp_pa
     assert not (tmp_path / "converted").exists()
 
 
-@pytest.mark.parametrize("case", ["qwen2-head-counts", "qwen3-no-q-norm", "gemma3-no-post-norm"])
+@pytest.mark.parametrize("case", ["qwen2-head-counts", "qwen3-no-q-norm", "gemma3-no-post-norm", "context-2^31-1",
+                                  "vocabulary-cut-to-100", "merge-out-of-vocabulary"])
 def test_the_cli_reports_a_damaged_file_in_one_line(tmp_path, arch_gguf, tiny_gguf, case):
     path = _bad(tmp_path, arch_gguf, tiny_gguf, case)
     proc = run_cli("generate", "--prompt", "hi", "--model", str(path), "--data-dir", str(tmp_path / "home"))

@@ -471,3 +471,104 @@ def test_cli_export_to_an_unwritable_place_is_one_clear_error(source, tmp_path):
     (tmp_path / "file").write_text("x")
     assert_clean_error(run_cli("bundle", "export", A, "--out", str(tmp_path / "file" / "x.hearth"), home=source),
                        "cannot write")
+
+
+def test_a_mac_that_is_not_ascii_hex_refuses_the_bundle_before_any_chat_is_stored(source, target, tiny_gguf, tmp_path):
+    """Issue 27: ``manifest.mac`` of ``b"\\xff" * 64`` reached hmac.compare_digest (TypeError: "internal
+    error") after the chats were committed. It is refused while reading, before the first write."""
+    bundle, bad = tmp_path / "mine.hearth", tmp_path / "badmac.hearth"
+    hearth = hearth_at(source, tiny_gguf)
+    hearth.export_bundle(bundle, document(source, [B]), [B])
+    hearth.close()
+    rewrite(bundle, bad, lambda n, d: (n, b"\xff" * 64 if n == MAC else d))
+    with pytest.raises(TransferError, match="manifest.mac in badmac.hearth is not a signature"):
+        read_bundle(bad)
+    for extra in ([], ["--trust-contexts"]):
+        proc = run_cli("bundle", "import", str(bad), *extra, "--model", str(tiny_gguf), home=target, timeout=120)
+        assert_clean_error(proc, "manifest.mac in badmac.hearth is not a signature")
+    hearth = Hearth(resolve_paths(target))
+    try:
+        assert hearth.conversations.ids() == set()
+    finally:
+        hearth.close()
+    assert leftovers(target) == []
+
+
+def reseal_with_nan(src: Path, out: Path) -> None:
+    """A real checkpoint's own rows with one value NaN and one infinite, every checksum recomputed."""
+    def poison(rows: np.ndarray) -> None:
+        rows[0, 0, 0, 0], rows[-1, -1, -1, -1] = np.nan, np.inf
+
+    reseal(src, out, poison)
+
+
+def reseal(src: Path, out: Path, poison) -> None:
+    """A real checkpoint's own rows changed by ``poison`` (in place), every checksum recomputed."""
+    with CheckpointReader(src) as r:
+        h = r.read_header()
+        records, problem = r.scan()
+        assert problem is None
+        s = h.shape
+        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
+        good, problem = r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
+                                                                 for k in range(2 * s.n_kv_heads)])
+        assert problem is None
+        tokens = [t for rec in records for t in r.read_tokens(rec, 1 << 31)]
+    poison(rows)
+    blocks = [np.ascontiguousarray(rows[layer, k]) for layer in range(s.n_layers) for k in range(2 * s.n_kv_heads)]
+    last = records[-1]
+    write_new(out, Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label),
+              [NewRecord(0, tokens, blocks, last.text_len, last.text_sha, "turn")])
+
+
+def test_a_resealed_context_holding_nan_is_damaged_and_its_chat_is_rebuilt(source, target, tiny_gguf, tmp_path):
+    """Issue 27: a checkpoint resealed with NaN rows passed ``kv verify`` and ``--trust-contexts``; every
+    later turn then failed with "NaN… run with --weights int4" though the model already ran int4."""
+    bad = tmp_path / "nan.hkv"
+    reseal_with_nan(store_path(source, B), bad)
+    proc = run_cli("kv", "verify", str(bad), "--json", "--model", str(tiny_gguf), home=target, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    (row,) = json.loads(proc.stdout)["files"]
+    assert (row["status"], row["reason"]) == ("damaged", "non_finite") and "NaN or infinity" in row["message"]
+    bundle = tmp_path / "nan.hearth"
+    write_bundle(bundle, document(source, [B]), {B: bad}, os.urandom(32))
+    result = imported(target, tiny_gguf, bundle, trust=True)
+    (new,) = result.conversations
+    assert result.used == () and result.rebuilt == {new: "non_finite"}, result
+    assert leftovers(target) == []
+    hearth = hearth_at(target, tiny_gguf)  # the chat goes on: rebuilt from its transcript
+    try:
+        hearth.load()
+        hearth.run_turn(TurnRequest(new, "And now?", SamplingParams.greedy_params(), 4))
+    finally:
+        hearth.close()
+
+
+def test_a_context_of_finite_values_that_give_nan_is_deleted_and_rebuilt(source, target, tiny_gguf, tmp_path, caplog):
+    """Rows that verify (finite, checksums resealed) but overflow the attention: the turn rebuilds the
+    context from the transcript instead of failing, and the file is replaced rather than kept."""
+    bad = tmp_path / "huge.hkv"
+
+    def poison(rows: np.ndarray) -> None:
+        rows[:, :, 0, :] = np.finfo(rows.dtype).max
+
+    reseal(store_path(source, B), bad, poison)
+    bundle = tmp_path / "huge.hearth"
+    write_bundle(bundle, document(source, [B]), {B: bad}, os.urandom(32))
+    (new,) = imported(target, tiny_gguf, bundle, trust=True).used
+    hearth = hearth_at(target, tiny_gguf)
+    try:
+        hearth.load()
+        with caplog.at_level("WARNING"):
+            turn = hearth.run_turn(TurnRequest(new, "And now?", SamplingParams.greedy_params(), 4))
+        assert turn.reply and "its saved context gave invalid numbers; deleting it" in caplog.text
+    finally:
+        hearth.close()
+    with CheckpointReader(store_path(target, new)) as r:
+        h = r.read_header()
+        records, problem = r.scan()
+        s = h.shape
+        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
+        r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
+                                                 for k in range(2 * s.n_kv_heads)])
+    assert problem is None and np.abs(rows).max() < 1e6  # the saved context is the rebuilt one

@@ -71,5 +71,22 @@ def test_logits_that_are_not_numbers_stop_generation_with_a_clear_error(bad):
     logits = np.zeros(50, np.float32)
     logits[7] = bad
     for params in (SamplingParams(greedy=True), SamplingParams(temperature=0.8, seed=1)):
-        with pytest.raises(NumericalError, match="invalid numbers .* run it with --weights int4 or fp32"):
+        with pytest.raises(NumericalError, match=r"invalid numbers \(NaN or infinity\)"):
             Sampler(params).sample(logits, [])
+
+
+def test_a_context_that_gives_nan_is_rebuilt_and_int4_is_not_told_to_run_int4(tiny_engine):
+    """Issue 27: NaN rows in a reused context made every turn fail with "run it with --weights int4",
+    on a model already running int4. The context is rebuilt from the prompt once, and the advice fits
+    the precision."""
+    engine = tiny_engine
+    prompt = engine.encode_prompt("The owl flies at night over the quiet fields")
+    engine.reset()
+    engine.sync(prompt[:-1])
+    keys, values = engine.cache.export()
+    values[:, :, 0, :] = np.nan  # a poisoned context, as a resealed checkpoint once delivered
+    engine.cache.truncate(0)
+    engine.cache.load(keys, values)
+    result = engine.generate(prompt, SamplingParams(greedy=True), max_new_tokens=3)
+    assert result.tokens and result.reused_tokens == 0  # rebuilt: not reused, and a reply
+    assert "int4 or fp32" not in engine._numerical_advice() and "--weights int4" in engine._numerical_advice()

@@ -10,6 +10,11 @@ from engine.arch.config import ModelConfig
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 
+# The longest context a file may declare. The graph bakes rope tables of context × head_dim × 4 bytes
+# (512 MiB at this length and 128-wide heads), and the longest real models here (Qwen2.5-1M) declare
+# 1,010,000; a file declaring 2^31−1 made conversion ask numpy for 16 GiB before anything else ran.
+MAX_CONTEXT_LENGTH = 1 << 20
+
 
 def decoder_config(model: GGUFModel, arch: str, fused_qkv: bool = False) -> ModelConfig:
     """The config under ``arch.`` keys; refuses inconsistent head counts and unsupported rope forms.
@@ -40,7 +45,7 @@ def decoder_config(model: GGUFModel, arch: str, fused_qkv: bool = False) -> Mode
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        context_length=model.positive_int(p + "context_length"),
+        context_length=_context_length(model, p + "context_length"),
         vocab_size=model.vocab_size(p + "vocab_size", n_embd),
         norm_eps=float(model.require(p + "attention.layer_norm_rms_epsilon")),
         rope_dim=rope_dim,
@@ -50,6 +55,14 @@ def decoder_config(model: GGUFModel, arch: str, fused_qkv: bool = False) -> Mode
     )
     _check_attention_shapes(model, cfg, fused_qkv)
     return cfg
+
+
+def _context_length(model: GGUFModel, key: str) -> int:
+    value = model.positive_int(key)
+    if value > MAX_CONTEXT_LENGTH:
+        raise ModelFileError(f"{model.path.name}: metadata {key!r} declares a context of {value:,} tokens; "
+                             f"Hearth runs models of up to {MAX_CONTEXT_LENGTH:,} (the file is damaged or hostile)")
+    return value
 
 
 def _check_attention_shapes(model: GGUFModel, cfg: ModelConfig, fused_qkv: bool) -> None:

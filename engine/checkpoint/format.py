@@ -72,6 +72,7 @@ class Reason:
     TRUNCATED = "truncated"
     TOO_LARGE = "too_large"
     IO_ERROR = "io_error"
+    NON_FINITE = "non_finite"
 
 
 PLAIN_WORDS = {
@@ -85,6 +86,7 @@ PLAIN_WORDS = {
     Reason.TRUNCATED: "the saved context was cut short",
     Reason.TOO_LARGE: "the saved context claims more than the model can hold",
     Reason.IO_ERROR: "the saved context could not be read",
+    Reason.NON_FINITE: "the saved context holds values that are not numbers (NaN or infinity)",
 }
 
 

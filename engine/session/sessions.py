@@ -145,6 +145,10 @@ class ChatSessions:
             result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
         else:
             result = self.engine.generate(prompt, params, max_new_tokens, on_text, cancel=cancel, ready_logits=logits)
+            if result.rebuilt:  # the saved context it resumed from gave NaN: the save below starts afresh
+                log.warning("%s: its saved context gave invalid numbers; deleting it", conversation)
+                self._files.forget(conversation)
+                self.store.delete_conversation(conversation)
         t = result.timings
         t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
         t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0

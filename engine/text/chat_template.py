@@ -27,7 +27,24 @@ class ChatTemplate:
     template was set aside for this built-in one, or ""."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "", template_source: str = "gguf",
-                 end_of_turn: str = "", name: str = "the model's chat template", refused: str = ""):
+                 end_of_turn: str = "", name: str = "the model's chat template", refused: str = "",
+                 isolated: bool | None = None):
+        """``isolated`` (default: for a file's own template) compiles and renders it in the child process
+        of engine/text/template_worker.py, which is killed past its limits; built-in templates are ours
+        and render here."""
+        self.name = name
+        self.source = source
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.template_source, self.end_of_turn = template_source, end_of_turn
+        self.refused = refused
+        self.isolated = template_source == "gguf" if isolated is None else isolated
+        self._template = None
+        if self.isolated:
+            self._in_worker(None, False, RENDER_SECONDS)  # compiled there: jinja folds constants while compiling
+        else:
+            self._template = self._compile(source)
+
+    def _compile(self, source: str):
         from jinja2 import TemplateSyntaxError
 
         def raise_exception(message: str) -> None:
@@ -36,22 +53,33 @@ class ChatTemplate:
         env = template_limits.BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(str(fmt)[:200])
-        self.name = name
+        # Folding constants runs template code: under a render's budget, so a hostile constant is not
+        # folded (jinja leaves whatever raises to the render, where the same limit refuses it).
+        token = template_limits.rendering_with(template_limits.Budget.for_input(0, 0, RENDER_SECONDS))
         try:
-            self._template = env.from_string(source)
+            return env.from_string(source)
         except TemplateSyntaxError as exc:
-            raise UnsupportedModelError(f"{name} is not valid Jinja: {one_line(exc)}") from exc
+            raise UnsupportedModelError(f"{self.name} is not valid Jinja: {one_line(exc)}") from exc
         except Exception as exc:  # a file's template: too long, too deeply nested, a literal too large
-            raise UnsupportedModelError(f"{name} cannot be compiled: {type(exc).__name__}: {one_line(exc)}") from exc
-        self.source = source
-        self.bos_token, self.eos_token = bos_token, eos_token
-        self.template_source, self.end_of_turn = template_source, end_of_turn
-        self.refused = refused
+            raise UnsupportedModelError(f"{self.name} cannot be compiled: {type(exc).__name__}: {one_line(exc)}") from exc
+        finally:
+            template_limits.done_rendering(token)
+
+    def _in_worker(self, messages: list[dict] | None, add_generation_prompt: bool, seconds: float) -> str:
+        from engine.text import template_worker
+
+        try:
+            return template_worker.render(self.source, self.bos_token, self.eos_token, messages,
+                                          add_generation_prompt, seconds)
+        except (TemplateError, UnsupportedModelError, PromptError) as exc:
+            raise type(exc)(f"{self.name} {exc}".strip()) from None
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
                seconds: float = RENDER_SECONDS) -> str:
         """The prompt text; a TemplateError naming the template if it fails or runs past its limits."""
         validate_messages(messages)
+        if self.isolated:
+            return self._in_worker(messages, add_generation_prompt, seconds)
         chars = sum(len(m["content"]) for m in messages) + len(self.bos_token) + len(self.eos_token)
         token = template_limits.rendering_with(template_limits.Budget.for_input(chars, len(messages), seconds))
         try:
@@ -61,6 +89,8 @@ class ChatTemplate:
             ))
         except TemplateError as exc:  # a limit, or the template's raise_exception
             raise TemplateError(f"{self.name} {exc}") from None
+        except MemoryError:  # the template worker's address-space ceiling (engine/text/template_worker.py)
+            raise TemplateError(f"{self.name} ran out of memory") from None
         except Exception as exc:  # noqa: BLE001 (the template is foreign code: any failure is its own)
             raise TemplateError(f"{self.name} failed to render: {type(exc).__name__}: {one_line(exc)}") from None
         finally:

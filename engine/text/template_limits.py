@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import nodes
+from jinja2 import nodes, pass_environment
+from jinja2.filters import make_attrgetter
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
@@ -161,13 +162,60 @@ def _plus(left: Any, right: Any) -> Any:
     return result
 
 
+def _text_size(value: Any, limit: int) -> int:
+    """About how long ``str(value)`` would be, found without building it; counting stops past ``limit``
+    (a list holding one big list a million times prints as terabytes from a few megabytes of memory)."""
+    size, stack = 0, [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2  # repr quotes inside containers
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            size += 2 + 2 * len(item)  # brackets, ", " separators
+            stack.extend(item)
+        elif isinstance(item, dict):
+            size += 2 + 4 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, int):
+            size += item.bit_length() // 3 + 2
+        else:
+            size += 32  # floats, None, booleans, markup: short
+    return size
+
+
+def _stringify(value: Any) -> str:
+    """``str(value)``, refused before it is built when it would pass the size cap."""
+    if not isinstance(value, str):
+        b = budget()
+        b.allocate(_text_size(value, b.sequence_cap))
+    return str(value)
+
+
 def _modulo(left: Any, right: Any) -> Any:
     if isinstance(left, str):
-        _check_format(left, right if isinstance(right, tuple) else (right,), percent=True)
+        args = right if isinstance(right, tuple) else (right,)
+        _check_format(left, args, percent=True)
+        # Sized before it is built: ``'%s' * 2500 % ((s,) * 2500)`` built 2.67 GB before the check after it.
+        b = budget()
+        b.allocate(len(left) + sum(_text_size(a, b.sequence_cap) for a in args))
         result = left % right
-        budget().allocate(len(result))
+        b.allocate(len(result))
         return result
     return left % right
+
+
+@pass_environment
+def _bounded_sum(environment: Any, iterable: Any, attribute: Any = None, start: Any = 0) -> Any:
+    """The ``sum`` filter one addition at a time, each sized and charged: the built-in copies lists
+    quadratically inside one C call (``([[0]] * 1000000)|sum(start=[])`` ran for minutes)."""
+    if attribute is not None:
+        iterable = map(make_attrgetter(environment, attribute), iterable)
+    total = start
+    for item in iterable:
+        budget().tick()
+        total = _plus(total, item)
+    return total
 
 
 class BoundedRange:
@@ -203,14 +251,14 @@ def _bounded_iter(iterable: Any) -> Iterator[Any]:
 
 def _bounded_concat(*parts: Any) -> str:
     """``a ~ b``: sized before it is joined."""
-    texts = [str(p) for p in parts]
+    texts = [_stringify(p) for p in parts]
     budget().allocate(sum(map(len, texts)))
     return "".join(texts)
 
 
 def _bounded_emit(value: Any) -> str:
     """Every ``{{ … }}`` and text block on its way out, in macros and ``set`` blocks too."""
-    text = str(value)
+    text = _stringify(value)
     budget().emit(len(text))
     return text
 
@@ -263,6 +311,10 @@ def _bounded_filter(name: str, func: Callable) -> Callable:
                 b.allocate(len(value) + (value.count("\n") + 1) * (len(width) if isinstance(width, str) else width))
             elif name == "format":
                 _check_format(value, rest, percent=True)
+        elif name == "join" and isinstance(value, (list, tuple)):  # sized before it is built
+            separator = rest[0] if rest and isinstance(rest[0], str) else kwargs.get("d", "")
+            b.allocate(sum(_text_size(item, b.sequence_cap) for item in value)
+                       + len(separator if isinstance(separator, str) else "") * max(len(value) - 1, 0))
         result = func(*args, **kwargs)
         if _sized(result):
             b.allocate(len(result))
@@ -303,6 +355,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.globals["range"] = BoundedRange
         self.globals.pop("lipsum", None)  # lipsum(n) writes n paragraphs: nothing a prompt needs
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
+        self.filters["sum"] = _bounded_sum
         # Stored once so ``call`` can recognise them by identity and skip its checks.
         self.hearth_iter, self.hearth_concat, self.hearth_emit = _bounded_iter, _bounded_concat, _bounded_emit
         self._hooks = (_bounded_iter, _bounded_concat, _bounded_emit)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import ModelFileError, UnsupportedModelError
+from engine.errors import HearthError, ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.text import byte_level, sentencepiece
 from engine.text.sentencepiece import BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED
@@ -93,6 +94,11 @@ class Tokenizer:
             raise ModelFileError(f"{model.path.name}: the tokenizer vocabulary is empty")
         if len(types) != len(tokens):
             types = np.ones(len(tokens), dtype=np.int64)
+        if model.has_tensor("token_embd.weight"):  # every id the model can emit needs a token
+            rows = int(model.tensor("token_embd.weight").shape[-1])
+            if rows != len(tokens):
+                raise ModelFileError(f"{model.path.name}: the tokenizer vocabulary holds {len(tokens):,} tokens but "
+                                     f"the model's embedding table has {rows:,} rows (the file is damaged)")
 
         def token_id(key: str) -> int | None:
             value = model.value(key)
@@ -103,14 +109,15 @@ class Tokenizer:
         if kind == "gpt2":
             merges = model.string_array("tokenizer.ggml.merges")
             pre = model.value("tokenizer.ggml.pre", "default") or "default"
-            return cls.byte_level(tokens, merges, types, pre, specials, add_bos)
+            _check_merges(model.path.name, tokens, merges)
+            return _built(model.path.name, lambda: cls.byte_level(tokens, merges, types, pre, specials, add_bos))
         scores = np.asarray(model.value("tokenizer.ggml.scores", []), dtype=np.float32)
         if len(scores) != len(tokens):
             raise ModelFileError(f"{model.path.name}: a SentencePiece vocabulary needs a score per token "
                                  f"({len(scores)} scores for {len(tokens)} tokens)")
-        return cls.sentencepiece(tokens, types, scores, specials, add_bos,
-                                 bool(model.value("tokenizer.ggml.add_space_prefix", True)),
-                                 token_id("tokenizer.ggml.unknown_token_id"))
+        return _built(model.path.name, lambda: cls.sentencepiece(
+            tokens, types, scores, specials, add_bos, bool(model.value("tokenizer.ggml.add_space_prefix", True)),
+            token_id("tokenizer.ggml.unknown_token_id")))
 
     # use ----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -155,3 +162,25 @@ def _fingerprint(head: list, tokens: list[str], merges: list[str], types: np.nda
     h.update(np.asarray(types, dtype="<i8").tobytes())
     h.update(extra)
     return h.digest()
+
+
+def _check_merges(name: str, tokens: list[str], merges: list[str]) -> None:
+    """Each merge must join two tokens of the vocabulary into a third: a vocabulary cut to 100 tokens
+    left merges naming the rest, which the tokenizers library refused as ``Exception: Error while
+    initializing BPE``."""
+    vocab = set(tokens)
+    for i, merge in enumerate(merges):
+        left, _, right = merge.partition(" ")
+        if right and not (left in vocab and right in vocab and left + right in vocab):
+            raise ModelFileError(f"{name}: tokenizer merge {i} ({merge!r}) names a token that is not in its "
+                                 f"vocabulary of {len(tokens):,} (the file is damaged)")
+
+
+def _built(name: str, build: Callable[[], Tokenizer]) -> Tokenizer:
+    """The tokenizer, or a ModelFileError naming the file for whatever else the tokenizers library refuses."""
+    try:
+        return build()
+    except HearthError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (the library raises bare Exception)
+        raise ModelFileError(f"{name}: its tokenizer vocabulary cannot be used: {' '.join(str(exc).split())[:200]}") from None
