@@ -3,10 +3,22 @@ model wrote it, after a restart too; after a model switch and back, nothing of t
 
 from __future__ import annotations
 
+import sqlite3
+
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
-from tests.qt_helpers import TIMEOUT, new_chat_with_turn
+from app.config import AppConfig
+from engine.api import resolve_paths
+from engine.conversations import MIGRATIONS, ConversationStore
+from engine.types import ReplyFacts
+from tests.qt_helpers import TIMEOUT, new_chat_with_turn, send, use_settings, wait_idle
+
+
+@pytest.fixture
+def real_config(real_model_home) -> AppConfig:
+    return AppConfig(resolve_paths(real_model_home).ensure(), model=None, weights="int4", provider="cpu")
 
 
 def delete_question(qtbot, w) -> QMessageBox:
@@ -83,3 +95,67 @@ def test_deleting_the_open_chat_after_a_turn_removes_it_once_confirmed(qtbot, wi
     w.act_delete.trigger()
     answer(qtbot, delete_question(qtbot, w), QMessageBox.ButtonRole.DestructiveRole)
     assert w.store.get(conv) is None
+
+
+# item 19: each reply's caption (why it stopped, which model wrote it) outlives a restart ---------------------
+def test_the_store_keeps_each_replys_model_through_versions_and_continues(tmp_path):
+    store = ConversationStore(tmp_path / "c.db")
+    try:
+        cid = store.create().id
+        store.append(cid, "user", "hi")
+        seq = store.append(cid, "assistant", "hello", "cancelled", "Model A int4").seq
+        assert store.reply_facts(cid) == {seq: ReplyFacts(seq, "cancelled", "Model A int4")}
+        store.set_aside_reply(cid)
+        store.append(cid, "assistant", "hey", "length", "Model B int4")
+        store.extend_reply(cid, seq, " there", "eos", "Model C int4")  # continued by another model: both wrote it
+        assert store.reply_facts(cid)[seq] == ReplyFacts(seq, "eos", "Model B int4 + Model C int4")
+        assert store.choose_version(cid, seq, 0) == "hello"
+        assert store.reply_facts(cid)[seq] == ReplyFacts(seq, "cancelled", "Model A int4")  # the version's own
+        store.edit(cid, seq, "my words")  # the person wrote it now: no model to name
+        assert store.reply_facts(cid)[seq] == ReplyFacts(seq, None, "")
+    finally:
+        store.close()
+
+
+def test_a_schema_7_database_gains_reply_models_and_keeps_finishes(tmp_path):
+    path = tmp_path / "v7.db"
+    with sqlite3.connect(path) as db:
+        for i, sql in enumerate(MIGRATIONS[:7], 1):
+            db.executescript(sql + f"; PRAGMA user_version = {i};")
+        db.execute("INSERT INTO conversations (id, created_ms, updated_ms) VALUES ('old', 0, 0)")
+        db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish) "
+                   "VALUES ('old', 0, 'user', 'hi', 0, NULL), ('old', 1, 'assistant', 'hel', 0, 'cancelled')")
+    store = ConversationStore(path)
+    try:
+        assert store.reply_facts("old") == {1: ReplyFacts(1, "cancelled", "")}
+    finally:
+        store.close()
+
+
+def shown_notes(qtbot, w) -> dict[int, str]:
+    qtbot.waitUntil(lambda: not w.transcript.loading, timeout=TIMEOUT)
+    return {m.seq: m.note.text() for m in w.transcript.messages if m.role == "assistant"}
+
+
+@pytest.mark.real_model
+def test_stopped_and_cut_off_replies_keep_their_marker_and_model_after_a_restart(qtbot, windows, real_config):
+    w = windows(real_config)
+    label = w.model_info.label
+    whole = new_chat_with_turn(qtbot, w, "Say hello.", {"temperature": 0.0, "max_new_tokens": 4})
+    stopped = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 400})
+    send(qtbot, w, "Write a long story about a lighthouse keeper.")
+    qtbot.waitUntil(lambda: len(w.turns.turn(stopped).reply) > 20, timeout=TIMEOUT)
+    qtbot.keyClick(w, Qt.Key.Key_Escape)  # Chat → Stop
+    wait_idle(qtbot, w)
+    assert list(shown_notes(qtbot, w).values())[-1] == f"stopped · {label}"
+    cut = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 400})
+    send(qtbot, w, "Write a long story about a dragon.")
+    qtbot.waitUntil(lambda: len(w.turns.turn(cut).reply) > 20, timeout=TIMEOUT)
+    windows.close(w)  # quitting mid-stream: the reply so far is stored, as stopped
+    again = windows(real_config)
+    for cid, note in ((whole, f"reached the length limit · {label}"), (stopped, f"stopped · {label}"), (cut, f"stopped · {label}")):
+        again.open_conversation(cid)
+        assert again.store.messages(cid)[-1].role == "assistant"
+        assert list(shown_notes(qtbot, again).values()) == [note], cid
