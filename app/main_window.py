@@ -269,8 +269,8 @@ class MainWindow(ShellMixin, QMainWindow):
             self.setWindowTitle("Hearth")
             return
         self._update_title(conversation)
-        self.models.on_chat_shown(conversation)
-        if self.model_info is not None and not self.turns.running(conversation):
+        switching = self.models.on_chat_shown(conversation)  # then _on_ready opens it, on its model
+        if self.model_info is not None and not switching and not self.turns.running(conversation):
             self.turns.open(conversation)
 
     def send(self, text: str) -> None:

@@ -10,10 +10,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from app.config import AppConfig
+from app.sidebar import SUBTITLE_ROLE, TOKENS_ROLE
 from engine.api import resolve_paths
 from engine.conversations import MIGRATIONS, ConversationStore
-from engine.types import ReplyFacts
-from tests.qt_helpers import TIMEOUT, new_chat_with_turn, send, use_settings, wait_idle
+from engine.types import ReplyFacts, ResumeSource
+from tests.qt_helpers import TIMEOUT, new_chat_with_turn, on_ui_thread, send, use_settings, wait_idle
+from tests.test_app_models import SMOLLM2, pick, wait_for, wait_listed, wait_model
 
 
 @pytest.fixture
@@ -159,3 +161,51 @@ def test_stopped_and_cut_off_replies_keep_their_marker_and_model_after_a_restart
         again.open_conversation(cid)
         assert again.store.messages(cid)[-1].role == "assistant"
         assert list(shown_notes(qtbot, again).values()) == [note], cid
+
+
+# item 20: after a switch to another model and back, nothing of the other model lingers ----------------------
+def subtitle(w, chat: str) -> str:
+    return w.sidebar.item_for(chat).data(SUBTITLE_ROLE)
+
+
+def settle(qtbot, w) -> None:
+    """Until the engine thread has done everything asked of it so far and the window has heard of it all:
+    the list of contexts asked for now comes back last."""
+    seen: list = []
+    w.contexts.changed.connect(lambda ids: seen.append(ids))  # emitted on the UI thread, after the list
+    w.host.request_states.emit()
+    qtbot.waitUntil(lambda: bool(seen), timeout=TIMEOUT)
+
+
+@pytest.mark.real_model
+def test_a_switch_to_another_model_and_back_shows_only_the_chats_own_models_figures(qtbot, windows, real_config,
+                                                                                    tiny_gguf):
+    w = windows(real_config)
+    wait_listed(qtbot, w, SMOLLM2)
+    badges: list = []
+    w.turns.token.connect(lambda cid, _piece: badges.append(w.sidebar.badge(cid)))
+    chat = new_chat_with_turn(qtbot, w, "Name three rivers.", {"temperature": 0.0, "max_new_tokens": 6})
+    assert set(badges) == {"live"}  # a new chat's first reply: in memory as it is written (was "none")
+    on_smol = w.sidebar.item_for(chat).data(TOKENS_ROLE)
+    assert on_smol and w.status.speed.text()
+    w.models.add_and_use(str(tiny_gguf))  # B: another model, for the same chat
+    wait_for(qtbot, w, lambda: w.model_info is not None and w.model_info.key not in (SMOLLM2, ""), "the added model")
+    settle(qtbot, w)
+    tiny = w.model_info.key
+    assert w.status.speed.text() == ""  # SmolLM2's "first token in … · … tokens/s" is not tiny's
+    assert "tokens" not in subtitle(w, chat) and subtitle(w, chat).endswith("tiny")  # nor its token count
+    badges.clear()
+    send(qtbot, w, "And three lakes?")
+    wait_idle(qtbot, w)
+    assert badges and set(badges) == {"live"}  # its own reply being written (was "stale": SmolLM2's file)
+    assert w.store.get(chat).model_key == tiny
+    opened: list = []
+    on_ui_thread(w.worker.resumed, lambda c, r: opened.append(r) if c == chat else None)
+    pick(w, SMOLLM2)  # back to A: its context of this chat is on disk
+    wait_model(qtbot, w, SMOLLM2)
+    qtbot.waitUntil(lambda: bool(opened), timeout=TIMEOUT)
+    settle(qtbot, w)
+    assert [r.source for r in opened] == [ResumeSource.DISK]  # opened once, from disk (a second opening said "memory")
+    assert "from disk" in w.status.resume.text() and "memory" not in w.status.resume.text()
+    assert w.status.speed.text() == ""  # tiny's figures are gone
+    assert subtitle(w, chat).endswith("SmolLM2 135M Instruct") and w.sidebar.item_for(chat).data(TOKENS_ROLE) == on_smol
