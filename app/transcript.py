@@ -122,6 +122,7 @@ class MessageWidget(QFrame):
         head.addWidget(self.who)
         self.note = QLabel("")
         self.note.setEnabled(False)  # drawn in the palette's dim text colour
+        self.note.setTextFormat(Qt.TextFormat.PlainText)  # a model's name comes from a file: never markup
         # A long note wraps and never widens the message (it pushed Copy off-screen).
         self.note.setWordWrap(True)
         self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

@@ -139,6 +139,18 @@ def shown_notes(qtbot, w) -> dict[int, str]:
     return {m.seq: m.note.text() for m in w.transcript.messages if m.role == "assistant"}
 
 
+def test_a_models_name_in_a_caption_is_shown_as_text_not_markup(qtbot, windows):
+    w = windows(wait_ready=False)
+    cid = w.store.create().id
+    w.store.append(cid, "user", "hi")
+    w.store.append(cid, "assistant", "hello", "cancelled", '<img src="file:///etc/passwd"><b>Evil</b>')
+    w.reload_list()
+    w.open_conversation(cid)
+    note = next(m.note for m in w.transcript.messages if m.role == "assistant")
+    assert note.text() == 'stopped · <img src="file:///etc/passwd"><b>Evil</b>'
+    assert note.textFormat() == Qt.TextFormat.PlainText
+
+
 @pytest.mark.real_model
 def test_stopped_and_cut_off_replies_keep_their_marker_and_model_after_a_restart(qtbot, windows, real_config):
     w = windows(real_config)
