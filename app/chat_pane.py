@@ -19,7 +19,7 @@ from app.composer import Composer
 from app.context_blocks import too_long_alone_text
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, rebuilding_note, rebuilt_note, turn_note, version_chosen_note
+from app.text import duration, rebuilding_note, rebuilt_note, reply_caption, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
@@ -142,7 +142,7 @@ class ChatPane(QWidget):
         turn = self.turns.turn(self.conversation)
         if turn is not None and turn.kind == "continue" and stored and stored[-1][1] == "assistant":
             stored = stored[:-1]  # the reply being continued streams below, from its stored text on
-        self.transcript.load(stored)
+        self.transcript.load(stored, self.reply_notes())
         self.transcript.set_dropped(self._dropped.get(self.conversation, 0))
         self._tooled = None
         self.update_reply_tools()
@@ -153,6 +153,18 @@ class ChatPane(QWidget):
             self.transcript.begin_stream(turn.reply)
         else:
             self._offer_next_step()
+
+    def reply_notes(self) -> dict[int, str]:
+        """seq → each stored reply's caption: why it stopped and which model wrote it, as the store keeps
+        them (so they are there after a restart too)."""
+        if self.conversation is None:
+            return {}
+        try:
+            facts = self.store.reply_facts(self.conversation)
+        except ConversationError as exc:  # the replies show without captions; the database's trouble shows elsewhere
+            log.warning("could not read how the replies ended: %s", exc)
+            return {}
+        return {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}
 
     def _offer_next_step(self) -> None:
         """Under the last message, when no turn is writing into the chat: the refusal it last had (a chat
@@ -268,6 +280,7 @@ class ChatPane(QWidget):
             self.status.problem(f"That version could not be chosen: {exc}")
             return
         last.set_text(text)
+        last.set_note(self.reply_notes().get(seq, ""))  # the version's own stop reason and model
         self.update_buttons()  # Continue follows the version shown: the store keeps why each one ended
         self._chosen_version = index
         self.status.say(version_chosen_note(index))

@@ -275,6 +275,8 @@ class EngineWorker(QObject):
                 self.dropped_messages.emit(conversation, event.dropped_messages)
                 if resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
                     self.rebuilding.emit(conversation, resume)
+                if self._turning:  # the chat is live now, as its reply is written: its badge says so at once
+                    self._emit_cache_states()
             case Accepted():
                 self.accepted.emit(event.conversation, event)
                 self.dropped_messages.emit(event.conversation, event.dropped_messages)

@@ -115,11 +115,13 @@ class MainWindow(ShellMixin, QMainWindow):
                                                                                 c.send_button, c.stop_button)
         self.resize(1100, 720)
 
-    def _action(self, text: str, shortcut: QKeySequence | str | None, slot, menu) -> QAction:
+    def _action(self, text: str, shortcut: QKeySequence | str | None, slot: Callable[[], object], menu) -> QAction:
+        """A menu action that calls ``slot()`` with no arguments: ``triggered`` passes ``checked`` (False), which
+        a slot with a defaulted parameter would take as that parameter (Delete took it for ``confirm``)."""
         act = QAction(text, self)
         if shortcut is not None:
             act.setShortcut(QKeySequence(shortcut))
-        act.triggered.connect(slot)
+        act.triggered.connect(lambda _checked=False: slot())
         menu.addAction(act)
         return act
 
@@ -146,7 +148,7 @@ class MainWindow(ShellMixin, QMainWindow):
         delete_key = QAction("Delete the selected chat", self.sidebar)  # plain Delete only while the list has focus
         delete_key.setShortcut(QKeySequence.StandardKey.Delete)
         delete_key.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
-        delete_key.triggered.connect(self.delete_current)
+        delete_key.triggered.connect(lambda _checked=False: self.delete_current())
         self.sidebar.addAction(delete_key)
         help_menu = self.help_menu = m.addMenu("&Help")
         self._action("&Where is my data?", None, self.show_data_locations, help_menu)
@@ -268,8 +270,8 @@ class MainWindow(ShellMixin, QMainWindow):
             self.setWindowTitle("Hearth")
             return
         self._update_title(conversation)
-        self.models.on_chat_shown(conversation)
-        if self.model_info is not None and not self.turns.running(conversation):
+        switching = self.models.on_chat_shown(conversation)  # then _on_ready opens it, on its model
+        if self.model_info is not None and not switching and not self.turns.running(conversation):
             self.turns.open(conversation)
 
     def send(self, text: str) -> None:
@@ -286,19 +288,33 @@ class MainWindow(ShellMixin, QMainWindow):
             return
         return self.open_rename(self.current)
 
-    def delete_current(self, confirm: bool = True) -> None:
-        if self.current is None:
-            return
-        conv = self.store.require(self.current)
-        if confirm:
-            answer = QMessageBox.question(
-                self, "Delete chat", f"Delete “{conv.title or 'New chat'}” and its saved context? This cannot be undone.",
-                QMessageBox.StandardButton.Delete | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
-            if answer != QMessageBox.StandardButton.Delete:
-                return
-        self.turns.forget(conv.id)
-        self.store.delete(conv.id)
-        self.host.request_forget.emit(conv.id)
+    def delete_current(self) -> QMessageBox | None:
+        """Chat → Delete…, Ctrl+Shift+Delete, Delete in the list: ask first (the box is returned, open)."""
+        return self.ask_delete(self.current) if self.current is not None else None
+
+    def ask_delete(self, conversation: str) -> QMessageBox | None:
+        """Ask before deleting ``conversation`` for good; Cancel is the default. Window-modal, no nested loop."""
+        conv = self.store.get(conversation)
+        if conv is None:
+            return None
+        box = QMessageBox(QMessageBox.Icon.Question, "Delete chat",
+                          f"Delete “{conv.title or 'New chat'}” and its saved context? This cannot be undone.",
+                          QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("deleteChatQuestion")
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)  # Qt has no standard Delete
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.finished.connect(lambda _r: self.delete_chat(conversation) if box.clickedButton() is delete else None)
+        box.finished.connect(box.deleteLater)
+        box.open()
+        return box
+
+    def delete_chat(self, conversation: str) -> None:
+        """Delete ``conversation`` and its saved context now (after the question, or when asked by code)."""
+        if self.store.get(conversation) is None:
+            return  # gone meanwhile (the browser, another process)
+        self.turns.forget(conversation)
+        self.store.delete(conversation)
+        self.host.request_forget.emit(conversation)
         self._sync_list()
 
     def open_settings(self) -> ChatSettingsDialog | None:

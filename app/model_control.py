@@ -95,17 +95,21 @@ class ModelControl(QObject):
             return ""
         return self.title(name).split(" (")[0]
 
-    def on_chat_shown(self, conversation: str | None) -> None:
-        """Before the chat opens in the engine: switch to its model when it has another, available one."""
+    def on_chat_shown(self, conversation: str | None) -> bool:
+        """Before the chat opens in the engine: switch to its model when it has another, available one.
+        True when a switch was asked for: the window opens the chat once that model is ready, not before
+        (a second opening found it live and the status bar said "continued from memory" for a chat
+        just restored from disk)."""
         self._hide_missing()
         wanted = self.chat_model(conversation)
         if not wanted or wanted == self.loaded:
             self.picker.show_current(self.loaded)
-            return
+            return False
         m = self.models.get(wanted)
         if m is not None and m.status == "ready":
             self.picker.show_current(wanted)
             self.switch(wanted)
+            return True
         elif self.models or m is not None:  # the list is known and the model is gone or unusable
             why = m.problem if m is not None and m.problem else "it is no longer in the library"
             self.missing_note.setText(f"This chat was last used with {self.title(wanted)}, which cannot be loaded "
@@ -113,6 +117,7 @@ class ModelControl(QObject):
             self.missing_note.show()
             self.continue_button.show()
             self.picker.show_current(self.loaded)
+        return False
 
     def _hide_missing(self) -> None:
         self.missing_note.hide()
@@ -122,6 +127,7 @@ class ModelControl(QObject):
         conversation = self.window.current
         if conversation and self.loaded:
             self.window.store.set_model(conversation, self.title(self.loaded), self.loaded)
+            self.window.reload_list()  # the window's own writes do not move data_version: the list names it now
         self._hide_missing()
 
     def choose(self, name: str) -> None:
@@ -131,10 +137,9 @@ class ModelControl(QObject):
         self._hide_missing()
         if conversation:
             self.window.store.set_model(conversation, self.title(name), name)
+            self.window.reload_list()  # the window's own writes do not move data_version: the list names it now
         if name != self.loaded:
-            self.switch(name)
-            if conversation and not self.window.turns.running(conversation):
-                self.window.turns.open(conversation)  # after the switch, in the engine's queue
+            self.switch(name)  # once it is ready, the window opens the chat on it (MainWindow._on_ready)
 
     def switch(self, name: str, force: bool = False) -> None:
         self.loaded = name

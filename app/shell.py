@@ -184,7 +184,7 @@ class ShellMixin:
         menu.addAction("Unpin" if pinned else "Pin to top", lambda: self.set_pinned(conversation, not pinned))
         menu.addAction("Rename…", lambda: self.open_rename(conversation))
         menu.addSeparator()
-        menu.addAction("Delete…", self.delete_current)  # acts on the chat under the menu: it is made current
+        menu.addAction("Delete…", lambda: self.ask_delete(conversation))  # asks first, as Chat → Delete… does
         return menu
 
     def _show_sidebar_menu(self, pos: QPoint) -> None:

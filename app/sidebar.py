@@ -202,7 +202,8 @@ class ConversationList(QListWidget):
             self.blockSignals(False)
 
     def set_badges(self, states: Mapping[str, ContextState]) -> None:
-        """Conversations not named get "none" (unless rebuilding) and keep the token count they had."""
+        """Conversations not named get "none" (unless rebuilding) and keep the token count they had. A stale
+        entry's count is the other model's (another tokenizer): the chat shows none until this model counts."""
         for i in range(self.count()):
             item = self.item(i)
             cid = item.data(ID_ROLE)
@@ -210,7 +211,9 @@ class ConversationList(QListWidget):
                 continue
             state = states.get(cid)
             item.setData(BADGE_ROLE, str(state.badge if state else ContextBadge.NONE))
-            if state is not None and state.tokens:
+            if state is not None and state.badge == ContextBadge.STALE:
+                item.setData(TOKENS_ROLE, None)
+            elif state is not None and state.tokens:
                 item.setData(TOKENS_ROLE, state.tokens)
             self._refresh(item)
 

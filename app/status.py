@@ -39,8 +39,13 @@ class StatusLine:
         for label in (self.speed, self.context, self.model):
             bar.addPermanentWidget(label)
         self.limit: int | None = None  # the model's context window, once loaded
+        self._model_key: str | None = None  # the model those figures are of
 
     def model_ready(self, info: ModelInfo) -> None:
+        if self._model_key is not None and info.key != self._model_key:
+            self.speed.setText("")  # the last turn's figures were the other model's (its opening says how it starts)
+            self.resume.setText("")
+        self._model_key = info.key
         self.limit = info.context_length
         self.model.setText(model_label(info))
         self.model.set_note(model_tooltip(info))

@@ -64,9 +64,19 @@ STOP_NOTES = {StopReason.CANCELLED: "stopped", StopReason.LENGTH: "reached the l
               StopReason.CONTEXT_FULL: "the context window is full"}
 
 
+def reply_caption(finish: str | None, model: str) -> str:
+    """The small note beside a reply, as the store keeps it (so the same after a restart): why it ended,
+    unless it simply ended ("stopped" also for a reply cut off by quitting), and the model that wrote it."""
+    parts = [STOP_NOTES[StopReason(finish)]] if finish in STOP_NOTES else []
+    if model:
+        parts.append(model)
+    return " · ".join(parts)
+
+
 def turn_note(finished: Finished) -> str:
-    """The small note beside a finished reply: why it ended (unless it simply ended), and a failed save."""
-    parts = [STOP_NOTES[finished.stop_reason]] if finished.stop_reason in STOP_NOTES else []
+    """The note beside a reply that just finished: its caption (``reply_caption``), and a failed save."""
+    caption = reply_caption(str(finished.stop_reason), finished.model.label)
+    parts = [caption] if caption else []
     if finished.save is not None and not finished.save.ok:
         parts.append(f"context not saved: {finished.save.error or 'unknown error'}")
     return " · ".join(parts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -121,6 +122,7 @@ class MessageWidget(QFrame):
         head.addWidget(self.who)
         self.note = QLabel("")
         self.note.setEnabled(False)  # drawn in the palette's dim text colour
+        self.note.setTextFormat(Qt.TextFormat.PlainText)  # a model's name comes from a file: never markup
         # A long note wraps and never widens the message (it pushed Copy off-screen).
         self.note.setWordWrap(True)
         self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -302,6 +304,7 @@ class TranscriptView(QScrollArea):
         self._render_timer.timeout.connect(self._flush)
         self._find_index = 0
         self._backlog: list[tuple[int, str, str]] = []  # older messages still to render, oldest first
+        self._notes: dict[int, str] = {}  # seq → the note a stored message is drawn with (a reply's caption)
         self._prepared: tuple[int, str] | None = None  # the backlog message whose code is already highlighted
         self._graveyard: list[MessageWidget] = []  # widgets of the previous chat, deleted a few at a time
         self._chores = QTimer(self)
@@ -333,13 +336,16 @@ class TranscriptView(QScrollArea):
         self._graveyard.extend(self.messages)
         self.messages.clear()
         self._backlog.clear()
+        self._notes = {}
         self.empty_hint.setVisible(True)
         self._chores.start()
 
-    def load(self, messages: list[tuple[int, str, str]]) -> None:
+    def load(self, messages: list[tuple[int, str, str]], notes: Mapping[int, str] | None = None) -> None:
         """Show a whole conversation: the newest messages at once, older ones a few per event-loop
-        turn (within a frame's budget), so opening a long chat never freezes the window."""
+        turn (within a frame's budget), so opening a long chat never freezes the window. ``notes``: seq →
+        the small note beside that message (why a reply stopped, the model that wrote it)."""
         self.clear()
+        self._notes = dict(notes or {})
         self._stick = True
         self._backlog = list(messages)
         self._render_backlog(RENDER_BUDGET_MS, split=False)  # the newest messages are shown at once
@@ -411,6 +417,8 @@ class TranscriptView(QScrollArea):
 
     def _make(self, seq: int, role: str, text: str) -> MessageWidget:
         w = MessageWidget(seq, role, text, self.widget(), self.read_only)
+        if self._notes.get(seq):
+            w.set_note(self._notes[seq])
         w.copy_requested.connect(self.copy_requested)
         w.edit_requested.connect(self.edit_requested)
         w.regenerate_requested.connect(self.regenerate_requested)

@@ -587,13 +587,13 @@ class Hearth:
             finish = str(StopReason(result.stop_reason))  # stored with the reply: Continue outlives the session
             if continued:  # the same message, written on
                 if result.text:
-                    self.conversations.extend_reply(cid, continued_seq, result.text, finish)
+                    self.conversations.extend_reply(cid, continued_seq, result.text, finish, info.label)
                     self.conversations.set_model(cid, info.label, key)
                 elif result.stop_reason != StopReason.CANCELLED:  # it ended at once: the reply is whole now
                     self.conversations.set_finish(cid, continued_seq, finish)
                 stored.append(continued_seq)
             elif result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
-                stored.append(self.conversations.append(cid, "assistant", result.text, finish).seq)
+                stored.append(self.conversations.append(cid, "assistant", result.text, finish, info.label).seq)
                 self.conversations.set_model(cid, info.label, key)
 
         if view.moved:
@@ -1029,7 +1029,7 @@ class Hearth:
         logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
         result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started)
         if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
-            self.conversations.append(cid, "assistant", result.text, str(result.stop_reason))
+            self.conversations.append(cid, "assistant", result.text, str(result.stop_reason), self._info.label)
             self.conversations.set_model(cid, self._info.label, self.model_key)
         self._sessions.save("turn", boundaries=[len(prompt)])
         return self._served(result, report, len(prompt))

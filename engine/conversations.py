@@ -21,7 +21,7 @@ from pathlib import Path
 
 from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
-from engine.types import Conversation, Message, ReplyVersions
+from engine.types import Conversation, Message, ReplyFacts, ReplyVersions
 
 ROLES = ("system", "user", "assistant")
 COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
@@ -127,7 +127,14 @@ MIGRATIONS: list[str] = [
     ALTER TABLE messages ADD COLUMN finish TEXT;
     ALTER TABLE alternatives ADD COLUMN finish TEXT;
     """,
+    # 8: the model that wrote each reply (and each kept version), in words, so the chat can say so after a
+    # restart; NULL when not known (rows from before, imports, a reply the person edited).
+    """
+    ALTER TABLE messages ADD COLUMN model TEXT;
+    ALTER TABLE alternatives ADD COLUMN model TEXT;
+    """,
 ]
+MODEL_CHARS = 200  # a model's name in words, as stored with a reply (a GGUF stem and its weights)
 LENGTH_FINISH = "length"  # StopReason.LENGTH: the reply can be continued
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -476,8 +483,10 @@ class ConversationStore:
         head = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
         return head + [m.as_chat() for m in self.messages(conversation_id)]
 
-    def append(self, conversation_id: str, role: str, content: str, finish: str | None = None) -> Message:
-        """Add a message at the end; ``finish``: why a reply ended (a StopReason value), kept for replies only."""
+    def append(self, conversation_id: str, role: str, content: str, finish: str | None = None,
+               model: str | None = None) -> Message:
+        """Add a message at the end; ``finish``: why a reply ended (a StopReason value) and ``model``: the model
+        that wrote it, in words, kept for replies only."""
         if role not in ROLES:
             raise ConversationError(f"role {role!r} is not one of {', '.join(ROLES)}")
         if not isinstance(content, str):
@@ -491,9 +500,11 @@ class ConversationStore:
                              (conversation_id,)).fetchone()[0]
             if role != "assistant":  # versions of a reply that was set aside and never came back
                 db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
-            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish) "
-                       "VALUES (?,?,?,?,?,?)",
-                       (conversation_id, seq, role, content, t, finish if role == "assistant" else None))
+            reply = role == "assistant"
+            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model) "
+                       "VALUES (?,?,?,?,?,?,?)",
+                       (conversation_id, seq, role, content, t, finish if reply else None,
+                        model[:MODEL_CHARS] if reply and model else None))
             title = conv[0] or (title_from(content) if role == "user" else "")
             db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
         return Message(seq, role, content, t)
@@ -520,7 +531,7 @@ class ConversationStore:
             if old is None:
                 raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
             # A reply the person rewrote no longer ends where the model stopped: nothing to continue.
-            db.execute("UPDATE messages SET content = ?, finish = NULL WHERE conversation_id = ? AND seq = ?",
+            db.execute("UPDATE messages SET content = ?, finish = NULL, model = NULL WHERE conversation_id = ? AND seq = ?",
                        (content, conversation_id, seq))
             self._retitle(db, conversation_id, seq, old[0], old[1], content)
             self._truncate(db, conversation_id, seq + 1)
@@ -590,16 +601,16 @@ class ConversationStore:
         """Keep the last reply as an earlier version and take it off the chat, so a new one is written in
         its place (regenerate); returns its seq. ConversationError when the chat does not end in a reply."""
         with self._write() as db:
-            last = db.execute("SELECT seq, role, content, created_ms, finish FROM messages WHERE conversation_id = ? "
-                              "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
+            last = db.execute("SELECT seq, role, content, created_ms, finish, model FROM messages WHERE "
+                              "conversation_id = ? ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
             if last is None or last[1] != "assistant":
                 raise ConversationError("the conversation does not end in a reply, so there is none to write again")
             seq = last[0]
             others = db.execute("SELECT position, content FROM alternatives WHERE conversation_id = ? AND seq = ?",
                                 (conversation_id, seq)).fetchall()
-            db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms, finish) "
-                       "VALUES (?,?,?,?,?,?)", (conversation_id, seq, self._free_position(others), last[2], last[3],
-                                                last[4]))
+            db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms, finish, model) "
+                       "VALUES (?,?,?,?,?,?,?)", (conversation_id, seq, self._free_position(others), last[2], last[3],
+                                                  last[4], last[5]))
             db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq = ?", (conversation_id, seq))
         return seq
 
@@ -612,13 +623,13 @@ class ConversationStore:
                 return False
             # The row set aside last has the highest id (a flip rewrites rows in place; it never adds one): by
             # position, a regenerate of a version chosen with ‹ › would bring back another version.
-            row = db.execute("SELECT id, content, created_ms, finish FROM alternatives WHERE conversation_id = ? AND "
-                             "seq = ? ORDER BY id DESC LIMIT 1", (conversation_id, seq)).fetchone()
+            row = db.execute("SELECT id, content, created_ms, finish, model FROM alternatives WHERE conversation_id = ? "
+                             "AND seq = ? ORDER BY id DESC LIMIT 1", (conversation_id, seq)).fetchone()
             if row is None:
                 return False
             db.execute("DELETE FROM alternatives WHERE id = ?", (row[0],))
-            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish) "
-                       "VALUES (?,?,?,?,?,?)", (conversation_id, seq, "assistant", row[1], row[2], row[3]))
+            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model) "
+                       "VALUES (?,?,?,?,?,?,?)", (conversation_id, seq, "assistant", row[1], row[2], row[3], row[4]))
         return True
 
     def choose_version(self, conversation_id: str, seq: int, index: int) -> str:
@@ -626,12 +637,12 @@ class ConversationStore:
         chat continues with; returns its text. Only the last reply: the messages after an earlier one
         answered the version they followed."""
         with self._write() as db:
-            last = db.execute("SELECT seq, role, content, created_ms, finish FROM messages WHERE conversation_id = ? "
-                              "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
+            last = db.execute("SELECT seq, role, content, created_ms, finish, model FROM messages WHERE "
+                              "conversation_id = ? ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
             if last is None or last[0] != seq or last[1] != "assistant":
                 raise ConversationError(f"message {seq} is not the last reply of the conversation: only the last "
                                         "reply's version can be chosen")
-            others = db.execute("SELECT id, position, content, created_ms, finish FROM alternatives WHERE "
+            others = db.execute("SELECT id, position, content, created_ms, finish, model FROM alternatives WHERE "
                                 "conversation_id = ? AND seq = ? ORDER BY position", (conversation_id, seq)).fetchall()
             current = self._free_position([(o[1], o[2]) for o in others])
             positions = sorted([o[1] for o in others] + [current])
@@ -641,19 +652,26 @@ class ConversationStore:
             if wanted == current:
                 return last[2]
             row = next(o for o in others if o[1] == wanted)
-            db.execute("UPDATE alternatives SET position = ?, content = ?, created_ms = ?, finish = ? WHERE id = ?",
-                       (current, last[2], last[3], last[4], row[0]))
-            db.execute("UPDATE messages SET content = ?, created_ms = ?, finish = ? WHERE conversation_id = ? AND seq = ?",
-                       (row[2], row[3], row[4], conversation_id, seq))
+            db.execute("UPDATE alternatives SET position = ?, content = ?, created_ms = ?, finish = ?, model = ? "
+                       "WHERE id = ?", (current, last[2], last[3], last[4], last[5], row[0]))
+            db.execute("UPDATE messages SET content = ?, created_ms = ?, finish = ?, model = ? WHERE conversation_id = ? "
+                       "AND seq = ?", (row[2], row[3], row[4], row[5], conversation_id, seq))
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
         return row[2]
 
-    def extend_reply(self, conversation_id: str, seq: int, text: str, finish: str | None = None) -> None:
+    def extend_reply(self, conversation_id: str, seq: int, text: str, finish: str | None = None,
+                     model: str | None = None) -> None:
         """Append ``text`` to reply ``seq`` (Continue: the same message, written on); ``finish`` is why it
-        ended this time."""
+        ended this time; ``model`` wrote the new part (a reply started by another model names both)."""
         with self._write() as db:
-            cur = db.execute("UPDATE messages SET content = content || ?, finish = ? WHERE conversation_id = ? AND "
-                             "seq = ? AND role = 'assistant'", (text, finish, conversation_id, seq))
+            old = db.execute("SELECT model FROM messages WHERE conversation_id = ? AND seq = ? AND role = 'assistant'",
+                             (conversation_id, seq)).fetchone()
+            writers = old[0] if old is not None and old[0] else None
+            if model and (writers is None or model not in writers.split(" + ")):
+                writers = f"{writers} + {model}" if writers else model
+            cur = db.execute("UPDATE messages SET content = content || ?, finish = ?, model = ? WHERE "
+                             "conversation_id = ? AND seq = ? AND role = 'assistant'",
+                             (text, finish, writers[:MODEL_CHARS] if writers else None, conversation_id, seq))
             if cur.rowcount == 0:
                 raise ConversationError(f"conversation {conversation_id!r} has no reply {seq} to continue")
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
@@ -666,6 +684,13 @@ class ConversationStore:
                              (finish, conversation_id, seq))
         if cur.rowcount == 0:
             raise ConversationError(f"conversation {conversation_id!r} has no reply {seq}")
+
+    def reply_facts(self, conversation_id: str) -> dict[int, ReplyFacts]:
+        """seq → why each reply of the chat ended and which model wrote it (the captions under replies)."""
+        with self._tx() as db:
+            rows = db.execute("SELECT seq, finish, model FROM messages WHERE conversation_id = ? AND role = 'assistant'",
+                              (conversation_id,)).fetchall()
+        return {seq: ReplyFacts(seq, finish, model or "") for seq, finish, model in rows}
 
     def length_stopped_reply(self, conversation_id: str) -> int | None:
         """The seq of the chat's last message when it is a reply the length limit stopped (Continue writes on

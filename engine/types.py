@@ -208,6 +208,16 @@ class Message:
 
 
 @dataclass(frozen=True)
+class ReplyFacts:
+    """What the store knows of how a reply was written: why it ended (a StopReason value, None when not
+    known) and the model that wrote it, in words ("" when not known: replies from before, imports)."""
+
+    seq: int
+    finish: str | None
+    model: str
+
+
+@dataclass(frozen=True)
 class ReplyVersions:
     """The versions of one reply (Regenerate keeps the earlier ones), oldest first; the chat continues
     with ``texts[chosen]``."""

@@ -130,7 +130,7 @@ def test_deleting_a_chat_removes_its_checkpoint(qtbot, windows, config):
     send(qtbot, w, "soon gone")
     wait_idle(qtbot, w)
     path = only_conv_path(config.paths.checkpoints, conv)
-    w.delete_current(confirm=False)
+    w.delete_chat(conv)
     qtbot.waitUntil(lambda: not path.exists(), timeout=TIMEOUT)
     assert w.store.get(conv) is None and w.sidebar.item_for(conv) is None
 

@@ -240,7 +240,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     browser.export_bundle(str(bundle))
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert isinstance(done[-1], BundleExported) and (done[-1].conversations, done[-1].contexts) == (1, 1)
-    w.delete_current(confirm=False)  # gone: chat and saved context
+    w.delete_chat(conv)  # gone: chat and saved context
     qtbot.waitUntil(lambda: not conv_paths(w.config.paths.checkpoints, conv), timeout=TIMEOUT)
     ids = import_bundle(qtbot, browser, bundle)
     assert ids == [conv]
