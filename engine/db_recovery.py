@@ -84,7 +84,7 @@ def daily_backup(db: Path, level: int = logging.INFO) -> Path | None:
     """The day's backup when it is due; never raises. A failure is logged at ``level``: the CLI keeps it
     off the terminal (a damaged or unwritable database is the store's to report, in its own words)."""
     try:
-        return backup(db)
+        return backup(db, level=level)
     except (ConversationError, OSError, sqlite3.Error) as exc:
         log.log(level, "could not back up %s: %s", Path(db).name, exc)
         return None
@@ -149,9 +149,10 @@ def check(db: Path) -> DbCheck:
     return DbCheck(Path(db), not problem, problem, list_backups(db))
 
 
-def backup(db: Path, force: bool = False) -> Path | None:
+def backup(db: Path, force: bool = False, level: int = logging.WARNING) -> Path | None:
     """Copy ``db`` into its backups; None when skipped (not due, too large, short of space, or nothing to
-    copy). A damaged database is an error: it would replace a good backup with a bad one."""
+    copy; a skip for want of space is logged at ``level``). A damaged database is an error: it would
+    replace a good backup with a bad one."""
     db = Path(db)
     if not db.exists():
         return None
@@ -164,7 +165,7 @@ def backup(db: Path, force: bool = False) -> Path | None:
         log.info("not backing up %s automatically: %d MiB is more than %d MiB", db.name, size >> 20, MAX_BYTES >> 20)
         return None
     if shutil.disk_usage(folder).free < size + SPARE_BYTES:
-        log.warning("not backing up %s: not enough free disk space", db.name)
+        log.log(level, "not backing up %s: not enough free disk space", db.name)
         return None
     problem = problem_with(db)
     if problem:
