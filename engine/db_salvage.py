@@ -2,7 +2,10 @@
 
 One bad page must not cost every conversation. Each table is read in rowid order, forwards and then
 backwards (a scan stops at the first page that cannot be read), and the rows between the two are looked
-up one rowid at a time, so only the rows on unreadable pages are lost. The search indexes are not read:
+up one rowid at a time. When any of that fails (a root or interior page is gone, or page 1 with the
+schema), the file's leaf pages are read one by one as well (engine.db_pages) and each record goes to the
+table its shape fits, so only the rows on the damaged pages themselves are lost. The search indexes are
+not read:
 the new database's triggers rebuild them from the text. A message whose conversation row was lost keeps
 its text under a re-created, titled "Recovered" conversation. The new file is written beside the old one
 and renamed into place; the damaged file is kept aside as ``<name>.damaged-<time>``, never deleted.
