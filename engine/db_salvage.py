@@ -100,15 +100,19 @@ def _copy_readable(db: Path, tmp: Path) -> tuple[int, int, int, int, int, tuple[
         rows: dict[str, dict[int, dict]] = {}
         failed: dict[str, set[int]] = {}
         ends: list[str] = []
+        incomplete = set()  # tables whose tree lost some leaves: those are read off the pages directly
         for table in TABLES:
             columns = [c for c in (present or {}).get(table, []) if c in schema[table]]
             rows[table], failed[table], end_lost = _read_table(src, table, columns) if columns else ({}, set(), False)
+            if present is None or end_lost or failed[table]:
+                incomplete.add(table)
             if end_lost:
                 ends.append(table)
-        if present is None or ends or any(failed.values()):  # the tree lost some leaves: read them directly
+        if incomplete:
             for table, found in _leaf_records(db, schema).items():
-                for rowid, row in found.items():
-                    rows[table].setdefault(rowid, row)
+                if table in incomplete:
+                    for rowid, row in found.items():
+                        rows[table].setdefault(rowid, row)
             ends = []  # every intact leaf was read: what is lost was on the damaged pages themselves
         unreadable = sum(len(f - rows[t].keys()) for t, f in failed.items())
         out.execute("BEGIN")
