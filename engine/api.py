@@ -132,14 +132,15 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
 
 
 def open_conversations(paths: HearthPaths, backup: bool = False) -> ConversationStore:
-    """The conversation text store (SQLite, WAL): cheap to open, safe to use on a UI thread. ``backup``:
-    make the day's backup first when it is due (slow on a large file: the CLI, the server and the engine's
-    own connection; the window's UI thread leaves it to database_at_start, which runs off that thread)."""
+    """The conversation text store (SQLite, WAL). ``backup``: make the day's backup when it is due, and one
+    before a schema upgrade (slow on a large file: the CLI, the server and the engine's own connection).
+    Without it, cheap to open and safe on a UI thread: the window's database_at_start, which runs off that
+    thread first, has made both."""
     if backup:
         from engine import db_recovery
 
         db_recovery.daily_backup(paths.conversations_db)
-    return ConversationStore(paths.conversations_db)
+    return ConversationStore(paths.conversations_db, backup_before_upgrade=backup)
 
 
 def database_at_start(paths: HearthPaths) -> StartCheck:

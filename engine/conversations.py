@@ -154,8 +154,11 @@ def title_from(text: str) -> str:
 
 
 class ConversationStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, backup_before_upgrade: bool = True):
+        """``backup_before_upgrade``: copy an older schema into the backups before migrating it (False only
+        where that copy was just made off the UI thread: the window's database_at_start)."""
         self.path = Path(path)
+        self._backup_before_upgrade = backup_before_upgrade
         private_dir(self.path.parent)
         private_file(self.path)  # before SQLite creates it: its -wal and -shm files take its mode
         self._lock = threading.RLock()
@@ -179,7 +182,7 @@ class ConversationStore:
         if version > SCHEMA_VERSION:
             raise ConversationError(f"{self.path} was written by a newer Hearth (schema {version}; this one "
                                     f"knows {SCHEMA_VERSION}); upgrade Hearth to open it")
-        if 0 < version < SCHEMA_VERSION:  # an upgrade rewrites tables: keep a copy from before it
+        if 0 < version < SCHEMA_VERSION and self._backup_before_upgrade:  # keep a copy from before the upgrade
             from engine import db_recovery
 
             db_recovery.before_migration(self.path)

@@ -3,11 +3,11 @@
 One damaged page of ``conversations.sqlite3`` would otherwise lock the user out of every conversation.
 Backups are made with SQLite's online backup API (a consistent copy while the app runs) into
 ``backups/`` next to the database, at most once a day, the newest ``KEEP`` kept, never of a database
-that fails its check (a damaged copy must not push out a good one). Every process that writes makes them: the window in
-``at_start`` (off its UI thread), the CLI and the server when they open the store (``daily_backup``), and
-any process before it migrates the schema (``before_migration``). Restore moves the damaged file aside
-(never deletes it) and puts the newest good backup, or a named one, in its place atomically; with no
-sound backup, ``engine.db_salvage`` copies what can still be read into a new database instead.
+that fails its check (a damaged copy must not push out a good one). Every process that writes makes
+them: the window in ``at_start`` (off its UI thread), the CLI and the server when they open the store
+(``daily_backup``), and one more before the schema is upgraded (``before_migration``). Restore moves the
+damaged file aside (never deletes it) and puts the newest good backup, or a named one, in its place
+atomically; with no sound backup, ``engine.db_salvage`` copies what can still be read into a new one.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def before_migration(db: Path) -> Path | None:
     db = Path(db)
     try:
         existing = list_backups(db)
-        changed = max(Path(str(db) + s).stat().st_mtime for s in ("", "-wal") if Path(str(db) + s).exists())
+        parts = [p.stat() for p in (db, Path(str(db) + "-wal")) if p.exists()]
+        changed = max(st.st_mtime for st in parts if st.st_size)  # a -wal just opened, still empty, is no change
         if existing and existing[0].stat().st_mtime > changed:
             return None
         return backup(db, force=True)

@@ -249,20 +249,47 @@ def test_every_process_that_writes_backs_up_once_a_day(tmp_path):
     assert db_recovery.list_backups(paths.conversations_db) == backups  # at most once a day
 
 
-def test_an_older_schema_is_backed_up_before_it_is_upgraded(tmp_path):
+def _schema_5(db: Path) -> None:
     import sqlite3
 
     from engine.conversations import MIGRATIONS
 
-    db = tmp_path / "conversations.sqlite3"
+    db.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(db)
     con.executescript(";\n".join(MIGRATIONS[:5]) + "; PRAGMA user_version = 5;")
     con.execute("INSERT INTO conversations (id, created_ms, updated_ms) VALUES ('old', 1, 1)")
     con.commit()
     con.close()
+
+
+def _version(db: Path) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_an_older_schema_is_backed_up_before_it_is_upgraded(tmp_path):
+    db = tmp_path / "conversations.sqlite3"
+    _schema_5(db)
+    db_recovery.backup(db, force=True)  # the day's backup, made before the database changed
+    os.utime(db_recovery.list_backups(db)[0], (1, 1))
     ConversationStore(db).close()
-    (before,) = db_recovery.list_backups(db)
-    con = sqlite3.connect(before)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 5  # the copy is from before the upgrade
-    con.close()
-    assert [c.id for c in ConversationStore(db).list()] == ["old"]
+    before = db_recovery.list_backups(db)[0]
+    assert len(db_recovery.list_backups(db)) == 2 and _version(before) == 5  # a copy from before the upgrade
+    assert [c.id for c in ConversationStore(db).list()] == ["old"] and _version(db) > 5
+
+
+def test_the_window_backs_up_an_older_schema_off_its_ui_thread(tmp_path):
+    from engine.api import open_conversations
+
+    paths = resolve_paths(tmp_path / "home").ensure()
+    _schema_5(paths.conversations_db)
+    start = database_at_start(paths)  # the window's worker thread
+    assert start.check.ok and _version(start.backup_made) == 5
+    open_conversations(paths).close()  # the UI thread: upgrades, copies nothing more
+    assert db_recovery.list_backups(paths.conversations_db) == [start.backup_made]
+    assert _version(paths.conversations_db) > 5
