@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -67,9 +68,16 @@ def salvage(db: Path) -> SalvageResult:
     if not db.is_file():
         raise ConversationError(f"nothing to salvage: {db} does not exist")
     tmp = db.with_name("." + db.name + ".salvage.tmp")
+    folded = db.with_name("." + db.name + ".salvage-source")
     try:
-        *counts, ends = _copy_readable(db, tmp)
-        aside = db.with_name(f"{db.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        source = _with_wal_folded_in(db, folded)
+        *counts, ends = _copy_readable(source, tmp)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = db.with_name(f"{db.name}.damaged-{stamp}")
+        n = 1
+        while any(Path(str(aside) + s).exists() for s in ("", "-wal", "-shm")):  # never over an older one
+            n += 1
+            aside = db.with_name(f"{db.name}.damaged-{stamp}-{n}")
         for suffix in ("", "-wal", "-shm"):
             part = Path(str(db) + suffix)
             if part.exists():
@@ -78,9 +86,34 @@ def salvage(db: Path) -> SalvageResult:
         fsync_dir(db.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(folded) + suffix).unlink(missing_ok=True)
     result = SalvageResult(*counts, damaged=aside, unreadable_ends=ends)
     log.warning("salvaged %s: %s", db, result.summary())
     return result
+
+
+def _with_wal_folded_in(db: Path, copy: Path) -> Path:
+    """The file to read: ``db`` itself, or with a write-ahead log beside it, a copy with the log folded in
+    (the pages read one by one must be the newest; older ones may hold rows deleted since). The damaged
+    file itself is never written."""
+    wal = Path(str(db) + "-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        return db
+    for suffix in ("", "-wal"):
+        target = Path(str(copy) + suffix)
+        target.unlink(missing_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))  # private, as the original
+        shutil.copyfile(Path(str(db) + suffix), target)
+    try:
+        con = sqlite3.connect(copy)
+        try:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:  # read through the log, and pages straight off the main file
+        log.warning("salvage: could not fold the write-ahead log of %s in (%s)", db, exc)
+    return copy
 
 
 def _copy_readable(db: Path, tmp: Path) -> tuple[int, int, int, int, int, tuple[str, ...]]:

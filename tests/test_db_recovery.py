@@ -293,3 +293,30 @@ def test_the_window_backs_up_an_older_schema_off_its_ui_thread(tmp_path):
     open_conversations(paths).close()  # the UI thread: upgrades, copies nothing more
     assert db_recovery.list_backups(paths.conversations_db) == [start.backup_made]
     assert _version(paths.conversations_db) > 5
+
+
+def test_salvage_reads_the_newest_pages_so_deleted_messages_stay_deleted(tmp_path):
+    """Rows deleted since the last checkpoint are still on the main file's pages; the write-ahead log holds
+    the newer pages. Reading pages one by one must not bring the deleted ones back."""
+    import shutil
+
+    original = tmp_path / "live" / "conversations.sqlite3"
+    original.parent.mkdir()
+    said = _several_conversations(original)
+    owners = _page_owners(original)
+    store = ConversationStore(original)
+    store.truncate("chat0", 4)  # in the log only while the store stays open
+    db = tmp_path / "copy" / "conversations.sqlite3"
+    db.parent.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copyfile(f"{original}{suffix}", f"{db}{suffix}")
+    store.close()
+    wal = Path(f"{db}-wal").read_bytes()
+    logged = {int.from_bytes(wal[i:i + 4], "big") for i in range(32, len(wal), 24 + 4096)}
+    page = next(p for p, name in sorted(owners.items()) if name == "messages" and p not in logged)
+    _overwrite_page(db, page)  # a page the log does not replace: the leaves are then read one by one
+    assert db_recovery.problem_with(db)
+    db_recovery.salvage(db)
+    kept = _stored(db)
+    assert not [k for k in kept if k[0] == "chat0" and k[1] >= 4]  # deleted before the damage: still deleted
+    assert all(said[k] == v for k, v in kept.items()) and len(kept) >= len(said) - 4 - 8
