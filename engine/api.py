@@ -590,6 +590,12 @@ class Hearth:
         continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
 
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
+            try:
+                store_reply(result)
+            except ConversationError as exc:  # say which text was lost: the reply the person just saw
+                raise type(exc)(f"the reply was written but could not be stored: {exc}") from None
+
+        def store_reply(result) -> None:
             finish = str(StopReason(result.stop_reason))  # stored with the reply: Continue outlives the session
             if continued:  # the same message, written on
                 if result.text:

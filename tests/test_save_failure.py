@@ -6,6 +6,8 @@ from __future__ import annotations
 import resource
 import signal
 
+import pytest
+
 from engine.checkpoint.identity import engine_identity
 from engine.checkpoint.status import VALID, checkpoint_status
 from engine.checkpoint.store import CheckpointStore
@@ -38,3 +40,30 @@ def test_a_failed_append_is_cut_back_and_the_file_stays_valid(tiny_converted, tm
     status, problem, tokens = checkpoint_status(path, engine_identity(engine), engine.tokenizer.vocab_size, full=True)
     assert status == VALID and problem is None and tokens > 0
     assert sessions.save("turn").ok  # with room again the next save appends as usual
+
+
+def test_a_reply_that_cannot_be_stored_says_so(hearth):
+    """When the disk fills between the message and its reply, the error names the reply, not only
+    'the conversation could not be saved'."""
+    from engine.errors import DiskFullError
+    from engine.types import Token, TurnRequest
+    from tests.dialogues import GREEDY
+
+    hearth.conversations.create("c")
+    hearth.run_turn(TurnRequest("c", "hello", GREEDY, 4))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    db = hearth.paths.conversations_db
+
+    def on_event(event) -> None:  # the message is stored: from now on no file of this process may grow
+        if isinstance(event, Token) and resource.getrlimit(resource.RLIMIT_FSIZE) == limit:
+            wal = db.with_name(db.name + "-wal")
+            resource.setrlimit(resource.RLIMIT_FSIZE, (wal.stat().st_size, limit[1]))
+
+    try:
+        with pytest.raises(DiskFullError, match="the reply was written but could not be stored: the disk .* full"):
+            hearth.run_turn(TurnRequest("c", "and again with a longer message", GREEDY, 4), on_event)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert [m.role for m in hearth.conversations.messages("c")] == ["user", "assistant", "user"]  # the message stays
