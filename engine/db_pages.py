@@ -52,7 +52,7 @@ def _rows(data) -> Iterator[tuple[int, int, list]]:
             continue
         for offset in cells:
             try:
-                rowid, values = _cell(data, base + offset, page_size, usable, pages)
+                rowid, values = _cell(data, base + offset, base + usable, page_size, usable, pages)
             except (_Bad, IndexError, UnicodeDecodeError, struct.error):
                 continue
             yield number, rowid, values
@@ -108,16 +108,16 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
     raise _Bad  # not reached
 
 
-def _cell(data: bytes, at: int, page_size: int, usable: int, pages: int) -> tuple[int, list]:
+def _cell(data: bytes, at: int, page_end: int, page_size: int, usable: int, pages: int) -> tuple[int, list]:
     size, pos = _varint(data, at)
     rowid, pos = _varint(data, pos)
     if rowid >= 1 << 63:
         rowid -= 1 << 64
-    payload = _payload(data, pos, size, page_size, usable, pages)
+    payload = _payload(data, pos, page_end, size, page_size, usable, pages)
     return rowid, _record(payload)
 
 
-def _payload(data: bytes, pos: int, size: int, page_size: int, usable: int, pages: int) -> bytes:
+def _payload(data: bytes, pos: int, page_end: int, size: int, page_size: int, usable: int, pages: int) -> bytes:
     """A cell's payload: its local part, then its overflow pages (SQLite's split for table leaves)."""
     most = usable - 35
     if size <= most:
@@ -127,8 +127,8 @@ def _payload(data: bytes, pos: int, size: int, page_size: int, usable: int, page
         local = least + (size - least) % (usable - 4)
         if local > most:
             local = least
-    if size > (pages + 1) * page_size:
-        raise _Bad
+    if size > (pages + 1) * page_size or pos + local + (4 if local < size else 0) > page_end:
+        raise _Bad  # the cell runs past its page: not a cell SQLite wrote
     parts = [data[pos:pos + local]]
     got = local
     if got < size:

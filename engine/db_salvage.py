@@ -253,7 +253,8 @@ def _shape(v: list) -> str | None:
         return all(isinstance(x, t) and not (t is int and isinstance(x, bool)) for x, t in zip(v, types, strict=False))
 
     n = len(v)
-    if 6 <= n <= 7 and v[0] is None and kinds(type(None), str, int) and (n == 6 or v[6] is None or isinstance(v[6], str)):
+    if (6 <= n <= 7 and v[0] is None and kinds(type(None), str, int) and ID_PATTERN.fullmatch(v[1])
+            and (n == 6 or v[6] is None or isinstance(v[6], str))):
         if v[3] in ROLES and kinds(type(None), str, int, str, str, int):
             return "messages"
         if kinds(type(None), str, int, int, str, int):

@@ -175,14 +175,15 @@ def _page_owners(db: Path) -> dict[int, str]:
         con.close()
 
 
-def _overwrite_page(db: Path, page: int) -> None:
-    """Page ``page`` (1-based) overwritten with bytes that are no b-tree page at all."""
+def _overwrite_page(db: Path, page: int, fill: str = "junk") -> None:
+    """Page ``page`` (1-based) overwritten with bytes that are no b-tree page at all (or with zeros)."""
     with open(db, "r+b") as fh:
         fh.seek((page - 1) * 4096)
-        fh.write(bytes((page * 37 + i * 11) % 251 for i in range(4096)))
+        fh.write(bytes(4096) if fill == "zeros" else bytes((page * 37 + i * 11) % 251 for i in range(4096)))
 
 
-def test_salvage_keeps_every_readable_conversation_whichever_page_is_overwritten(tmp_path):
+@pytest.mark.parametrize("fill", ["junk", "zeros"])
+def test_salvage_keeps_every_readable_conversation_whichever_page_is_overwritten(tmp_path, fill):
     original = tmp_path / "original.sqlite3"
     said = _several_conversations(original)
     owners = _page_owners(original)
@@ -193,7 +194,7 @@ def test_salvage_keeps_every_readable_conversation_whichever_page_is_overwritten
         db = tmp_path / f"p{page}" / "conversations.sqlite3"
         db.parent.mkdir()
         db.write_bytes(original.read_bytes())
-        _overwrite_page(db, page)
+        _overwrite_page(db, page, fill)
         if not db_recovery.problem_with(db):
             continue  # a free page: nothing to salvage (and the salvage refuses a sound database)
         broken += 1
