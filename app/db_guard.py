@@ -1,7 +1,8 @@
 """Before the window opens the conversation store: check it, make the day's backup, and when it is
-damaged, say so in plain words and offer to restore the newest good backup.
+damaged, say so in plain words and offer to restore the newest good backup, or with no backup to rescue
+every conversation that can still be read (the salvage).
 
-The check (``PRAGMA quick_check``), the backup and the restore run on a worker thread: on a large
+The check (``PRAGMA quick_check``), the backup, the restore and the salvage run on a worker thread: on a large
 database they take seconds, and the UI thread keeps painting meanwhile.
 """
 
@@ -13,7 +14,15 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QThread, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from engine.api import HearthPaths, RestoreResult, StartCheck, database_at_start, restore_database
+from engine.api import (
+    HearthPaths,
+    RestoreResult,
+    SalvageResult,
+    StartCheck,
+    database_at_start,
+    restore_database,
+    salvage_database,
+)
 from engine.errors import HearthError
 
 log = logging.getLogger(__name__)
@@ -47,7 +56,8 @@ def damage_text(check: StartCheck) -> str:
                  "It can put the newest good copy back now: conversations from after that backup will be missing, "
                  "and the damaged file is kept aside, untouched, in case it can be rescued later.")
     else:
-        offer = ("There is no backup to restore yet. Quit, and keep a copy of the file before trying anything else; "
+        offer = ("There is no backup to restore yet. Hearth can rescue every conversation that can still be read into "
+                 "a new file; the damaged file is kept aside, untouched. Or quit, and keep a copy of the file first: "
                  "'hearth-cli db restore --from FILE' can put back a copy you made yourself.")
     return (f"The file that holds your conversations is damaged, so Hearth cannot open it.\n\n{offer}\n\n"
             f"File: {check.check.path}\nWhat SQLite reported: {detail}")
@@ -59,6 +69,7 @@ class DatabaseGuard(QObject):
     passed = Signal()
     gave_up = Signal()
     restored = Signal(object)  # RestoreResult
+    salvaged = Signal(object)  # SalvageResult
 
     def __init__(self, paths: HearthPaths, parent: QWidget | None = None):
         super().__init__(parent)
@@ -66,6 +77,8 @@ class DatabaseGuard(QObject):
         self.parent_widget = parent
         self.dialog: QMessageBox | None = None
         self.restore_button = None
+        self.rescue_button = None
+        self.report: QMessageBox | None = None  # what the rescue kept and lost
         self.result: StartCheck | None = None
         self._job: _Job | None = None
 
@@ -95,9 +108,12 @@ class DatabaseGuard(QObject):
         if result.backups:
             self.restore_button = box.addButton("Restore the newest backup", QMessageBox.ButtonRole.AcceptRole)
             self.restore_button.clicked.connect(self._restore)
+        else:
+            self.rescue_button = box.addButton("Rescue what can be read", QMessageBox.ButtonRole.AcceptRole)
+            self.rescue_button.clicked.connect(self._salvage)
         quit_button = box.addButton("Quit", QMessageBox.ButtonRole.RejectRole)
         quit_button.clicked.connect(self._quit)
-        box.setDefaultButton(self.restore_button or quit_button)
+        box.setDefaultButton(self.restore_button or self.rescue_button or quit_button)
         self.dialog = box
         box.show()
 
@@ -114,6 +130,24 @@ class DatabaseGuard(QObject):
         assert isinstance(result, RestoreResult)
         log.info("restored %s; damaged file kept as %s", result.source, result.damaged)
         self.restored.emit(result)
+        self.passed.emit()
+
+    def _salvage(self) -> None:
+        """The box closes with the click; it comes back only if the rescue fails."""
+        self._run(lambda: salvage_database(self.paths), self._salvaged)
+
+    def _salvaged(self, result: object) -> None:
+        assert self.dialog is not None
+        if isinstance(result, HearthError):
+            self.dialog.setInformativeText(f"The conversations could not be rescued: {result}")
+            self.dialog.show()
+            return
+        assert isinstance(result, SalvageResult)
+        log.info("salvaged the conversation database: %s", result.summary())
+        self.report = QMessageBox(QMessageBox.Icon.Information, "Hearth — conversations rescued",
+                                  f"Hearth {result.summary()}.", parent=self.parent_widget)
+        self.report.show()
+        self.salvaged.emit(result)
         self.passed.emit()
 
     def _quit(self) -> None:

@@ -40,6 +40,7 @@ from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key, is_api_owner
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
+from engine.db_salvage import SalvageResult
 from engine.errors import (
     ContextFullError,
     ConversationError,
@@ -124,11 +125,12 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
-    "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "StartCheck", "bundle_signed_here", "check_id",
+    "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "SalvageResult", "StartCheck", "bundle_signed_here",
+    "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
     "import_json", "local_server", "ModelLibrary",
     "model_footprint", "model_key_for", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
-    "run_terminal_chat", "search", "snippet_html", "to_document",
+    "run_terminal_chat", "salvage_database", "search", "snippet_html", "to_document",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
     "save_preferences", "recommended_values",
@@ -139,10 +141,16 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
 ]
 
 
-def open_conversations(paths: HearthPaths) -> ConversationStore:
-    """The conversation text store (SQLite, WAL): cheap to open, safe to use on a UI thread. (Its check
-    and the day's backup are database_at_start's, which the window runs off the UI thread.)"""
-    return ConversationStore(paths.conversations_db)
+def open_conversations(paths: HearthPaths, backup: bool = False) -> ConversationStore:
+    """The conversation text store (SQLite, WAL). ``backup``: make the day's backup when it is due, and one
+    before a schema upgrade (slow on a large file: the CLI, the server and the engine's own connection).
+    Without it, cheap to open and safe on a UI thread: the window's database_at_start, which runs off that
+    thread first, has made both."""
+    if backup:
+        from engine import db_recovery
+
+        db_recovery.daily_backup(paths.conversations_db)
+    return ConversationStore(paths.conversations_db, backup_before_upgrade=backup)
 
 
 def database_at_start(paths: HearthPaths) -> StartCheck:
@@ -158,6 +166,14 @@ def restore_database(paths: HearthPaths) -> RestoreResult:
 
     source, damaged = db_recovery.restore(paths.conversations_db)
     return RestoreResult(source, damaged)
+
+
+def salvage_database(paths: HearthPaths) -> SalvageResult:
+    """With no sound backup: replace a damaged database by one holding every row that can still be read,
+    keeping the damaged file aside. Every connection to it must be closed first."""
+    from engine import db_recovery
+
+    return db_recovery.salvage(paths.conversations_db)
 
 
 def _whole_context_progress(engine, conversation: str, emit: EventSink) -> Callable[[int, int], None]:
@@ -441,7 +457,7 @@ class Hearth:
     def conversations(self) -> ConversationStore:
         """This service's own connection to the conversation text (the window's UI thread has another)."""
         if self._conversations is None:
-            self._conversations = open_conversations(self.paths)
+            self._conversations = open_conversations(self.paths, backup=True)  # every process that writes backs up
         return self._conversations
 
     @property
@@ -584,6 +600,12 @@ class Hearth:
         continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
 
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
+            try:
+                store_reply(result)
+            except ConversationError as exc:  # say which text was lost: the reply the person just saw
+                raise type(exc)(f"the reply was written but could not be stored: {exc}") from None
+
+        def store_reply(result) -> None:
             finish = str(StopReason(result.stop_reason))  # stored with the reply: Continue outlives the session
             if continued:  # the same message, written on
                 if result.text:

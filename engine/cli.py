@@ -283,10 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
                           'them as copies titled "<title> (imported)"')
     imp.set_defaults(func=cli_store.cmd_conversations_import)
 
-    db = sub.add_parser("db", parents=[common], help="check, back up or restore the conversation database")
-    db.add_argument("action", choices=["check", "backup", "restore"],
+    db = sub.add_parser("db", parents=[common], help="check, back up, restore or salvage the conversation database")
+    db.add_argument("action", choices=["check", "backup", "restore", "salvage"],
                     help="check: quick_check and list backups (exit 1 if damaged); backup: copy it now; restore: put "
-                         "the newest sound backup (or --from FILE) in place, keeping the old file aside")
+                         "the newest sound backup (or --from FILE) in place, keeping the old file aside; salvage: "
+                         "copy every row that can still be read into a new database, keeping the old file aside")
     db.add_argument("--from", dest="source", metavar="FILE", help="restore from this backup")
     db.set_defaults(func=cli_store.cmd_db)
 

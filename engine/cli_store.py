@@ -24,6 +24,7 @@ from engine.api import (
     find_duplicates,
     import_conversations,
     model_key_for,
+    open_conversations,
     read_document,
 )
 from engine.checkpoint.format import ENCODINGS, CheckpointError
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
     paths = data_paths(args)
-    return ConversationStore(paths.conversations_db), CheckpointStore(paths.checkpoints)
+    return open_conversations(paths, backup=True), CheckpointStore(paths.checkpoints)
 
 
 def open_checkpoints(args: argparse.Namespace) -> CheckpointStore:
@@ -137,8 +138,9 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         how = r.source + (f" ({r.plain})" if r.reason else "")
         sys.stderr.write(f"[{r.reused_tokens} tokens reused ({how}), {r.prefilled_tokens} prefilled "
                          f"in {r.elapsed_ms:.0f} ms; {len(turn.tokens)} new tokens, {turn.stop_reason}]\n")
-        if turn.save and not turn.save.ok:
-            sys.stderr.write(f"warning: {turn.save.error}\n")
+        if turn.save and not turn.save.ok:  # the reply is in the database whatever the saved context did
+            stored = "the reply is stored; " if turn.reply_seq is not None else ""
+            sys.stderr.write(f"warning: {stored}{turn.save.error}\n")
     return 0
 
 
@@ -193,7 +195,7 @@ def cmd_conversations_import(args: argparse.Namespace) -> int:
     """Import a JSON export: the same batched, all-or-nothing engine path as the window's; progress on
     stderr like every long CLI step; a bad file exits non-zero with one line naming the problem."""
     conversations = read_document(Path(args.file))  # validated before the database is opened
-    store = ConversationStore(data_paths(args).conversations_db)
+    store = open_conversations(data_paths(args), backup=True)
     try:
         duplicates = find_duplicates(store, conversations)
         policy = DuplicatePolicy(getattr(args, "duplicates", DuplicatePolicy.SKIP))
@@ -340,7 +342,7 @@ def cmd_kv_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    """``db check|backup|restore``: the conversation database's health, backups and recovery."""
+    """``db check|backup|restore|salvage``: the conversation database's health, backups and recovery."""
     from engine import db_recovery
 
     db = data_paths(args).conversations_db
@@ -349,13 +351,28 @@ def cmd_db(args: argparse.Namespace) -> int:
         payload = {"path": str(db), "ok": result.ok, "problem": result.problem or None,
                    "backups": [str(p) for p in result.backups]}
         human = (f"{db}: {'ok' if result.ok else result.problem}\n{len(result.backups)} backup(s)"
-                 + "".join(f"\n  {p}" for p in result.backups))
+                 + "".join(f"\n  {p}" for p in result.backups)
+                 + ("" if result.ok else f"\n{db_recovery.way_out(db)}"))
         emit(args, payload, human)
         return 0 if result.ok else 1
     if args.action == "backup":
         made = db_recovery.backup(db, force=True)
         emit(args, {"path": str(db), "backup": str(made) if made else None},
              f"backed up to {made}" if made else f"nothing to back up at {db}")
+        return 0
+    if args.action == "salvage":
+        if args.source:
+            raise PromptError("--from names a backup for 'db restore'; 'db salvage' reads the database itself")
+        if not db.exists():
+            raise ConversationError(f"nothing to salvage: {db} does not exist")
+        if not db_recovery.problem_with(db):
+            raise ConversationError(f"{db} is sound (it passes its check): there is nothing to salvage")
+        saved = db_recovery.salvage(db)
+        emit(args, {"path": str(db), "conversations": saved.conversations, "messages": saved.messages,
+                    "recreated_conversations": saved.recreated, "missing_messages": saved.missing_messages,
+                    "unreadable_rows": saved.unreadable_rows, "unreadable_ends": list(saved.unreadable_ends),
+                    "damaged_kept_at": str(saved.damaged)},
+             f"salvaged {db.name}: {saved.summary()}")
         return 0
     used, aside = db_recovery.restore(db, Path(args.source) if args.source else None)
     emit(args, {"path": str(db), "restored_from": str(used), "damaged_kept_at": str(aside) if aside else None},

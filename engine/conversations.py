@@ -161,8 +161,11 @@ def title_from(text: str) -> str:
 
 
 class ConversationStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, backup_before_upgrade: bool = True):
+        """``backup_before_upgrade``: copy an older schema into the backups before migrating it (False only
+        where that copy was just made off the UI thread: the window's database_at_start)."""
         self.path = Path(path)
+        self._backup_before_upgrade = backup_before_upgrade
         private_dir(self.path.parent)
         private_file(self.path)  # before SQLite creates it: its -wal and -shm files take its mode
         self._lock = threading.RLock()
@@ -174,9 +177,8 @@ class ConversationStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise ConversationError(f"the conversation database {self.path} cannot be used: {exc}; 'hearth-cli db check' "
-                                    "says more and 'hearth-cli db restore' puts the newest backup in its place") from None
+        except sqlite3.DatabaseError as exc:  # a full disk, a locked or a damaged file: each in its own words
+            raise self._failure(exc) from None
 
     def close(self) -> None:
         with self._lock:
@@ -187,6 +189,10 @@ class ConversationStore:
         if version > SCHEMA_VERSION:
             raise ConversationError(f"{self.path} was written by a newer Hearth (schema {version}; this one "
                                     f"knows {SCHEMA_VERSION}); upgrade Hearth to open it")
+        if 0 < version < SCHEMA_VERSION and self._backup_before_upgrade:  # keep a copy from before the upgrade
+            from engine import db_recovery
+
+            db_recovery.before_migration(self.path)
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._tx() as db:
                 db.executescript("SAVEPOINT migrate;" + MIGRATIONS[target - 1] + f"; PRAGMA user_version = {target};"
@@ -249,9 +255,19 @@ class ConversationStore:
         if code is not None and code & 0xFF == sqlite3.SQLITE_BUSY:
             return ConversationError(f"the conversation database {self.path} is locked by another program; try again")
         if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-            return ConversationError(f"the conversation database {self.path} is damaged ({exc}); 'hearth-cli db check' "
-                                     "says more and 'hearth-cli db restore' puts the newest backup in its place")
+            return ConversationError(self._damage(exc))
         return ConversationError(f"the conversation database failed: {exc}")
+
+    def _damage(self, exc: sqlite3.DatabaseError) -> str:
+        """A damaged database, checked before it is blamed, with the way out that exists: the newest
+        backup when there is one, else the salvage."""
+        from engine import db_recovery
+
+        problem = db_recovery.problem_with(self.path)
+        if not problem:
+            return (f"the conversation database {self.path} reported '{exc}', but it passes its check "
+                    "(nothing is damaged); try again")
+        return f"the conversation database {self.path} is damaged ({exc}); {db_recovery.way_out(self.path)}"
 
     def read(self, sql: str, args: tuple | dict = ()) -> list[tuple]:
         """A read-only query for modules built on the store (search); raises ConversationError."""

@@ -3,8 +3,11 @@
 One damaged page of ``conversations.sqlite3`` would otherwise lock the user out of every conversation.
 Backups are made with SQLite's online backup API (a consistent copy while the app runs) into
 ``backups/`` next to the database, at most once a day, the newest ``KEEP`` kept, never of a database
-that fails its check (a damaged copy must not push out a good one). Restore moves the damaged file aside
-(never deletes it) and puts the newest good backup, or a named one, in its place atomically.
+that fails its check (a damaged copy must not push out a good one). Every process that writes makes
+them: the window in ``at_start`` (off its UI thread), the CLI and the server when they open the store
+(``daily_backup``), and one more before the schema is upgraded (``before_migration``). Restore moves the
+damaged file aside (never deletes it) and puts the newest good backup, or a named one, in its place
+atomically; with no sound backup, ``engine.db_salvage`` copies what can still be read into a new one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.conversations import SCHEMA_VERSION
 from engine.errors import ConversationError
 from engine.fsutil import fsync_dir
 from engine.private_files import FILE_MODE, private_dir
@@ -54,15 +58,61 @@ class RestoreResult:
 
 
 def at_start(db: Path) -> StartCheck:
-    """quick_check, and the day's backup when the database is sound (a failed backup is logged)."""
+    """quick_check, and the day's backup when the database is sound (a failed backup is logged); one more
+    before a schema upgrade the store will make when it opens."""
     result = check(db)
     made = None
     if result.ok:
-        try:
-            made = backup(db)
-        except (ConversationError, OSError, sqlite3.Error) as exc:
-            log.warning("could not back up %s: %s", Path(db).name, exc)
+        made = daily_backup(db, logging.WARNING)
+        if 0 < _schema_version(db) < SCHEMA_VERSION:  # here, so the store's own copy before it upgrades is not
+            made = before_migration(db) or made       # made on the window's UI thread
     return StartCheck(result, list_backups(db), made)
+
+
+def _schema_version(db: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            return conn.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def daily_backup(db: Path, level: int = logging.INFO) -> Path | None:
+    """The day's backup when it is due; never raises. A failure is logged at ``level``: the CLI keeps it
+    off the terminal (a damaged or unwritable database is the store's to report, in its own words)."""
+    try:
+        return backup(db, level=level)
+    except (ConversationError, OSError, sqlite3.Error) as exc:
+        log.log(level, "could not back up %s: %s", Path(db).name, exc)
+        return None
+
+
+def before_migration(db: Path) -> Path | None:
+    """A backup of ``db`` just before its schema is upgraded, unless the newest backup already holds it
+    as it is now; never raises (a failed backup is logged, and the migration is atomic anyway)."""
+    db = Path(db)
+    try:
+        existing = list_backups(db)
+        parts = [p.stat() for p in (db, Path(str(db) + "-wal")) if p.exists()]
+        changed = max(st.st_mtime for st in parts if st.st_size)  # a -wal just opened, still empty, is no change
+        if existing and existing[0].stat().st_mtime > changed:
+            return None
+        return backup(db, force=True)
+    except (ConversationError, OSError, sqlite3.Error, ValueError) as exc:
+        log.warning("could not back up %s before upgrading it: %s", db.name, exc)
+        return None
+
+
+def way_out(db: Path) -> str:
+    """What the person can run about a damaged ``db``: restore when there is a backup, else salvage."""
+    salvage = "'hearth-cli db salvage' copies every conversation that can still be read into a new database"
+    if list_backups(db):
+        return (f"'hearth-cli db restore' puts the newest backup in its place, or {salvage} "
+                "(both keep the damaged file aside)")
+    return f"there is no backup; {salvage} (the damaged file is kept aside)"
 
 
 def backups_dir(db: Path) -> Path:
@@ -100,9 +150,10 @@ def check(db: Path) -> DbCheck:
     return DbCheck(Path(db), not problem, problem, list_backups(db))
 
 
-def backup(db: Path, force: bool = False) -> Path | None:
+def backup(db: Path, force: bool = False, level: int = logging.WARNING) -> Path | None:
     """Copy ``db`` into its backups; None when skipped (not due, too large, short of space, or nothing to
-    copy). A damaged database is an error: it would replace a good backup with a bad one."""
+    copy; a skip for want of space is logged at ``level``). A damaged database is an error: it would
+    replace a good backup with a bad one."""
     db = Path(db)
     if not db.exists():
         return None
@@ -115,7 +166,7 @@ def backup(db: Path, force: bool = False) -> Path | None:
         log.info("not backing up %s automatically: %d MiB is more than %d MiB", db.name, size >> 20, MAX_BYTES >> 20)
         return None
     if shutil.disk_usage(folder).free < size + SPARE_BYTES:
-        log.warning("not backing up %s: not enough free disk space", db.name)
+        log.log(level, "not backing up %s: not enough free disk space", db.name)
         return None
     problem = problem_with(db)
     if problem:
@@ -141,8 +192,11 @@ def restore(db: Path, source: Path | None = None) -> tuple[Path, Path | None]:
     candidates = [Path(source)] if source is not None else list_backups(db)
     chosen = next((c for c in candidates if c.is_file() and not problem_with(c)), None)
     if chosen is None:
-        what = f"{source} is not a sound backup" if source is not None else f"no sound backup of {db.name} was found"
-        raise ConversationError(f"cannot restore: {what} (in {backups_dir(db)})")
+        if source is not None:
+            raise ConversationError(f"cannot restore: {source} is not a sound backup")
+        raise ConversationError(f"cannot restore: no sound backup of {db.name} was found (in {backups_dir(db)}); "
+                                "'hearth-cli db salvage' copies every conversation that can still be read into a "
+                                "new database, keeping the damaged file aside")
     aside = None
     if db.exists():
         aside = db.with_name(f"{db.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -158,6 +212,14 @@ def restore(db: Path, source: Path | None = None) -> tuple[Path, Path | None]:
     finally:
         tmp.unlink(missing_ok=True)
     return chosen, aside
+
+
+def salvage(db: Path):
+    """Replace a damaged ``db`` by a new database of every row that can still be read (engine.db_salvage);
+    returns its SalvageResult. The caller must have closed every connection to ``db``."""
+    from engine.db_salvage import salvage as run
+
+    return run(db)
 
 
 def _copy_database(src: Path, dst: Path) -> None:

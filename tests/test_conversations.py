@@ -91,7 +91,7 @@ def test_a_database_from_a_newer_hearth_is_refused(tmp_path):
 def test_a_file_that_is_not_a_database_gives_a_clear_error(tmp_path):
     path = tmp_path / "c.sqlite3"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ConversationError, match="cannot be used"):
+    with pytest.raises(ConversationError, match="is damaged .*no backup.*db salvage"):
         ConversationStore(path)
 
 

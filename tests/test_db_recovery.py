@@ -116,3 +116,208 @@ def test_the_cli_checks_backs_up_and_restores(tmp_path):
     assert len(listed) == 40
     assert_clean_error(run_cli("db", "restore", "--from", str(tmp_path / "missing.sqlite3"), home=home),
                        "not a sound backup")
+
+
+# salvage: a damaged database with no backup (issue 27: one overwritten page broke chat and
+# conversations ls, and 'db restore' found no sound backup) -------------------------------------------
+def _several_conversations(db: Path) -> dict[tuple[str, int], str]:
+    """Six conversations of eight messages (some long enough to spill into overflow pages); what was said."""
+    store = ConversationStore(db)
+    said = {}
+    for i in range(6):
+        cid = f"chat{i}"
+        store.create(cid, title=f"Title {i}", system_prompt="Be brief.")
+        for j in range(8):
+            text = f"chat {i} message {j} " + ("long words " * (600 if (i + j) % 5 == 0 else 40))
+            store.append(cid, "user" if j % 2 == 0 else "assistant", text)
+            said[(cid, j)] = text
+    store.close()
+    _checkpointed(db)
+    return said
+
+
+def _stored(db: Path) -> dict[tuple[str, int], str]:
+    store = ConversationStore(db)
+    try:
+        return {(c.id, m.seq): m.content for c in store.list() for m in store.messages(c.id)}
+    finally:
+        store.close()
+
+
+def _readable(db: Path) -> set[tuple[str, int]]:
+    """Oracle: the messages of the damaged file that SQLite can still read, each looked up by itself."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    found = set()
+    try:
+        top = 200
+        for rowid in range(1, top):
+            try:
+                row = con.execute("SELECT conversation_id, seq, content FROM messages NOT INDEXED WHERE rowid = ?",
+                                  (rowid,)).fetchone()
+            except sqlite3.DatabaseError:
+                continue
+            if row is not None:
+                found.add((row[0], row[1]))
+    finally:
+        con.close()
+    return found
+
+
+def _page_owners(db: Path) -> dict[int, str]:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return {page: name for name, page in con.execute("SELECT name, pageno FROM dbstat")}
+    finally:
+        con.close()
+
+
+def _overwrite_page(db: Path, page: int, fill: str = "junk") -> None:
+    """Page ``page`` (1-based) overwritten with bytes that are no b-tree page at all (or with zeros)."""
+    with open(db, "r+b") as fh:
+        fh.seek((page - 1) * 4096)
+        fh.write(bytes(4096) if fill == "zeros" else bytes((page * 37 + i * 11) % 251 for i in range(4096)))
+
+
+@pytest.mark.parametrize("fill", ["junk", "zeros"])
+def test_salvage_keeps_every_readable_conversation_whichever_page_is_overwritten(tmp_path, fill):
+    original = tmp_path / "original.sqlite3"
+    said = _several_conversations(original)
+    owners = _page_owners(original)
+    pages = original.stat().st_size // 4096
+    assert pages >= 14
+    broken = 0
+    for page in range(1, pages + 1):  # page 1 too: the file header and the list of tables
+        db = tmp_path / f"p{page}" / "conversations.sqlite3"
+        db.parent.mkdir()
+        db.write_bytes(original.read_bytes())
+        _overwrite_page(db, page, fill)
+        if not db_recovery.problem_with(db):
+            continue  # a free page: nothing to salvage (and the salvage refuses a sound database)
+        broken += 1
+        readable = _readable(db)
+        saved = db_recovery.salvage(db)
+        assert saved.damaged.exists() and not db_recovery.problem_with(db)
+        kept = _stored(db)
+        assert all(said[key] == text for key, text in kept.items()), page  # nothing kept is garbled
+        assert readable <= kept.keys(), (page, owners.get(page), readable - kept.keys())
+        assert saved.messages == len(kept)
+        if owners.get(page) not in ("messages", "conversations"):  # an index, a search index, a sequence
+            assert kept == said, (page, owners.get(page))
+        lost = said.keys() - kept.keys()
+        assert len(lost) <= 8, (page, owners.get(page), len(lost))  # at most what one page held
+        titles = {c.id: c.title for c in ConversationStore(db).list()}
+        assert {cid for cid, _ in kept} <= titles.keys()  # every message kept is in a conversation
+    assert broken >= 9
+
+
+def test_the_cli_salvages_a_damaged_database_without_a_backup(tmp_path):
+    """The issue's sequence: the CLI alone (no window, so no backup then), one page overwritten; chat and
+    conversations ls say what to run, 'db restore' points at the salvage, 'db salvage' keeps the rest."""
+    home = tmp_path / "home"
+    paths = resolve_paths(home).ensure()
+    said = _several_conversations(paths.conversations_db)
+    owners = _page_owners(paths.conversations_db)
+    page = next(p for p, name in sorted(owners.items()) if name == "messages_by_conversation")  # ls reads it
+    _overwrite_page(paths.conversations_db, page)
+    listed = run_cli("conversations", "ls", home=home)
+    assert_clean_error(listed, "is damaged", "hearth-cli db salvage")
+    assert "db restore" not in listed.stderr  # there is no backup to restore
+    assert_clean_error(run_cli("db", "restore", home=home), "no sound backup", "hearth-cli db salvage")
+    out = run_cli("db", "salvage", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert os.path.exists(report["damaged_kept_at"])
+    listed = json.loads(run_cli("conversations", "ls", "--json", home=home).stdout)["conversations"]
+    assert len(listed) == 6
+    assert _stored(paths.conversations_db) == said and report["messages"] == len(said)  # an index: nothing lost
+    assert {c["title"] for c in listed} == {f"Title {i}" for i in range(6)}
+    assert_clean_error(run_cli("db", "salvage", home=home), "nothing to salvage")  # sound now: left alone
+
+
+def test_every_process_that_writes_backs_up_once_a_day(tmp_path):
+    """Only the window used to back up: a CLI user had no backups/ at all."""
+    home = tmp_path / "home"
+    paths = resolve_paths(home).ensure()
+    _store_with(paths.conversations_db, 2)
+    assert run_cli("conversations", "ls", home=home).returncode == 0
+    backups = db_recovery.list_backups(paths.conversations_db)
+    assert len(backups) == 1 and ConversationStore(backups[0]).list()
+    assert run_cli("conversations", "ls", home=home).returncode == 0
+    assert db_recovery.list_backups(paths.conversations_db) == backups  # at most once a day
+
+
+def _schema_5(db: Path) -> None:
+    import sqlite3
+
+    from engine.conversations import MIGRATIONS
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(db)
+    con.executescript(";\n".join(MIGRATIONS[:5]) + "; PRAGMA user_version = 5;")
+    con.execute("INSERT INTO conversations (id, created_ms, updated_ms) VALUES ('old', 1, 1)")
+    con.commit()
+    con.close()
+
+
+def _version(db: Path) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_an_older_schema_is_backed_up_before_it_is_upgraded(tmp_path):
+    db = tmp_path / "conversations.sqlite3"
+    _schema_5(db)
+    db_recovery.backup(db, force=True)  # the day's backup, made before the database changed
+    os.utime(db_recovery.list_backups(db)[0], (1, 1))
+    ConversationStore(db).close()
+    before = db_recovery.list_backups(db)[0]
+    assert len(db_recovery.list_backups(db)) == 2 and _version(before) == 5  # a copy from before the upgrade
+    assert [c.id for c in ConversationStore(db).list()] == ["old"] and _version(db) > 5
+
+
+def test_the_window_backs_up_an_older_schema_off_its_ui_thread(tmp_path):
+    from engine.api import open_conversations
+
+    paths = resolve_paths(tmp_path / "home").ensure()
+    _schema_5(paths.conversations_db)
+    start = database_at_start(paths)  # the window's worker thread
+    assert start.check.ok and _version(start.backup_made) == 5
+    open_conversations(paths).close()  # the UI thread: upgrades, copies nothing more
+    assert db_recovery.list_backups(paths.conversations_db) == [start.backup_made]
+    assert _version(paths.conversations_db) > 5
+
+
+def test_salvage_reads_the_newest_pages_so_deleted_messages_stay_deleted(tmp_path):
+    """Rows deleted since the last checkpoint are still on the main file's pages; the write-ahead log holds
+    the newer pages. Reading pages one by one must not bring the deleted ones back."""
+    import shutil
+
+    original = tmp_path / "live" / "conversations.sqlite3"
+    original.parent.mkdir()
+    said = _several_conversations(original)
+    owners = _page_owners(original)
+    store = ConversationStore(original)
+    store.truncate("chat0", 4)  # in the log only while the store stays open
+    db = tmp_path / "copy" / "conversations.sqlite3"
+    db.parent.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copyfile(f"{original}{suffix}", f"{db}{suffix}")
+    store.close()
+    wal = Path(f"{db}-wal").read_bytes()
+    logged = {int.from_bytes(wal[i:i + 4], "big") for i in range(32, len(wal), 24 + 4096)}
+    page = next(p for p, name in sorted(owners.items()) if name == "messages" and p not in logged)
+    _overwrite_page(db, page)  # a page the log does not replace: the leaves are then read one by one
+    assert db_recovery.problem_with(db)
+    db_recovery.salvage(db)
+    kept = _stored(db)
+    assert not [k for k in kept if k[0] == "chat0" and k[1] >= 4]  # deleted before the damage: still deleted
+    assert all(said[k] == v for k, v in kept.items()) and len(kept) >= len(said) - 4 - 8

@@ -213,7 +213,7 @@ def test_cli_chat_with_a_model_that_does_not_exist_is_one_clear_error(tiny_home,
 def test_cli_chat_on_a_damaged_database_is_one_clear_error(tiny_home, tiny_gguf):
     (tiny_home / "conversations.sqlite3").write_bytes(b"this is not a database" * 200)
     proc = chat(tiny_home, "e", "hello", str(tiny_gguf))
-    assert_clean_error(proc, "cannot be used", "hearth-cli db restore")
+    assert_clean_error(proc, "is damaged", "hearth-cli db salvage")  # no backup to restore: salvage
 
 
 def test_talk_continues_a_stored_chat_on_the_model_it_remembers(two_model_home, tiny_gguf):

@@ -9,11 +9,13 @@ A new file goes through ``atomic_write`` (temp file, fsync, rename, fsync the di
 first cuts the file back to the last record worth keeping, then writes the record header and its
 rows and fsyncs. A crash mid-append leaves a torn tail that the reader detects (the declared payload
 runs past the end of the file, or a checksum fails) and the file falls back to its last complete
-record; the next append cuts the torn tail off.
+record; the next append cuts the torn tail off. An append that fails (a full disk) cuts its own tail off
+at once, so the space it took is free again.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
@@ -43,6 +45,7 @@ from engine.checkpoint.format import (
 from engine.checkpoint.int8 import quantize_layer
 from engine.fsutil import atomic_write
 
+log = logging.getLogger(__name__)
 QUANTIZE_THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -120,13 +123,44 @@ def append(path: Path, header: FileHeader, keep: Sequence[RecordInfo], rec: NewR
     return (its info, bytes written)."""
     offset = keep[-1].end_offset if keep else HEADER_SIZE
     chain = keep[-1].header_xxh if keep else header.seed
-    with open(path, "r+b") as fh:
-        fh.truncate(offset)
-        fh.seek(offset)
-        info = _write_record(fh, header, len(keep), chain, offset, rec)
-        fh.flush()
-        os.fsync(fh.fileno())
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+    try:
+        os.ftruncate(fd, offset)
+        os.lseek(fd, offset, os.SEEK_SET)
+        try:
+            info = _write_record(_FdWriter(fd), header, len(keep), chain, offset, rec)
+            os.fsync(fd)
+        except BaseException:
+            _cut_back(fd, offset)
+            raise
+    finally:
+        os.close(fd)
     return info, info.end_offset - offset
+
+
+class _FdWriter:
+    """Unbuffered writes that finish or raise: no buffer is left to land past a cut-back after a failure
+    (a buffered file would flush it again on close), and a short write is retried, never ignored."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(self.fd, view):]
+        return len(data)
+
+
+def _cut_back(fd: int, offset: int) -> None:
+    """A failed append (a full disk) takes its torn tail with it: the file keeps its complete records and
+    the space the tail took is free again for the conversation text. Best effort: the reader would also
+    detect the tail, so a failure here must not hide the write's own error."""
+    try:
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
+    except OSError as exc:
+        log.warning("could not cut a failed append back to %d bytes: %s", offset, exc)
 
 
 def cut(path: Path, keep: Sequence[RecordInfo]) -> None:

@@ -9,9 +9,12 @@ on the CPU, one strided copy from a GPU), so the writer never knows the cache's 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import shutil
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -110,13 +113,26 @@ class Saver:
             with self.store.lock.held():
                 report = self._save_locked(conversation, tokens, reason, boundaries)
             self.store.enforce_budget(protect={conversation})
-        except (OSError, StoreBusyError) as exc:
+        except (OSError, StoreBusyError, sqlite3.Error) as exc:  # sqlite3: the index, on a full disk
             self.files.forget(conversation)
-            error = f"could not save the conversation's context: {getattr(exc, 'strerror', None) or exc}"
+            error = f"could not save the conversation's context: {self._why(exc)}"
             log.warning("%s", error)
             return SaveReport(False, reason, len(tokens), error=error,
                               elapsed_ms=(time.perf_counter() - started) * 1000)
         return replace(report, elapsed_ms=(time.perf_counter() - started) * 1000)
+
+    def _why(self, exc: BaseException) -> str:
+        """The failure in plain words; a full disk (or the file size limit) says how much room is left."""
+        full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+                or isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL)
+        if full or isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+            what = "no space left on device" if full else "the file size limit was reached"
+            try:
+                free = shutil.disk_usage(self.store.root).free
+            except OSError:
+                return what
+            return f"{what} ({free:,} bytes free on the disk holding {self.store.root})"
+        return getattr(exc, "strerror", None) or str(exc)
 
     def _save_locked(self, conversation: str, tokens: list[int], reason: str, boundaries: Sequence[int]) -> SaveReport:
         name = conversation_file(conversation, self.identity.model_fp)
@@ -182,5 +198,5 @@ class Saver:
                     [NewRecord(0, tokens, engine.cache.read_rows(0, k), spelled, text_sha, "prefix")], self.encoding)
                 self.store.put(Entry(name, None, "prefix", k, spelled, text_sha, written, self.identity.model_fp,
                                      header.created_ms, now_ms(), 0, False, header.label))
-        except (OSError, StoreBusyError) as exc:
+        except (OSError, StoreBusyError, sqlite3.Error) as exc:
             log.warning("could not save the shared prefix: %s", exc)

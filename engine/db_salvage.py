@@ -1,0 +1,312 @@
+"""Salvage: a damaged conversation database with no sound backup, copied row by row into a new one.
+
+One bad page must not cost every conversation. Each table is read in rowid order, forwards and then
+backwards (a scan stops at the first page that cannot be read), and the rows between the two are looked
+up one rowid at a time. When any of that fails (a root or interior page is gone, or page 1 with the
+schema), the file's leaf pages are read one by one as well (engine.db_pages) and each record goes to the
+table its shape fits, so only the rows on the damaged pages themselves are lost. The search indexes are
+not read:
+the new database's triggers rebuild them from the text. A message whose conversation row was lost keeps
+its text under a re-created, titled "Recovered" conversation. The new file is written beside the old one
+and renamed into place; the damaged file is kept aside as ``<name>.damaged-<time>``, never deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.conversations import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
+from engine.db_pages import leaf_rows
+from engine.errors import ConversationError
+from engine.fsutil import fsync_dir
+from engine.private_files import FILE_MODE
+
+log = logging.getLogger(__name__)
+
+TABLES = ("conversations", "messages", "alternatives", "imports")  # in the order their rows are inserted
+OPEN_END_PROBES = 1000  # past the last row a scan reached, give up after this many rowids in a row hold nothing
+
+
+@dataclass(frozen=True)
+class SalvageResult:
+    conversations: int  # conversations in the new database
+    messages: int
+    recreated: int  # of ``conversations``: re-created for messages whose conversation row was lost
+    missing_messages: int  # messages known to be lost (gaps in their conversation's numbering)
+    unreadable_rows: int  # rowids between readable rows that could not be read (rows lost, or gaps left by deletes)
+    damaged: Path  # where the damaged file went
+    unreadable_ends: tuple[str, ...] = ()  # tables whose newest rows could not be read (how many is unknown)
+
+    def summary(self) -> str:
+        """What was kept and what was lost, in one line."""
+        text = f"kept {self.conversations} conversation(s) and {self.messages} message(s)"
+        if self.recreated:
+            text += (f" ({self.recreated} conversation(s) re-created as \"Recovered\": their title and settings "
+                     "could not be read)")
+        lost = []
+        if self.missing_messages:
+            lost.append(f"{self.missing_messages} message(s) are missing")
+        if self.unreadable_rows:
+            lost.append(f"{self.unreadable_rows} row(s) on damaged pages could not be read")
+        if self.unreadable_ends:
+            lost.append(f"the newest rows of {' and '.join(self.unreadable_ends)} could not be read")
+        text += "; " + (", ".join(lost) if lost else "no message was lost" if self.recreated else "nothing was lost")
+        return text + f"; the damaged file is kept at {self.damaged}"
+
+
+def salvage(db: Path) -> SalvageResult:
+    """Replace ``db`` by a new database holding every row of it that can still be read. The caller must
+    have closed every connection to ``db``. ConversationError when nothing of it can be read."""
+    db = Path(db)
+    if not db.is_file():
+        raise ConversationError(f"nothing to salvage: {db} does not exist")
+    tmp = db.with_name("." + db.name + ".salvage.tmp")
+    folded = db.with_name("." + db.name + ".salvage-source")
+    try:
+        source = _with_wal_folded_in(db, folded)
+        *counts, ends = _copy_readable(source, tmp)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = db.with_name(f"{db.name}.damaged-{stamp}")
+        n = 1
+        while any(Path(str(aside) + s).exists() for s in ("", "-wal", "-shm")):  # never over an older one
+            n += 1
+            aside = db.with_name(f"{db.name}.damaged-{stamp}-{n}")
+        for suffix in ("", "-wal", "-shm"):
+            part = Path(str(db) + suffix)
+            if part.exists():
+                os.replace(part, Path(str(aside) + suffix))
+        os.replace(tmp, db)
+        fsync_dir(db.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(folded) + suffix).unlink(missing_ok=True)
+    result = SalvageResult(*counts, damaged=aside, unreadable_ends=ends)
+    log.warning("salvaged %s: %s", db, result.summary())
+    return result
+
+
+def _with_wal_folded_in(db: Path, copy: Path) -> Path:
+    """The file to read: ``db`` itself, or with a write-ahead log beside it, a copy with the log folded in
+    (the pages read one by one must be the newest; older ones may hold rows deleted since). The damaged
+    file itself is never written."""
+    wal = Path(str(db) + "-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        return db
+    for suffix in ("", "-wal"):
+        target = Path(str(copy) + suffix)
+        target.unlink(missing_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))  # private, as the original
+        shutil.copyfile(Path(str(db) + suffix), target)
+    try:
+        con = sqlite3.connect(copy)
+        try:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:  # read through the log, and pages straight off the main file
+        log.warning("salvage: could not fold the write-ahead log of %s in (%s)", db, exc)
+    return copy
+
+
+def _copy_readable(db: Path, tmp: Path) -> tuple[int, int, int, int, int, tuple[str, ...]]:
+    src = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        present: dict[str, list[str]] | None = {
+            t: [r[1] for r in src.execute(f"PRAGMA table_info({t})")] for t in TABLES}
+    except sqlite3.DatabaseError as exc:  # page 1 (the header and the list of tables) is gone: read the pages
+        log.warning("salvage: the list of tables of %s cannot be read (%s); reading its pages one by one", db, exc)
+        present = None
+    tmp.unlink(missing_ok=True)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+    out = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        out.executescript(";\n".join(MIGRATIONS) + f"; PRAGMA user_version = {SCHEMA_VERSION};")
+        schema = {t: [r[1] for r in out.execute(f"PRAGMA table_info({t})")] for t in TABLES}
+        rows: dict[str, dict[int, dict]] = {}
+        failed: dict[str, set[int]] = {}
+        ends: list[str] = []
+        incomplete = set()  # tables whose tree lost some leaves: those are read off the pages directly
+        for table in TABLES:
+            columns = [c for c in (present or {}).get(table, []) if c in schema[table]]
+            rows[table], failed[table], end_lost = _read_table(src, table, columns) if columns else ({}, set(), False)
+            if present is None or end_lost or failed[table]:
+                incomplete.add(table)
+            if end_lost:
+                ends.append(table)
+        if incomplete:
+            for table, found in _leaf_records(db, schema).items():
+                if table in incomplete:
+                    for rowid, row in found.items():
+                        rows[table].setdefault(rowid, row)
+            ends = []  # every intact leaf was read: what is lost was on the damaged pages themselves
+        unreadable = sum(len(f - rows[t].keys()) for t, f in failed.items())
+        out.execute("BEGIN")
+        convs = _insert(out, "conversations", rows["conversations"])
+        recreated = _recreate_missing(out, rows)
+        messages = _insert(out, "messages", rows["messages"])
+        _insert(out, "alternatives", rows["alternatives"])
+        _insert(out, "imports", rows["imports"])
+        missing = _missing_messages(out)
+        out.execute("COMMIT")
+        problem = out.execute("PRAGMA quick_check").fetchone()[0]
+        if problem != "ok":  # cannot happen short of a failing disk: never put a bad copy in place
+            raise ConversationError(f"the salvaged copy of {db.name} fails its own check ({problem})")
+    except sqlite3.DatabaseError as exc:
+        raise ConversationError(f"could not write the salvaged copy of {db.name}: {exc}") from None
+    finally:
+        out.close()
+        src.close()
+    if not (convs or recreated or messages) and present is None:
+        raise ConversationError(f"{db} cannot be salvaged: no conversation can be read from it; keep the file, "
+                                "it may still be rescued by hand")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    return convs + recreated, messages, recreated, missing, unreadable, tuple(ends)
+
+
+def _read_table(src: sqlite3.Connection, table: str, columns: list[str]) -> tuple[dict[int, dict], set[int], bool]:
+    """(every row the tree still reaches, by rowid; the rowids between reachable rows that failed; whether
+    the rowids past the last reachable row failed too: rows may be lost there)."""
+    select = f"SELECT rowid, {', '.join(columns)} FROM {table} NOT INDEXED"  # the table itself, not an index
+    found: dict[int, tuple] = {}
+    failed: set[int] = set()
+    end_lost = False
+    forward = _scan(src, select + " ORDER BY rowid", found)
+    if forward is not None:  # a page failed: read backwards from the end, then the rowids between one by one
+        backward = _scan(src, select + " ORDER BY rowid DESC", found)
+        high = backward if backward not in (None, _NOTHING) else None
+        run: list[int] = []  # rowids in a row past the last found one that held nothing readable
+        rowid = forward if forward != _NOTHING else 0
+        while high is None or rowid < high - 1:
+            rowid += 1
+            if rowid in found:
+                run = []
+                continue
+            try:
+                row = src.execute(select + " WHERE rowid = ?", (rowid,)).fetchone()
+            except sqlite3.DatabaseError:
+                failed.add(rowid)
+                row = None
+            if row is not None:
+                found[rowid] = row
+                run = []
+            elif high is None:
+                run.append(rowid)
+                if len(run) >= OPEN_END_PROBES:  # past the end: those rowids may never have held a row
+                    end_lost = bool(failed & set(run))
+                    failed -= set(run)
+                    break
+    if failed:
+        log.warning("salvage: %d rowid(s) of %s could not be read through its tree", len(failed), table)
+    return {k: dict(zip(columns, row[1:], strict=True)) for k, row in found.items()}, failed, end_lost
+
+
+_NOTHING = -1  # a scan that failed before its first row
+
+
+def _scan(src: sqlite3.Connection, sql: str, found: dict[int, tuple]) -> int | None:
+    """Read rows into ``found`` until a page fails: None when the scan finished, else the last rowid it
+    reached (``_NOTHING`` when it read none)."""
+    last = _NOTHING
+    try:
+        for row in _rows(src, sql):
+            found[row[0]] = row
+            last = row[0]
+    except sqlite3.DatabaseError:
+        return last
+    return None
+
+
+def _rows(src: sqlite3.Connection, sql: str) -> Iterator[tuple]:
+    cursor = src.execute(sql)
+    while (row := cursor.fetchone()) is not None:
+        yield row
+
+
+def _leaf_records(db: Path, schema: dict[str, list[str]]) -> dict[str, dict[int, dict]]:
+    """Rows read off the file's leaf pages (engine.db_pages), each given to the table its shape fits."""
+    found: dict[str, dict[int, dict]] = {t: {} for t in TABLES}
+    try:
+        for _page, rowid, values in leaf_rows(db):
+            table = _shape(values)
+            if table is not None and len(values) <= len(schema[table]):
+                row = dict(zip(schema[table], values, strict=False))
+                if "id" in row and row["id"] is None:  # INTEGER PRIMARY KEY: the rowid itself
+                    row["id"] = rowid
+                found[table].setdefault(rowid, row)
+    except OSError as exc:
+        log.warning("salvage: could not read the pages of %s: %s", db, exc)
+    return found
+
+
+def _shape(v: list) -> str | None:
+    """Which of Hearth's tables a record of this shape belongs to (columns in schema order); None: none."""
+    def kinds(*types) -> bool:
+        return all(isinstance(x, t) and not (t is int and isinstance(x, bool)) for x, t in zip(v, types, strict=False))
+
+    n = len(v)
+    if (6 <= n <= 7 and v[0] is None and kinds(type(None), str, int) and ID_PATTERN.fullmatch(v[1])
+            and (n == 6 or v[6] is None or isinstance(v[6], str))):
+        if v[3] in ROLES and kinds(type(None), str, int, str, str, int):
+            return "messages"
+        if kinds(type(None), str, int, int, str, int):
+            return "alternatives"
+    if 7 <= n <= 11 and kinds(str, str, str, str, str, int, int) and ID_PATTERN.fullmatch(v[0]):
+        return "conversations"
+    if n == 3 and kinds(str, int, int):
+        return "imports"
+    return None
+
+
+def _insert(out: sqlite3.Connection, table: str, rows: dict[int, dict]) -> int:
+    """Insert rows in rowid order, their rowids kept (the search index of titles refers to them); a row that
+    breaks a constraint (a damaged page can read back as nonsense) is left out and logged. Returns how many
+    went in."""
+    done = 0
+    for rowid in sorted(rows):
+        row = rows[rowid]
+        sql = (f"INSERT INTO {table} (rowid, {', '.join(row)}) VALUES ({', '.join('?' * (len(row) + 1))})")
+        try:
+            out.execute("SAVEPOINT row")
+            out.execute(sql, (rowid, *row.values()))
+            out.execute("RELEASE row")
+            done += 1
+        except sqlite3.DatabaseError as exc:
+            out.execute("ROLLBACK TO row")
+            out.execute("RELEASE row")
+            log.warning("salvage: a row of %s (rowid %s) is not usable: %s", table, rowid, exc)
+    return done
+
+
+def _recreate_missing(out: sqlite3.Connection, rows: dict[str, dict[int, dict]]) -> int:
+    """A conversation for each message (or kept reply version) whose own conversation row was lost."""
+    have = {r[0] for r in out.execute("SELECT id FROM conversations")}
+    orphans: dict[str, list[tuple[str, int]]] = {}  # id -> [(content, created_ms)]
+    for table in ("messages", "alternatives"):
+        for row in rows[table].values():
+            cid = row.get("conversation_id")
+            if isinstance(cid, str) and cid not in have and ID_PATTERN.fullmatch(cid):
+                ms = row.get("created_ms")
+                orphans.setdefault(cid, []).append((row.get("content"), ms if isinstance(ms, int) else 0))
+    for cid, texts in orphans.items():
+        first = next((t for t, _ in texts if isinstance(t, str) and t.strip()), "")
+        times = [ms for _, ms in texts]
+        out.execute("INSERT INTO conversations (id, title, created_ms, updated_ms) VALUES (?, ?, ?, ?)",
+                    (cid, f"Recovered: {title_from(first)}" if first else "Recovered", min(times), max(times)))
+    return len(orphans)
+
+
+def _missing_messages(out: sqlite3.Connection) -> int:
+    """Messages known lost: a conversation's messages are numbered 0, 1, 2… with no gaps, so each gap
+    below its highest number is a message that could not be read (lost trailing messages leave no trace)."""
+    row = out.execute("SELECT COALESCE(SUM(top + 1 - n), 0) FROM (SELECT MAX(seq) AS top, COUNT(*) AS n "
+                      "FROM messages GROUP BY conversation_id)").fetchone()
+    return int(row[0])
