@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.api import DEFAULT_MAX_NEW_TOKENS, PROVIDER_CHOICES, HearthPaths, resolve_paths
 from engine.errors import PromptError
+from engine.text.terminal_safe import terminal_safe
 from engine.types import SamplingParams, SetupProgress
 
 
@@ -21,7 +22,7 @@ class Progress:
     """A one-line progress meter on stderr; quiet when stderr is not a terminal except at 100%."""
 
     def __init__(self, label: str, unit: str = ""):
-        self.label, self.unit = label, unit
+        self.label, self.unit = terminal_safe(label), unit  # a label may hold a file's name
         self.tty = sys.stderr.isatty()
         self._last = -1
         self._width = 0  # the longest line written since the last newline
@@ -49,7 +50,15 @@ class Progress:
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
-    print(json.dumps(payload, ensure_ascii=False) if args.json else human)
+    """The JSON payload exactly, or the human text with its control characters escaped (stored text in it
+    may carry terminal escapes)."""
+    print(json.dumps(payload, ensure_ascii=False) if args.json else terminal_safe(human))
+
+
+def stream_text(text: str) -> None:
+    """Write a piece of a reply as it comes, control characters escaped as in :func:`emit`."""
+    sys.stdout.write(terminal_safe(text))
+    sys.stdout.flush()
 
 
 def data_paths(args: argparse.Namespace) -> HearthPaths:

@@ -30,9 +30,10 @@ from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
-from engine.cli_common import Progress, data_paths, emit, sampling_from_args
+from engine.cli_common import Progress, data_paths, emit, sampling_from_args, stream_text
 from engine.conversations import ConversationStore, check_id
 from engine.errors import ConversationError, HearthError, PromptError
+from engine.text.terminal_safe import terminal_safe
 from engine.types import ConversationSummary, Token, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
@@ -102,9 +103,9 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         hearth.store_message(request, create=True)  # no model to answer: still keep what was typed
         raise
     if why is not None:  # the answer comes from another model than last time: say which
-        sys.stderr.write(f"note: conversation {args.conversation} was {why}; {model.label} ({hearth.model_key}) "
-                         "answers this turn\n")
-    stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        sys.stderr.write(terminal_safe(f"note: conversation {args.conversation} was {why}; {model.label} "
+                                       f"({hearth.model_key}) answers this turn") + "\n")
+    stream = None if args.json else stream_text
 
     def on_event(event) -> None:
         if isinstance(event, Waiting):
@@ -138,7 +139,7 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         sys.stderr.write(f"[{r.reused_tokens} tokens reused ({how}), {r.prefilled_tokens} prefilled "
                          f"in {r.elapsed_ms:.0f} ms; {len(turn.tokens)} new tokens, {turn.stop_reason}]\n")
         if turn.save and not turn.save.ok:
-            sys.stderr.write(f"warning: {turn.save.error}\n")
+            sys.stderr.write(f"warning: {terminal_safe(turn.save.error)}\n")
     return 0
 
 

@@ -1,0 +1,86 @@
+"""Issue 27, the CLI's part: hostile stored text, special files and damaged side files, end to end in
+subprocesses of the real ``hearth-cli``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.conversations import ConversationStore
+from engine.text.terminal_safe import terminal_safe
+
+from .test_cli import assert_clean_error, run_cli
+
+PLANTED = "\x1b]0;pwned\x07\x1b[31m"  # retitles the terminal window, then turns its text red
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    return tmp_path / "home"
+
+
+def plant(home: Path, cid: str = "planted") -> None:
+    """A conversation as a cross-site POST to the server leaves it: escapes in its title, system
+    prompt, messages and model."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = ConversationStore(home / "conversations.sqlite3")
+    try:
+        store.create(cid, title=f"hi{PLANTED}", system_prompt=f"sys{PLANTED}\u202e")
+        store.append(cid, "user", f"hello{PLANTED}\x9b2J")
+        store.append(cid, "assistant", f"reply{PLANTED}\x7f")
+        store.set_model(cid, f"model{PLANTED}", f"key{PLANTED}")
+    finally:
+        store.close()
+
+
+def test_terminal_safe_escapes_controls_but_newline_and_tab():
+    assert terminal_safe(PLANTED) == "\\x1b]0;pwned\\x07\\x1b[31m"
+    assert terminal_safe("a\tb\nc\r\x00\x7f\x9b\u202e\u2066\u2069é🙂") == "a\tb\nc\\x0d\\x00\\x7f\\x9b\\u202e\\u2066\\u2069é🙂"
+
+
+@pytest.mark.parametrize("args", [("conversations", "ls"), ("conversations", "show", "planted")])
+def test_issue27_stored_escapes_are_shown_escaped(home, args):
+    plant(home)
+    proc = run_cli(*args, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout and "\x9b" not in proc.stdout
+    assert "\\x1b]0;pwned\\x07\\x1b[31m" in proc.stdout  # visible, not dropped
+    if args[1] == "show":
+        assert "\\x9b2J" in proc.stdout and "\\u202e" in proc.stdout and "\\x7f" in proc.stdout
+
+
+def test_issue27_json_output_keeps_stored_text_exact(home):
+    plant(home)
+    shown = json.loads(run_cli("conversations", "show", "planted", "--json", home=home).stdout)
+    assert shown["title"] == f"hi{PLANTED}" and shown["system_prompt"] == f"sys{PLANTED}\u202e"
+    assert [m["content"] for m in shown["messages"]] == [f"hello{PLANTED}\x9b2J", f"reply{PLANTED}\x7f"]
+    listed = json.loads(run_cli("conversations", "ls", "--json", home=home).stdout)["conversations"]
+    assert listed[0]["title"] == f"hi{PLANTED}"
+
+
+def test_issue27_talk_and_chat_escape_what_they_repeat_from_the_store(home, tiny_gguf):
+    """The model a planted chat was 'last used with' is repeated in talk's and chat's notes."""
+    plant(home)
+    import subprocess
+    import sys
+
+    talk = subprocess.run([sys.executable, "-m", "engine.cli", "talk", "--conversation", "planted", "--model",
+                           str(tiny_gguf), "--data-dir", str(home), "--max-new-tokens", "4"],
+                          input="hello\n/quit\n", capture_output=True, text=True, timeout=300)
+    assert talk.returncode == 0, talk.stderr
+    assert "\\x1b]0;pwned" in talk.stderr
+    assert "\x1b" not in talk.stdout + talk.stderr
+    plant(home, "planted-too")  # talk's turn made the tiny model the remembered one
+    chat = run_cli("chat", "--conversation", "planted-too", "--message", "hi", "--greedy", "--max-new-tokens", "4",
+                   "--model", str(tiny_gguf), "--provider", "cpu", home=home)
+    assert chat.returncode == 0, chat.stderr
+    assert "\\x1b]0;pwned" in chat.stderr
+    assert "\x1b" not in chat.stdout + chat.stderr
+
+
+def test_issue27_an_error_quoting_hostile_text_is_escaped(home):
+    proc = run_cli("kv", "inspect", f"no{PLANTED}such", home=home)
+    assert_clean_error(proc, "\\x1b]0;pwned")
+    assert "\x1b" not in proc.stderr
