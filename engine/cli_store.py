@@ -25,6 +25,7 @@ from engine.api import (
     import_conversations,
     model_key_for,
     read_document,
+    resolve_paths,
 )
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
@@ -256,10 +257,20 @@ def describe(path: Path) -> dict:
     return out
 
 
+def checkpoint_arg(args: argparse.Namespace, arg: str) -> Path:
+    """A ``kv inspect`` / ``kv verify`` argument as a file: a path as given, else a name as ``kv ls``
+    prints it (a file in the store)."""
+    path = Path(arg)
+    if path.exists() or path.is_symlink():
+        return path
+    stored = resolve_paths(args.data_dir).checkpoints / arg
+    if arg and path.name == arg and stored.exists():
+        return stored
+    raise HearthError(f"no such file or stored checkpoint: {arg} ('hearth-cli kv ls' lists the stored ones)")
+
+
 def cmd_kv_inspect(args: argparse.Namespace) -> int:
-    path = Path(args.path)
-    if not path.exists():
-        raise HearthError(f"no such file: {path}")
+    path = checkpoint_arg(args, args.path)
     info = describe(path)
     if args.json:
         emit(args, info, "")
@@ -294,7 +305,7 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
     if args.all:
         files = [store.path(e.name) for e in store.entries()]
     elif args.paths:
-        files = [Path(p) for p in args.paths]
+        files = [checkpoint_arg(args, p) for p in args.paths]
     else:
         raise PromptError("name checkpoint files to verify, or use --all")
     identity, vocab = None, None

@@ -84,3 +84,49 @@ def test_issue27_an_error_quoting_hostile_text_is_escaped(home):
     proc = run_cli("kv", "inspect", f"no{PLANTED}such", home=home)
     assert_clean_error(proc, "\\x1b]0;pwned")
     assert "\x1b" not in proc.stderr
+
+
+# item 17: the names kv ls prints -----------------------------------------------------------------------
+def chat_json(home: Path, model: Path, cid: str, message: str) -> dict:
+    proc = run_cli("chat", "--conversation", cid, "--message", message, "--greedy", "--max-new-tokens", "4", "--json",
+                   "--provider", "cpu", "--model", str(model), home=home)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_issue27_kv_verify_and_inspect_take_the_names_kv_ls_prints(home, tiny_gguf):
+    chat_json(home, tiny_gguf, "c", "hello there")
+    listing = run_cli("kv", "ls", home=home)
+    assert listing.returncode == 0, listing.stderr
+    name = listing.stdout.splitlines()[0].split()[0]  # the first column, as a user copies it
+    verify = run_cli("kv", "verify", name, "--model", str(tiny_gguf), home=home)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify.stdout.startswith("valid") and "1 checked, 0 damaged" in verify.stdout
+    inspect = json.loads(run_cli("kv", "inspect", name, "--json", home=home).stdout)
+    assert inspect["problem"] is None and inspect["path"] == str(home / "checkpoints" / name)
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_issue27_kv_of_an_unknown_name_is_one_clear_error(home, command):
+    assert_clean_error(run_cli("kv", command, "conv-nope.hkv", home=home), "no such file or stored checkpoint",
+                       "conv-nope.hkv", "kv ls")
+
+
+# item 18: what a turn's save wrote ---------------------------------------------------------------------
+def test_issue27_a_long_turn_reports_every_byte_its_saves_wrote(home, tiny_dir):
+    """A prompt past SAVE_ALIGN is saved during the prefill too; the turn's bytes_written counted only
+    its last append (9.4 MB of a 104 MB file in the issue)."""
+    from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+    from engine.session.reports import SAVE_ALIGN
+
+    model = write_synthetic_gguf(tiny_dir / "long-context.gguf", SyntheticSpec(context_length=4 * SAVE_ALIGN))
+    out = chat_json(home, model, "long", "hello world " * (SAVE_ALIGN // 3))
+    save = out["save"]
+    path = home / "checkpoints" / json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"][0]["name"]
+    assert out["context"]["tokens"] > SAVE_ALIGN and save["ok"]
+    assert save["bytes_written"] == path.stat().st_size  # a new file: the turn wrote all of it
+    assert save["file_bytes"] == path.stat().st_size
+    assert save["new_tokens"] == save["tokens"] == out["context"]["tokens"]
+    second = chat_json(home, model, "long", "and again")["save"]  # a short turn appends (past a cut frontier)
+    assert second["file_bytes"] == path.stat().st_size > save["file_bytes"]
+    assert path.stat().st_size - save["file_bytes"] <= second["bytes_written"] < save["bytes_written"] // 10
