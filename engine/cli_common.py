@@ -14,8 +14,11 @@ from typing import Any
 
 from engine.api import DEFAULT_MAX_NEW_TOKENS, PROVIDER_CHOICES, HearthPaths, resolve_paths
 from engine.errors import PromptError
+from engine.fsutil import open_regular
 from engine.text.terminal_safe import terminal_safe
 from engine.types import SamplingParams, SetupProgress
+
+MAX_MESSAGES_BYTES = 64 << 20  # generate --messages: far more than any context holds
 
 
 class Progress:
@@ -69,7 +72,11 @@ def read_messages(path: str) -> list[dict]:
     from engine.text.chat_template import validate_messages
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open_regular(Path(path)) as fh:  # a FIFO would hang the read
+            raw = fh.read(MAX_MESSAGES_BYTES + 1)
+        if len(raw) > MAX_MESSAGES_BYTES:
+            raise PromptError(f"messages file {path} is over {MAX_MESSAGES_BYTES >> 20} MiB")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise PromptError(f"messages file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -4,6 +4,7 @@ subprocesses of the real ``hearth-cli``."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,38 @@ def test_issue27_a_long_turn_reports_every_byte_its_saves_wrote(home, tiny_dir):
     second = chat_json(home, model, "long", "and again")["save"]  # a short turn appends (past a cut frontier)
     assert second["file_bytes"] == path.stat().st_size > save["file_bytes"]
     assert path.stat().st_size - save["file_bytes"] <= second["bytes_written"] < save["bytes_written"] // 10
+
+
+# item 12: FIFOs and other special files --------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_issue27_conversations_import_refuses_what_is_not_a_regular_file(home, tmp_path, kind):
+    path = {"fifo": tmp_path / "export.json", "directory": tmp_path, "device": Path("/dev/zero")}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    proc = run_cli("conversations", "import", str(path), home=home, timeout=60)  # hung forever before
+    assert_clean_error(proc, "not a regular file")
+
+
+def test_issue27_generate_messages_from_a_fifo_is_refused(home, tmp_path, tiny_gguf):
+    fifo = tmp_path / "messages.json"
+    os.mkfifo(fifo)
+    proc = run_cli("generate", "--messages", str(fifo), "--model", str(tiny_gguf), home=home, timeout=60)
+    assert_clean_error(proc, "FIFO", "not a regular file")
+
+
+def test_issue27_a_fifo_for_a_checkpoint_file_is_rebuilt_not_waited_on(home, tiny_gguf):
+    chat_json(home, tiny_gguf, "c", "hello there")
+    (entry,) = [e for e in json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"]
+                if e["conversation"] == "c"]
+    path = Path(entry["path"])
+    path.unlink()
+    os.mkfifo(path)
+    proc = run_cli("chat", "--conversation", "c", "--message", "again", "--greedy", "--max-new-tokens", "4", "--json",
+                   "--provider", "cpu", "--model", str(tiny_gguf), home=home, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["resume"]["source"] == "rebuilt" and out["resume"]["reason"] == "io_error"
+    assert "FIFO" in out["resume"]["message"] and out["save"]["ok"]
+    assert path.is_file()  # the save put a real checkpoint in its place
+    verify = run_cli("kv", "verify", str(path), "--model", str(tiny_gguf), home=home, timeout=60)
+    assert verify.returncode == 0, verify.stdout
