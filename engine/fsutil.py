@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 import tempfile
@@ -83,3 +84,16 @@ def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_json(path: Path, max_bytes: int) -> object:
+    """The JSON document in ``path``, a regular file of at most ``max_bytes``. Raises OSError (missing,
+    unreadable, a FIFO…) or ValueError (too large, not UTF-8 JSON, nested too deeply to parse)."""
+    with open_regular(path) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"it is larger than {max_bytes} bytes")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:  # e.g. 100,000 '[': the parser's own guard, reported as malformed
+        raise ValueError("it nests lists or objects too deeply") from None

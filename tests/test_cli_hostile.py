@@ -166,3 +166,84 @@ def test_issue27_a_fifo_for_a_checkpoint_file_is_rebuilt_not_waited_on(home, tin
     assert path.is_file()  # the save put a real checkpoint in its place
     verify = run_cli("kv", "verify", str(path), "--model", str(tiny_gguf), home=home, timeout=60)
     assert verify.returncode == 0, verify.stdout
+
+
+# item 13: damaged side files --------------------------------------------------------------------------
+def test_issue27_a_garbage_checkpoint_index_is_rebuilt(home, tiny_gguf):
+    first = chat_json(home, tiny_gguf, "c", "hello there")
+    index = home / "checkpoints" / "index.sqlite3"
+    index.write_bytes(b"\x00garbage, not SQLite\xff" * 500)  # blamed a full disk and failed the turn
+    proc = run_cli("chat", "--conversation", "c", "--message", "again", "--greedy", "--max-new-tokens", "4", "--json",
+                   "--provider", "cpu", "--model", str(tiny_gguf), home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "is damaged" in proc.stderr and "rebuilding it" in proc.stderr and "full" not in proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["save"]["ok"] and out["resume"]["source"] == "disk"  # the file was found again by its name
+    assert out["resume"]["reused_tokens"] >= first["context"]["tokens"] - 1
+    assert (home / "checkpoints" / "index.sqlite3.damaged").read_bytes().startswith(b"\x00garbage")
+    listed = json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"]
+    assert [e["conversation"] for e in listed if e["kind"] == "conversation"] == ["c"]
+
+
+def test_issue27_an_index_that_cannot_be_opened_is_one_clear_error_not_a_full_disk(home):
+    (home / "checkpoints" / "index.sqlite3").mkdir(parents=True)
+    proc = run_cli("kv", "ls", home=home)
+    assert_clean_error(proc, "index.sqlite3", "cannot be used")
+    assert "full" not in proc.stderr
+
+
+def test_issue27_a_deeply_nested_models_json_reads_as_empty(home, tiny_gguf):
+    (home / "checkpoints").mkdir(parents=True)
+    registry = home / "checkpoints" / "models.json"
+    registry.write_text("[" * 100_000)  # RecursionError before
+    proc = run_cli("kv", "ls", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "too deeply" in proc.stderr
+    chat_json(home, tiny_gguf, "c", "hello there")  # the next session writes it afresh
+    assert [m["label"] for m in json.loads(registry.read_text()).values()]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_issue27_a_lock_file_of_the_wrong_type_is_one_clear_error(home, kind):
+    lock = home / "checkpoints" / "store.lock"
+    lock.parent.mkdir(parents=True)
+    lock.mkdir() if kind == "directory" else os.mkfifo(lock)
+    assert_clean_error(run_cli("kv", "ls", home=home, timeout=60), str(lock))
+
+
+def test_issue27_a_file_where_the_turn_locks_folder_goes_is_one_clear_error(home, tiny_gguf):
+    home.mkdir()
+    (home / "locks").write_text("not a folder")
+    proc = run_cli("chat", "--conversation", "c", "--message", "hi", "--model", str(tiny_gguf), home=home)
+    assert_clean_error(proc, str(home / "locks"), "is not a folder")
+
+
+def test_issue27_a_file_where_the_models_folder_goes_is_one_clear_error(home):
+    home.mkdir()
+    (home / "models").write_text("not a folder")
+    assert_clean_error(run_cli("model", "ls", home=home), str(home / "models"), "is not a folder")
+
+
+def test_issue27_a_models_folder_turned_into_a_file_is_named_as_such(home, tmp_path):
+    folder = tmp_path / "my-models"
+    folder.mkdir()
+    assert run_cli("model", "folder", str(folder), home=home).returncode == 0
+    folder.rmdir()
+    folder.write_text("now a file")
+    proc = run_cli("model", "ls", "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["folder_problem"] == f"the models folder {folder} is a file, not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder whatever its mode: the type cases above cover it")
+def test_issue27_an_unreadable_models_folder_is_named_as_such(home, tmp_path):
+    folder = tmp_path / "my-models"
+    folder.mkdir()
+    assert run_cli("model", "folder", str(folder), home=home).returncode == 0
+    folder.chmod(0)
+    try:
+        proc = run_cli("model", "ls", "--json", home=home)
+    finally:
+        folder.chmod(0o700)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot be read" in json.loads(proc.stdout)["folder_problem"]
