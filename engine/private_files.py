@@ -18,8 +18,9 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
-class FolderError(HearthError):
-    """A folder Hearth keeps files in cannot be made: something else is at its path, or it is not allowed."""
+class FolderError(HearthError, OSError):
+    """A folder Hearth keeps files in cannot be made: something else is at its path, or it is not allowed.
+    An OSError too, so callers that turn a failed write into their own message still do."""
 
 
 def private_dir(path: Path) -> Path:
