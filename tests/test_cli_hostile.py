@@ -247,3 +247,9 @@ def test_issue27_an_unreadable_models_folder_is_named_as_such(home, tmp_path):
         folder.chmod(0o700)
     assert proc.returncode == 0, proc.stderr
     assert "cannot be read" in json.loads(proc.stdout)["folder_problem"]
+
+
+def test_issue27_bundle_import_refuses_a_fifo(home, tmp_path):
+    fifo = tmp_path / "chats.hearth"
+    os.mkfifo(fifo)
+    assert_clean_error(run_cli("bundle", "import", str(fifo), home=home, timeout=60), "FIFO", "not a regular file")
