@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.fsutil import atomic_write
+from engine.fsutil import NotRegularFileError, atomic_write, open_regular
 from engine.install_key import sign, verify
 from engine.transfer import MAX_IMPORT_BYTES, TransferError, validate_document
 
@@ -98,9 +98,12 @@ def write_bundle(path: Path, document: dict, contexts: dict[str, Path], key: byt
 def open_zip(path: Path) -> zipfile.ZipFile:
     path = Path(path)
     try:
+        open_regular(path).close()  # zipfile would wait forever on a FIFO's open
         return zipfile.ZipFile(path)
     except FileNotFoundError:
         raise TransferError(f"cannot read {path.name}: no such file") from None
+    except NotRegularFileError as exc:
+        raise TransferError(f"cannot read {path.name}: {exc.strerror}") from None
     except ZIP_ERRORS as exc:
         raise TransferError(f"{path.name} is not a Hearth bundle (not a zip archive: {exc})") from None
 

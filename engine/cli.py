@@ -24,8 +24,17 @@ from engine.api import (
     Hearth,
     model_footprint,
 )
-from engine.cli_common import Progress, data_paths, emit, read_messages, sampling_from_args, sampling_options
+from engine.cli_common import (
+    Progress,
+    data_paths,
+    emit,
+    read_messages,
+    sampling_from_args,
+    sampling_options,
+    stream_text,
+)
 from engine.errors import HearthError, PromptError, UnsupportedModelError
+from engine.text.terminal_safe import terminal_safe
 from engine.types import MAX_TOP_LOGPROBS, Completion, ModelFootprint
 
 log = logging.getLogger("hearth.cli")
@@ -178,7 +187,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise PromptError("--max-new-tokens must be at least 1")
     hearth = _service(args)
     model = hearth.load(Progress("converting").setup)
-    stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+    stream = None if args.json else stream_text
     options = {"on_text": stream, "top_logprobs": args.top_logprobs}
     if messages is None:
         result = hearth.complete_raw(args.prompt, params, args.max_new_tokens, **options)
@@ -197,7 +206,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         print()
         if args.top_logprobs is not None:
-            print(logprob_table(hearth, result))
+            print(terminal_safe(logprob_table(hearth, result)))
         sys.stderr.write(
             f"[{len(result.tokens)} tokens, {result.stop_reason}; prefill {timings['prefill_tokens_per_s']:.0f} tok/s, "
             f"decode {timings['decode_tokens_per_s']:.1f} tok/s on {model.provider}]\n"
@@ -363,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     except HearthError as exc:
         if args.debug:
             raise
-        sys.stderr.write(f"hearth-cli: error: {exc}\n")
+        sys.stderr.write(f"hearth-cli: error: {terminal_safe(str(exc))}\n")  # it may quote stored text
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("hearth-cli: interrupted\n")
@@ -371,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so plainly, keep the traceback for --debug
         if args.debug or os.environ.get("HEARTH_DEBUG"):
             raise
-        sys.stderr.write(f"hearth-cli: internal error: {type(exc).__name__}: {exc} (run with --debug for details)\n")
+        sys.stderr.write(f"hearth-cli: internal error: {type(exc).__name__}: {terminal_safe(str(exc))} "
+                         "(run with --debug for details)\n")
         return EXIT_ERROR
 
 

@@ -14,14 +14,18 @@ from typing import Any
 
 from engine.api import DEFAULT_MAX_NEW_TOKENS, PROVIDER_CHOICES, HearthPaths, resolve_paths
 from engine.errors import PromptError
+from engine.fsutil import open_regular
+from engine.text.terminal_safe import terminal_safe
 from engine.types import SamplingParams, SetupProgress
+
+MAX_MESSAGES_BYTES = 64 << 20  # generate --messages: far more than any context holds
 
 
 class Progress:
     """A one-line progress meter on stderr; quiet when stderr is not a terminal except at 100%."""
 
     def __init__(self, label: str, unit: str = ""):
-        self.label, self.unit = label, unit
+        self.label, self.unit = terminal_safe(label), unit  # a label may hold a file's name
         self.tty = sys.stderr.isatty()
         self._last = -1
         self._width = 0  # the longest line written since the last newline
@@ -49,7 +53,15 @@ class Progress:
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
-    print(json.dumps(payload, ensure_ascii=False) if args.json else human)
+    """The JSON payload exactly, or the human text with its control characters escaped (stored text in it
+    may carry terminal escapes)."""
+    print(json.dumps(payload, ensure_ascii=False) if args.json else terminal_safe(human))
+
+
+def stream_text(text: str) -> None:
+    """Write a piece of a reply as it comes, control characters escaped as in :func:`emit`."""
+    sys.stdout.write(terminal_safe(text))
+    sys.stdout.flush()
 
 
 def data_paths(args: argparse.Namespace) -> HearthPaths:
@@ -60,7 +72,11 @@ def read_messages(path: str) -> list[dict]:
     from engine.text.chat_template import validate_messages
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open_regular(Path(path)) as fh:  # a FIFO would hang the read
+            raw = fh.read(MAX_MESSAGES_BYTES + 1)
+        if len(raw) > MAX_MESSAGES_BYTES:
+            raise PromptError(f"messages file {path} is over {MAX_MESSAGES_BYTES >> 20} MiB")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise PromptError(f"messages file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

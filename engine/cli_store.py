@@ -26,14 +26,16 @@ from engine.api import (
     model_key_for,
     open_conversations,
     read_document,
+    resolve_paths,
 )
 from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
-from engine.cli_common import Progress, data_paths, emit, sampling_from_args
+from engine.cli_common import Progress, data_paths, emit, sampling_from_args, stream_text
 from engine.conversations import ConversationStore, check_id
 from engine.errors import ConversationError, HearthError, PromptError
+from engine.text.terminal_safe import terminal_safe
 from engine.types import ConversationSummary, Token, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
@@ -103,9 +105,9 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         hearth.store_message(request, create=True)  # no model to answer: still keep what was typed
         raise
     if why is not None:  # the answer comes from another model than last time: say which
-        sys.stderr.write(f"note: conversation {args.conversation} was {why}; {model.label} ({hearth.model_key}) "
-                         "answers this turn\n")
-    stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        sys.stderr.write(terminal_safe(f"note: conversation {args.conversation} was {why}; {model.label} "
+                                       f"({hearth.model_key}) answers this turn") + "\n")
+    stream = None if args.json else stream_text
 
     def on_event(event) -> None:
         if isinstance(event, Waiting):
@@ -140,7 +142,7 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
                          f"in {r.elapsed_ms:.0f} ms; {len(turn.tokens)} new tokens, {turn.stop_reason}]\n")
         if turn.save and not turn.save.ok:  # the reply is in the database whatever the saved context did
             stored = "the reply is stored; " if turn.reply_seq is not None else ""
-            sys.stderr.write(f"warning: {stored}{turn.save.error}\n")
+            sys.stderr.write(f"warning: {stored}{terminal_safe(turn.save.error)}\n")
     return 0
 
 
@@ -257,10 +259,20 @@ def describe(path: Path) -> dict:
     return out
 
 
+def checkpoint_arg(args: argparse.Namespace, arg: str) -> Path:
+    """A ``kv inspect`` / ``kv verify`` argument as a file: a path as given, else a name as ``kv ls``
+    prints it (a file in the store)."""
+    path = Path(arg)
+    if path.exists() or path.is_symlink():
+        return path
+    stored = resolve_paths(args.data_dir).checkpoints / arg
+    if arg and path.name == arg and stored.exists():
+        return stored
+    raise HearthError(f"no such file or stored checkpoint: {arg} ('hearth-cli kv ls' lists the stored ones)")
+
+
 def cmd_kv_inspect(args: argparse.Namespace) -> int:
-    path = Path(args.path)
-    if not path.exists():
-        raise HearthError(f"no such file: {path}")
+    path = checkpoint_arg(args, args.path)
     info = describe(path)
     if args.json:
         emit(args, info, "")
@@ -295,7 +307,7 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
     if args.all:
         files = [store.path(e.name) for e in store.entries()]
     elif args.paths:
-        files = [Path(p) for p in args.paths]
+        files = [checkpoint_arg(args, p) for p in args.paths]
     else:
         raise PromptError("name checkpoint files to verify, or use --all")
     identity, vocab = None, None

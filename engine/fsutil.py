@@ -1,9 +1,13 @@
-"""Crash-safe file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Crash-safe file writes (temp file in the same directory, fsync, rename, fsync the directory), and
+reads that refuse anything but a regular file."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,3 +51,49 @@ def sha256_file(path: Path, chunk: int = 1 << 20, check: Callable[[], None] | No
             if check is not None:
                 check()
     return h.hexdigest()
+
+
+class NotRegularFileError(OSError):
+    """A path to read is a FIFO, device, socket or directory: reading one could block forever or never end."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "an unknown kind of file"
+
+
+def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
+    """``path`` opened for reading as ``open(path, "rb", buffering=...)`` does, but refused
+    (``NotRegularFileError``) unless it is a regular file.
+
+    The open itself does not block: O_NONBLOCK makes a FIFO without a writer open at once, and fstat on
+    what was opened (not a stat before it) cannot be raced by a swap of the path."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # POSIX; Windows has no FIFOs to open by path
+    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(errno.EINVAL, f"it is {_kind(mode)}, not a regular file", str(path))
+        if nonblock:
+            os.set_blocking(fd, True)  # ordinary reads from here on
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_json(path: Path, max_bytes: int) -> object:
+    """The JSON document in ``path``, a regular file of at most ``max_bytes``. Raises OSError (missing,
+    unreadable, a FIFO…) or ValueError (too large, not UTF-8 JSON, nested too deeply to parse)."""
+    with open_regular(path) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"it is larger than {max_bytes} bytes")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:  # e.g. 100,000 '[': the parser's own guard, reported as malformed
+        raise ValueError("it nests lists or objects too deeply") from None

@@ -41,7 +41,7 @@ from engine.errors import (
     ModelNotInstalledError,
     UnsupportedModelError,
 )
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, open_regular
 from engine.model import memory
 from engine.model.facts import FactsCache, FileFacts
 from engine.model.fetch import Cancel, ModelEntry, ProgressFn, fetch_model, installed_path, load_manifest, remove_downloads
@@ -137,9 +137,17 @@ class ModelLibrary:
     def folder_problem(self) -> str:
         """Why the models folder lists nothing, in plain words ("" when it is there or none is set)."""
         folder = self.folder
-        if folder is None or folder.is_dir():
+        if folder is None:
             return ""
-        return f"the models folder {folder} is not there (was it moved, or is its drive not mounted?)"
+        try:
+            with os.scandir(folder):
+                return ""
+        except FileNotFoundError:
+            return f"the models folder {folder} is not there (was it moved, or is its drive not mounted?)"
+        except NotADirectoryError:
+            return f"the models folder {folder} is a file, not a folder"
+        except OSError as exc:
+            return f"the models folder {folder} cannot be read ({exc.strerror or exc})"
 
     # loading --------------------------------------------------------------------------------------------------
     def gguf_path(self, name: str) -> Path:
@@ -346,8 +354,12 @@ class ModelLibrary:
         found: list[Path] = []
         try:
             for top in sorted(Path(folder).iterdir()):
-                subs = sorted(top.iterdir()) if top.is_dir() and not top.name.startswith(".") else [top]
-                found += [p for p in subs if p.suffix.lower() == ".gguf" and not p.name.startswith(".") and p.is_file()]
+                try:
+                    subs = sorted(top.iterdir()) if top.is_dir() and not top.name.startswith(".") else [top]
+                except OSError as exc:  # one unreadable subfolder does not hide the others' models
+                    log.info("cannot list %s: %s", top, exc)
+                    continue
+                found += [p for p in subs if p.suffix.lower() == ".gguf" and not p.name.startswith(".") and _is_file(p)]
                 if len(found) >= MAX_FOLDER_FILES:
                     log.warning("the models folder %s holds more than %d GGUF files; listing the first", folder,
                                 MAX_FOLDER_FILES)
@@ -358,14 +370,14 @@ class ModelLibrary:
 
     def _catalog_file(self, entry: ModelEntry, is_default: bool) -> Path | None:
         installed = installed_path(entry, self.paths.models)
-        if installed.is_file():
+        if _is_file(installed):  # an unreadable models dir raises on a plain is_file()
             return installed
         if is_default:  # a packaged build ships the default model read-only
             try:
                 bundled = bundled_model_dir()
             except ModelFileError:
                 return None
-            if bundled is not None and installed_path(entry, bundled / "models").is_file():
+            if bundled is not None and _is_file(installed_path(entry, bundled / "models")):
                 return installed_path(entry, bundled / "models")
         return None
 
@@ -480,16 +492,17 @@ class ModelLibrary:
         """The state, validated; a damaged or foreign file is set aside and the library starts afresh."""
         fresh = {"version": STATE_VERSION, "default": None, "folder": None, "added": [], "folder_names": {}, "contexts": {}}
         try:
-            if self.state_file.stat().st_size > MAX_STATE_BYTES:
+            with open_regular(self.state_file) as fh:  # a FIFO would hang the read
+                raw = fh.read(MAX_STATE_BYTES + 1)
+            if len(raw) > MAX_STATE_BYTES:
                 raise ValueError(f"it is larger than {MAX_STATE_BYTES >> 20} MiB")
-            raw = self.state_file.read_bytes()
         except FileNotFoundError:
             return fresh
         except (OSError, ValueError) as exc:
             return self._set_aside(fresh, exc)
         try:
             return _validated(json.loads(raw.decode("utf-8")))
-        except (ValueError, UnicodeDecodeError, TypeError, KeyError) as exc:
+        except (ValueError, UnicodeDecodeError, TypeError, KeyError, RecursionError) as exc:  # Recursion: 100k '['
             return self._set_aside(fresh, exc)
 
     def _set_aside(self, fresh: dict, why: Exception) -> dict:
@@ -578,6 +591,14 @@ def _with_facts(model: LibraryModel, facts: FileFacts) -> LibraryModel:
                    architecture=facts.architecture or model.architecture, parameters=facts.parameters or model.parameters,
                    parameter_count=facts.parameter_count, quant=facts.quant or model.quant, quant_mix=dict(facts.quant_mix),
                    context_length=facts.context_length or model.context_length)
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where it cannot be looked at (pathlib raises PermissionError)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _kv_per_token(fp32_bytes: int, weights: str) -> int:

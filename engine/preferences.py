@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import PreferencesError
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, open_regular
 from engine.paths import HearthPaths
 from engine.types import DEFAULT_MAX_NEW_TOKENS, SamplingParams
 
@@ -114,7 +114,7 @@ def read_preferences(path: Path) -> LoadedPreferences:
     a damaged file is kept aside (``<name>.corrupt``) and reported in ``problems``."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a FIFO would hang the read
             raw = fh.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         return LoadedPreferences(Preferences())
@@ -125,7 +125,7 @@ def read_preferences(path: Path) -> LoadedPreferences:
                                 "file")
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: lists nested thousands deep
         return _set_aside(path, f"{path.name} is not valid JSON ({exc})")
     if not isinstance(document, dict):
         return _set_aside(path, f"{path.name} does not hold an object of settings")

@@ -12,8 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from engine.errors import HearthError
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+
+
+class FolderError(HearthError, OSError):
+    """A folder Hearth keeps files in cannot be made: something else is at its path, or it is not allowed.
+    An OSError too, so callers that turn a failed write into their own message still do."""
 
 
 def private_dir(path: Path) -> Path:
@@ -25,7 +32,13 @@ def private_dir(path: Path) -> Path:
     while not p.exists():
         missing.append(p)
         p = p.parent
-    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    if not p.is_dir():  # a file (or FIFO…) where the folder or one above it should be
+        raise FolderError(f"{p} is not a folder, but Hearth keeps files in {path}: move it away or choose "
+                          "another data folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    except OSError as exc:
+        raise FolderError(f"cannot make the folder {path}: {exc.strerror or exc}") from None
     for made in missing:
         os.chmod(made, DIR_MODE)
     if not path.is_symlink():  # a test or a user may point a subdirectory elsewhere on purpose

@@ -15,7 +15,14 @@ import threading
 from engine.api import Hearth, HearthPaths
 from engine.cli_common import Progress, data_paths
 from engine.errors import HearthError, ModelNotInstalledError
+from engine.text.terminal_safe import terminal_safe
 from engine.types import CancelToken, Finished, Resumed, SamplingParams, Token, TurnRequest
+
+
+def say(text: str = "", **kwargs) -> None:
+    """``print`` for anything that may hold stored text, a model's name or its reply: control
+    characters escaped, so none of it can drive the terminal."""
+    print(terminal_safe(text), **kwargs)
 
 HELP = ("Commands: /new starts a new conversation, /system TEXT sets this conversation's system prompt, "
         "/quit leaves. Ctrl-C stops a reply.")
@@ -28,7 +35,7 @@ def cmd_talk(args: argparse.Namespace) -> int:
     if conversation is not None:  # a stored chat continues on the model it remembers, as 'chat' does
         model, why = chat_model(paths, conversation, model)
         if why:
-            print(f"note: {why}", file=sys.stderr)
+            say(f"note: {why}", file=sys.stderr)
     return run_terminal_chat(paths, weights=args.weights, provider=args.provider, model=model,
                              max_new_tokens=args.max_new_tokens, conversation=conversation)
 
@@ -57,7 +64,7 @@ def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
     note = f" ({model.note})" if model.note else ""
     convs = hearth.conversations
     current = convs.ensure(conversation).id if conversation else convs.create().id
-    print(f"Hearth — {model.name}, {model.weights} on {model.provider}{note}. Conversation {current}. {HELP}")
+    say(f"Hearth — {model.name}, {model.weights} on {model.provider}{note}. Conversation {current}. {HELP}")
     params = SamplingParams()
     while True:
         try:
@@ -82,14 +89,14 @@ def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
             continue
         outcome = _turn(hearth, TurnRequest(current, line, params, max_new_tokens))
         if isinstance(outcome, HearthError):
-            print(f"\n(!) {outcome}")
+            say(f"\n(!) {outcome}")
             continue
         suffix = "" if outcome.stop_reason == "eos" else f" [{outcome.stop_reason}]"
         r, t = outcome.resume, outcome.timings
-        print(f"{suffix}\n  ({t.decode_tokens_per_s:.1f} tok/s, {r.reused_tokens} tokens reused ({r.source}), "
+        say(f"{suffix}\n  ({t.decode_tokens_per_s:.1f} tok/s, {r.reused_tokens} tokens reused ({r.source}), "
               f"{r.prefilled_tokens} read)")
         if outcome.save is not None and not outcome.save.ok:
-            print(f"  (!) {outcome.save.error}")
+            say(f"  (!) {outcome.save.error}")
 
 
 def _turn(hearth: Hearth, request: TurnRequest) -> Finished | HearthError:
@@ -101,7 +108,7 @@ def _turn(hearth: Hearth, request: TurnRequest) -> Finished | HearthError:
         if isinstance(event, Resumed):
             print("bot> ", end="", flush=True)
         elif isinstance(event, Token):
-            print(event.text, end="", flush=True)
+            say(event.text, end="", flush=True)
 
     def work() -> None:
         try:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from engine.conversations import ID_PATTERN, ROLES, ConversationStore
 from engine.errors import TransferError
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, open_regular
 from engine.importer import import_conversations
 from engine.types import CancelToken
 
@@ -86,7 +86,7 @@ def read_document(path: Path) -> list[dict]:
     if size > MAX_IMPORT_BYTES:
         raise TransferError(f"{path.name} is {size >> 20} MiB; an import may be at most {MAX_IMPORT_BYTES >> 20} MiB")
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:  # a FIFO or device would hang the read or never end
             data = fh.read(MAX_IMPORT_BYTES + 1)  # the file may have grown since stat
     except OSError as exc:
         raise TransferError(f"cannot read {path.name}: {exc.strerror or exc}") from None

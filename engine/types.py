@@ -271,10 +271,11 @@ class SaveResult:
     ok: bool
     reason: str  # why it saved: "turn", "switch", "shutdown", "rebuild", "prefill"
     tokens: int = 0  # the frontier saved
-    new_tokens: int = 0  # rows written by this save
-    bytes_written: int = 0
+    new_tokens: int = 0  # rows written by this save (a turn's: by all its saves, the prefill's included)
+    bytes_written: int = 0  # bytes those rows took on disk
     elapsed_ms: float = 0.0
     error: str = ""  # why a save failed; the turn still succeeds
+    file_bytes: int = 0  # the conversation's checkpoint file's size after it (0: none)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "elapsed_ms": round(self.elapsed_ms, 3)}

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, read_json
 
 log = logging.getLogger(__name__)
 ALPHA = 0.3  # weight of the newest measurement
@@ -23,6 +23,7 @@ ALPHA = 0.3  # weight of the newest measurement
 DEFAULTS = {"cpu": (1.0e9, 800.0), "cuda": (1.0e9, 20000.0)}
 FIXED_RESTORE_MS = 2.0  # opening, header checks, index work
 SAVE_EVERY_S = 30.0  # the figures are a hint: no fsync on every turn
+MAX_FILE_BYTES = 1 << 20  # a few figures per provider and model
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Throughput:
         read_bps, prefill_tps = DEFAULTS.get(provider, DEFAULTS["cpu"])
         self.read_bps, self.prefill_tps = read_bps, prefill_tps
         try:
-            data = json.loads(self.path.read_text())
+            data = read_json(self.path, MAX_FILE_BYTES)
             self.read_bps = _positive(data.get(provider, {}).get("read_bps"), read_bps)
             self.prefill_tps = _positive(data.get(self.model_key, {}).get("prefill_tps"), prefill_tps)
         except (OSError, ValueError, AttributeError):
@@ -71,7 +72,7 @@ class Throughput:
             return
         self._saved_at = time.monotonic()
         try:
-            data = json.loads(self.path.read_text()) if self.path.exists() else {}
+            data = read_json(self.path, MAX_FILE_BYTES) if self.path.exists() else {}
             if not isinstance(data, dict):
                 data = {}
         except (OSError, ValueError):

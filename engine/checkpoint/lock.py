@@ -7,6 +7,7 @@ share one store; a process that cannot get it within the timeout gets a clear er
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,11 @@ except ImportError:  # Windows
 
 class StoreBusyError(HearthError):
     """Another process has held the checkpoint store for longer than we are willing to wait."""
+
+
+class LockFileError(StoreBusyError):
+    """The lock file cannot be opened or is not a regular file (a directory, a FIFO): no lock can be taken.
+    A StoreBusyError, so a save that cannot lock is reported as failed, as when the store is busy."""
 
 
 class StoreLock:
@@ -51,6 +57,18 @@ class StoreLock:
         else:
             msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
+    def _open(self) -> int:
+        """The lock file, opened (created) without blocking on whatever is there instead of a file."""
+        try:
+            fd = open_private(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0))
+        except OSError as exc:
+            raise LockFileError(f"cannot use the lock file {self.path}: {exc.strerror or exc}; if it is not a file, "
+                                "remove it") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise LockFileError(f"the lock file {self.path} is not a regular file; remove it (Hearth makes a new one)")
+        return fd
+
     def busy_error(self) -> HearthError:
         return StoreBusyError(f"the checkpoint store {self.path.parent} is in use by another Hearth process "
                               f"(waited {self.timeout_s:g} s)")
@@ -62,7 +80,7 @@ class StoreLock:
         ``give_up`` returning an error stops the wait with it (a user's Stop)."""
         with self._local:
             if self._depth == 0:
-                fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
+                fd = self._open()
                 deadline = time.monotonic() + self.timeout_s
                 waited = False
                 while not self._try_lock(fd):

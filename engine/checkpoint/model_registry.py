@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, read_json
 
 log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 1 << 20
@@ -56,10 +56,7 @@ class ModelRegistry:
     def read(self) -> dict[str, KnownModel]:
         """Fingerprint (hex) → what is known of the model; empty when the file is missing or unusable."""
         try:
-            if self.path.stat().st_size > MAX_FILE_BYTES:
-                log.warning("%s is larger than %d bytes; ignoring it", self.path, MAX_FILE_BYTES)
-                return {}
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            raw = read_json(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:

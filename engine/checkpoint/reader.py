@@ -36,6 +36,7 @@ from engine.checkpoint.format import (
     xxh,
 )
 from engine.checkpoint.int8 import dequantize_into, give_scratch, scales_valid, take_scratch
+from engine.fsutil import open_regular
 from engine.runtime.kv_protocol import BlocksFn  # (start, end) → writable row blocks in file order
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class CheckpointReader:
     def __init__(self, path: Path):
         self.path = Path(path)
         try:
-            self._fh = open(self.path, "rb", buffering=0)  # raw: readinto goes straight to the destination
+            self._fh = open_regular(self.path, buffering=0)  # raw: readinto goes straight to the destination; a FIFO would hang
             self.size = os.fstat(self._fh.fileno()).st_size
         except OSError as exc:
             raise io_error(self.path, exc) from None

@@ -36,7 +36,7 @@ from engine.checkpoint.lock import StoreBusyError, StoreLock
 from engine.checkpoint.model_registry import KnownModel, ModelRegistry
 from engine.checkpoint.reader import CheckpointReader
 from engine.errors import CheckpointStoreError
-from engine.fsutil import atomic_write, fsync_dir
+from engine.fsutil import atomic_write, fsync_dir, read_json
 from engine.private_files import private_dir, private_file
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 DEFAULT_BUDGET_BYTES = 2 << 30
 DEFAULT_KV_ENCODING = "exact"  # lossless; "int8" is a quarter of float32's bytes (docs/checkpoint-format.md §4b)
 SUFFIX = ".hkv"
+INDEX_NAME = "index.sqlite3"
+MAX_SETTINGS_BYTES = 64 << 10  # store.json holds two settings
+DAMAGED_SUFFIX = ".damaged"  # a damaged index is kept beside its rebuilt one, for a look
 HALF_LIFE_HOURS = 24 * 7
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -141,6 +144,13 @@ def _entry(row: tuple) -> Entry:
     return Entry(*row[:11], bool(row[11]), row[12])
 
 
+def _index_damaged(exc: sqlite3.DatabaseError) -> bool:
+    """The index file is not a database or is corrupt (not: locked, full, read-only)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # extended codes keep the primary one in the low byte
+    return (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) if code is not None else (
+        "not a database" in str(exc) or "malformed" in str(exc))
+
+
 def _owner_key(name: str) -> str:
     """``conv-<sha>`` of a conversation file's name, whatever its model part."""
     return name[: len("conv-") + 32]
@@ -151,27 +161,54 @@ class CheckpointStore:
         """``budget_bytes`` None: the budget saved in ``store.json`` (``set_budget``), else 2 GiB."""
         self.root = Path(root)
         private_dir(self.root)
-        private_file(self.root / "index.sqlite3")  # before SQLite creates it: its -wal and -shm take its mode
+        private_file(self.root / INDEX_NAME)  # before SQLite creates it: its -wal and -shm take its mode
         self.budget_bytes = budget_bytes if budget_bytes is not None else self._saved_budget()
         self.kv_encoding = self._saved_encoding()
         self.lock = StoreLock(self.root / "store.lock", lock_timeout_s)
         self.models = ModelRegistry(self.root / "models.json")
         self._db_lock = threading.RLock()
+        index = self.root / INDEX_NAME
         try:
-            # The busy timeout first, and the switch to WAL under the store lock: two processes opening a
-            # new store at once otherwise race on the journal mode ("database is locked").
-            self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None,
-                                       timeout=5)
+            try:
+                self._open_index(index)
+            except sqlite3.DatabaseError as exc:
+                if not _index_damaged(exc):
+                    raise
+                # The index is a cache of what the files' headers say: rebuild it rather than refuse the store.
+                log.warning("the saved-context index %s is damaged (%s); rebuilding it from the checkpoint files "
+                            "(the damaged one is kept as %s)", index, exc, index.name + DAMAGED_SUFFIX)
+                self._set_aside(index)
+                self._open_index(index)
+        except sqlite3.DatabaseError as exc:
+            full = "full" in str(exc).lower()
+            raise CheckpointStoreError(
+                f"the saved-context index {index} cannot be used ({exc})"
+                + ("; the disk may be full. Free some space, or" if full else "; you can")
+                + f" delete {self.root} (saved context is a cache: no conversation is lost)") from None
+
+    def _open_index(self, index: Path) -> None:
+        """Open (creating) the index and reconcile it with the directory; on failure nothing stays open."""
+        # The busy timeout first, and the switch to WAL under the store lock: two processes opening a
+        # new store at once otherwise race on the journal mode ("database is locked").
+        self._db = sqlite3.connect(index, check_same_thread=False, isolation_level=None, timeout=5)
+        try:
             with self.lock.held():
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.executescript(_SCHEMA)
                 self._add_label_column()
                 self.remove_stale_temp_files()
                 self.reconcile()
-        except sqlite3.DatabaseError as exc:
-            raise CheckpointStoreError(
-                f"the saved-context index in {self.root} cannot be used ({exc}); the disk may be full. Free some space, "
-                f"or delete {self.root} (saved context is a cache: no conversation is lost)") from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _set_aside(self, index: Path) -> None:
+        """Move a damaged index aside (one copy, replacing an older one) with its WAL files, under the lock."""
+        with self.lock.held():
+            os.replace(index, index.with_name(index.name + DAMAGED_SUFFIX))
+            for side in ("-wal", "-shm"):
+                index.with_name(index.name + side).unlink(missing_ok=True)
+            private_file(index)
 
     def _add_label_column(self) -> None:
         """An index made before labels were kept gets the column; its rows' labels come from their
@@ -182,7 +219,7 @@ class CheckpointStore:
 
     def _settings(self) -> dict:
         try:
-            saved = json.loads((self.root / "store.json").read_text())
+            saved = read_json(self.root / "store.json", MAX_SETTINGS_BYTES)
         except (OSError, ValueError):
             return {}
         return saved if isinstance(saved, dict) else {}

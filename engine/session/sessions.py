@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from engine.checkpoint.adaptive import Throughput
 from engine.checkpoint.format import Identity, encoding_layout
 from engine.checkpoint.identity import engine_identity
-from engine.checkpoint.store import CheckpointStore, model_tag
+from engine.checkpoint.store import CheckpointStore, conversation_file, model_tag
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
 from engine.sampling import SamplingParams
 from engine.session import prefix
@@ -50,6 +51,7 @@ class ChatSessions:
         self._lead_len = 0
         self._dirty = False
         self._files = FileStates()
+        self._saved_rows = self._saved_bytes = 0  # by every save so far: a turn reports its own part
 
     def shared_prefix_text(self, messages: list[dict]) -> bytes:
         """The rendered text every conversation with these leading messages starts with: the
@@ -135,6 +137,7 @@ class ChatSessions:
         so a failed save never costs it; an exception from it skips the save). ``prompt_text``: the prompt
         already rendered from ``messages`` (a Continue leaves the last reply open)."""
         started = time.perf_counter()
+        rows_before, bytes_before = self._saved_rows, self._saved_bytes
         if prompt_text is None:
             logits, prompt, report = self.sync(conversation, messages, progress, cancel)
         else:
@@ -157,6 +160,9 @@ class ChatSessions:
         if keep_reply is not None:
             keep_reply(result)
         save = self.save("turn", boundaries=[len(prompt)])
+        if save is not None:  # a long prefill saved most of the rows already: count what the whole turn wrote
+            save = replace(save, new_tokens=self._saved_rows - rows_before,
+                           bytes_written=self._saved_bytes - bytes_before)
         return TurnResult(result, report, save, len(prompt))
 
     def switch_away(self) -> SaveReport | None:
@@ -206,9 +212,13 @@ class ChatSessions:
         if conversation is None or not self.engine.tokens:
             return None
         report = self._saver().save(conversation, reason, boundaries)
-        if report.ok:
-            self._dirty = False
-        return report
+        self._saved_rows += report.new_tokens
+        self._saved_bytes += report.bytes_written
+        if not report.ok:
+            return report
+        self._dirty = False
+        entry = self.store.entry(conversation_file(conversation, self.identity.model_fp))  # as the save left it
+        return replace(report, file_bytes=entry.bytes if entry is not None else 0)
 
     def _saving_progress(self, prompt_len: int, progress: ProgressFn | None) -> ProgressFn:
         """Pass progress on, and save at every aligned frontier of a long prefill."""
