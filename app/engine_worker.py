@@ -92,6 +92,9 @@ class EngineWorker(QObject):
         self._hearth: Hearth | None = None
         self._turning = False  # inside run_turn (a REBUILT resume there is not an opening's rebuild)
         self._load_cancel: CancelToken | None = None  # the running load's, while one runs (cancel_load sets it)
+        # Set by shutdown: work the window posted while it was closing (an opening queued by the model's
+        # "ready") arrives after the stores are closed and must do nothing, not fail on a closed database.
+        self._closed = False
 
     @property
     def hearth(self) -> Hearth:
@@ -102,7 +105,7 @@ class EngineWorker(QObject):
         return self._hearth
 
     def _loaded(self) -> bool:
-        return self._hearth is not None and self._hearth.model is not None
+        return not self._closed and self._hearth is not None and self._hearth.model is not None
 
     # model ----------------------------------------------------------------------------------------------
     def cancel_load(self) -> None:
@@ -345,6 +348,7 @@ class EngineWorker(QObject):
     @Slot()
     def shutdown(self) -> None:
         """Save what is live; the window waits for ``stopped`` before it lets the process end."""
+        self._closed = True
         try:
             if self._hearth is not None:
                 self._hearth.close()

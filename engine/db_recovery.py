@@ -160,6 +160,8 @@ def backup(db: Path, force: bool = False, level: int = logging.WARNING) -> Path 
     existing = list_backups(db)
     if not force and existing and time.time() - existing[0].stat().st_mtime < EVERY_S:
         return None
+    if not force and not _holds_conversations(db):  # a new install's empty file: nothing to lose yet
+        return None
     size = db.stat().st_size
     folder = private_dir(backups_dir(db))
     if not force and size > MAX_BYTES:
@@ -182,6 +184,20 @@ def backup(db: Path, force: bool = False, level: int = logging.WARNING) -> Path 
     for old in list_backups(db)[KEEP:]:
         old.unlink(missing_ok=True)
     return target
+
+
+def _holds_conversations(db: Path) -> bool:
+    """Whether ``db`` has a conversation to keep; True when it cannot tell (damage is the check's to report)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            return conn.execute("SELECT 1 FROM conversations LIMIT 1").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        return "no such table" not in str(exc)
+    except sqlite3.DatabaseError:
+        return True
 
 
 def restore(db: Path, source: Path | None = None) -> tuple[Path, Path | None]:
