@@ -659,5 +659,5 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(tiny_paths):
         proc = cli("serve", "--data-dir", str(tiny_paths.data), "--model", TINY, "--port", str(port))
         _, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 2, err
-    assert err == f"hearth-cli serve: port {port} is in use (another server is listening there; pick another " \
-                  "with --port)\n"
+    assert err == f"hearth-cli: error: port {port} is in use (another program is listening there); pick another " \
+                  "with --port\n"
