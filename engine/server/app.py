@@ -111,7 +111,7 @@ def _errors(app: FastAPI) -> None:
 
 async def _parse(request: Request, schema: type[BaseModel]) -> BaseModel:
     """The body validated against ``schema``; 400 naming the first bad field."""
-    data = read_object(await request.body())
+    data = await run_in_threadpool(read_object, await request.body())  # a large body: not on the event loop
     try:
         return schema.model_validate(data)
     except ValidationError as exc:

@@ -4,6 +4,7 @@ the schema (and later the store and the tokenizer) cannot raise anything but a 4
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from engine.server.errors import ApiError
 
@@ -32,26 +33,36 @@ def _param(path: tuple) -> str | None:
     return ".".join(str(p) for p in path) or None
 
 
+def _children(value: dict | list) -> Iterator[tuple[object, object]]:
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
 def check_tree(data: object) -> None:
-    """Walk ``data`` without recursion: no deeper than MAX_DEPTH, and every string (key or value) valid
-    Unicode; a JSON escape such as ``\\ud800`` decodes to a lone surrogate, which no store or tokenizer
-    can encode."""
-    stack: list[tuple[object, tuple]] = [(data, ())]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            _check_text(value, path)
-            continue
-        if not isinstance(value, dict | list):
-            continue
-        if len(path) >= MAX_DEPTH:
-            raise _bad(f"the body nests deeper than {MAX_DEPTH} levels (at {_param(path)})", _param(path))
-        if isinstance(value, dict):
-            for key, item in value.items():
-                _check_text(key, path)
-                stack.append((item, (*path, key)))
-        else:
-            stack.extend((item, (*path, i)) for i, item in enumerate(value))
+    """Walk ``data`` depth first without recursion, holding one iterator per level (memory bounded by the
+    depth, not the size): no deeper than MAX_DEPTH, and every string (key or value) valid Unicode; a JSON
+    escape such as ``\\ud800`` decodes to a lone surrogate, which no store or tokenizer can encode."""
+    if isinstance(data, str):
+        _check_text(data, ())
+    if not isinstance(data, dict | list):
+        return
+    levels, path = [_children(data)], []
+    while levels:
+        for key, item in levels[-1]:
+            if isinstance(key, str):
+                _check_text(key, tuple(path))
+            if isinstance(item, str):
+                _check_text(item, (*path, key))
+            elif isinstance(item, dict | list):
+                if len(levels) >= MAX_DEPTH:
+                    where = _param((*path, key))
+                    raise _bad(f"the body nests deeper than {MAX_DEPTH} levels (at {where})", where)
+                levels.append(_children(item))
+                path.append(key)
+                break
+        else:  # this level is done
+            levels.pop()
+            if path:
+                path.pop()
 
 
 def _check_text(text: str, path: tuple) -> None:
