@@ -1014,6 +1014,7 @@ class Hearth:
         from engine import serving
 
         messages = serving.request_messages(request)
+        serving.check_options(request)  # what decoding would refuse, refused before anything is stored
         self._require_engine()  # ModelNotLoadedError before anything is stored
         options = serving.generation_options(request)
         if request.conversation is not None:
@@ -1046,8 +1047,9 @@ class Hearth:
         from engine import serving
 
         started = time.perf_counter()
-        chat = serving.bind_messages(self.conversations, cid, messages)
-        self._sessions.check_fits(cid, chat)
+        binding = serving.plan_binding(self.conversations, cid, messages)
+        self._sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
+        chat = serving.store_binding(self.conversations, binding)
         logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
         result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started)
         if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save

@@ -121,3 +121,12 @@ class ContextFullError(PromptError):
 
 class ContextPolicyError(HearthError):
     """A chat's setting for what happens when it outgrows the context is not one of the choices."""
+
+
+class ContextLengthError(PromptError):
+    """A prompt (a server request's, a raw one) is longer than the model's context window; ``tokens`` and
+    ``limit`` are the numbers. The server answers it as OpenAI does (``context_length_exceeded``)."""
+
+    def __init__(self, message: str, tokens: int, limit: int):
+        super().__init__(message)
+        self.tokens, self.limit = tokens, limit

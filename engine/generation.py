@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from engine import types
-from engine.errors import HearthError, NumericalError, PromptError
+from engine.errors import ContextLengthError, HearthError, NumericalError, PromptError
 from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
 from engine.runtime.runner import ModelRunner
@@ -148,10 +148,9 @@ class Engine:
         if n == 0:
             raise PromptError("the prompt is empty: write a message first")
         if n >= self.context_length:
-            raise PromptError(
+            raise ContextLengthError(
                 f"the conversation is {n} tokens but the model's context window holds "
-                f"{self.context_length}; shorten it or start a new conversation"
-            )
+                f"{self.context_length}; shorten it or start a new conversation", n, self.context_length)
 
     # the KV cache ---------------------------------------------------------------------------------
     def truncate(self, n: int) -> None:

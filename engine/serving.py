@@ -13,6 +13,7 @@ silent branch would leave the window showing a history the client never sent.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from engine.conversations import ConversationStore, check_id
 from engine.errors import PromptError
@@ -41,10 +42,40 @@ def request_messages(request: ServeRequest) -> list[dict] | None:
     if request.prompt is not None:
         if not isinstance(request.prompt, str) or not request.prompt:
             raise PromptError("the prompt is empty: write something to continue")
+        _check_text(request.prompt, "the prompt")
         return None
     messages = [dict(m) if isinstance(m, Mapping) else m for m in request.messages]
     validate_messages(messages)
+    for i, m in enumerate(messages):
+        _check_text(m["content"], f"message {i + 1}")
     return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _check_text(text: str, what: str) -> None:
+    """Text the store and the tokenizer can encode: a lone surrogate (a JSON ``\\ud800``) cannot be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PromptError(f"{what} holds a lone surrogate, which is not a character: send valid Unicode") from None
+
+
+def check_options(request: ServeRequest) -> None:
+    """What ``Engine.generate`` would refuse in the request's decoding options, refused now: a bound
+    request must fail before its messages are stored."""
+    from engine.sampling import check_penalty, check_top_logprobs
+    from engine.text.constrained import grammar_for
+    from engine.text.stop_strings import check_stop_strings
+
+    check_stop_strings(request.stop or ())
+    check_penalty("presence penalty", request.presence_penalty)
+    check_penalty("frequency penalty", request.frequency_penalty)
+    if request.top_logprobs is not None:
+        try:
+            check_top_logprobs(request.top_logprobs)
+        except ValueError as exc:
+            raise PromptError(str(exc)) from None
+    if request.response_format is not None:
+        grammar_for(request.response_format)
 
 
 def generation_options(request: ServeRequest) -> dict:
@@ -62,18 +93,31 @@ def generation_options(request: ServeRequest) -> dict:
     return wanted
 
 
-def bind_messages(conversations: ConversationStore, conversation: str, messages: list[dict]) -> list[dict]:
-    """Store the request's messages past what ``conversation`` holds (creating it), by the rule in the
-    module docstring; return the conversation as the model reads it."""
+@dataclass(frozen=True)
+class Binding:
+    """What a bound request adds to its conversation, worked out without writing anything."""
+
+    conversation: str
+    exists: bool
+    system: str | None  # the system prompt to store (a new conversation's), else None
+    new: list[dict]  # the messages past what is stored
+    chat: list[dict]  # the conversation as the model will read it
+
+
+def plan_binding(conversations: ConversationStore, conversation: str, messages: list[dict]) -> Binding:
+    """How the request binds to ``conversation`` (by the rule in the module docstring); PromptError when
+    it cannot. Nothing is stored: the caller checks the result fits the context first."""
     system = messages[0]["content"] if messages[0]["role"] == "system" else None
     if any(m["role"] == "system" for m in messages[1:]):
         raise PromptError("a bound conversation takes one system prompt, as the first message")
     body = messages[1:] if system is not None else messages
-    conv = conversations.ensure(conversation)
-    stored = [m.as_chat() for m in conversations.messages(conversation)]
-    if not stored and system is not None and system != conv.system_prompt:
-        conversations.set_system_prompt(conversation, system)
-    elif (system or "") != conv.system_prompt:
+    conv = conversations.get(conversation)
+    stored = [m.as_chat() for m in conversations.messages(conversation)] if conv is not None else []
+    stored_system = conv.system_prompt if conv is not None else ""
+    set_system = None
+    if not stored and system is not None and system != stored_system:
+        set_system = system
+    elif (system or "") != stored_system:
         raise PromptError(f"conversation {conversation} has another system prompt than this request: send its "
                           "stored history, or use a new conversation id")
     for i, m in enumerate(stored):
@@ -81,9 +125,21 @@ def bind_messages(conversations: ConversationStore, conversation: str, messages:
             raise PromptError(f"conversation {conversation} holds {len(stored)} message(s) and this request's "
                               f"message {i + 1} differs from the stored one: send the stored history unchanged, "
                               "or use a new conversation id")
-    for m in body[len(stored):]:
-        conversations.append(conversation, m["role"], m["content"])
-    return conversations.chat_messages(conversation)
+    new = [{"role": m["role"], "content": m["content"]} for m in body[len(stored):]]
+    system_now = set_system if set_system is not None else stored_system
+    chat = ([{"role": "system", "content": system_now}] if system_now else []) + stored + new
+    return Binding(conversation, conv is not None, set_system, new, chat)
+
+
+def store_binding(conversations: ConversationStore, binding: Binding) -> list[dict]:
+    """Store what ``plan_binding`` found (creating the conversation); the conversation as the model reads it."""
+    cid = binding.conversation
+    conversations.ensure(cid)
+    if binding.system is not None:
+        conversations.set_system_prompt(cid, binding.system)
+    for m in binding.new:
+        conversations.append(cid, m["role"], m["content"])
+    return conversations.chat_messages(cid)
 
 
 def cache_report(report: ResumeReport) -> CacheReport:

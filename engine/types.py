@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from engine.errors import HearthError
+from engine.errors import HearthError, PromptError
 
 # The longest reply when a caller does not say: the same for the window, `chat`, `talk` and `generate`.
 DEFAULT_MAX_NEW_TOKENS = 512
@@ -46,6 +46,9 @@ class SamplingParams:
     greedy: bool = False
 
     def validate(self) -> None:
+        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**64):
+            # numpy's generator takes none else; refused here, before a turn stores anything
+            raise PromptError(f"the seed must be a whole number from 0 to {2**64 - 1}, got {self.seed!r}")
         if self.greedy:
             return
         if not self.temperature >= 0:

@@ -318,6 +318,19 @@ def test_a_bound_request_whose_history_differs_is_refused_and_stores_nothing(tin
     assert [m.content for m in tiny.conversations.messages("bound")] == ["hello", one.text]
 
 
+@pytest.mark.parametrize("messages, extra, needle", [
+    (thread("Be brief.", "word " * 9000), {}, "context window"),  # issue 27: it was stored, then refused
+    (thread("Be brief.", "hi \ud800"), {}, "lone surrogate"),
+    (thread("Be brief.", "hi"), {"params": SamplingParams(seed=-1)}, "seed"),
+    (thread("Be brief.", "hi"), {"params": GREEDY, "stop": ("x",) * 17}, "stop strings"),
+])
+def test_a_bound_request_refused_for_its_content_or_options_stores_nothing(tiny, messages, extra, needle):
+    request = ServeRequest(messages=tuple(messages), max_tokens=4, conversation="refused", **{"params": GREEDY, **extra})
+    with pytest.raises(PromptError, match=needle):
+        tiny.serve(request)
+    assert tiny.conversations.get("refused") is None
+
+
 # bad requests ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("request_, error, needle", [
     (ServeRequest(), PromptError, "either messages"),

@@ -513,3 +513,151 @@ def test_serve_with_an_unknown_model_exits_1_with_one_line(tiny_paths):
     proc = cli("serve", "--data-dir", str(tiny_paths.data), "--model", "no-such-model", "--port", "0")
     _, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 1 and err.count("\n") == 1 and "no-such-model" in err
+
+
+# issue 27: what a web page, a neighbour or a careless client could send ------------------------------------
+EVIL = "http://evil.example"
+ISSUE_27_BODY = {"model": TINY, "max_tokens": 2, "messages": [{"role": "system", "content": "attacker's prompt"},
+                                                              {"role": "user", "content": "hi"}]}
+
+
+def stored_ids(s: LiveServer) -> set[str]:
+    from engine.api import open_conversations
+
+    store = open_conversations(s.host.paths)
+    try:
+        return store.ids()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("user", [None, "csrf-victim"])
+def test_a_simple_cross_site_post_is_refused_before_any_work(server, user):
+    body = dict(ISSUE_27_BODY, **({"user": user} if user else {}))
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        r = post(server, path, body, headers={"Origin": EVIL, "Content-Type": "text/plain"})
+        assert assert_error(r, 403)["code"] == "origin_not_allowed"
+    assert server.host.last_result is None and stored_ids(server) == set()
+    assert_error(httpx.get(server.base + "/v1/models", headers={"Origin": EVIL}), 403)
+    assert_error(httpx.get(server.base + "/health", headers={"Origin": "null"}), 403)
+    # without an Origin (a form post from a page that hides it, curl): the body must still be declared JSON
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": content_type} if content_type else {}
+        r = httpx.post(server.base + "/v1/chat/completions", content=json.dumps(body).encode(), headers=headers)
+        assert assert_error(r, 415)["code"] == "unsupported_media_type"
+    assert server.host.last_result is None and stored_ids(server) == set()
+    ok = post(server, "/v1/chat/completions", body, headers={"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200, ok.text
+
+
+def test_with_cors_origins_only_those_pages_may_call_and_only_with_json(serve):
+    s = serve(ServerSettings(cors_origins=("http://localhost:3000",)))
+    body = dict(ISSUE_27_BODY, user="csrf-victim")
+    assert_error(post(s, "/v1/chat/completions", body, headers={"Origin": EVIL, "Content-Type": "text/plain"}), 403)
+    assert_error(post(s, "/v1/chat/completions", body, headers={"Origin": EVIL}), 403)
+    listed = {"Origin": "http://localhost:3000"}
+    refused = post(s, "/v1/chat/completions", body, headers={**listed, "Content-Type": "text/plain"})
+    assert_error(refused, 415)
+    assert refused.headers["access-control-allow-origin"] == "http://localhost:3000"  # the page can read why
+    assert stored_ids(s) == set()
+    assert post(s, "/v1/chat/completions", body, headers=listed).status_code == 200
+    assert stored_ids(s) == {"csrf-victim"}
+
+
+def test_the_official_client_passes_the_origin_and_type_checks(server):
+    c = server.client()
+    assert c.chat.completions.create(model=TINY, messages=CHAT, max_tokens=2).choices
+    assert c.completions.create(model=TINY, prompt="a", max_tokens=2).choices
+    assert list(c.chat.completions.create(model=TINY, messages=CHAT, max_tokens=2, stream=True))
+
+
+def test_serve_warns_when_other_login_accounts_could_use_it_without_a_key(serve, tmp_path, monkeypatch, capfd):
+    from engine.server import accounts
+
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
+                      f"me:x:{os.getuid()}:1000::/home/me:/bin/bash\nalice:x:1001:1001::/home/alice:/bin/zsh\n"
+                      "svc:x:1002:1002::/srv:/bin/false\nbroken line\nbob:x:notanumber:0::/:/bin/sh\n")
+    monkeypatch.setattr(accounts, "PASSWD", passwd)
+    assert accounts.other_login_accounts(passwd, os.getuid()) == ["alice"]
+    serve()
+    err = capfd.readouterr().err
+    assert "warning: 1 other login account on this machine (alice) can use this server" in err
+    assert err.count("warning") == 1 and "--api-key" in err
+    serve(ServerSettings(api_key="s3cret-key-1"))
+    assert "warning" not in capfd.readouterr().err
+    passwd.write_text("\n".join(f"u{i}:x:{2000 + i}:0::/:/bin/bash" for i in range(100_000)))
+    assert len(accounts.other_login_accounts(passwd, os.getuid())) < 100_000  # read bounded
+
+
+def test_a_bound_message_too_long_for_the_context_is_refused_before_it_is_stored(server):
+    long = [{"role": "user", "content": "word " * 9000}]  # the tiny model reads 256 tokens
+    for stream in (False, True):
+        r = post(server, "/v1/chat/completions", {"model": TINY, "messages": long, "stream": stream},
+                 headers={"X-Hearth-Conversation": "too-long"})
+        assert assert_error(r, 400)["code"] == "context_length_exceeded"
+    assert stored_ids(server) == set()
+    r = post(server, "/v1/chat/completions", {"model": TINY, "messages": CHAT, "max_tokens": 2},
+             headers={"X-Hearth-Conversation": "too-long"})  # the id is still usable
+    assert r.status_code == 200, r.text
+
+
+def test_a_prompt_longer_than_the_context_says_context_length_exceeded(server):
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(model=TINY, messages=[{"role": "user", "content": "word " * 2000}])
+    assert caught.value.code == "context_length_exceeded" and caught.value.param == "messages"
+    r = post(server, "/v1/completions", {"model": TINY, "prompt": "word " * 2000})
+    assert assert_error(r, 400, "prompt")["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"model": "tiny", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": '
+    b'"json_schema", "json_schema": {"schema": ' + b'{"a": ' * 500 + b"{}" + b"}" * 500 + b"}}}",
+    b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1' + b"0" * 5000 + b"}",
+])
+def test_deep_or_huge_json_is_400(server, raw):
+    assert_error(post(server, "/v1/chat/completions", raw, headers={"X-Hearth-Conversation": "deep"}), 400)
+    assert stored_ids(server) == set()
+
+
+def test_a_lone_surrogate_is_400_and_stores_nothing(server):
+    raw = b'{"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+    for headers in ({}, {"X-Hearth-Conversation": "surrogate"}):
+        error = assert_error(post(server, "/v1/chat/completions", raw, headers=headers), 400, "messages.0.content")
+        assert error["type"] == "invalid_request_error"
+    raw = b'{"model": "tiny", "max_tokens": 2, "prompt": "\\udfff"}'
+    assert_error(post(server, "/v1/completions", raw), 400, "prompt")
+    assert stored_ids(server) == set() and server.host.last_result is None
+
+
+def test_seed_minus_one_is_a_random_seed_and_other_negatives_are_400(server):
+    body = {"model": TINY, "messages": CHAT, "max_tokens": 2, "seed": -1}
+    assert post(server, "/v1/chat/completions", body).status_code == 200
+    r = post(server, "/v1/chat/completions", body, headers={"X-Hearth-Conversation": "seeded"})
+    assert r.status_code == 200, r.text
+    for seed in (-2, 2**64):
+        bad = post(server, "/v1/chat/completions", dict(body, seed=seed, messages=CHAT + [
+            {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
+            {"role": "user", "content": "again"}]), headers={"X-Hearth-Conversation": "seeded"})
+        assert_error(bad, 400, "seed")
+    from engine.api import open_conversations
+
+    store = open_conversations(server.host.paths)
+    assert [m.role for m in store.messages("seeded")] == ["user", "assistant"]
+    store.close()
+
+
+def test_serve_on_a_busy_port_is_one_line_and_exit_2(tiny_paths):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = cli("serve", "--data-dir", str(tiny_paths.data), "--model", TINY, "--port", str(port))
+        _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 2, err
+    assert err == f"hearth-cli: error: port {port} is in use (another program is listening there); pick another " \
+                  "with --port\n"

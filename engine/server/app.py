@@ -20,7 +20,8 @@ from engine.errors import HearthError
 from engine.server.backend import ModelHost, Served
 from engine.server.config import ServerSettings
 from engine.server.errors import ApiError, error_body, from_engine
-from engine.server.guards import BodyLimit, HostGuard, KeyGuard
+from engine.server.guards import BodyLimit, HostGuard, JsonOnly, KeyGuard, OriginGuard
+from engine.server.json_body import read_object
 from engine.server.requests import CONVERSATION_HEADER, Planned, chat_request, completion_request
 from engine.server.runner import QueueFullError, RunnerClosedError
 from engine.server.schemas import ChatRequest, CompletionRequest
@@ -68,13 +69,16 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return await _answer(request, host, planned, chat=False, stream=body.stream, include_usage=include_usage)
 
-    # outermost last: Host first, then CORS (so preflights need no key), the key, the body size
+    # outermost last: Host first, then Origin, CORS (so preflights need no key and a listed page can
+    # read its errors), the key, the body's type, the body size: all before the body is read
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(JsonOnly)
     app.add_middleware(KeyGuard, api_key=settings.api_key)
     if settings.cors_origins:  # off unless listed; only the listed origins are echoed, never "*"
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Hearth-Conversation"],
                            expose_headers=["X-Hearth-Cache", "X-Hearth-Cached-Tokens"])
+    app.add_middleware(OriginGuard, allowed_origins=settings.cors_origins)
     app.add_middleware(HostGuard, bound_host=settings.host, allowed_hosts=settings.allowed_hosts)
     return app
 
@@ -107,13 +111,7 @@ def _errors(app: FastAPI) -> None:
 
 async def _parse(request: Request, schema: type[BaseModel]) -> BaseModel:
     """The body validated against ``schema``; 400 naming the first bad field."""
-    raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the body must be a JSON object", code="invalid_json")
+    data = await run_in_threadpool(read_object, await request.body())  # a large body: not on the event loop
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
@@ -163,11 +161,11 @@ async def _or_disconnect(request: Request, awaitable) -> tuple[bool, object]:
     return False, None
 
 
-def _result(future: Future) -> Served:
+def _result(future: Future, chat: bool) -> Served:
     try:
         return future.result()
     except HearthError as exc:
-        raise from_engine(exc) from None
+        raise from_engine(exc, "messages" if chat else "prompt") from None
 
 
 async def _answer(request: Request, host: ModelHost, planned: Planned, *, chat: bool, stream: bool,
@@ -185,11 +183,14 @@ async def _answer(request: Request, host: ModelHost, planned: Planned, *, chat: 
     bridge.attach(future)
     rid, created = new_id("chatcmpl" if chat else "cmpl"), now()
     if not stream:
-        finished, _ = await _or_disconnect(request, asyncio.wrap_future(future))
+        try:
+            finished, _ = await _or_disconnect(request, asyncio.wrap_future(future))
+        except HearthError:  # refused: _result answers it, naming the field
+            finished = True
         if not finished:
             bridge.cancel.cancel()
             return Response(status_code=499)
-        served = _result(future)
+        served = _result(future, chat)
         body = (chat_completion if chat else text_completion)(served, rid, created)
         return JSONResponse(body, headers=cache_headers(served.result.cache))
     # Streaming: hold the response until the first text or the end, so a request the engine refuses
@@ -200,7 +201,7 @@ async def _answer(request: Request, host: ModelHost, planned: Planned, *, chat: 
         return Response(status_code=499)
     headers = dict(SSE_HEADERS)
     if first[0] == "done":
-        served = _result(future)
+        served = _result(future, chat)
         headers.update(cache_headers(served.result.cache))
     maker = ChunkMaker(chat, rid, planned.model, created)
     return StreamingResponse(_events(first, bridge, future, maker, include_usage), media_type="text/event-stream",
@@ -220,7 +221,7 @@ async def _events(first: tuple, bridge: _Bridge, future: Future, maker: ChunkMak
             yield _sse(maker.text(value))
             kind, value = await bridge.events.get()
         try:
-            served = _result(future)
+            served = _result(future, maker.chat)
         except ApiError as exc:  # the stream has begun: the error goes in it, as OpenAI's does
             yield _sse(exc.body())
         else:

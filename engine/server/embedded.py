@@ -17,6 +17,7 @@ from engine.api import Hearth, HearthPaths
 from engine.errors import HearthError
 from engine.server.backend import ModelHost
 from engine.server.config import ServerSettings
+from engine.server.listen import ListenError, bind
 from engine.server.main import build_server
 from engine.server.runner import PostedRunner
 
@@ -47,7 +48,11 @@ class EmbeddedServer:
 
     def start(self) -> str:
         """Listen; return the base URL. ServerStartError when it cannot (e.g. the port is in use)."""
-        self.thread = threading.Thread(target=self._run, name="hearth-server", daemon=True)
+        try:
+            sock = bind(self.settings.host, self.settings.port)
+        except ListenError as exc:
+            raise ServerStartError(f"could not listen on {self.settings.host}:{self.settings.port}: {exc}") from None
+        self.thread = threading.Thread(target=self._run, args=(sock,), name="hearth-server", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.server.started:
@@ -62,9 +67,9 @@ class EmbeddedServer:
         log.info("local server listening at %s", self.base_url)
         return self.base_url
 
-    def _run(self) -> None:
+    def _run(self, sock) -> None:
         try:
-            self.server.run()
+            self.server.run(sockets=[sock])
         except SystemExit as exc:  # uvicorn exits this way when it cannot bind; start() reports it
             log.warning("the local server stopped: exit %s", exc.code)
 

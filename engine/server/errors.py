@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from engine.errors import (
+    ContextFullError,
+    ContextLengthError,
     ConversationError,
     HearthError,
     ModelFileError,
@@ -15,7 +17,7 @@ from engine.errors import (
 
 # HTTP status → OpenAI's error type for it
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
+               404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
                421: "permission_error", 429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
 
 
@@ -37,11 +39,14 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
                       "param": param, "code": code}}
 
 
-def from_engine(exc: HearthError) -> ApiError:
+def from_engine(exc: HearthError, prompt_param: str | None = None) -> ApiError:
     """The status an engine failure is answered with: the client's input (400), an unknown model (404),
-    a model that cannot be loaded or is not loaded (503), anything else the server's fault (500)."""
+    a model that cannot be loaded or is not loaded (503), anything else the server's fault (500).
+    ``prompt_param``: the field that holds the prompt ("messages", "prompt"), named when it is too long."""
     if isinstance(exc, ModelNotFoundError):
         return ApiError(404, str(exc), param="model", code="model_not_found")
+    if isinstance(exc, ContextLengthError | ContextFullError):  # the code OpenAI's clients look for
+        return ApiError(400, str(exc), param=prompt_param, code="context_length_exceeded")
     if isinstance(exc, PromptError | ConversationError):
         return ApiError(400, str(exc), code="invalid_prompt" if isinstance(exc, PromptError) else "invalid_request")
     if isinstance(exc, ModelNotLoadedError | ModelFileError | ModelTooLargeError | ProviderError):

@@ -1,5 +1,6 @@
 """The server's defences, as ASGI middleware that answers before the app sees a request:
-the Host header (DNS rebinding), the API key, and the body size (before any parsing)."""
+the Host header (DNS rebinding), the Origin header and the body's declared type (cross-site requests
+from web pages), the API key, and the body size (before any parsing)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from engine.server.errors import error_body
 
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 — named to recognise them, not to bind
 OPEN_PATHS = {"/health"}  # answered without a key: it says only whether the server is up
+BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
 async def _refuse(send, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
@@ -65,6 +67,48 @@ class HostGuard:
             await _refuse(send, 421, "this server answers only to its own address (the Host header named another; "
                                      "start it with --allow-host NAME to add one)", "host_not_allowed")
             return
+        await self.app(scope, receive, send)
+
+
+class OriginGuard:
+    """A web page must not drive the server (cross-site request forgery): a browser sends ``Origin`` with
+    every cross-site request, so one whose origin is not listed (``--cors-origin``) is refused, whatever
+    the method. With none listed every page is refused, including a same-origin one: this server serves
+    no pages, so a page on its own address can only be an old one left open from another program that
+    once listened on this port. Clients that are not browsers send no ``Origin`` and pass."""
+
+    def __init__(self, app, allowed_origins: tuple[str, ...] = ()):
+        self.app = app
+        self.allowed = {o.rstrip("/").lower() for o in allowed_origins}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            origin = _header(scope, b"origin")
+            if origin is not None and origin.strip().rstrip("/").lower() not in self.allowed:
+                hint = ("start it with --cors-origin ORIGIN to let a page call it" if not self.allowed
+                        else "it is not one of the --cors-origin origins")
+                await _refuse(send, 403, f"requests from web pages are refused (Origin: {origin[:100]!r}); {hint}",
+                              "origin_not_allowed")
+                return
+        await self.app(scope, receive, send)
+
+
+class JsonOnly:
+    """A body must be declared ``application/json``: a page's form or a ``text/plain`` fetch (a "simple"
+    request, which a browser sends without asking first) then never reaches the app, with or without
+    an Origin header."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] in BODY_METHODS:
+            declared = _header(scope, b"content-type") or ""
+            if declared.split(";", 1)[0].strip().lower() != "application/json":
+                got = f"Content-Type: {declared[:100]!r}" if declared else "no Content-Type"
+                await _refuse(send, 415, f"the body must be sent as 'Content-Type: application/json' (got {got})",
+                              "unsupported_media_type")
+                return
         await self.app(scope, receive, send)
 
 

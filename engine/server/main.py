@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 
 from engine.api import resolve_paths
 from engine.errors import HearthError
+from engine.server.accounts import unkeyed_warning
 from engine.server.backend import ModelHost
 from engine.server.config import (
     DEFAULT_HOST,
@@ -21,6 +23,7 @@ from engine.server.config import (
     read_key_file,
 )
 from engine.server.errors import ApiError
+from engine.server.listen import ListenError, bind
 from engine.server.runner import ThreadRunner
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ServerConfigError as exc:
         sys.stderr.write(f"hearth-cli: error: {exc}\n")
         return 2
+    try:
+        sock = bind(settings.host, settings.port)  # a port in use: one line, before any model work
+    except ListenError as exc:
+        sys.stderr.write(f"hearth-cli: error: {exc}; pick another with --port\n")
+        return 2
     paths = resolve_paths(args.data_dir).ensure()
     runner = ThreadRunner(settings.max_queue)
     host = ModelHost(paths, runner, model=args.model, weights=args.weights, provider=args.provider,
@@ -69,18 +77,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         host.require_model(host.default_model)  # an unknown --model fails here, before listening
     except ApiError as exc:
+        sock.close()
         runner.close()
         sys.stderr.write(f"hearth-cli: error: {exc.message}\n")
         return 1
-    return serve(host, runner, settings)
+    return serve(host, runner, settings, sock)
 
 
-def serve(host: ModelHost, runner: ThreadRunner, settings: ServerSettings) -> int:
-    """Run until SIGINT/SIGTERM, then save and return 0."""
+def serve(host: ModelHost, runner: ThreadRunner, settings: ServerSettings, sock: socket.socket | None = None) -> int:
+    """Run until SIGINT/SIGTERM, then save and return 0. ``sock``: already bound (``listen.bind``)."""
     server = build_server(host, settings)
     host.start()
     try:
-        server.run()
+        server.run(sockets=[sock] if sock is not None else None)
     finally:
         shutdown(host, runner)
     return 0
@@ -106,6 +115,8 @@ def build_server(host: ModelHost, settings: ServerSettings, announce: bool = Tru
             if self.started and announce:
                 port = self.servers[0].sockets[0].getsockname()[1] if self.servers else settings.port
                 sys.stderr.write(f"hearth-cli: serving http://{_url_host(settings.host)}:{port}/v1\n")
+                if warning := unkeyed_warning(settings.api_key):
+                    sys.stderr.write(f"hearth-cli: warning: {warning}\n")
                 sys.stderr.flush()
 
     config = uvicorn.Config(create_app(host, settings), host=settings.host, port=settings.port, log_level="warning",

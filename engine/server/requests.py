@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from engine.api import check_id
 from engine.errors import ConversationError
 from engine.server.errors import ApiError
-from engine.server.schemas import ChatRequest, CompletionRequest, _Sampling
+from engine.server.schemas import RANDOM_SEED, ChatRequest, CompletionRequest, _Sampling
 from engine.types import ResponseFormat, ResponseFormatKind, SamplingParams, ServeRequest
 
 CONVERSATION_HEADER = "x-hearth-conversation"
@@ -27,12 +27,13 @@ def _bad(message: str, param: str, code: str = "invalid_value") -> ApiError:
 def sampling(body: _Sampling) -> SamplingParams:
     """OpenAI's knobs over Hearth's defaults; temperature 0 (or top_p 0) is greedy. No repetition
     penalty: OpenAI's API has presence/frequency penalties instead, and clients expect none otherwise."""
+    seed = None if body.seed == RANDOM_SEED else body.seed
     if body.temperature == 0 or body.top_p == 0:
-        return SamplingParams(greedy=True, repetition_penalty=1.0, seed=body.seed)
+        return SamplingParams(greedy=True, repetition_penalty=1.0, seed=seed)
     defaults = SamplingParams()
     return SamplingParams(temperature=defaults.temperature if body.temperature is None else body.temperature,
                           top_p=defaults.top_p if body.top_p is None else body.top_p, repetition_penalty=1.0,
-                          seed=body.seed)
+                          seed=seed)
 
 
 def conversation(body: _Sampling, header: str | None) -> str | None:

@@ -14,6 +14,8 @@ from engine.types import MAX_TOP_LOGPROBS
 
 MAX_STOP_STRINGS = 4  # as OpenAI
 MAX_STOP_CHARS = 256
+RANDOM_SEED = -1  # llama.cpp's convention, which clients of local servers send: a fresh random seed
+MAX_SEED = 2**64 - 1
 
 
 class _Lenient(BaseModel):
@@ -71,6 +73,13 @@ class _Sampling(_Lenient):
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     n: int = Field(default=1, ge=1)  # only 1: requests.py says so clearly
     user: str | None = Field(default=None, max_length=256)
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, value: int | None) -> int | None:
+        if value is not None and value != RANDOM_SEED and not 0 <= value <= MAX_SEED:
+            raise ValueError(f"the seed must be from 0 to {MAX_SEED}, or {RANDOM_SEED} for a random one; got {value}")
+        return value
 
     @field_validator("stop")
     @classmethod
