@@ -86,17 +86,25 @@ def document(home: Path, ids: list[str]) -> dict:
         hearth.close()
 
 
+def read_rows(path: Path):
+    """(header, records, every KV row as one array [layer, k/v head, position, dim], every token) of a sound checkpoint."""
+    with CheckpointReader(path) as r:
+        h = r.read_header()
+        records, problem = r.scan()
+        assert problem is None
+        s = h.shape
+        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
+        _, problem = r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
+                                                              for k in range(2 * s.n_kv_heads)])
+        assert problem is None
+        tokens = [t for rec in records for t in r.read_tokens(rec, 1 << 31)]
+    return h, records, rows, tokens
+
+
 def forge(a_path: Path, b_path: Path, out: Path) -> None:
     """The attack: A's KV rows labelled with B's tokens and text hash, every checksum recomputed."""
-    with CheckpointReader(a_path) as ra:
-        ha = ra.read_header()
-        records_a, problem = ra.scan()
-        assert problem is None
-        s = ha.shape
-        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records_a[-1].end, s.head_dim), np.dtype(s.dtype))
-        good, problem = ra.load_rows(records_a, lambda start, end: [rows[layer, h, start:end] for layer in range(s.n_layers)
-                                                                     for h in range(2 * s.n_kv_heads)])
-        assert problem is None
+    ha, _, rows, _ = read_rows(a_path)
+    s = ha.shape
     with CheckpointReader(b_path) as rb:
         rb.read_header()
         records_b, _ = rb.scan()
@@ -504,16 +512,8 @@ def reseal_with_nan(src: Path, out: Path) -> None:
 
 def reseal(src: Path, out: Path, poison) -> None:
     """A real checkpoint's own rows changed by ``poison`` (in place), every checksum recomputed."""
-    with CheckpointReader(src) as r:
-        h = r.read_header()
-        records, problem = r.scan()
-        assert problem is None
-        s = h.shape
-        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
-        good, problem = r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
-                                                                 for k in range(2 * s.n_kv_heads)])
-        assert problem is None
-        tokens = [t for rec in records for t in r.read_tokens(rec, 1 << 31)]
+    h, records, rows, tokens = read_rows(src)
+    s = h.shape
     poison(rows)
     blocks = [np.ascontiguousarray(rows[layer, k]) for layer in range(s.n_layers) for k in range(2 * s.n_kv_heads)]
     last = records[-1]
