@@ -1039,6 +1039,8 @@ class Hearth:
         prepared = cache.prepare(key, text, messages, cancel)
         result = self._serve_decode(prepared.prompt, prepared.logits, prepared.report, request, options, on_text,
                                     cancel, started)
+        if result.rebuilt:  # the cached prefix gave NaN: no later request starts from its files again
+            self._sessions.drop_sources(prepared.owner, messages)
         cache.finish(prepared, serving.history_text(engine, messages, text, result.text))
         return self._served(result, prepared.report, len(prepared.prompt))
 
@@ -1052,6 +1054,8 @@ class Hearth:
         chat = serving.store_binding(self.conversations, binding)
         logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
         result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started)
+        if result.rebuilt:
+            self._sessions.drop_sources(cid, chat)
         if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
             self.conversations.append(cid, "assistant", result.text, str(result.stop_reason), self._info.label)
             self.conversations.set_model(cid, self._info.label, self.model_key)
