@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.checkpoint.adaptive import Throughput
-from engine.checkpoint.format import Identity, encoding_layout
+from engine.checkpoint.format import CheckpointError, Identity, Reason, encoding_layout
 from engine.checkpoint.identity import engine_identity
 from engine.checkpoint.store import CheckpointStore, conversation_file, model_tag
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
@@ -156,7 +156,7 @@ class ChatSessions:
         else:
             result = self.engine.generate(prompt, params, max_new_tokens, on_text, cancel=cancel, ready_logits=logits)
             if result.rebuilt:  # the saved context it resumed from gave NaN: the save below starts afresh
-                self.drop_sources(conversation, messages)
+                self.drop_sources(conversation, messages, report, len(prompt))
         t = result.timings
         t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
         t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
@@ -190,13 +190,16 @@ class ChatSessions:
         self.active, self._dirty = owner, True
         self._files.forget(owner)
 
-    def drop_sources(self, owner: str, messages: list[dict] | None = None) -> None:
+    def drop_sources(self, owner: str, messages: list[dict] | None = None, report: ResumeReport | None = None,
+                     prompt_len: int = 0) -> None:
         """The context a turn resumed from gave NaN logits, and ``Engine.generate`` rebuilt it from the
         prompt (``GenerationResult.rebuilt``): delete every file those rows came from, the owner's own, a
         shared prefix (the saved system prompt) or another branch of the server's prompt cache, so no later
         turn starts from them again (a prefix resealed with rows at float32's maximum verified, then
         overflowed the attention of every new chat with that system prompt). The turn's save writes the
-        owner's file afresh; ``messages``: save the shared prefix again, from the rebuilt rows."""
+        owner's file afresh; ``messages``: save the shared prefix again, from the rebuilt rows; ``report``:
+        the turn's, now saying that its ``prompt_len`` tokens were rebuilt, and why (the client of the server
+        was told ``disk`` and a cached-token count that no longer held)."""
         gone = sorted(self._origins - {conversation_file(owner, self.identity.model_fp)})
         log.warning("%s: its saved context gave invalid numbers; deleting it%s", owner,
                     f" and {', '.join(gone)}" if gone else "")
@@ -209,6 +212,13 @@ class ChatSessions:
                 log.warning("cannot delete %s: %s", name, exc)
         self._origins = set()
         self._dirty = True
+        if report is not None:
+            why = CheckpointError(Reason.NON_FINITE, "the saved context gave invalid numbers (NaN) when the model "
+                                  "read it: it was deleted and rebuilt from the text")
+            report.source, report.reason, report.message, report.plain = REBUILT, why.reason, str(why), why.plain
+            report.reused_tokens = report.restored_tokens = 0
+            report.shared_prefix = False
+            report.prefilled_tokens = prompt_len
         if messages is not None:
             self._save_shared_prefix(messages)
 
