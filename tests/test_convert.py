@@ -126,3 +126,24 @@ def test_a_million_token_context_converts_without_its_rotary_tables_whole_in_mem
     tables = 2 * 1_000_000 * 32 * 4  # cos and sin, [positions, head_dim / 2] float32
     assert os.path.getsize(out["data"]) > tables  # the whole context's tables are in the file
     assert out["grew_mb"] < tables / 4 / 2**20, out  # … and never were whole in memory
+
+
+def test_a_million_token_contexts_rotary_tables_count_in_the_memory_a_load_needs(tmp_path):
+    """The rotary tables of a declared 1,000,000-token context are loaded with the weights (256 MB here, 1.0
+    GB with 256-dim heads), yet the estimate before a conversion left them out: a load that could not fit
+    went on to convert. It is refused plainly, before converting anything."""
+    from engine.api import Hearth, resolve_paths
+    from engine.errors import ModelTooLargeError
+    from engine.model.facts import read_facts
+    from tests.gguf_edit import rewrite_gguf
+
+    small = write_synthetic_gguf(tmp_path / "wide.gguf", SyntheticSpec(n_embd=128, n_head=2, n_head_kv=1, head_dim=64))
+    long = rewrite_gguf(small, tmp_path / "long.gguf", values={"llama.context_length": 1_000_000})
+    tables = 2 * 1_000_000 * 32 * 4
+    assert read_facts(long, "int4").weights_bytes - read_facts(small, "int4").weights_bytes == tables - 2 * 256 * 32 * 4
+    paths = resolve_paths(tmp_path / "home").ensure()
+    hearth = Hearth(paths, model=str(long), weights="int4", provider="cpu")
+    hearth.available_memory = 450 * 10**6  # the weights alone fit that; their tables do not
+    with pytest.raises(ModelTooLargeError, match=r"needs about 3\d\d MB for its weights.*even its weights do not fit"):
+        hearth.load()
+    assert not any(paths.converted.iterdir())  # refused before converting
