@@ -1038,7 +1038,7 @@ class Hearth:
         cache = prompt_cache.PromptCache(self._sessions)
         prepared = cache.prepare(key, text, messages, cancel)
         result = self._serve_decode(prepared.prompt, prepared.logits, prepared.report, request, options, on_text,
-                                    cancel, started)
+                                    cancel, started, prepared.owner, messages)
         cache.finish(prepared, serving.history_text(engine, messages, text, result.text))
         return self._served(result, prepared.report, len(prepared.prompt))
 
@@ -1051,7 +1051,7 @@ class Hearth:
         self._sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
         chat = serving.store_binding(self.conversations, binding)
         logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
-        result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started)
+        result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started, cid, chat)
         if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
             self.conversations.append(cid, "assistant", result.text, str(result.stop_reason), self._info.label)
             self.conversations.set_model(cid, self._info.label, self.model_key)
@@ -1059,7 +1059,8 @@ class Hearth:
         return self._served(result, report, len(prompt))
 
     def _serve_decode(self, prompt: list[int], logits, report, request: ServeRequest, options: dict,
-                      on_text: Callable[[str], None] | None, cancel: CancelToken | None, started: float):
+                      on_text: Callable[[str], None] | None, cancel: CancelToken | None, started: float,
+                      owner: str, messages: list[dict] | None):
         from engine import serving
         from engine.generation import GenerationResult
 
@@ -1068,6 +1069,8 @@ class Hearth:
         else:
             result = self._engine.generate(prompt, request.params, request.max_tokens, on_text, cancel=cancel,
                                            ready_logits=logits, top_logprobs=request.top_logprobs, **options)
+            if result.rebuilt:  # the cached context gave NaN: no later request starts from its files again
+                self._sessions.drop_sources(owner, messages, report, len(prompt))
         serving.fold_prefill(result, report, (time.perf_counter() - started) * 1000)
         return result
 

@@ -142,7 +142,7 @@ def test_linear_rope_scaling_stretches_llamas_rotary_tables(tmp_path, tiny_gguf)
         "llama.rope.scaling.factor": (2.0, GGUFValueType.FLOAT32)}))
     plain = GGUFModel(tiny_gguf).config()
     assert (scaled.rope_scale, plain.rope_scale) == (2.0, 1.0)
-    (cos2, sin2), (cos1, sin1) = llama.rotary_tables(scaled), llama.rotary_tables(plain)
+    (cos2, sin2), (cos1, sin1) = rotary_tables(scaled), rotary_tables(plain)
     assert cos2.shape == (plain.context_length, plain.head_dim // 2)
     np.testing.assert_allclose(cos2[2::2], cos1[1:len(cos2[2::2]) + 1], atol=1e-6)  # position p reads as p / 2
     np.testing.assert_allclose(sin2[2::2], sin1[1:len(sin2[2::2]) + 1], atol=1e-6)

@@ -86,3 +86,64 @@ def test_a_random_block_model_of_a_large_shape_converts_and_runs(tmp_path):
     assert engine.tokenizer.vocab_size == 1000
     logits = engine.prefill(list(range(40, 80)))
     assert logits.shape == (1000,) and np.isfinite(logits).all() and np.ptp(logits) > 0
+
+
+_CONVERT_AND_MEASURE = """
+import json, resource, sys
+from pathlib import Path
+import numpy as np
+from engine.model.convert import ensure_converted
+import onnx, onnxruntime  # noqa: F401 (the converter's imports, in the baseline)
+np.cos(np.ones(1 << 20))  # numpy's own working memory, in the baseline too
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+model = ensure_converted(Path(sys.argv[1]), "int4", Path(sys.argv[2]))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"grew_mb": (peak - base) / 1024, "data": str(model.onnx_path) + ".data"}))
+"""
+
+
+def test_a_million_token_context_converts_without_its_rotary_tables_whole_in_memory(tmp_path):
+    """Issue 27, item 14: a model declaring 1,000,000 tokens of context (under the 1,048,576 Hearth takes)
+    made the converter build its rotary cos/sin tables whole, in float64 temporaries: 3.0 GB at the peak
+    for 256-dim heads. They are streamed to the weights file a block at a time; with 64-dim heads here
+    (256 MB of tables, which once took ~750 MB) the conversion grows by far less than one table."""
+    import json
+    import subprocess
+    import sys
+
+    from engine.model.gguf_file import GGUFModel
+    from tests.conftest import REPO
+    from tests.gguf_edit import rewrite_gguf
+
+    small = write_synthetic_gguf(tmp_path / "wide.gguf", SyntheticSpec(n_embd=128, n_head=2, n_head_kv=1, head_dim=64))
+    long = rewrite_gguf(small, tmp_path / "long.gguf", values={"llama.context_length": 1_000_000})
+    assert GGUFModel(long).config().context_length == 1_000_000
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", _CONVERT_AND_MEASURE, str(long), str(tmp_path / "converted")],
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    tables = 2 * 1_000_000 * 32 * 4  # cos and sin, [positions, head_dim / 2] float32
+    assert os.path.getsize(out["data"]) > tables  # the whole context's tables are in the file
+    assert out["grew_mb"] < tables / 4 / 2**20, out  # … and never were whole in memory
+
+
+def test_a_million_token_contexts_rotary_tables_count_in_the_memory_a_load_needs(tmp_path):
+    """The rotary tables of a declared 1,000,000-token context are loaded with the weights (256 MB here, 1.0
+    GB with 256-dim heads), yet the estimate before a conversion left them out: a load that could not fit
+    went on to convert. It is refused plainly, before converting anything."""
+    from engine.api import Hearth, resolve_paths
+    from engine.errors import ModelTooLargeError
+    from engine.model.facts import read_facts
+    from tests.gguf_edit import rewrite_gguf
+
+    small = write_synthetic_gguf(tmp_path / "wide.gguf", SyntheticSpec(n_embd=128, n_head=2, n_head_kv=1, head_dim=64))
+    long = rewrite_gguf(small, tmp_path / "long.gguf", values={"llama.context_length": 1_000_000})
+    tables = 2 * 1_000_000 * 32 * 4
+    assert read_facts(long, "int4").weights_bytes - read_facts(small, "int4").weights_bytes == tables - 2 * 256 * 32 * 4
+    paths = resolve_paths(tmp_path / "home").ensure()
+    hearth = Hearth(paths, model=str(long), weights="int4", provider="cpu")
+    hearth.available_memory = 450 * 10**6  # the weights alone fit that; their tables do not
+    with pytest.raises(ModelTooLargeError, match=r"needs about 3\d\d MB for its weights.*even its weights do not fit"):
+        hearth.load()
+    assert not any(paths.converted.iterdir())  # refused before converting

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.api import Hearth, resolve_paths
@@ -381,3 +382,50 @@ def test_a_request_before_the_model_is_loaded_says_so(tiny_home, tiny_gguf):
             ask(service, thread("Be brief.", "hello"))
     finally:
         service.close()
+
+
+def reseal_every_record(path: Path, poison) -> None:
+    """``path``'s own rows changed by ``poison`` (in place), its records and frontiers kept, every checksum
+    recomputed."""
+    from engine.checkpoint.format import Identity
+    from engine.checkpoint.writer import NewRecord, write_new
+    from tests.test_sessions import saved_rows
+
+    rows = saved_rows(path)
+    with CheckpointReader(path) as reader:
+        h = reader.read_header()
+        found, _ = reader.scan()
+        tokens = [t for r in found for t in reader.read_tokens(r, 1 << 31)]
+    poison(rows)
+    pieces = [NewRecord(r.start, tokens[r.start:r.end], [np.ascontiguousarray(rows[layer, k, r.start:r.end])
+                                                          for layer in range(rows.shape[0]) for k in range(rows.shape[1])],
+                        r.text_len, r.text_sha, "turn") for r in found]
+    os.unlink(path)
+    write_new(path, Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label), pieces)
+
+
+def test_a_new_branch_seeded_from_a_branch_whose_rows_give_nan_deletes_that_branch(tiny_home, tiny_gguf, tmp_path):
+    """Issue 27, item 9: a request that diverges from a thread starts a new branch from the other branch's
+    saved rows. When those rows (resealed at float32's maximum: they verify) give NaN, the reply is rebuilt
+    from the prompt and the branch it was seeded from is deleted too, not only the new branch's own file."""
+    from tests.test_sessions import huge_rows, saved_rows
+
+    messages, path = saved_thread(tiny_home, tiny_gguf)
+    service = open_hearth(tiny_home, tiny_gguf)
+    try:
+        ask(service, messages)  # the thread's second request: its file gets a second frontier
+    finally:
+        service.close()
+    frontiers = records(path)
+    reseal_every_record(path, huge_rows)
+    assert records(path) == frontiers
+    diverging = [*messages[:3], {"role": "user", "content": "something else entirely"}]
+    service = open_hearth(tiny_home, tiny_gguf)
+    try:
+        result = ask(service, diverging)
+        assert result.text and result.cache.source == ResumeSource.REBUILT and result.cache.reason == "non_finite"
+        assert result.cache.cached_tokens == 0 and not path.exists() and path.name not in api_files(service)
+    finally:
+        service.close()
+    files = api_files(service)
+    assert files and all(np.abs(saved_rows(p)).max() < 1e6 for p in files.values())

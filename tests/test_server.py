@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
@@ -661,3 +662,43 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(tiny_paths):
     assert proc.returncode == 2, err
     assert err == f"hearth-cli: error: port {port} is in use (another program is listening there); pick another " \
                   "with --port\n"
+
+
+@pytest.mark.parametrize("poison", ["nan_rows", "finite_rows_giving_nan"])
+def test_a_resealed_prompt_cache_entry_is_rebuilt_and_replaced_over_http(tiny_paths, tmp_path, poison):
+    """Issue 27, item 9, for the server's prompt cache: its saved thread resealed with NaN rows, or with
+    finite rows that overflow the attention. The next request of the thread gets its reply, says
+    ``rebuilt`` (and serves no cached tokens it did not use), and the files are replaced by finite ones."""
+    from tests.test_bundle_security import reseal
+    from tests.test_sessions import huge_rows, nan_rows, saved_rows
+
+    messages = [{"role": "system", "content": "Rule one: be brief. Rule two: be kind."},
+                {"role": "user", "content": "hello"}]
+    body = {"model": TINY, "messages": messages, "max_tokens": 4, "temperature": 0}
+    first = LiveServer(tiny_paths, TINY)
+    try:
+        reply = post(first, "/v1/chat/completions", body)
+        assert reply.status_code == 200, reply.text
+    finally:
+        first.close()  # the thread's rows are saved at shutdown
+    [prefix] = tiny_paths.checkpoints.glob("prefix-*.hkv")  # the system prompt's, left sound
+    files = sorted(tiny_paths.checkpoints.glob("api-*.hkv"))
+    assert files, "the server saved nothing"
+    for f in files:
+        reseal(f, tmp_path / "poisoned.hkv", nan_rows if poison == "nan_rows" else huge_rows)
+        (tmp_path / "poisoned.hkv").replace(f)
+    messages += [reply.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+    again = LiveServer(tiny_paths, TINY)
+    try:
+        r = post(again, "/v1/chat/completions", {**body, "messages": messages})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+        assert r.headers["X-Hearth-Cache"] == "rebuilt" and r.json()["hearth"]["reason"] == "non_finite"
+        # nothing cached from the thread's file: at most the sound system prompt's rows (NaN rows: the
+        # restore fell back to it; finite rows giving NaN: the whole prompt was prefilled again)
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] <= len(saved_rows(prefix)[0, 0])
+    finally:
+        again.close()
+    saved = sorted(tiny_paths.checkpoints.glob("*.hkv"))
+    assert {p.name.split("-")[0] for p in saved} == {"api", "prefix"}
+    for path in saved:  # the thread's file and the shared prefix: every one verifies, and holds sane rows
+        assert np.abs(saved_rows(path)).max() < 1e6, path.name

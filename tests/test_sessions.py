@@ -260,3 +260,55 @@ def test_the_cheap_fit_check_agrees_with_a_full_tokenization(tiny_converted, tmp
             assert got == fits, (n, cid)
             checked.add(fits)
     assert checked == {True, False}  # both sides of the limit were tried
+
+
+# a poisoned shared prefix (issue 27, item 9) -----------------------------------------------------------------
+def saved_rows(path) -> np.ndarray:
+    """Every row of a checkpoint, [layer, 2 × KV head, token, dim], after a full verification."""
+    with CheckpointReader(path) as r:
+        s = r.read_header().shape
+        records, problem = r.scan()
+        assert problem is None
+        rows = np.zeros((s.n_layers, 2 * s.n_kv_heads, records[-1].end, s.head_dim), np.dtype(s.dtype))
+        _, problem = r.load_rows(records, lambda start, end: [rows[layer, k, start:end] for layer in range(s.n_layers)
+                                                              for k in range(2 * s.n_kv_heads)])
+    assert problem is None
+    return rows
+
+
+def nan_rows(rows: np.ndarray) -> None:
+    rows[0, 0, 0, 0], rows[-1, -1, -1, -1] = np.nan, np.inf
+
+
+def huge_rows(rows: np.ndarray) -> None:  # finite, so they verify, but they overflow the attention
+    rows[:, :, 0, :] = np.finfo(rows.dtype).max
+
+
+@pytest.mark.parametrize("poison", [nan_rows, huge_rows], ids=["nan_rows", "finite_rows_giving_nan"])
+def test_a_resealed_shared_prefix_is_replaced_and_the_next_chat_still_replies(tiny_converted, tmp_path, poison,
+                                                                               caplog):
+    """Issue 27: a saved system prompt resealed with NaN rows (every checksum recomputed), or with finite rows
+    that overflow the attention, was left in the store: every new chat with that system prompt started from
+    it. The turn replies, the prefix file is deleted and saved again from the rebuilt rows, and the next
+    chat resumes from the new one."""
+    from tests.test_bundle_security import reseal
+
+    first = new_sessions(tiny_converted("int4"), tmp_path)
+    first.generate("a", chat("first conversation"), GREEDY, 4)
+    first.close()
+    [entry] = first.store.entries(kind="prefix")
+    path = first.store.path(entry.name)
+    reseal(path, tmp_path / "poisoned.hkv", poison)
+    (tmp_path / "poisoned.hkv").replace(path)
+    s = new_sessions(tiny_converted("int4"), tmp_path)
+    with caplog.at_level("WARNING"):
+        turn = s.generate("b", chat("a second, unrelated conversation"), GREEDY, 4)
+    assert turn.generation.tokens and entry.name in caplog.text  # it replied, and said which file went
+    [again] = s.store.entries(kind="prefix")
+    assert again.name == entry.name and np.abs(saved_rows(path)).max() < 1e6  # replaced by the rebuilt rows
+    third = new_sessions(tiny_converted("int4"), tmp_path)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        turn = third.generate("c", chat("yet another conversation"), GREEDY, 4)
+    assert turn.resume.shared_prefix and turn.resume.source == DISK and not turn.generation.rebuilt
+    assert "invalid numbers" not in caplog.text and "rejected" not in caplog.text

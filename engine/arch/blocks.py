@@ -17,6 +17,7 @@ from onnx import TensorProto
 from engine.arch import io_names
 from engine.arch.config import ModelConfig
 from engine.arch.packed_ops import PackedInitializers, gather_rows, write_packed
+from engine.arch.rope import RotaryTable
 from engine.model import weights
 from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
@@ -187,11 +188,13 @@ class Graph:
         k = self.head_norm(k, cfg.n_head_kv, prefix + "attn_k_norm.weight")
         return q, k, v
 
-    def rotary(self, cos: np.ndarray, sin: np.ndarray, name: str = "rotary") -> tuple[str, str]:
-        """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them;
-        ``name``: another pair's (layers that rotate with another base)."""
-        return (self.w.constant(name + ".cos", cos.astype(self.np_dtype)),
-                self.w.constant(name + ".sin", sin.astype(self.np_dtype)))
+    def rotary(self, cos: RotaryTable, sin: RotaryTable, name: str = "rotary") -> tuple[str, str]:
+        """cos/sin caches [context_length, rotary_dim / 2], half-split layout, as GQA takes them, streamed
+        to the weights file a block of positions at a time (engine/arch/rope.py: a long context's whole
+        tables once peaked at three times their size); ``name``: another pair's (layers that rotate
+        with another base)."""
+        return (self.w.constant_blocks(name + ".cos", cos.shape, self.np_dtype, cos.blocks(self.np_dtype)),
+                self.w.constant_blocks(name + ".sin", sin.shape, self.np_dtype, sin.blocks(self.np_dtype)))
 
     def attention(self, layer: int, qkv: str, rotary: tuple[str, str], key: str = "", value: str = "",
                   **attrs) -> str:

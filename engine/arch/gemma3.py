@@ -26,7 +26,7 @@ from dataclasses import replace
 from engine.arch.blocks import Graph
 from engine.arch.config import ModelConfig
 from engine.arch.hparams import check_shape, decoder_config
-from engine.arch.rope import rotary_tables
+from engine.arch.rope import rotary_streams
 from engine.model.gguf_file import GGUFModel
 
 NAME = "gemma3"
@@ -70,10 +70,10 @@ def build(g: Graph) -> None:
     cfg = g.cfg
     window, local_layers = cfg.extras["sliding_window"], set(cfg.extras["local_layers"])
     ids = g.inputs()
-    rotary = g.rotary(*rotary_tables(cfg))
+    rotary = g.rotary(*rotary_streams(cfg))
     if local_layers:
         local_cfg = replace(cfg, rope_base=cfg.extras["local_rope_base"], rope_scale=1.0)
-        local_rotary = g.rotary(*rotary_tables(local_cfg), name="rotary.local")
+        local_rotary = g.rotary(*rotary_streams(local_cfg), name="rotary.local")
     # sqrt(n_embd) in fp32, as llama.cpp scales it (not rounded to bf16 as the reference model does).
     pending, residual = g.scale(g.embed(ids), math.sqrt(cfg.n_embd), "embedding.scale"), None
     for i in g.layers():

@@ -14,7 +14,7 @@ import numpy as np
 from engine.arch.blocks import Graph
 from engine.arch.config import ModelConfig
 from engine.arch.hparams import decoder_config
-from engine.arch.rope import freq_factors, rotary_tables
+from engine.arch.rope import freq_factors, rotary_streams
 from engine.model.gguf_file import GGUFModel
 from engine.model.weights import RowOrder
 
@@ -46,7 +46,7 @@ def _unpermute(n_heads: int) -> RowOrder:
 def build(g: Graph) -> None:
     cfg = g.cfg
     ids = g.inputs()
-    rotary = g.rotary(*rotary_tables(cfg, freq_factors(g.model, cfg)))
+    rotary = g.rotary(*rotary_streams(cfg, freq_factors(g.model, cfg)))
     pending, residual = g.embed(ids), None  # pending: a block's output, not yet added to the residual
     for i in g.layers():
         p = f"blk.{i}."

@@ -15,7 +15,7 @@ import numpy as np
 from engine.arch.blocks import Graph
 from engine.arch.config import ModelConfig
 from engine.arch.hparams import check_shape, decoder_config
-from engine.arch.rope import freq_factors, rotary_tables
+from engine.arch.rope import freq_factors, rotary_streams
 from engine.errors import ModelFileError
 from engine.model.gguf_file import GGUFModel
 
@@ -50,7 +50,7 @@ def rope_scaling(model: GGUFModel, cfg: ModelConfig) -> tuple[np.ndarray | None,
 def build(g: Graph) -> None:
     cfg = g.cfg
     ids = g.inputs()
-    rotary = g.rotary(*rotary_tables(cfg, *rope_scaling(g.model, cfg)))
+    rotary = g.rotary(*rotary_streams(cfg, *rope_scaling(g.model, cfg)))
     pending, residual = g.embed(ids), None  # pending: a block's output, not yet added to the residual
     for i in g.layers():
         p = f"blk.{i}."

@@ -11,7 +11,7 @@ from __future__ import annotations
 from engine.arch.blocks import Graph
 from engine.arch.config import ModelConfig
 from engine.arch.hparams import check_shape, decoder_config
-from engine.arch.rope import rotary_tables
+from engine.arch.rope import rotary_streams
 from engine.model.gguf_file import GGUFModel
 
 NAME = "qwen3"
@@ -29,7 +29,7 @@ def read_config(model: GGUFModel) -> ModelConfig:
 def build(g: Graph) -> None:
     cfg = g.cfg
     ids = g.inputs()
-    rotary = g.rotary(*rotary_tables(cfg))
+    rotary = g.rotary(*rotary_streams(cfg))
     pending, residual = g.embed(ids), None  # pending: a block's output, not yet added to the residual
     for i in g.layers():
         p = f"blk.{i}."

@@ -20,7 +20,7 @@ from engine.model.memory import WeightsMemory, conversion_memory
 
 log = logging.getLogger(__name__)
 
-FACTS_VERSION = 1
+FACTS_VERSION = 2  # 2: weights_bytes counts the rotary tables (a long context's are large)
 MAX_CACHE_BYTES = 16 << 20  # far above what thousands of entries take; a larger file is not read
 MAX_CACHE_ENTRIES = 2000
 # A file this small is hashed to tell whether it is converted; a larger one only when loading it has
@@ -81,7 +81,10 @@ def _facts_of(model, weights: str, model_footprint, largest_dense_matmul_bytes) 
         model.config()  # the architecture, and its settings, can run
     except UnsupportedModelError as exc:
         return _with(base, "unsupported", str(exc))
+    from engine.model.footprint import rotary_table_bytes
+
     footprint = model_footprint(model, weights)
+    tables = rotary_table_bytes(model.config(), weights)  # loaded with the weights: counted with them
     cannot = [name for name, use in footprint.types.items() if use.form == "unsupported"]
     if cannot:
         return _with(base, "unsupported", f"{model.path.name} holds {', '.join(cannot)} tensors, which Hearth cannot "
@@ -89,7 +92,7 @@ def _facts_of(model, weights: str, model_footprint, largest_dense_matmul_bytes) 
     per_token = footprint.kv_cache_bytes // footprint.context_length if footprint.context_length else 0
     return FileFacts("ready", "", base.title, base.architecture, base.parameter_count, base.parameters, base.quant,
                      base.quant_mix, footprint.context_length or base.context_length, per_token,
-                     footprint.weights_bytes, largest_dense_matmul_bytes(model, weights))
+                     footprint.weights_bytes + tables, largest_dense_matmul_bytes(model, weights))
 
 
 def _with(facts: FileFacts, status: str, problem: str) -> FileFacts:

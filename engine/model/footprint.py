@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.arch.config import ModelConfig
 from engine.errors import UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, get_precision
@@ -49,6 +50,16 @@ def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) ->
     return ModelFootprint(str(model.value("general.architecture", "")), precision.name, types,
                           sum(u.ram_bytes for u in types.values()), sum(u.dense_fp32_bytes for u in types.values()),
                           kv_dtype, None if cfg is None else cfg.context_length, kv)
+
+
+def rotary_table_bytes(cfg: ModelConfig, weights: str = DEFAULT_PRECISION) -> int:
+    """Bytes of the rotary cos/sin tables the converted graph holds as constants: [context_length,
+    rope_dim / 2] each, in the activations' type, a second pair where Gemma 3's local layers rotate with
+    another base. Not weights (``model info`` lists those), but loaded as they are: 1.0 GB for a declared
+    1,000,000-token context with 256-dim heads, which the library's estimate before a conversion missed."""
+    pairs = 2 if cfg.extras.get("local_layers") else 1
+    itemsize = 2 if get_precision(weights).compute == "float16" else 4
+    return pairs * 2 * cfg.context_length * (cfg.rope_dim // 2) * itemsize
 
 
 def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, int]:

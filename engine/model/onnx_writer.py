@@ -7,6 +7,7 @@ as it is added keeps conversion memory near one copy of the largest tensor.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -45,16 +46,37 @@ class OnnxWriter:
             self._fh.write(b"\0" * pad)
             offset += pad
         self._fh.write(memoryview(array.reshape(-1).view(np.uint8)))  # no second copy of a large array
+        self._external(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape, offset, array.nbytes)
+        return name
+
+    def constant_blocks(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type,
+                        blocks: Iterable[np.ndarray]) -> str:
+        """Add an initializer of ``shape`` written as it is made, its leading rows a block at a time: only
+        one block is ever in memory (a long context's rotary tables; engine/arch/rope.py)."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < 1024:
+            return self.constant(name, np.concatenate([np.asarray(b, dtype) for b in blocks]).reshape(shape))
+        start = self._fh.tell()
+        offset = start + (-start) % ALIGN
+        self._fh.write(b"\0" * (offset - start))
+        for block in blocks:
+            self._fh.write(memoryview(np.ascontiguousarray(block, dtype).reshape(-1).view(np.uint8)))
+        if self._fh.tell() - offset != nbytes:
+            raise ValueError(f"{name}: {self._fh.tell() - offset} bytes written for a {list(shape)} {dtype} tensor")
+        self._external(name, helper.np_dtype_to_tensor_dtype(dtype), shape, offset, nbytes)
+        return name
+
+    def _external(self, name: str, data_type: int, shape: tuple[int, ...], offset: int, nbytes: int) -> None:
         tensor = TensorProto()
         tensor.name = name
-        tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-        tensor.dims.extend(array.shape)
+        tensor.data_type = data_type
+        tensor.dims.extend(shape)
         tensor.data_location = TensorProto.EXTERNAL
-        for key, value in (("location", self.data_path.name), ("offset", str(offset)), ("length", str(array.nbytes))):
+        for key, value in (("location", self.data_path.name), ("offset", str(offset)), ("length", str(nbytes))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         self.initializers.append(tensor)
-        return name
 
     def op(
         self, op_type: str, inputs: list[str], n_out: int = 1, domain: str = "", name: str = "",

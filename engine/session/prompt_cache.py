@@ -205,9 +205,11 @@ class PromptCache:
             if matched > best_bytes:
                 best, best_bytes = b, matched
         report = ResumeReport(LIVE)
+        origins: list[str] | None = None  # None: the live KV goes on, its rows its old branch's
         if best is None:
             if not live_bytes:
                 sessions.switch_away()
+                origins = []
             elif sessions.dirty:  # the live KV goes on as the new branch: its old branch keeps its rows
                 sessions.save("switch")
         else:
@@ -215,13 +217,13 @@ class PromptCache:
             restorer = Restorer(engine, sessions.store, sessions.identity, sessions.throughput, sessions._files,
                                 adaptive=False)
             loaded, problem = restorer.load(best.entry, text, lead, None)
-            failure = failure or problem
+            failure, origins = failure or problem, restorer.origins
             if loaded:
                 report.source, report.restored_tokens = DISK, loaded
         if failure is not None:
             report.source, report.reason = REBUILT, failure.reason
             report.message, report.plain = str(failure), failure.plain
-        sessions.adopt(owner)
+        sessions.adopt(owner, origins)
         log.info("prompt cache: new branch %s from %d cached tokens", owner, len(engine.tokens))
         return report
 

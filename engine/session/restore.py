@@ -45,6 +45,9 @@ class Restorer:
         self.engine, self.store, self.identity = engine, store, identity
         self.throughput, self.files, self.adaptive = throughput, files, adaptive
         self.dirty: bool | None = None
+        # The files whose rows the KV now holds, once this restore emptied it (None: it kept the live KV);
+        # a turn whose logits then come out NaN deletes them (ChatSessions.drop_sources).
+        self.origins: list[str] | None = None
 
     def restore(self, conversation: str, text: bytes, lead: list[int], live_is_ours: bool) -> ResumeReport:
         """``live_is_ours``: the live KV belongs to this conversation (else it is dropped)."""
@@ -57,6 +60,7 @@ class Restorer:
                 self.dirty = True
         else:
             engine.reset(keep_buffers=True)
+            self.origins = []
         report = ResumeReport(LIVE if live else COLD, reused_tokens=live)
         entry = self.store.conversation_entry(conversation, self.identity.model_fp)
         failure = None
@@ -121,14 +125,18 @@ class Restorer:
         """
         self.engine.reset(keep_buffers=True)  # invalidate the live state; its buffers may take the rows
         self.dirty = False
+        self.origins = []
         started = time.perf_counter()
         try:
             with self.store.lock.held():
-                return self._load_locked(entry, text, lead, conversation, started)
+                loaded, failure = self._load_locked(entry, text, lead, conversation, started)
         except StoreBusyError as exc:  # another process is writing: prefill instead of waiting longer
             log.warning("%s", exc)
             self.engine.reset()
             return 0, None
+        if loaded:
+            self.origins = [entry.name]
+        return loaded, failure
 
     def _load_locked(self, entry: Entry, text: bytes, lead: list[int], conversation: str | None,
                      started: float) -> tuple[int, CheckpointError | None]:

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.checkpoint.adaptive import Throughput
-from engine.checkpoint.format import Identity, encoding_layout
+from engine.checkpoint.format import CheckpointError, Identity, Reason, encoding_layout
 from engine.checkpoint.identity import engine_identity
 from engine.checkpoint.store import CheckpointStore, conversation_file, model_tag
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
@@ -51,6 +51,9 @@ class ChatSessions:
         self._lead_len = 0
         self._dirty = False
         self._files = FileStates()
+        # The files whose rows the live KV holds (its owner's own, a shared prefix, another branch of the
+        # server's prompt cache): all deleted when those rows give NaN (drop_sources).
+        self._origins: set[str] = set()
         self._saved_rows = self._saved_bytes = 0  # by every save so far: a turn reports its own part
 
     def shared_prefix_text(self, messages: list[dict]) -> bytes:
@@ -91,6 +94,10 @@ class ChatSessions:
         report = restorer.restore(conversation, text, lead, live_is_ours=self.active == conversation)
         if restorer.dirty is not None:
             self._dirty = restorer.dirty
+        if restorer.origins is not None:
+            self._origins = set(restorer.origins)
+        elif not self.engine.tokens:
+            self._origins = set()
         self.active = conversation
         kept = list(self.engine.tokens)
         spelled = prefix.spelled_len(tokenizer, kept, len(lead))
@@ -149,9 +156,7 @@ class ChatSessions:
         else:
             result = self.engine.generate(prompt, params, max_new_tokens, on_text, cancel=cancel, ready_logits=logits)
             if result.rebuilt:  # the saved context it resumed from gave NaN: the save below starts afresh
-                log.warning("%s: its saved context gave invalid numbers; deleting it", conversation)
-                self._files.forget(conversation)
-                self.store.delete_conversation(conversation)
+                self.drop_sources(conversation, messages, report, len(prompt))
         t = result.timings
         t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
         t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
@@ -170,13 +175,52 @@ class ChatSessions:
         report = self.save("switch") if self._dirty else None
         self.engine.reset(keep_buffers=True)  # the next conversation's restore may reuse them
         self.active = None
+        self._origins = set()
         return report
 
-    def adopt(self, owner: str) -> None:
+    def adopt(self, owner: str, origins: Sequence[str] | None = None) -> None:
         """The live KV now belongs to ``owner`` (whose file lacks it: the next save writes it), without
-        saving or dropping it: the server's prompt cache starting a new branch from a live prefix."""
+        saving or dropping it: the server's prompt cache starting a new branch from a live prefix.
+        ``origins``: the files the KV was just loaded from; None: it is the previous owner's live KV, so
+        its rows came from that owner's file (and whatever that one came from)."""
+        if origins is not None:
+            self._origins = set(origins)
+        elif self.active is not None and self.engine.tokens:
+            self._origins.add(conversation_file(self.active, self.identity.model_fp))
         self.active, self._dirty = owner, True
         self._files.forget(owner)
+
+    def drop_sources(self, owner: str, messages: list[dict] | None = None, report: ResumeReport | None = None,
+                     prompt_len: int = 0) -> None:
+        """The context a turn resumed from gave NaN logits, and ``Engine.generate`` rebuilt it from the
+        prompt (``GenerationResult.rebuilt``): delete every file those rows came from, the owner's own, a
+        shared prefix (the saved system prompt) or another branch of the server's prompt cache, so no later
+        turn starts from them again (a prefix resealed with rows at float32's maximum verified, then
+        overflowed the attention of every new chat with that system prompt). The turn's save writes the
+        owner's file afresh; ``messages``: save the shared prefix again, from the rebuilt rows; ``report``:
+        the turn's, now saying that its ``prompt_len`` tokens were rebuilt, and why (the client of the server
+        was told ``disk`` and a cached-token count that no longer held)."""
+        gone = sorted(self._origins - {conversation_file(owner, self.identity.model_fp)})
+        log.warning("%s: its saved context gave invalid numbers; deleting it%s", owner,
+                    f" and {', '.join(gone)}" if gone else "")
+        self._files.forget(owner)
+        self.store.delete_conversation(owner)
+        for name in gone:
+            try:
+                self.store.remove(name, "its rows gave invalid numbers (NaN)")
+            except OSError as exc:  # the next turn that loads it rebuilds again, and tries again
+                log.warning("cannot delete %s: %s", name, exc)
+        self._origins = set()
+        self._dirty = True
+        if report is not None:
+            why = CheckpointError(Reason.NON_FINITE, "the saved context gave invalid numbers (NaN) when the model "
+                                  "read it: it was deleted and rebuilt from the text")
+            report.source, report.reason, report.message, report.plain = REBUILT, why.reason, str(why), why.plain
+            report.reused_tokens = report.restored_tokens = 0
+            report.shared_prefix = False
+            report.prefilled_tokens = prompt_len
+        if messages is not None:
+            self._save_shared_prefix(messages)
 
     @property
     def dirty(self) -> bool:
@@ -195,6 +239,7 @@ class ChatSessions:
         if self.active == conversation:
             self.engine.reset()
             self.active, self._dirty = None, False
+            self._origins = set()
         self._files.forget(conversation)
         return self.store.delete_conversation(conversation)
 
