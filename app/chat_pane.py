@@ -295,11 +295,12 @@ class ChatPane(QWidget):
         self.status.say(version_chosen_note(self._chosen_version, counted))
 
     def _continuable_seq(self) -> int | None:
-        """The last reply's seq when the length limit stopped it (the store says, so it outlives a restart)."""
+        """The last reply's seq when the length limit stopped it or Hearth's closing cut it off (the store
+        says, so it outlives a restart)."""
         if self.conversation is None:
             return None
         try:
-            return self.store.length_stopped_reply(self.conversation)
+            return self.store.continuable_reply(self.conversation)
         except ConversationError as exc:  # Continue is not offered; the database's trouble shows elsewhere
             log.warning("could not tell whether the last reply can be continued: %s", exc)
             return None
@@ -309,7 +310,8 @@ class ChatPane(QWidget):
         return not self.busy and last is not None and self._continuable_seq() == last.seq
 
     def continue_reply(self) -> None:
-        """Write on at the end of the last reply, which the length limit stopped: the same message grows."""
+        """Write on at the end of the last reply, which the length limit stopped (or Hearth's closing cut off):
+        the same message grows."""
         conv = self.conversation
         if conv is None or not self.can_continue():
             return

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, Resume, ResumeSource, StopReason
+from engine.api import reply_caption
+from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, Resume, ResumeSource
 
 
 def count(n: int) -> str:
@@ -58,19 +59,6 @@ def resume_summary(resume: Resume) -> str:
     if prefilled:
         text += f" · read {count(prefilled)} new tokens"
     return text
-
-
-STOP_NOTES = {StopReason.CANCELLED: "stopped", StopReason.LENGTH: "reached the length limit",
-              StopReason.CONTEXT_FULL: "the context window is full"}
-
-
-def reply_caption(finish: str | None, model: str) -> str:
-    """The small note beside a reply, as the store keeps it (so the same after a restart): why it ended,
-    unless it simply ended ("stopped" also for a reply cut off by quitting), and the model that wrote it."""
-    parts = [STOP_NOTES[StopReason(finish)]] if finish in STOP_NOTES else []
-    if model:
-        parts.append(model)
-    return " · ".join(parts)
 
 
 def turn_note(finished: Finished) -> str:
