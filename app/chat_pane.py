@@ -19,7 +19,7 @@ from app.composer import Composer
 from app.context_blocks import too_long_alone_text
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, rebuilding_note, rebuilt_note, reply_caption, turn_note, version_chosen_note
+from app.text import duration, rebuilding_note, rebuilt_note, reply_notes, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
@@ -164,7 +164,7 @@ class ChatPane(QWidget):
         except ConversationError as exc:  # the replies show without captions; the database's trouble shows elsewhere
             log.warning("could not read how the replies ended: %s", exc)
             return {}
-        return {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}
+        return reply_notes(facts)
 
     def _offer_next_step(self) -> None:
         """Under the last message, when no turn is writing into the chat: the refusal it last had (a chat

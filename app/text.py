@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from engine.api import reply_caption
-from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, Resume, ResumeSource
+from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, ReplyFacts, Resume, ResumeSource
 
 
 def count(n: int) -> str:
@@ -59,6 +60,12 @@ def resume_summary(resume: Resume) -> str:
     if prefilled:
         text += f" · read {count(prefilled)} new tokens"
     return text
+
+
+def reply_notes(facts: Mapping[int, ReplyFacts]) -> dict[int, str]:
+    """seq → the caption under each stored reply (``ConversationStore.reply_facts``), for the chat pane and
+    the browser's preview alike."""
+    return {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}
 
 
 def turn_note(finished: Finished) -> str:

@@ -93,6 +93,8 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     conv = new_chat_with_turn(qtbot, w, "a chat about lighthouses")
     w.new_chat()  # move away: the lighthouse chat is saved on disk
     type_query(qtbot, browser, "lighthouses")
+    # The browser lists a chat made since it opened once the window's store check (a timer) reloads it.
+    qtbot.waitUntil(lambda: browser.proxy.rowCount() == 1, timeout=TIMEOUT)
     browser.table.selectRow(0)
     # Older messages render a few per event-loop turn; on a busy machine the first may not be in yet.
     qtbot.waitUntil(lambda: not browser.preview.loading, timeout=TIMEOUT)
@@ -106,6 +108,24 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     assert w.current == conv
     report = next(r for c, r in reports if c == conv)
     assert report.source == "disk" and report.prefilled_tokens == 0
+
+
+def test_the_preview_shows_each_replys_caption_as_the_chat_does(qtbot, browser):
+    """Issue 27 item 19: why a reply ended and which model wrote it, in the preview too."""
+    w = browser.window_
+    conv = new_chat_with_turn(qtbot, w, "a chat about lanterns", {"temperature": 0.0, "max_new_tokens": 3})
+    w.store.append(conv, "user", "and candles?")
+    w.store.append(conv, "assistant", "Candles are", "interrupted", "qwen2_5-0_5b q4")
+    w.open_conversation(conv)
+    qtbot.waitUntil(lambda: not w.transcript.loading and len(w.transcript.messages) == 4, timeout=TIMEOUT)
+    in_chat = [m.note.text() for m in w.transcript.messages if m.role == "assistant"]
+    assert in_chat == [f"reached the length limit · {w.model_info.label}", "cut off when Hearth closed · qwen2_5-0_5b q4"]
+    type_query(qtbot, browser, "lanterns")
+    qtbot.waitUntil(lambda: browser.proxy.rowCount() == 1, timeout=TIMEOUT)  # listed once the window's check ran
+    browser.table.selectRow(0)
+    qtbot.waitUntil(lambda: not browser.preview.loading and len(browser.preview.messages) == 4, timeout=TIMEOUT)
+    assert [m.note.text() for m in browser.preview.messages if m.role == "assistant"] == in_chat
+    assert [m.note.text() for m in browser.preview.messages if m.role == "user"] == ["", ""]
 
 
 def test_delete_several_then_undo_then_delete_for_good(qtbot, browser):
