@@ -361,8 +361,8 @@ class BrowserWindow(QWidget):
         self.usage_label = QLabel("Saved context: …")
         self.usage_label.setWordWrap(True)  # the server's share makes it long: wrapped, never cut at 1,100 px
         self.usage_label.setAccessibleName("Disk used by saved context")
-        self.usage_label.setToolTip("A chat's row shows its saved context for the model it uses; contexts it keeps "
-                                    "for other models count in “chats” too")
+        self.usage_label.setToolTip("A chat's Size counts every saved context it keeps, for the model it uses and "
+                                    "for others (the cell's tooltip says which); the rows add up to “chats”")
         disk.addWidget(self.usage_label, 1)
         disk.addWidget(QLabel("Budget (MiB):"))
         self.budget = QSpinBox()

@@ -873,19 +873,27 @@ class Hearth:
         loaded model; STALE, naming the other model, when only other models saved context for it."""
         store = self.checkpoints
         entry = self._context_entry(conversation)
+        every = store.conversation_entries(conversation)
         if entry is None:
-            others = store.conversation_entries(conversation)
-            if not others:
+            if not every:
                 return ContextStatus(conversation, ContextHealth.NONE)
-            label = store.model_label(others[0]) or "another model"
+            entry = every[0]
+            label = store.model_label(entry) or "another model"
             return ContextStatus(conversation, ContextHealth.STALE, "model_mismatch",
                                  f"saved by {label}, not the loaded model: kept for when {label} runs it again",
-                                 others[0].tokens, others[0].bytes, label)
+                                 entry.tokens, entry.bytes, label, self._kept_for_others(every, entry))
         identity = self._sessions.identity if self._sessions is not None else None
         vocab = self._engine.tokenizer.vocab_size if self._engine is not None else None
         status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
         return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
-                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry))
+                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry),
+                             self._kept_for_others(every, entry))
+
+    def _kept_for_others(self, every: Sequence[Entry], checked: Entry) -> tuple[tuple[str, int], ...]:
+        """(model in words, bytes) of the chat's saved contexts besides the one checked: kept for when those
+        models run it again, and on disk all the same (the browser's row counts them, so rows and total agree)."""
+        return tuple((self.checkpoints.model_label(e) or "another model", e.bytes) for e in every
+                     if e.name != checked.name)
 
     def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
                          progress: Callable[[int, int], None] | None = None) -> ContextReport:

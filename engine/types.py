@@ -467,6 +467,13 @@ class ContextStatus:
     tokens: int = 0
     bytes: int = 0
     model: str = ""  # the model in words whose saved context was checked (STALE: another model's), or ""
+    # the chat's other saved contexts, (model in words, bytes) each: kept for other models, on disk too
+    others: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def disk_bytes(self) -> int:
+        """Every saved context of the chat: the one checked and those kept for other models."""
+        return self.bytes + sum(n for _, n in self.others)
 
 
 @dataclass(frozen=True)

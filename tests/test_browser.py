@@ -235,6 +235,52 @@ def test_budget_and_reclaim_space(qtbot, browser):
     qtbot.waitUntil(lambda: browser.verify_result.text().startswith("Reclaimed space"), timeout=TIMEOUT)
 
 
+@pytest.mark.real_model
+def test_a_chats_contexts_for_two_models_count_in_its_row_so_the_rows_and_the_total_agree(
+        qtbot, windows, real_home, tiny_gguf, tiny_dir, tiny_converted, tmp_path):
+    """Issue 27 item 21: a chat that ran on the real model and on the tiny one keeps a saved context for each;
+    its row showed only the tiny model's, while the disk line's "chats" counted both."""
+    from app.browser_model import COLUMNS, ID_ROLE
+    from app.config import AppConfig
+    from engine.api import Hearth, resolve_paths
+    from engine.types import SamplingParams, TurnRequest
+
+    tiny_converted("int4")
+    home = tmp_path / "two-models"
+    (home / "converted").mkdir(parents=True)
+    (home / "models").symlink_to(real_home / "models")
+    for made in [*(tiny_dir / "converted").iterdir(), *(real_home / "converted").iterdir()]:
+        if not (home / "converted" / made.name).exists():  # the same conversion may be in both
+            (home / "converted" / made.name).symlink_to(made)  # both models' conversions, shared, not copied
+    paths = resolve_paths(home).ensure()
+    for model in (None, str(tiny_gguf)):  # the default (real) model, then the tiny one
+        hearth = Hearth(paths, model=model, weights="int4", provider="cpu")
+        hearth.load()
+        hearth.run_turn(TurnRequest("both", "Hi.", SamplingParams.greedy_params(), 2), create=True)
+        if model is None:  # a chat only the real model ran: its row shows that context, as stale
+            hearth.run_turn(TurnRequest("real-only", "Hello.", SamplingParams.greedy_params(), 2), create=True)
+        hearth.close()
+    w = windows(AppConfig(paths, model=str(tiny_gguf), weights="int4", provider="cpu"))
+    new_chat_with_turn(qtbot, w, "tiny only")
+    w.show_browser()
+    b = w.browser
+    qtbot.waitUntil(lambda: b.proxy.rowCount() == 3 and all(b.contexts.status(i) is not None for i in b.ids_shown()),
+                    timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: all(b.contexts.status(i).disk_bytes for i in b.ids_shown()), timeout=TIMEOUT)
+    b.check_contexts(full=False)  # the usage line and the rows from one report
+    qtbot.waitUntil(lambda: b.usage_label.text() != "Saved context: …", timeout=TIMEOUT)
+    both = b.contexts.status("both")
+    assert both.bytes > 0 and len(both.others) == 1 and both.others[0][1] > 0  # the real model's, kept
+    rows = sum(b.contexts.status(i).disk_bytes for i in b.ids_shown())
+    listed_apart = sum(b.usage.by_kind.get(kind, 0) for kind in ("prefix", "api", "orphan"))
+    assert rows + listed_apart == b.usage.bytes and b.usage.by_kind["conversation"] == rows
+    row = next(r for r in range(b.proxy.rowCount()) if b.proxy.index(r, 0).data(ID_ROLE) == "both")
+    size = b.proxy.index(row, COLUMNS.index("Size"))
+    assert size.data() == f"{both.disk_bytes / 2**20:.1f} MiB"
+    tip = size.data(Qt.ItemDataRole.ToolTipRole)
+    assert f"kept for {both.others[0][0]}" in tip and f"for {both.model}" in tip, tip
+
+
 def test_hearth_browse_opens_the_browser(qtbot, config):
     from app.main_window import MainWindow
 
