@@ -122,13 +122,13 @@ MIGRATIONS: list[str] = [
     """,
     # 7: why a reply ended, as the turn that last wrote it said (a StopReason value), for the chat's reply and
     # each kept version: a reply the length limit stopped offers Continue after a restart too. NULL when not
-    # known (rows from before, imports, a reply the person edited).
+    # known (rows from before, imports of exports from before, a reply the person edited).
     """
     ALTER TABLE messages ADD COLUMN finish TEXT;
     ALTER TABLE alternatives ADD COLUMN finish TEXT;
     """,
     # 8: the model that wrote each reply (and each kept version), in words, so the chat can say so after a
-    # restart; NULL when not known (rows from before, imports, a reply the person edited).
+    # restart; NULL when not known (rows from before, imports of exports from before, a reply the person edited).
     """
     ALTER TABLE messages ADD COLUMN model TEXT;
     ALTER TABLE alternatives ADD COLUMN model TEXT;

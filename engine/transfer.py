@@ -1,7 +1,10 @@
 """Export conversations to Markdown or JSON, and import JSON back, validated, all or nothing.
 
 The JSON format (``hearth.conversations``, version 1) holds everything needed to recreate a
-conversation exactly: ids, titles, system prompts, settings, model label, timestamps and messages.
+conversation exactly: ids, titles, system prompts, settings, model label, timestamps and messages; a
+reply also carries the model that wrote it (``"model"``, "" when not known) and why it ended
+(``"finish_reason"``, a StopReason value or null). Both are optional: documents from before them import
+with neither, and readers from before ignore them (so the version stays 1).
 A regenerated reply is exported as the version the chat continues with; its earlier versions (the
 ``alternatives`` table) stay behind, so documents and bundles keep this format and old ones import as before.
 Exporting, importing into an empty store and exporting again gives the same document. An import is

@@ -228,7 +228,8 @@ class Message:
 @dataclass(frozen=True)
 class ReplyFacts:
     """What the store knows of how a reply was written: why it ended (a StopReason value, None when not
-    known) and the model that wrote it, in words ("" when not known: replies from before, imports)."""
+    known) and the model that wrote it, in words ("" when not known: replies from before, imports of exports
+    from before)."""
 
     seq: int
     finish: str | None
