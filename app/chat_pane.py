@@ -261,7 +261,11 @@ class ChatPane(QWidget):
         last = self.transcript.last_reply()
         if last is None or self.busy or self.transcript.read_only:
             return
-        versions = self.store.reply_versions(self.conversation, last.seq)
+        try:
+            versions = self.store.reply_versions(self.conversation, last.seq)
+        except ConversationError as exc:  # no ‹ ›; the database's trouble shows elsewhere (or the window is closing:
+            log.warning("could not read the versions of the last reply: %s", exc)  # a late open_failed after it)
+            versions = None
         if versions is not None and len(versions.texts) > 1:
             last.set_versions(versions.chosen, len(versions.texts))
         if self._continuable_seq() == last.seq:
