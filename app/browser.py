@@ -11,6 +11,7 @@ saved context are deleted for good.
 from __future__ import annotations
 
 import html
+import logging
 
 from PySide6.QtCore import QDate, QModelIndex, QPoint, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QPalette, QTextDocument
@@ -48,7 +49,7 @@ from app.elided_label import elide_title
 from app.engine_worker import EngineHost
 from app.import_worker import BundleConversations, ImportHost, PendingImport
 from app.rename_dialog import RenameDialog
-from app.text import plural
+from app.text import plural, reply_notes
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
@@ -71,6 +72,7 @@ from engine.types import (
     StoreUsage,
 )
 
+log = logging.getLogger(__name__)
 MAX_MATCHES = 200  # a search shows the newest matches; refine it to see others
 MAX_LISTED = 1_000_000  # no words: every conversation
 UNDO_SECONDS = 8
@@ -359,8 +361,8 @@ class BrowserWindow(QWidget):
         self.usage_label = QLabel("Saved context: …")
         self.usage_label.setWordWrap(True)  # the server's share makes it long: wrapped, never cut at 1,100 px
         self.usage_label.setAccessibleName("Disk used by saved context")
-        self.usage_label.setToolTip("A chat's row shows its saved context for the model it uses; contexts it keeps "
-                                    "for other models count in “chats” too")
+        self.usage_label.setToolTip("A chat's Size counts every saved context it keeps, for the model it uses and "
+                                    "for others (the cell's tooltip says which); the rows add up to “chats”")
         disk.addWidget(self.usage_label, 1)
         disk.addWidget(QLabel("Budget (MiB):"))
         self.budget = QSpinBox()
@@ -520,7 +522,12 @@ class BrowserWindow(QWidget):
         self.preview_title.setText(f"<b>{html.escape(conv.title or 'New chat')}</b>")
         self.preview_status.setText(self.contexts.describe(conv.id))
         self.preview.empty_hint.setText("No messages yet.")
-        self.preview.load([(m.seq, m.role, m.content) for m in self.store.messages(conv.id)])
+        try:  # the captions the chat pane shows under replies: why each ended, which model wrote it
+            notes = reply_notes(self.store.reply_facts(conv.id))
+        except ConversationError as exc:  # the replies show without them; the database's trouble shows elsewhere
+            log.warning("could not read how the replies of %s ended: %s", conv.id, exc)
+            notes = {}
+        self.preview.load([(m.seq, m.role, m.content) for m in self.store.messages(conv.id)], notes)
 
     # actions ------------------------------------------------------------------------------------------------
     def open_selected(self) -> None:

@@ -13,7 +13,8 @@ from app.text import age, count
 from engine.types import ContextHealth, ContextStatus
 
 COLUMNS = ("Title", "Match", "Created", "Last activity", "Messages", "Tokens", "Model", "Size", "Context")
-HEADER_TIPS = {7: "Disk space of the saved context", 8: "Saved context: valid, stale, damaged or none"}
+HEADER_TIPS = {7: "Disk space of the chat's saved context, for every model that keeps one",
+               8: "Saved context: valid, stale, damaged or none"}
 ID_ROLE = Qt.ItemDataRole.UserRole + 11
 FIRST_CONTEXT_COLUMN = 5  # Tokens, Model, Size, Context come from the saved-context check
 # The widest text each fixed column usually shows (the header may be wider); Title and Match stretch.
@@ -28,6 +29,18 @@ def column_widths(fm: QFontMetrics) -> dict[int, int]:
     # whole in its tooltip.
     return {c: max(fm.horizontalAdvance(sample) + 16, fm.horizontalAdvance(COLUMNS[c]) + 24)
             for c, sample in _SAMPLES.items()}
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def size_breakdown(status: ContextStatus) -> str:
+    """The Size cell's tooltip when the chat keeps saved context for more than one model: each one's part,
+    the one checked (shown in the other cells) first."""
+    first = f"{mib(status.bytes)} for {status.model or 'the model it uses'}" if status.bytes else ""
+    kept = [f"{mib(n)} kept for {model}" for model, n in status.others]
+    return f"{mib(status.disk_bytes)} in all: " + "; ".join([first, *kept] if first else kept)
 
 
 def _ck(row: dict) -> ContextStatus:
@@ -46,7 +59,7 @@ _CELLS = (
     (lambda r: count(r["messages"]), lambda r: r["messages"]),
     (lambda r: count(_ck(r).tokens) if _ck(r).tokens else ("—" if r["checkpoint"] else ""), lambda r: _ck(r).tokens),
     (lambda r: r["model"], lambda r: r["model"]),
-    (lambda r: f"{_ck(r).bytes / 2**20:.1f} MiB" if _ck(r).bytes else "", lambda r: _ck(r).bytes),
+    (lambda r: mib(_ck(r).disk_bytes) if _ck(r).disk_bytes else "", lambda r: _ck(r).disk_bytes),
     (lambda r: str(r["checkpoint"].health) if r["checkpoint"] else "…", lambda r: _ck(r).health if r["checkpoint"] else ""),
 )
 
@@ -96,6 +109,8 @@ class ConversationTableModel(QAbstractTableModel):
             return "No saved context: counted when the chat is next opened"
         if column == 6:
             return row["model"] or None
+        if column == 7 and _ck(row).others:
+            return size_breakdown(_ck(row))
         if column == len(COLUMNS) - 1:
             return _ck(row).message or _ck(row).reason
         return None

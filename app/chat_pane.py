@@ -19,7 +19,7 @@ from app.composer import Composer
 from app.context_blocks import too_long_alone_text
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, rebuilding_note, rebuilt_note, reply_caption, turn_note, version_chosen_note
+from app.text import duration, rebuilding_note, rebuilt_note, reply_notes, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
@@ -164,7 +164,7 @@ class ChatPane(QWidget):
         except ConversationError as exc:  # the replies show without captions; the database's trouble shows elsewhere
             log.warning("could not read how the replies ended: %s", exc)
             return {}
-        return {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}
+        return reply_notes(facts)
 
     def _offer_next_step(self) -> None:
         """Under the last message, when no turn is writing into the chat: the refusal it last had (a chat
@@ -261,7 +261,11 @@ class ChatPane(QWidget):
         last = self.transcript.last_reply()
         if last is None or self.busy or self.transcript.read_only:
             return
-        versions = self.store.reply_versions(self.conversation, last.seq)
+        try:
+            versions = self.store.reply_versions(self.conversation, last.seq)
+        except ConversationError as exc:  # no ‹ ›; the database's trouble shows elsewhere (or the window is closing:
+            log.warning("could not read the versions of the last reply: %s", exc)  # a late open_failed after it)
+            versions = None
         if versions is not None and len(versions.texts) > 1:
             last.set_versions(versions.chosen, len(versions.texts))
         if self._continuable_seq() == last.seq:
@@ -295,11 +299,12 @@ class ChatPane(QWidget):
         self.status.say(version_chosen_note(self._chosen_version, counted))
 
     def _continuable_seq(self) -> int | None:
-        """The last reply's seq when the length limit stopped it (the store says, so it outlives a restart)."""
+        """The last reply's seq when the length limit stopped it or Hearth's closing cut it off (the store
+        says, so it outlives a restart)."""
         if self.conversation is None:
             return None
         try:
-            return self.store.length_stopped_reply(self.conversation)
+            return self.store.continuable_reply(self.conversation)
         except ConversationError as exc:  # Continue is not offered; the database's trouble shows elsewhere
             log.warning("could not tell whether the last reply can be continued: %s", exc)
             return None
@@ -309,7 +314,8 @@ class ChatPane(QWidget):
         return not self.busy and last is not None and self._continuable_seq() == last.seq
 
     def continue_reply(self) -> None:
-        """Write on at the end of the last reply, which the length limit stopped: the same message grows."""
+        """Write on at the end of the last reply, which the length limit stopped (or Hearth's closing cut off):
+        the same message grows."""
         conv = self.conversation
         if conv is None or not self.can_continue():
             return

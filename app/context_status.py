@@ -126,4 +126,4 @@ class ContextStatusRegistry(QObject):
         health = ContextHealth.STALE if state.badge == ContextBadge.STALE else ContextHealth.VALID
         old = self.statuses.get(conversation)
         return ContextStatus(conversation, health, tokens=state.tokens, bytes=old.bytes if old else 0,
-                             model=state.model)
+                             model=state.model, others=old.others if old else ())

@@ -465,7 +465,7 @@ class MainWindow(ShellMixin, QMainWindow):
         if self.browser is not None:
             self.browser.close()  # ends its undo window: trashed chats are deleted for good
             self.browser.shutdown()  # a running import is cancelled and removes what it added
-        self.turns.stop_all()
+        self.turns.interrupt_all()
         self.server.stop()  # before the engine thread stops: requests in flight end at their next token
         self.models.stop()
         if not self.host.stop():

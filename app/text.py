@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
-from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, Resume, ResumeSource, StopReason
+from engine.api import reply_caption
+from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, ReplyFacts, Resume, ResumeSource
 
 
 def count(n: int) -> str:
@@ -60,17 +62,10 @@ def resume_summary(resume: Resume) -> str:
     return text
 
 
-STOP_NOTES = {StopReason.CANCELLED: "stopped", StopReason.LENGTH: "reached the length limit",
-              StopReason.CONTEXT_FULL: "the context window is full"}
-
-
-def reply_caption(finish: str | None, model: str) -> str:
-    """The small note beside a reply, as the store keeps it (so the same after a restart): why it ended,
-    unless it simply ended ("stopped" also for a reply cut off by quitting), and the model that wrote it."""
-    parts = [STOP_NOTES[StopReason(finish)]] if finish in STOP_NOTES else []
-    if model:
-        parts.append(model)
-    return " · ".join(parts)
+def reply_notes(facts: Mapping[int, ReplyFacts]) -> dict[int, str]:
+    """seq → the caption under each stored reply (``ConversationStore.reply_facts``), for the chat pane and
+    the browser's preview alike."""
+    return {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}
 
 
 def turn_note(finished: Finished) -> str:

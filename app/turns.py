@@ -168,6 +168,13 @@ class TurnControl(QObject):
         for conversation in list(self._turns) + list(self._opening):
             self.stop(conversation)
 
+    def interrupt_all(self) -> None:
+        """Hearth is closing: stop every turn and rebuild; a reply cut off is stored as interrupted (its
+        caption says so and Continue is offered), not as one the person stopped."""
+        for turn in self._turns.values():
+            turn.cancel.interrupt()
+        self.stop_all()
+
     def forget(self, conversation: str) -> None:
         """The chat is being deleted: stop its work and report nothing more about it."""
         self.stop(conversation)

@@ -65,6 +65,7 @@ from engine.preferences import (
     recommended_values,
 )
 from engine.private_files import FILE_MODE
+from engine.reply_notes import reply_caption
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
@@ -129,7 +130,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
     "import_json", "local_server", "ModelLibrary",
-    "model_footprint", "model_key_for", "open_conversations", "read_bundle", "resolve_paths", "restore_database",
+    "model_footprint", "model_key_for", "open_conversations", "read_bundle", "reply_caption", "resolve_paths", "restore_database",
     "run_terminal_chat", "salvage_database", "search", "snippet_html", "to_document",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
@@ -599,6 +600,10 @@ class Hearth:
         before = view.messages[-1]["content"] if continued else ""
         continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
 
+        def ended(result) -> StopReason:  # a turn cancelled by Hearth closing is not one the person stopped
+            interrupted = result.stop_reason == StopReason.CANCELLED and cancel is not None and cancel.interrupted
+            return StopReason.INTERRUPTED if interrupted else StopReason(result.stop_reason)
+
         def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
             try:
                 store_reply(result)
@@ -606,7 +611,7 @@ class Hearth:
                 raise type(exc)(f"the reply was written but could not be stored: {exc}") from None
 
         def store_reply(result) -> None:
-            finish = str(StopReason(result.stop_reason))  # stored with the reply: Continue outlives the session
+            finish = str(ended(result))  # stored with the reply: Continue outlives the session
             if continued:  # the same message, written on
                 if result.text:
                     self.conversations.extend_reply(cid, continued_seq, result.text, finish, info.label)
@@ -627,7 +632,7 @@ class Hearth:
             on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply,
             prompt_text=self._continue_prompt(engine, view.messages) if continued else None)
         result = turn.generation
-        finished = Finished(cid, before + result.text, tuple(result.tokens), StopReason(result.stop_reason),
+        finished = Finished(cid, before + result.text, tuple(result.tokens), ended(result),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
                             engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
                             info, dropped_messages=view.dropped, continued=continued)
@@ -868,19 +873,27 @@ class Hearth:
         loaded model; STALE, naming the other model, when only other models saved context for it."""
         store = self.checkpoints
         entry = self._context_entry(conversation)
+        every = store.conversation_entries(conversation)
         if entry is None:
-            others = store.conversation_entries(conversation)
-            if not others:
+            if not every:
                 return ContextStatus(conversation, ContextHealth.NONE)
-            label = store.model_label(others[0]) or "another model"
+            entry = every[0]
+            label = store.model_label(entry) or "another model"
             return ContextStatus(conversation, ContextHealth.STALE, "model_mismatch",
                                  f"saved by {label}, not the loaded model: kept for when {label} runs it again",
-                                 others[0].tokens, others[0].bytes, label)
+                                 entry.tokens, entry.bytes, label, self._kept_for_others(every, entry))
         identity = self._sessions.identity if self._sessions is not None else None
         vocab = self._engine.tokenizer.vocab_size if self._engine is not None else None
         status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
         return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
-                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry))
+                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry),
+                             self._kept_for_others(every, entry))
+
+    def _kept_for_others(self, every: Sequence[Entry], checked: Entry) -> tuple[tuple[str, int], ...]:
+        """(model in words, bytes) of the chat's saved contexts besides the one checked: kept for when those
+        models run it again, and on disk all the same (the browser's row counts them, so rows and total agree)."""
+        return tuple((self.checkpoints.model_label(e) or "another model", e.bytes) for e in every
+                     if e.name != checked.name)
 
     def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
                          progress: Callable[[int, int], None] | None = None) -> ContextReport:

@@ -26,6 +26,7 @@ from engine.api import (
     model_key_for,
     open_conversations,
     read_document,
+    reply_caption,
     resolve_paths,
 )
 from engine.checkpoint.format import ENCODINGS, CheckpointError
@@ -181,14 +182,17 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
         raise ConversationError(f"no conversation {args.id!r} (list them with 'hearth-cli conversations ls')")
     summary = hearth.conversation_summaries([conv.id])[0]
     messages = hearth.conversations.messages(conv.id)
+    facts = hearth.conversations.reply_facts(conv.id)  # as the JSON export gives them: model, finish_reason
     payload = {**_summary_json(summary), "message_count": len(messages), "system_prompt": conv.system_prompt,
-               "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "created_ms": m.created_ms}
-                            for m in messages]}
+               "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "created_ms": m.created_ms,
+                             **({"model": facts[m.seq].model, "finish_reason": facts[m.seq].finish}
+                                if m.seq in facts else {})} for m in messages]}
     lines = [f"{conv.title or '(untitled)'}  [{conv.id}]  {len(messages)} messages, {summary.tokens} tokens of saved "
              f"context, last activity {_when(conv.updated_ms)}" + (f", model {conv.model}" if conv.model else "")]
     if conv.system_prompt:
         lines.append(f"\n[system]\n{conv.system_prompt}")
-    lines += [f"\n[{m.role}]\n{m.content}" for m in messages]
+    captions = {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}  # the window's caption
+    lines += [f"\n[{' · '.join(filter(None, (m.role, captions.get(m.seq))))}]\n{m.content}" for m in messages]
     emit(args, payload, "\n".join(lines))
     return 0
 

@@ -122,20 +122,21 @@ MIGRATIONS: list[str] = [
     """,
     # 7: why a reply ended, as the turn that last wrote it said (a StopReason value), for the chat's reply and
     # each kept version: a reply the length limit stopped offers Continue after a restart too. NULL when not
-    # known (rows from before, imports, a reply the person edited).
+    # known (rows from before, imports of exports from before, a reply the person edited).
     """
     ALTER TABLE messages ADD COLUMN finish TEXT;
     ALTER TABLE alternatives ADD COLUMN finish TEXT;
     """,
     # 8: the model that wrote each reply (and each kept version), in words, so the chat can say so after a
-    # restart; NULL when not known (rows from before, imports, a reply the person edited).
+    # restart; NULL when not known (rows from before, imports of exports from before, a reply the person edited).
     """
     ALTER TABLE messages ADD COLUMN model TEXT;
     ALTER TABLE alternatives ADD COLUMN model TEXT;
     """,
 ]
 MODEL_CHARS = 200  # a model's name in words, as stored with a reply (a GGUF stem and its weights)
-LENGTH_FINISH = "length"  # StopReason.LENGTH: the reply can be continued
+# StopReason.LENGTH and INTERRUPTED (cut off by Hearth closing): the reply can be continued.
+CONTINUABLE_FINISHES = ("length", "interrupted")
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -390,9 +391,10 @@ class ConversationStore:
                        "updated_ms, import_id) VALUES (?,?,?,?,?,?,?,?)",
                        (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
                         c["created_ms"], c["updated_ms"], import_id))
-            db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) "
-                           "VALUES (?,?,?,?,?)", [(cid, i, m["role"], m["content"], m["created_ms"])
-                                                 for i, m in enumerate(c["messages"])])
+            db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model) "
+                           "VALUES (?,?,?,?,?,?,?)",
+                           [(cid, i, m["role"], m["content"], m["created_ms"], m.get("finish_reason"),
+                             m.get("model") or None) for i, m in enumerate(c["messages"])])
             used.append(cid)
         return used
 
@@ -708,10 +710,10 @@ class ConversationStore:
                               (conversation_id,)).fetchall()
         return {seq: ReplyFacts(seq, finish, model or "") for seq, finish, model in rows}
 
-    def length_stopped_reply(self, conversation_id: str) -> int | None:
-        """The seq of the chat's last message when it is a reply the length limit stopped (Continue writes on
-        there); None otherwise."""
+    def continuable_reply(self, conversation_id: str) -> int | None:
+        """The seq of the chat's last message when it is a reply the length limit stopped or Hearth's closing
+        cut off (Continue writes on there); None otherwise."""
         with self._tx() as db:
             last = db.execute("SELECT seq, role, finish FROM messages WHERE conversation_id = ? ORDER BY seq DESC "
                               "LIMIT 1", (conversation_id,)).fetchone()
-        return last[0] if last is not None and last[1] == "assistant" and last[2] == LENGTH_FINISH else None
+        return last[0] if last is not None and last[1] == "assistant" and last[2] in CONTINUABLE_FINISHES else None

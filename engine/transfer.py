@@ -1,7 +1,10 @@
 """Export conversations to Markdown or JSON, and import JSON back, validated, all or nothing.
 
 The JSON format (``hearth.conversations``, version 1) holds everything needed to recreate a
-conversation exactly: ids, titles, system prompts, settings, model label, timestamps and messages.
+conversation exactly: ids, titles, system prompts, settings, model label, timestamps and messages; a
+reply also carries the model that wrote it (``"model"``, "" when not known) and why it ended
+(``"finish_reason"``, a StopReason value or null). Both are optional: documents from before them import
+with neither, and readers from before ignore them (so the version stays 1).
 A regenerated reply is exported as the version the chat continues with; its earlier versions (the
 ``alternatives`` table) stay behind, so documents and bundles keep this format and old ones import as before.
 Exporting, importing into an empty store and exporting again gives the same document. An import is
@@ -24,28 +27,41 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.conversations import ID_PATTERN, ROLES, ConversationStore
+from engine.conversations import ID_PATTERN, MODEL_CHARS, ROLES, ConversationStore
 from engine.errors import TransferError
 from engine.fsutil import atomic_write, open_regular
 from engine.importer import import_conversations
-from engine.types import CancelToken
+from engine.reply_notes import reply_caption
+from engine.types import CancelToken, Message, ReplyFacts, StopReason
 
 FORMAT, VERSION = "hearth.conversations", 1
 MAX_IMPORT_BYTES = 256 << 20  # a bigger file is refused before it is read (1,000,000 small chats are ~115 MB)
 MAX_CONVERSATIONS = 1_000_000
 MAX_SETTINGS_DEPTH = 32  # a conversation's settings are a flat dict in practice
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_MD_SPECIAL = re.compile(r"[\\`*_\[\]<>#]")
+FINISHES = frozenset(str(r) for r in StopReason)
 
 
 def to_document(store: ConversationStore, ids: list[str]) -> dict:
     convs = []
     for cid in ids:
         c = store.require(cid)
+        facts = store.reply_facts(cid)
         convs.append({"id": c.id, "title": c.title, "system_prompt": c.system_prompt, "settings": c.settings,
                       "model": c.model, "created_ms": c.created_ms, "updated_ms": c.updated_ms,
-                      "messages": [{"role": m.role, "content": m.content, "created_ms": m.created_ms}
-                                   for m in store.messages(cid)]})
+                      "messages": [_message(m, facts.get(m.seq)) for m in store.messages(cid)]})
     return {"format": FORMAT, "version": VERSION, "exported_ms": int(time.time() * 1000), "conversations": convs}
+
+
+def _message(m: Message, facts: ReplyFacts | None) -> dict:
+    """A message as exported; a reply also says which model wrote it ("" when not known) and why it ended
+    (a StopReason value, null when not known): optional fields, so version 1 readers before them ignore
+    them and documents without them import as before."""
+    out = {"role": m.role, "content": m.content, "created_ms": m.created_ms}
+    if facts is not None:
+        out |= {"model": facts.model, "finish_reason": facts.finish}
+    return out
 
 
 def export_json(store: ConversationStore, ids: list[str], path: Path) -> int:
@@ -64,9 +80,17 @@ def to_markdown(store: ConversationStore, ids: list[str]) -> str:
         parts.append(f"# {c.title or 'New chat'}\n\n*{when}{' · ' + c.model if c.model else ''}*\n")
         if c.system_prompt:
             parts.append(f"> **System prompt:** {c.system_prompt}\n")
+        facts = store.reply_facts(cid)
         for m in store.messages(cid):
             parts.append(f"## {names.get(m.role, m.role)}\n\n{m.content}\n")
+            if m.seq in facts and (caption := reply_caption(facts[m.seq].finish, facts[m.seq].model)):
+                parts.append(f"_{_md_escaped(caption)}_\n")
     return "\n".join(parts)
+
+
+def _md_escaped(text: str) -> str:
+    """Plain text inside Markdown emphasis: a model's name may hold _ or * (qwen2_5-0_5b)."""
+    return _MD_SPECIAL.sub(lambda hit: "\\" + hit.group(), text)
 
 
 def export_markdown(store: ConversationStore, ids: list[str], path: Path) -> int:
@@ -183,8 +207,27 @@ def _conversation(c: object, where: str, seen: set[str]) -> dict:
         if role not in ROLES:
             raise TransferError(f"{mw}.role: {role!r} is not one of {', '.join(ROLES)}")
         out["messages"].append({"role": role, "content": _need(m, "content", str, mw),
-                                "created_ms": _time(m, "created_ms", mw)})
+                                "created_ms": _time(m, "created_ms", mw), **_reply_facts(m, role, mw)})
     return out
+
+
+def _reply_facts(m: dict, role: str, where: str) -> dict:
+    """A reply's optional "model" and "finish_reason" (older exports have neither); a person's message has none."""
+    facts = {}
+    if "model" in m:
+        model = _need(m, "model", str, where)
+        if len(model) > MODEL_CHARS:
+            raise TransferError(f"{where}.model: {len(model):,} characters; a model's name may have at most {MODEL_CHARS}")
+        facts["model"] = model
+    if m.get("finish_reason") is not None:
+        finish = _need(m, "finish_reason", str, where)
+        if finish not in FINISHES:
+            raise TransferError(f"{where}.finish_reason: {finish!r} is not one of {', '.join(sorted(FINISHES))} "
+                                "(or null)")
+        facts["finish_reason"] = finish
+    if facts and role != "assistant":
+        raise TransferError(f"{where}: only a reply (role 'assistant') has a model or finish_reason, not a {role!r} message")
+    return facts
 
 
 def _time(obj: dict, key: str, where: str) -> int:

@@ -25,9 +25,21 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._interrupted = False
 
     def cancel(self) -> None:
         self._event.set()
+
+    def interrupt(self) -> None:
+        """Cancel because Hearth is closing: the reply so far is stored as StopReason.INTERRUPTED, so the
+        chat says it was cut off (not stopped by the person) and offers Continue."""
+        if not self._event.is_set():  # a reply the person stopped just before stays stopped
+            self._interrupted = True  # before the event: a turn that sees it cancelled sees why
+        self._event.set()
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupted
 
     @property
     def cancelled(self) -> bool:
@@ -81,6 +93,9 @@ class StopReason(StrEnum):
     LENGTH = "length"
     CONTEXT_FULL = "context_full"
     CANCELLED = "cancelled"
+    # Cancelled because Hearth closed mid-turn (CancelToken.interrupt), not by the person: decoding never
+    # says it; the turn stores it with the reply, and Continue writes on from there as after LENGTH.
+    INTERRUPTED = "interrupted"
 
 
 class ContextBadge(StrEnum):
@@ -213,7 +228,8 @@ class Message:
 @dataclass(frozen=True)
 class ReplyFacts:
     """What the store knows of how a reply was written: why it ended (a StopReason value, None when not
-    known) and the model that wrote it, in words ("" when not known: replies from before, imports)."""
+    known) and the model that wrote it, in words ("" when not known: replies from before, imports of exports
+    from before)."""
 
     seq: int
     finish: str | None
@@ -452,6 +468,13 @@ class ContextStatus:
     tokens: int = 0
     bytes: int = 0
     model: str = ""  # the model in words whose saved context was checked (STALE: another model's), or ""
+    # the chat's other saved contexts, (model in words, bytes) each: kept for other models, on disk too
+    others: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def disk_bytes(self) -> int:
+        """Every saved context of the chat: the one checked and those kept for other models."""
+        return self.bytes + sum(n for _, n in self.others)
 
 
 @dataclass(frozen=True)

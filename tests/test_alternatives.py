@@ -293,41 +293,41 @@ def test_the_store_keeps_why_each_reply_and_each_of_its_versions_ended(store):
     store.append(cid, "user", "hello", finish="length")  # a person's message has no finish
     assert store.read("SELECT finish FROM messages WHERE seq = 0")[0][0] is None
     store.append(cid, "assistant", "cut", finish="length")
-    assert store.length_stopped_reply(cid) == 1
+    assert store.continuable_reply(cid) == 1
     store.set_aside_reply(cid)  # regenerate: the new version ended by itself
-    assert store.length_stopped_reply(cid) is None  # the chat ends in a message now
+    assert store.continuable_reply(cid) is None  # the chat ends in a message now
     store.append(cid, "assistant", "whole", finish="eos")
-    assert store.length_stopped_reply(cid) is None
-    assert store.choose_version(cid, 1, 0) == "cut" and store.length_stopped_reply(cid) == 1
-    assert store.choose_version(cid, 1, 1) == "whole" and store.length_stopped_reply(cid) is None
+    assert store.continuable_reply(cid) is None
+    assert store.choose_version(cid, 1, 0) == "cut" and store.continuable_reply(cid) == 1
+    assert store.choose_version(cid, 1, 1) == "whole" and store.continuable_reply(cid) is None
     store.choose_version(cid, 1, 0)
     store.extend_reply(cid, 1, " and more", "eos")  # Continue wrote on and the reply ended by itself
-    assert store.length_stopped_reply(cid) is None
+    assert store.continuable_reply(cid) is None
     store.extend_reply(cid, 1, " and more", "length")
-    assert store.length_stopped_reply(cid) == 1
+    assert store.continuable_reply(cid) == 1
     seq = store.set_aside_reply(cid)  # a regenerate that wrote nothing gives the reply back as it ended
-    assert store.restore_reply(cid, seq) and store.length_stopped_reply(cid) == 1
+    assert store.restore_reply(cid, seq) and store.continuable_reply(cid) == 1
     assert store.messages(cid)[-1].content == "cut and more and more"  # the version shown, not the newest position
     store.append(cid, "user", "next")
-    assert store.length_stopped_reply(cid) is None  # only the last message can be continued
+    assert store.continuable_reply(cid) is None  # only the last message can be continued
 
 
-def test_an_edit_or_a_truncate_of_a_length_stopped_reply_clears_it(store):
+def test_an_edit_or_a_truncate_of_a_continuable_reply_clears_it(store):
     cid = store.create().id
     store.append(cid, "user", "hello")
     store.append(cid, "assistant", "cut", finish="length")
     store.edit(cid, 1, "my own words")  # the person rewrote it: it no longer ends where the model stopped
-    assert store.length_stopped_reply(cid) is None
+    assert store.continuable_reply(cid) is None
     store.append(cid, "user", "again")
     store.append(cid, "assistant", "cut again", finish="length")
     store.truncate(cid, 3)
-    assert store.length_stopped_reply(cid) is None
+    assert store.continuable_reply(cid) is None
     store.append(cid, "assistant", "written anew")  # finish not known: not offered
-    assert store.length_stopped_reply(cid) is None
+    assert store.continuable_reply(cid) is None
     store.set_finish(cid, 3, "length")
-    assert store.length_stopped_reply(cid) == 3
+    assert store.continuable_reply(cid) == 3
     store.set_finish(cid, 3, None)
-    assert store.length_stopped_reply(cid) is None
+    assert store.continuable_reply(cid) is None
 
 
 def test_setting_why_a_missing_reply_ended_is_refused(store):
@@ -336,7 +336,7 @@ def test_setting_why_a_missing_reply_ended_is_refused(store):
         store.set_finish(cid, 0, "length")  # a person's message
     with pytest.raises(ConversationError, match="no reply 5"):
         store.set_finish(cid, 5, "length")
-    assert store.length_stopped_reply("no-such-chat") is None
+    assert store.continuable_reply("no-such-chat") is None
 
 
 def test_a_database_of_the_previous_schema_gains_the_finish_of_replies(tmp_path):
@@ -354,10 +354,10 @@ def test_a_database_of_the_previous_schema_gains_the_finish_of_replies(tmp_path)
     s = ConversationStore(path)
     try:
         assert s.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 8
-        assert s.messages("old")[-1].content == "hello" and s.length_stopped_reply("old") is None
+        assert s.messages("old")[-1].content == "hello" and s.continuable_reply("old") is None
         assert s.choose_version("old", 1, 0) == "earlier" and s.reply_versions("old", 1).texts == ("earlier", "hello")
         s.set_finish("old", 1, "length")
-        assert s.length_stopped_reply("old") == 1
+        assert s.continuable_reply("old") == 1
     finally:
         s.close()
 
@@ -365,21 +365,42 @@ def test_a_database_of_the_previous_schema_gains_the_finish_of_replies(tmp_path)
 def test_a_turn_stores_why_its_reply_ended_and_continue_updates_it(hearth):
     convs = hearth.conversations
     short = hearth.run_turn(TurnRequest("len", "hello there", GREEDY, 3), create=True)
-    assert short.stop_reason == StopReason.LENGTH and convs.length_stopped_reply("len") == 1
+    assert short.stop_reason == StopReason.LENGTH and convs.continuable_reply("len") == 1
     reopened = ConversationStore(convs.path)  # another process (a restart) sees it too
     try:
-        assert reopened.length_stopped_reply("len") == 1
+        assert reopened.continuable_reply("len") == 1
     finally:
         reopened.close()
     cancel = CancelToken()
     cancel.cancel()
     hearth.run_turn(TurnRequest("len", None, GREEDY, 3, continue_reply=True), cancel=cancel)
-    assert convs.length_stopped_reply("len") == 1  # stopped before a word: still cut where it was
+    assert convs.continuable_reply("len") == 1  # stopped before a word: still cut where it was
     more = hearth.run_turn(TurnRequest("len", None, GREEDY, 3, continue_reply=True))
-    assert more.stop_reason == StopReason.LENGTH and convs.length_stopped_reply("len") == 1
+    assert more.stop_reason == StopReason.LENGTH and convs.continuable_reply("len") == 1
     assert convs.messages("len")[-1].content == more.reply
     convs.set_finish("len", 1, "eos")  # as if it had ended by itself
-    assert convs.length_stopped_reply("len") is None
+    assert convs.continuable_reply("len") is None
+
+
+def test_a_reply_cut_off_by_closing_is_stored_as_interrupted_and_can_be_continued(hearth):
+    cancel, pieces = CancelToken(), []
+
+    def close_after_a_few_words(event) -> None:  # what the window's close does mid-stream
+        if isinstance(event, Token):
+            pieces.append(event.text)
+            if len(pieces) == 3:
+                cancel.interrupt()
+
+    cut = hearth.run_turn(TurnRequest("cut", "hello there", GREEDY, 40), close_after_a_few_words, cancel, create=True)
+    convs = hearth.conversations
+    assert cut.stop_reason == StopReason.INTERRUPTED and cut.reply
+    assert convs.reply_facts("cut")[1].finish == "interrupted" and convs.continuable_reply("cut") == 1
+    more = hearth.run_turn(TurnRequest("cut", None, GREEDY, 3, continue_reply=True))
+    assert convs.messages("cut")[-1].content == more.reply and more.reply.startswith(cut.reply)
+    stopped = CancelToken()
+    stopped.cancel()  # the person stopped it first: closing afterwards does not make it "interrupted"
+    stopped.interrupt()
+    assert stopped.cancelled and not stopped.interrupted
 
 
 # after ‹ ›: the chat's tokens with the version chosen --------------------------------------------------------------

@@ -167,12 +167,18 @@ def test_stopped_and_cut_off_replies_keep_their_marker_and_model_after_a_restart
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 400})
     send(qtbot, w, "Write a long story about a dragon.")
     qtbot.waitUntil(lambda: len(w.turns.turn(cut).reply) > 20, timeout=TIMEOUT)
-    windows.close(w)  # quitting mid-stream: the reply so far is stored, as stopped
+    windows.close(w)  # quitting mid-stream: the reply so far is stored, as cut off (not as stopped)
     again = windows(real_config)
-    for cid, note in ((whole, f"reached the length limit · {label}"), (stopped, f"stopped · {label}"), (cut, f"stopped · {label}")):
+    for cid, note in ((whole, f"reached the length limit · {label}"), (stopped, f"stopped · {label}"),
+                      (cut, f"cut off when Hearth closed · {label}")):
         again.open_conversation(cid)
         assert again.store.messages(cid)[-1].role == "assistant"
         assert list(shown_notes(qtbot, again).values()) == [note], cid
+    # The cut-off reply (shown last) can be continued, as one the length limit stopped; the stopped one not.
+    assert not again.transcript.last_reply().continue_button.isHidden() and again.act_continue.isEnabled()
+    again.open_conversation(stopped)
+    wait_idle(qtbot, again)
+    assert again.transcript.last_reply().continue_button.isHidden() and not again.act_continue.isEnabled()
 
 
 # item 20: after a switch to another model and back, nothing of the other model lingers ----------------------

@@ -190,7 +190,7 @@ def test_the_browser_shows_the_servers_prompt_cache_apart_so_rows_and_total_agre
     b = w.browser
     qtbot.waitUntil(lambda: "local server" in b.usage_label.text(), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: all(b.contexts.status(i) is not None for i in b.ids_shown()), timeout=TIMEOUT)
-    rows = sum(b.contexts.status(i).bytes for i in b.ids_shown())
+    rows = sum(b.contexts.status(i).disk_bytes for i in b.ids_shown())
     server = b.usage.by_kind["api"]
     assert rows > 0 and server > 0
     assert b.usage.by_kind["conversation"] == rows and sum(b.usage.by_kind.values()) == b.usage.bytes

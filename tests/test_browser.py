@@ -93,6 +93,8 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     conv = new_chat_with_turn(qtbot, w, "a chat about lighthouses")
     w.new_chat()  # move away: the lighthouse chat is saved on disk
     type_query(qtbot, browser, "lighthouses")
+    # The browser lists a chat made since it opened once the window's store check (a timer) reloads it.
+    qtbot.waitUntil(lambda: browser.proxy.rowCount() == 1, timeout=TIMEOUT)
     browser.table.selectRow(0)
     # Older messages render a few per event-loop turn; on a busy machine the first may not be in yet.
     qtbot.waitUntil(lambda: not browser.preview.loading, timeout=TIMEOUT)
@@ -106,6 +108,24 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     assert w.current == conv
     report = next(r for c, r in reports if c == conv)
     assert report.source == "disk" and report.prefilled_tokens == 0
+
+
+def test_the_preview_shows_each_replys_caption_as_the_chat_does(qtbot, browser):
+    """Issue 27 item 19: why a reply ended and which model wrote it, in the preview too."""
+    w = browser.window_
+    conv = new_chat_with_turn(qtbot, w, "a chat about lanterns", {"temperature": 0.0, "max_new_tokens": 3})
+    w.store.append(conv, "user", "and candles?")
+    w.store.append(conv, "assistant", "Candles are", "interrupted", "qwen2_5-0_5b q4")
+    w.open_conversation(conv)
+    qtbot.waitUntil(lambda: not w.transcript.loading and len(w.transcript.messages) == 4, timeout=TIMEOUT)
+    in_chat = [m.note.text() for m in w.transcript.messages if m.role == "assistant"]
+    assert in_chat == [f"reached the length limit · {w.model_info.label}", "cut off when Hearth closed · qwen2_5-0_5b q4"]
+    type_query(qtbot, browser, "lanterns")
+    qtbot.waitUntil(lambda: browser.proxy.rowCount() == 1, timeout=TIMEOUT)  # listed once the window's check ran
+    browser.table.selectRow(0)
+    qtbot.waitUntil(lambda: not browser.preview.loading and len(browser.preview.messages) == 4, timeout=TIMEOUT)
+    assert [m.note.text() for m in browser.preview.messages if m.role == "assistant"] == in_chat
+    assert [m.note.text() for m in browser.preview.messages if m.role == "user"] == ["", ""]
 
 
 def test_delete_several_then_undo_then_delete_for_good(qtbot, browser):
@@ -213,6 +233,52 @@ def test_budget_and_reclaim_space(qtbot, browser):
     browser.reclaim()
     qtbot.waitUntil(lambda: not stray.exists(), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: browser.verify_result.text().startswith("Reclaimed space"), timeout=TIMEOUT)
+
+
+@pytest.mark.real_model
+def test_a_chats_contexts_for_two_models_count_in_its_row_so_the_rows_and_the_total_agree(
+        qtbot, windows, real_home, tiny_gguf, tiny_dir, tiny_converted, tmp_path):
+    """Issue 27 item 21: a chat that ran on the real model and on the tiny one keeps a saved context for each;
+    its row showed only the tiny model's, while the disk line's "chats" counted both."""
+    from app.browser_model import COLUMNS, ID_ROLE
+    from app.config import AppConfig
+    from engine.api import Hearth, resolve_paths
+    from engine.types import SamplingParams, TurnRequest
+
+    tiny_converted("int4")
+    home = tmp_path / "two-models"
+    (home / "converted").mkdir(parents=True)
+    (home / "models").symlink_to(real_home / "models")
+    for made in [*(tiny_dir / "converted").iterdir(), *(real_home / "converted").iterdir()]:
+        if not (home / "converted" / made.name).exists():  # the same conversion may be in both
+            (home / "converted" / made.name).symlink_to(made)  # both models' conversions, shared, not copied
+    paths = resolve_paths(home).ensure()
+    for model in (None, str(tiny_gguf)):  # the default (real) model, then the tiny one
+        hearth = Hearth(paths, model=model, weights="int4", provider="cpu")
+        hearth.load()
+        hearth.run_turn(TurnRequest("both", "Hi.", SamplingParams.greedy_params(), 2), create=True)
+        if model is None:  # a chat only the real model ran: its row shows that context, as stale
+            hearth.run_turn(TurnRequest("real-only", "Hello.", SamplingParams.greedy_params(), 2), create=True)
+        hearth.close()
+    w = windows(AppConfig(paths, model=str(tiny_gguf), weights="int4", provider="cpu"))
+    new_chat_with_turn(qtbot, w, "tiny only")
+    w.show_browser()
+    b = w.browser
+    qtbot.waitUntil(lambda: b.proxy.rowCount() == 3 and all(b.contexts.status(i) is not None for i in b.ids_shown()),
+                    timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: all(b.contexts.status(i).disk_bytes for i in b.ids_shown()), timeout=TIMEOUT)
+    b.check_contexts(full=False)  # the usage line and the rows from one report
+    qtbot.waitUntil(lambda: b.usage_label.text() != "Saved context: …", timeout=TIMEOUT)
+    both = b.contexts.status("both")
+    assert both.bytes > 0 and len(both.others) == 1 and both.others[0][1] > 0  # the real model's, kept
+    rows = sum(b.contexts.status(i).disk_bytes for i in b.ids_shown())
+    listed_apart = sum(b.usage.by_kind.get(kind, 0) for kind in ("prefix", "api", "orphan"))
+    assert rows + listed_apart == b.usage.bytes and b.usage.by_kind["conversation"] == rows
+    row = next(r for r in range(b.proxy.rowCount()) if b.proxy.index(r, 0).data(ID_ROLE) == "both")
+    size = b.proxy.index(row, COLUMNS.index("Size"))
+    assert size.data() == f"{both.disk_bytes / 2**20:.1f} MiB"
+    tip = size.data(Qt.ItemDataRole.ToolTipRole)
+    assert f"kept for {both.others[0][0]}" in tip and f"for {both.model}" in tip, tip
 
 
 def test_hearth_browse_opens_the_browser(qtbot, config):

@@ -30,7 +30,7 @@ from engine.errors import HearthError, TransferError
 from engine.install_key import KEY_FILE, install_key
 from engine.paths import resolve_paths
 from engine.transfer import to_document
-from engine.types import SamplingParams, TurnRequest
+from engine.types import ReplyFacts, SamplingParams, TurnRequest
 
 from .checkpoint_names import conv_paths
 from .test_cli import assert_clean_error, run_cli
@@ -192,6 +192,34 @@ def test_a_bundle_exported_here_has_its_contexts_used(source, target, tiny_gguf,
     # Another installation gets the same bundle's contexts rebuilt.
     other = imported(make_home(tmp_path / "other", tiny_dir), tiny_gguf, bundle)
     assert other.used == () and set(other.rebuilt.values()) == {"untrusted"}
+
+
+def reply_facts(home: Path, cid: str) -> dict:
+    hearth = Hearth(resolve_paths(home))
+    try:
+        return hearth.conversations.reply_facts(cid)
+    finally:
+        hearth.close()
+
+
+def test_a_bundle_carries_each_replys_model_and_finish_and_an_older_one_without_them_imports(source, target, tiny_gguf,
+                                                                                            tiny_dir, tmp_path):
+    """Issue 27 item 19: the captions under replies survive a bundle; bundles from before them import as before."""
+    bundle = tmp_path / "facts.hearth"
+    wrote = reply_facts(source, A)
+    assert wrote[1].model and wrote[1].finish == "length"  # 8 tokens of the tiny model: the length limit
+    hearth = hearth_at(source, tiny_gguf)
+    hearth.export_bundle(bundle, document(source, [A]), [A])
+    hearth.close()
+    imported(target, tiny_gguf, bundle)
+    assert reply_facts(target, A) == wrote
+    old = document(source, [A])
+    for m in old["conversations"][0]["messages"]:
+        m.pop("model", None), m.pop("finish_reason", None)
+    write_bundle(tmp_path / "old.hearth", old, {}, None)
+    other = make_home(tmp_path / "other", tiny_dir)
+    assert imported(other, tiny_gguf, tmp_path / "old.hearth").used == ()
+    assert reply_facts(other, A) == {1: ReplyFacts(1, None, "")}
 
 
 def rewrite(bundle: Path, out: Path, change) -> None:

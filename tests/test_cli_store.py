@@ -156,8 +156,12 @@ def test_conversations_ls_and_show(home, tiny_gguf):
     shown = json.loads(run_cli("conversations", "show", "newer", "--json", home=home).stdout)
     assert shown["system_prompt"] == "Be brief." and shown["message_count"] == 2
     assert [(m["seq"], m["role"]) for m in shown["messages"]] == [(0, "user"), (1, "assistant")]
+    reply = shown["messages"][1]  # which model wrote it and why it ended, as the JSON export says (issue 27 item 19)
+    assert reply["model"] == listed[0]["model"] and reply["finish_reason"] in ("eos", "length")
+    assert "model" not in shown["messages"][0]
     text = run_cli("conversations", "show", "newer", home=home).stdout
-    assert text.index("[system]") < text.index("[user]\nsecond question") < text.index("[assistant]")
+    assert text.index("[system]") < text.index("[user]\nsecond question") < text.index("[assistant · ")
+    assert f"{reply['model']}]" in text  # the caption the window shows, on the reply's line
 
 
 def test_chat_without_a_model_says_how_to_get_one(home):

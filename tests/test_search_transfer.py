@@ -147,6 +147,42 @@ def test_markdown_export(store, tmp_path):
     assert "## You\n\nHow long is the Nile river?" in text and "System prompt:** Be precise." in text
 
 
+def test_each_replys_model_and_finish_survive_export_and_import(store, tmp_path):
+    """Issue 27 item 19: the captions under replies (why one ended, which model wrote it) travel with the chat."""
+    store.append("rivers", "user", "And the Amazon?")
+    store.append("rivers", "assistant", "About 6,400", "cancelled", "SmolLM2-360M int4")
+    store.append("rivers", "user", "Go on")
+    store.append("rivers", "assistant", "km, give or take", "length", "qwen2_5-0_5b *q4*")
+    path = tmp_path / "export.json"
+    export_json(store, ["rivers"], path)
+    replies = [m for m in json.loads(path.read_text())["conversations"][0]["messages"] if m["role"] == "assistant"]
+    assert [(m["model"], m["finish_reason"]) for m in replies] == [
+        ("", None), ("SmolLM2-360M int4", "cancelled"), ("qwen2_5-0_5b *q4*", "length")]
+    fresh = ConversationStore(tmp_path / "fresh.sqlite3")
+    import_json(fresh, path)
+    assert fresh.reply_facts("rivers") == store.reply_facts("rivers")
+    assert fresh.continuable_reply("rivers") == 5  # a reply the length limit stopped can be continued after import
+    old = json.loads(path.read_text())  # an export from before these fields
+    for m in old["conversations"][0]["messages"]:
+        m.pop("model", None), m.pop("finish_reason", None)
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (copy,) = import_json(fresh, tmp_path / "old.json")
+    assert {f.finish for f in fresh.reply_facts(copy).values()} == {None} and fresh.continuable_reply(copy) is None
+
+
+def test_markdown_says_why_a_reply_ended_and_which_model_wrote_it_only_when_known(store, tmp_path):
+    store.append("rivers", "user", "And the Amazon?")
+    store.append("rivers", "assistant", "About 6,400", "cancelled", "qwen2_5-0_5b")
+    store.append("rivers", "user", "Thanks")
+    store.append("rivers", "assistant", "You are welcome.", "eos", "SmolLM2 int4")
+    path = tmp_path / "chat.md"
+    export_markdown(store, ["rivers"], path)
+    text = path.read_text()
+    assert "## Hearth\n\nAbout 6,400\n\n_stopped · qwen2\\_5-0\\_5b_\n" in text  # escaped: no stray emphasis
+    assert "You are welcome.\n\n_SmolLM2 int4_\n" in text  # it simply ended: only the model
+    assert "6,650 km long.\n\n## You" in text  # nothing known of the first reply: no line at all
+
+
 def _doc(**conv) -> dict:
     base = {"id": "x1", "title": "t", "system_prompt": "", "settings": {}, "model": "", "created_ms": 1,
             "updated_ms": 2, "messages": [{"role": "user", "content": "hi", "created_ms": 1}]}
@@ -168,6 +204,14 @@ def _doc(**conv) -> dict:
     (json.dumps(_doc(created_ms=-5)).encode(), "created_ms: -5"),
     (json.dumps(_doc(created_ms=True)).encode(), "created_ms: expected int"),
     (json.dumps(_doc(settings=[])).encode(), "settings: expected dict"),
+    (json.dumps(_doc(messages=[{"role": "assistant", "content": "x", "created_ms": 1, "finish_reason": "bored"}])).encode(),
+     "messages[0].finish_reason: 'bored' is not one of"),
+    (json.dumps(_doc(messages=[{"role": "assistant", "content": "x", "created_ms": 1, "model": 7}])).encode(),
+     "messages[0].model: expected str"),
+    (json.dumps(_doc(messages=[{"role": "assistant", "content": "x", "created_ms": 1, "model": "m" * 201}])).encode(),
+     "messages[0].model: 201 characters"),
+    (json.dumps(_doc(messages=[{"role": "user", "content": "x", "created_ms": 1, "finish_reason": "length"}])).encode(),
+     "only a reply (role 'assistant') has a model or finish_reason"),
 ])
 def test_malformed_imports_name_the_problem_and_import_nothing(store, tmp_path, content, needle):
     path = tmp_path / "bad.json"
