@@ -133,6 +133,25 @@ def test_issue27_a_long_turn_reports_every_byte_its_saves_wrote(home, tiny_dir):
     assert path.stat().st_size - save["file_bytes"] <= second["bytes_written"] < save["bytes_written"] // 10
 
 
+def test_issue27_a_turn_reports_the_shared_prefix_file_it_wrote(home, tiny_gguf):
+    """A first turn with a system prompt also writes the shared-prefix file; bytes_written left it out."""
+    system = "You are a careful assistant who answers in one short sentence. " * 3
+
+    def turn(cid: str) -> dict:
+        proc = run_cli("chat", "--conversation", cid, "--system", system, "--message", "hi", "--greedy",
+                       "--max-new-tokens", "4", "--json", "--provider", "cpu", "--model", str(tiny_gguf), home=home)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["save"]
+
+    first = turn("one")
+    entries = json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"]
+    prefixes = [home / "checkpoints" / e["name"] for e in entries if e["kind"] == "prefix"]
+    assert len(prefixes) == 1 and first["ok"]
+    assert first["prefix_bytes_written"] == prefixes[0].stat().st_size > 0
+    assert first["bytes_written"] == first["file_bytes"]  # the conversation's own file, as before
+    assert turn("two")["prefix_bytes_written"] == 0  # the second chat starts from that file and writes none
+
+
 # item 12: FIFOs and other special files --------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
 def test_issue27_conversations_import_refuses_what_is_not_a_regular_file(home, tmp_path, kind):
