@@ -603,7 +603,9 @@ class Hearth:
             try:
                 store_reply(result)
             except ConversationError as exc:  # say which text was lost: the reply the person just saw
-                raise type(exc)(f"the reply was written but could not be stored: {exc}") from None
+                lost = type(exc)(f"the reply was written but could not be stored: {exc}")
+                lost.unstored_reply = before + result.text
+                raise lost from None
 
         def store_reply(result) -> None:
             finish = str(StopReason(result.stop_reason))  # stored with the reply: Continue outlives the session
