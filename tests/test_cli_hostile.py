@@ -87,6 +87,58 @@ def test_issue27_an_error_quoting_hostile_text_is_escaped(home):
     assert "\x1b" not in proc.stderr
 
 
+def hostile_model(tiny_gguf: Path, where: Path) -> Path:
+    """The tiny model under a file name with escapes, its chat template refused: loading it logs a
+    warning that names the file."""
+    from tests.gguf_edit import rewrite_gguf
+
+    where.mkdir(parents=True, exist_ok=True)
+    return rewrite_gguf(tiny_gguf, where / f"evil{PLANTED}.gguf", values={"tokenizer.chat_template": "{{ 'a' * 300000000 }}"})
+
+
+def test_issue27_log_lines_quoting_a_file_name_are_escaped(home, tiny_gguf, tmp_path):
+    model = hostile_model(tiny_gguf, tmp_path / "models")
+    proc = run_cli("model", "info", "--model", str(model), "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    warning = next(line for line in proc.stderr.splitlines() if "its chat template was refused" in line)
+    assert warning.startswith("WARNING ") and "evil\\x1b]0;pwned\\x07\\x1b[31m.gguf" in warning
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    assert json.loads(proc.stdout)["path"] == str(model)  # --json keeps the name exact
+
+
+def test_issue27_serve_log_lines_are_escaped(home, tiny_gguf, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    model = hostile_model(tiny_gguf, tmp_path / "models")
+    unknown = run_cli("serve", "--data-dir", str(home), "--model", str(model), "--port", "0")  # not in the library
+    assert_clean_error(unknown, "evil\\x1b]0;pwned")  # the error line quoted --model raw
+    assert "\x1b" not in unknown.stderr
+    added = run_cli("model", "add", str(model), "--json", "--data-dir", str(home))
+    assert added.returncode == 0, added.stderr
+    name = json.loads(added.stdout)["name"]
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--data-dir", str(home), "--model", name,
+                             "--port", "0", "--provider", "cpu"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "serving http://" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+        base = line.split("serving ", 1)[1].strip()
+        reply = httpx.post(base + "/chat/completions", timeout=120, json={  # the first request loads the model
+            "model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert reply.status_code == 200, reply.text
+        proc.send_signal(signal.SIGTERM)
+        err = line + proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "evil\\x1b]0;pwned\\x07" in err and "its chat template was refused" in err
+    assert "\x1b" not in err and "\x07" not in err
+
+
 # item 17: the names kv ls prints -----------------------------------------------------------------------
 def chat_json(home: Path, model: Path, cid: str, message: str) -> dict:
     proc = run_cli("chat", "--conversation", cid, "--message", message, "--greedy", "--max-new-tokens", "4", "--json",
