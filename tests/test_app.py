@@ -536,7 +536,7 @@ def test_window_uses_no_files_outside_its_data_dir(tmp_path, tiny_gguf, tiny_dir
     assert files(home) == set() and files(tmp) == set()
     lock = TurnLock(data / "locks", conv).path.name
     assert files(data) == {
-        "conversations.sqlite3", "window.ini", "models", "locks", f"locks/{lock}", "converted",
+        "conversations.sqlite3", "conversations.sqlite3.lock", "window.ini", "models", "locks", f"locks/{lock}", "converted",
         "checkpoints", f"checkpoints/{only_conv_path(data / 'checkpoints', conv).name}", "checkpoints/index.sqlite3",
         "checkpoints/store.lock", "checkpoints/throughput.json", "checkpoints/models.json"}
 
