@@ -60,13 +60,17 @@ def hold_shared(db: Path, wait_s: float = OPEN_WAIT_S) -> int | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return fd
-        except OSError:
+        except BlockingIOError:
             if time.monotonic() >= deadline:
                 who = _pid_text(_ids(fd))
                 os.close(fd)
                 raise ConversationError(f"the conversation database {db} is being restored or salvaged by another "
                                         f"Hearth process{who}; try again when it has finished") from None
             time.sleep(0.05)
+        except OSError as exc:  # a file system without flock (some network mounts): used unmarked, as before
+            log.info("cannot mark %s as open: %s", db, exc)
+            os.close(fd)
+            return None
 
 
 def release(fd: int | None) -> None:
@@ -88,9 +92,11 @@ def exclusive(db: Path) -> Iterator[None]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             raise ConversationError(f"Hearth is running{_pid_text(_ids(fd))} with {db.name} open (the window, "
                                     "'serve' or a 'chat') — quit it first, then try again") from None
+        except OSError as exc:  # no flock here: openers take none either, so there is nothing to check
+            log.info("cannot lock %s: %s", lock_path(db), exc)
         yield
     finally:
         os.close(fd)
