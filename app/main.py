@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from engine.api import DEFAULT_PRECISION, PRECISIONS, PROVIDER_CHOICES
+from engine.api import DEFAULT_PRECISION, PRECISIONS, PROVIDER_CHOICES, log_to_stderr
 from engine.errors import HearthError
 
 
@@ -34,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                                    ("--terminal", args.terminal), ("--browse", args.browse)) if on]
     if len(modes) > 1 and modes[0] in ("--self-test", "--startup-probe"):
         parser.error(f"{modes[0]} cannot be combined with {', '.join(modes[1:])}")
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    log_to_stderr(logging.DEBUG if args.debug else logging.WARNING)  # escaped: records may quote stored text
     if args.self_test:
         from app.self_test import run_self_test
 

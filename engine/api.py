@@ -69,6 +69,7 @@ from engine.reply_notes import reply_caption
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
+from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
 from engine.turn_lock import DEFAULT_TURN_WAIT_S, TurnLock
 from engine.types import (
@@ -129,7 +130,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "SalvageResult", "StartCheck", "bundle_signed_here",
     "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
-    "import_json", "local_server", "ModelLibrary",
+    "import_json", "local_server", "log_to_stderr", "ModelLibrary", "terminal_safe",
     "model_footprint", "model_key_for", "open_conversations", "read_bundle", "reply_caption", "resolve_paths", "restore_database",
     "run_terminal_chat", "salvage_database", "search", "snippet_html", "to_document",
     # preferences
@@ -608,7 +609,9 @@ class Hearth:
             try:
                 store_reply(result)
             except ConversationError as exc:  # say which text was lost: the reply the person just saw
-                raise type(exc)(f"the reply was written but could not be stored: {exc}") from None
+                lost = type(exc)(f"the reply was written but could not be stored: {exc}")
+                lost.unstored_reply = before + result.text
+                raise lost from None
 
         def store_reply(result) -> None:
             finish = str(ended(result))  # stored with the reply: Continue outlives the session

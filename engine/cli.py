@@ -34,7 +34,7 @@ from engine.cli_common import (
     stream_text,
 )
 from engine.errors import HearthError, PromptError, UnsupportedModelError
-from engine.text.terminal_safe import terminal_safe
+from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.types import MAX_TOP_LOGPROBS, Completion, ModelFootprint
 
 log = logging.getLogger("hearth.cli")
@@ -365,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, default in (("data_dir", None), ("json", False), ("debug", False)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    log_to_stderr(logging.DEBUG if args.debug else logging.WARNING)  # escaped: records may quote stored text
     try:
         return args.func(args)
     except HearthError as exc:

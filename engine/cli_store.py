@@ -116,11 +116,18 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         elif isinstance(event, Token) and stream is not None:
             stream(event.text)
 
-    turn = hearth.run_turn(request, on_event, create=True)
+    try:
+        turn = hearth.run_turn(request, on_event, create=True)
+    except ConversationError as exc:
+        if args.json and exc.unstored_reply is not None:  # the reply is nowhere else now: a script still gets it
+            emit(args, {"conversation": request.conversation, "reply": exc.unstored_reply, "stored": False,
+                        "error": str(exc)}, "")
+        raise  # the error line, and a non-zero exit
     resume = turn.resume.as_dict()
     payload = {
         "conversation": turn.conversation,
         "reply": turn.reply,
+        "stored": True,
         "tokens": list(turn.tokens),
         "stop_reason": str(turn.stop_reason),
         "resume": {k: resume[k] for k in ("source", "reason", "reused_tokens", "prefilled_tokens", "elapsed_ms",

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from engine import db_lock
 from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
 from engine.types import Conversation, Message, ReplyFacts, ReplyVersions
@@ -170,6 +171,8 @@ class ConversationStore:
         private_dir(self.path.parent)
         private_file(self.path)  # before SQLite creates it: its -wal and -shm files take its mode
         self._lock = threading.RLock()
+        # held while open: 'db restore' and 'db salvage' in another process refuse to replace the file under us
+        self._open_mark = db_lock.hold_shared(self.path)
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -178,12 +181,19 @@ class ConversationStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except sqlite3.DatabaseError as exc:  # a full disk, a locked or a damaged file: each in its own words
-            raise self._failure(exc) from None
+        except BaseException as exc:
+            if hasattr(self, "_db"):
+                self._db.close()
+            db_lock.release(self._open_mark)
+            if isinstance(exc, sqlite3.DatabaseError):  # a full disk, a locked or a damaged file: each in its own words
+                raise self._failure(exc) from None
+            raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            db_lock.release(self._open_mark)
+            self._open_mark = None
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import db_lock
 from engine.conversations import SCHEMA_VERSION
 from engine.errors import ConversationError
 from engine.fsutil import fsync_dir
@@ -205,6 +206,11 @@ def restore(db: Path, source: Path | None = None) -> tuple[Path, Path | None]:
     current file, if any, moves aside as ``<name>.damaged-<time>`` with its -wal/-shm. Returns (the
     backup used, where the old file went). The caller must have closed every connection to ``db``."""
     db = Path(db)
+    with db_lock.exclusive(db):  # never under a process that has it open: its writes would go to the file set aside
+        return _restore(db, source)
+
+
+def _restore(db: Path, source: Path | None) -> tuple[Path, Path | None]:
     candidates = [Path(source)] if source is not None else list_backups(db)
     chosen = next((c for c in candidates if c.is_file() and not problem_with(c)), None)
     if chosen is None:
@@ -235,7 +241,8 @@ def salvage(db: Path):
     returns its SalvageResult. The caller must have closed every connection to ``db``."""
     from engine.db_salvage import salvage as run
 
-    return run(db)
+    with db_lock.exclusive(Path(db)):  # as restore: not under a process that has it open
+        return run(db)
 
 
 def _copy_database(src: Path, dst: Path) -> None:

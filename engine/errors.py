@@ -50,6 +50,10 @@ class ModelNotInstalledError(ModelFileError):
 class ConversationError(HearthError):
     """A conversation that does not exist, a bad id or message, or an unusable database."""
 
+    # A turn whose reply was written but could not be stored sets this to the reply's text (a Continue's:
+    # the whole reply): that text exists nowhere else now, so a front end can still show or print it.
+    unstored_reply: str | None = None
+
 
 class DiskFullError(ConversationError):
     """A write failed because the disk (or the file size limit) is full; what was stored before stays."""

@@ -295,6 +295,9 @@ class SaveResult:
     elapsed_ms: float = 0.0
     error: str = ""  # why a save failed; the turn still succeeds
     file_bytes: int = 0  # the conversation's checkpoint file's size after it (0: none)
+    # a turn's: the shared-prefix file (the preamble + system prompt, engine/session/prefix.py) it wrote
+    # besides the conversation's own; its rows repeat the conversation's, so not in new_tokens/bytes_written
+    prefix_bytes_written: int = 0
 
     def as_dict(self) -> dict:
         return {**asdict(self), "elapsed_ms": round(self.elapsed_ms, 3)}

@@ -538,7 +538,8 @@ def test_window_uses_no_files_outside_its_data_dir(tmp_path, tiny_gguf, tiny_dir
     backups = {f for f in files(data) if f.startswith("backups/")}  # the day's, once a conversation exists
     assert len(backups) == 1 and next(iter(backups)).endswith(".sqlite3")
     assert files(data) - backups == {
-        "conversations.sqlite3", "window.ini", "models", "locks", f"locks/{lock}", "converted", "backups",
+        "conversations.sqlite3", "conversations.sqlite3.lock", "window.ini", "models", "locks", f"locks/{lock}",
+        "converted", "backups",
         "checkpoints", f"checkpoints/{only_conv_path(data / 'checkpoints', conv).name}", "checkpoints/index.sqlite3",
         "checkpoints/store.lock", "checkpoints/throughput.json", "checkpoints/models.json"}
 

@@ -87,6 +87,58 @@ def test_issue27_an_error_quoting_hostile_text_is_escaped(home):
     assert "\x1b" not in proc.stderr
 
 
+def hostile_model(tiny_gguf: Path, where: Path) -> Path:
+    """The tiny model under a file name with escapes, its chat template refused: loading it logs a
+    warning that names the file."""
+    from tests.gguf_edit import rewrite_gguf
+
+    where.mkdir(parents=True, exist_ok=True)
+    return rewrite_gguf(tiny_gguf, where / f"evil{PLANTED}.gguf", values={"tokenizer.chat_template": "{{ 'a' * 300000000 }}"})
+
+
+def test_issue27_log_lines_quoting_a_file_name_are_escaped(home, tiny_gguf, tmp_path):
+    model = hostile_model(tiny_gguf, tmp_path / "models")
+    proc = run_cli("model", "info", "--model", str(model), "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    warning = next(line for line in proc.stderr.splitlines() if "its chat template was refused" in line)
+    assert warning.startswith("WARNING ") and "evil\\x1b]0;pwned\\x07\\x1b[31m.gguf" in warning
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    assert json.loads(proc.stdout)["path"] == str(model)  # --json keeps the name exact
+
+
+def test_issue27_serve_log_lines_are_escaped(home, tiny_gguf, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    model = hostile_model(tiny_gguf, tmp_path / "models")
+    unknown = run_cli("serve", "--data-dir", str(home), "--model", str(model), "--port", "0")  # not in the library
+    assert_clean_error(unknown, "evil\\x1b]0;pwned")  # the error line quoted --model raw
+    assert "\x1b" not in unknown.stderr
+    added = run_cli("model", "add", str(model), "--json", "--data-dir", str(home))
+    assert added.returncode == 0, added.stderr
+    name = json.loads(added.stdout)["name"]
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--data-dir", str(home), "--model", name,
+                             "--port", "0", "--provider", "cpu"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "serving http://" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+        base = line.split("serving ", 1)[1].strip()
+        reply = httpx.post(base + "/chat/completions", timeout=120, json={  # the first request loads the model
+            "model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert reply.status_code == 200, reply.text
+        proc.send_signal(signal.SIGTERM)
+        err = line + proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "evil\\x1b]0;pwned\\x07" in err and "its chat template was refused" in err
+    assert "\x1b" not in err and "\x07" not in err
+
+
 # item 17: the names kv ls prints -----------------------------------------------------------------------
 def chat_json(home: Path, model: Path, cid: str, message: str) -> dict:
     proc = run_cli("chat", "--conversation", cid, "--message", message, "--greedy", "--max-new-tokens", "4", "--json",
@@ -131,6 +183,25 @@ def test_issue27_a_long_turn_reports_every_byte_its_saves_wrote(home, tiny_dir):
     second = chat_json(home, model, "long", "and again")["save"]  # a short turn appends (past a cut frontier)
     assert second["file_bytes"] == path.stat().st_size > save["file_bytes"]
     assert path.stat().st_size - save["file_bytes"] <= second["bytes_written"] < save["bytes_written"] // 10
+
+
+def test_issue27_a_turn_reports_the_shared_prefix_file_it_wrote(home, tiny_gguf):
+    """A first turn with a system prompt also writes the shared-prefix file; bytes_written left it out."""
+    system = "You are a careful assistant who answers in one short sentence. " * 3
+
+    def turn(cid: str) -> dict:
+        proc = run_cli("chat", "--conversation", cid, "--system", system, "--message", "hi", "--greedy",
+                       "--max-new-tokens", "4", "--json", "--provider", "cpu", "--model", str(tiny_gguf), home=home)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["save"]
+
+    first = turn("one")
+    entries = json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"]
+    prefixes = [home / "checkpoints" / e["name"] for e in entries if e["kind"] == "prefix"]
+    assert len(prefixes) == 1 and first["ok"]
+    assert first["prefix_bytes_written"] == prefixes[0].stat().st_size > 0
+    assert first["bytes_written"] == first["file_bytes"]  # the conversation's own file, as before
+    assert turn("two")["prefix_bytes_written"] == 0  # the second chat starts from that file and writes none
 
 
 # item 12: FIFOs and other special files --------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -11,6 +12,7 @@ from engine.arch import llama
 from engine.errors import HearthError, ModelFileError
 from engine.model.convert import CONVERTER_VERSION, ensure_converted, gguf_digest
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+from tests.test_cli import run_cli
 
 
 def test_converted_once_then_reused(tmp_path, tiny_gguf):
@@ -39,6 +41,22 @@ def test_digest_sidecar_is_refreshed_when_the_file_changes(tmp_path):
     write_synthetic_gguf(path, SyntheticSpec(seed=2))
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10_000_000))
     assert gguf_digest(path) != d1
+
+
+@pytest.mark.parametrize("damage", ["fifo", "deep"])
+def test_a_completion_record_or_digest_sidecar_that_is_a_fifo_or_nested_too_deeply_is_rebuilt(tmp_path, damage):
+    gguf = write_synthetic_gguf(tmp_path / "m.gguf", SyntheticSpec(seed=3))
+    first = ensure_converted(gguf, "int4", tmp_path / "converted")
+    complete, sidecar = first.onnx_path.with_name("complete.json"), gguf.with_name(gguf.name + ".sha256.json")
+    for file in (complete, sidecar):
+        file.unlink()
+        os.mkfifo(file) if damage == "fifo" else file.write_bytes(b"[" * 100_000)
+    # in a subprocess: reading a FIFO once blocked for ever, and 100,000 '[' raised RecursionError
+    proc = run_cli("model", "convert", "--model", str(gguf), "--json", env={"HEARTH_HOME": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["onnx"] == str(first.onnx_path)
+    assert json.loads(complete.read_text())["architecture"] == "llama"  # built again, a regular file once more
+    assert json.loads(sidecar.read_text())["sha256"] == first.gguf_sha256
 
 
 def test_stale_temporary_conversions_are_removed(tmp_path, tiny_gguf):

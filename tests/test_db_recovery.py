@@ -321,3 +321,71 @@ def test_salvage_reads_the_newest_pages_so_deleted_messages_stay_deleted(tmp_pat
     kept = _stored(db)
     assert not [k for k in kept if k[0] == "chat0" and k[1] >= 4]  # deleted before the damage: still deleted
     assert all(said[k] == v for k, v in kept.items()) and len(kept) >= len(said) - 4 - 8
+
+
+# issue 27: restore and salvage replaced the file under a process that had it open --------------------
+HOLDER = """
+import sys
+from engine.api import Hearth, resolve_paths
+
+hearth = Hearth(resolve_paths(sys.argv[1]))
+print(len(hearth.conversations.list()), flush=True)  # open, as the window, 'serve' or a 'chat' holds it
+sys.stdin.readline()
+hearth.close()
+"""
+
+
+def _holding(home: Path):
+    """A second process with the conversation database open, as the window or 'serve' keeps it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.strip().isdigit(), line + proc.stderr.read()
+    return proc
+
+
+def _quit(proc) -> None:
+    proc.communicate("\n", timeout=60)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("action", ["restore", "salvage"])
+def test_restore_and_salvage_refuse_while_another_process_has_the_database_open(tmp_path, action):
+    home = tmp_path / "home"
+    db = resolve_paths(home).ensure().conversations_db
+    said = _several_conversations(db)
+    if action == "restore":
+        assert run_cli("db", "backup", home=home).returncode == 0
+    holder = _holding(home)
+    try:
+        page = next(p for p, name in sorted(_page_owners(db).items()) if name == "messages_by_conversation")
+        _overwrite_page(db, page)  # damaged while the other process has it open
+        before = sorted(p.name for p in db.parent.iterdir())
+        refused = run_cli("db", action, home=home)
+        assert_clean_error(refused, f"Hearth is running (pid {holder.pid})", "quit it first")
+        assert sorted(p.name for p in db.parent.iterdir()) == before  # nothing moved aside, nothing replaced
+    finally:
+        _quit(holder)
+    done = run_cli("db", action, "--json", home=home)  # once it has quit
+    assert done.returncode == 0, done.stderr
+    assert os.path.exists(json.loads(done.stdout)["damaged_kept_at"])
+    assert _stored(db) == said
+
+
+def test_a_store_waits_for_a_restore_in_progress_then_says_so(tmp_path):
+    from engine import db_lock
+
+    db = tmp_path / "conversations.sqlite3"
+    _store_with(db, 1)
+    with db_lock.exclusive(db):  # as 'db restore' holds it while it replaces the file
+        with pytest.raises(ConversationError, match="is being restored or salvaged by another Hearth process"):
+            db_lock.hold_shared(db, wait_s=0.2)
+    db_lock.release(db_lock.hold_shared(db, wait_s=0.2))
+    store = ConversationStore(db)  # and two stores share it
+    try:
+        assert len(ConversationStore(db).list()) == len(store.list()) == 1
+    finally:
+        store.close()

@@ -456,6 +456,23 @@ def test_facts_are_cached_per_file_version(library, tiny_gguf, tmp_path):
     assert library.get("tiny").status == ModelStatus.UNREADABLE
 
 
+@pytest.mark.parametrize("damage", ["fifo", "deep"])
+def test_a_facts_cache_that_is_a_fifo_or_nested_too_deeply_reads_as_absent_and_is_rebuilt(
+        library, tiny_gguf, tmp_path, home, damage):
+    gguf = copy_of(tiny_gguf, tmp_path / "mine")
+    library.add(gguf)
+    cache_file = library.paths.models.parent / "model-facts.json"
+    sidecar = gguf.with_name(gguf.name + ".sha256.json")
+    for file in (cache_file, sidecar):  # the digest sidecar the listing reads as well
+        file.unlink(missing_ok=True)
+        os.mkfifo(file) if damage == "fifo" else file.write_bytes(b"[" * 100_000)
+    proc = run_cli("model", "ls", "--json", home=home, timeout=60)  # a FIFO once blocked the read for ever
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    mine = next(m for m in json.loads(proc.stdout)["models"] if m["name"] == "tiny")
+    assert mine["status"] == "ready"
+    assert json.loads(cache_file.read_text())["files"][str(gguf)]["facts"]["int4"]["status"] == "ready"  # rebuilt
+
+
 @pytest.mark.gpu
 def test_free_gpu_memory_is_read_through_nvml():
     from engine.runtime.providers import cuda_unavailable

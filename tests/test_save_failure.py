@@ -3,8 +3,12 @@ it was: the partial record is cut back off at once, so the file stays valid and 
 
 from __future__ import annotations
 
+import json
 import resource
+import shutil
 import signal
+import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,7 @@ from engine.generation import Engine
 from engine.session import ChatSessions
 from tests.checkpoint_names import conv_path
 from tests.dialogues import TURN1, TURN2
+from tests.test_cli import assert_clean_error, run_cli
 
 
 def test_a_failed_append_is_cut_back_and_the_file_stays_valid(tiny_converted, tmp_path):
@@ -67,3 +72,32 @@ def test_a_reply_that_cannot_be_stored_says_so(hearth):
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
         signal.signal(signal.SIGXFSZ, handler)
     assert [m.role for m in hearth.conversations.messages("c")] == ["user", "assistant", "user"]  # the message stays
+
+
+def test_chat_json_carries_a_reply_that_cannot_be_stored(tmp_path, tiny_gguf):
+    """Issue 27: when the reply's database write failed, ``chat --json`` printed nothing on stdout and the
+    reply the model wrote was gone; now stdout carries it with "stored": false, and the exit is non-zero."""
+    home = tmp_path / "home"
+
+    def chat(message: str, where: Path = home):
+        return run_cli("chat", "--conversation", "c", "--message", message, "--greedy", "--max-new-tokens", "6",
+                       "--json", "--provider", "cpu", "--model", str(tiny_gguf), home=where)
+
+    first = chat("hello")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["stored"] is True
+    shutil.copytree(home, tmp_path / "twin")
+    expected = json.loads(chat("and again", tmp_path / "twin").stdout)["reply"]  # greedy: what the turn will write
+    db = sqlite3.connect(home / "conversations.sqlite3")  # a database that takes messages but refuses replies
+    db.execute("CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN NEW.role = 'assistant' "
+               "BEGIN SELECT RAISE(ABORT, 'replies refused'); END")
+    db.commit()
+    db.close()
+    proc = chat("and again")
+    assert_clean_error(proc, "the reply was written but could not be stored", "replies refused")
+    out = json.loads(proc.stdout)
+    assert out == {"conversation": "c", "reply": out["reply"], "stored": False, "error": out["error"]}
+    assert out["reply"] == expected != ""
+    assert "the reply was written but could not be stored" in out["error"]
+    shown = json.loads(run_cli("conversations", "show", "c", "--json", home=home).stdout)
+    assert [m["role"] for m in shown["messages"]] == ["user", "assistant", "user"]  # the message stays

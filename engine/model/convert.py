@@ -20,8 +20,9 @@ from pathlib import Path
 
 from engine.arch import architecture_for, fp16_activations_ok, get_architecture
 from engine.errors import HearthError, ModelFileError, UnsupportedModelError
-from engine.fsutil import atomic_write, fsync_dir, sha256_file
+from engine.fsutil import atomic_write, fsync_dir, read_json, sha256_file
 from engine.model.conversion_steps import CHECKING, READING, Cancel, ConversionSteps, StepFn, step_reporter
+from engine.model.facts import sidecar_digest
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import Precision, get_precision
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 # 8-bit head as two 4-bit planes, and every architecture gathers an 8-bit token table from its blocks.
 CONVERTER_VERSION = 3
 ProgressFn = Callable[[int, int], None]
+MAX_COMPLETE_BYTES = 64 << 10  # complete.json is a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,8 @@ def gguf_digest(path: Path, check: Callable[[], None] | None = None) -> str:
     st = path.stat()
     sidecar = path.with_name(path.name + ".sha256.json")
     stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    try:
-        cached = json.loads(sidecar.read_text())
-        if cached.get("stamp") == stamp and len(cached.get("sha256", "")) == 64:
-            return cached["sha256"]
-    except (OSError, ValueError):
-        pass
+    if (cached := sidecar_digest(path, stamp)) is not None:  # a damaged sidecar (even a FIFO) reads as absent
+        return cached
     digest = sha256_file(path, check=check)
     try:
         with atomic_write(sidecar) as fh:
@@ -166,8 +164,8 @@ def ensure_converted(
 def cached_conversion(folder: Path, gguf_path: Path, digest: str, precision: str) -> ConvertedModel | None:
     """The complete conversion in ``folder`` if it was built by this code's graph for its architecture,
     else None (missing, unfinished, or built by an older graph)."""
-    try:
-        done = json.loads((folder / "complete.json").read_text())
+    try:  # read_json: a FIFO or a 100,000-deep '[' is a conversion to build again, not a hang or a crash
+        done = read_json(folder / "complete.json", MAX_COMPLETE_BYTES)
         arch = get_architecture(done["architecture"])
         if done["graph_version"] != arch.GRAPH_VERSION:
             return None

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from engine.errors import HearthError, ModelFileError, UnsupportedModelError
-from engine.fsutil import atomic_write
+from engine.fsutil import atomic_write, read_json
 from engine.model.memory import WeightsMemory, conversion_memory
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 FACTS_VERSION = 2  # 2: weights_bytes counts the rotary tables (a long context's are large)
 MAX_CACHE_BYTES = 16 << 20  # far above what thousands of entries take; a larger file is not read
 MAX_CACHE_ENTRIES = 2000
+MAX_SIDECAR_BYTES = 4096  # a digest sidecar is about 130 bytes
 # A file this small is hashed to tell whether it is converted; a larger one only when loading it has
 # hashed it already (engine/model/convert.py keeps that hash beside the file).
 HASH_WHEN_LISTING_BELOW = 64 << 20
@@ -167,7 +168,7 @@ class FactsCache:
         entry, stamp = self._entry(path)
         if entry is None:
             return None
-        known = pinned or entry.get("sha256") or _sidecar_digest(path, stamp)
+        known = pinned or entry.get("sha256") or sidecar_digest(path, stamp)
         if not known and stamp["size"] < HASH_WHEN_LISTING_BELOW:
             from engine.fsutil import sha256_file
 
@@ -218,13 +219,12 @@ class FactsCache:
     def _load(self) -> dict:
         if self._data is None:
             self._data = {"version": FACTS_VERSION, "files": {}}
-            try:
-                if self.file.stat().st_size <= MAX_CACHE_BYTES:
-                    data = json.loads(self.file.read_text(encoding="utf-8"))
-                    if isinstance(data, dict) and data.get("version") == FACTS_VERSION and isinstance(data.get("files"), dict):
-                        self._data = data
-            except (OSError, ValueError, UnicodeDecodeError):
-                pass  # a cache: start afresh
+            try:  # read_json: a FIFO, an oversized or deeply nested file reads as absent, never hangs or raises
+                data = read_json(self.file, MAX_CACHE_BYTES)
+            except (OSError, ValueError):
+                data = None  # a cache: start afresh
+            if isinstance(data, dict) and data.get("version") == FACTS_VERSION and isinstance(data.get("files"), dict):
+                self._data = data
         return self._data
 
     def save(self) -> None:
@@ -260,12 +260,14 @@ def _checked_facts(raw) -> FileFacts | None:
     return facts
 
 
-def _sidecar_digest(path: Path, stamp: dict) -> str | None:
-    """The hash engine/model/convert.py's gguf_digest keeps beside a GGUF, when it is for this version."""
+def sidecar_digest(path: Path, stamp: dict) -> str | None:
+    """The hash engine/model/convert.py's gguf_digest keeps beside a GGUF, when it is for this version
+    (``stamp``: the GGUF's size and mtime); None when it is missing, stale or damaged."""
     try:
-        cached = json.loads(Path(path).with_name(Path(path).name + ".sha256.json").read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+        cached = read_json(Path(path).with_name(Path(path).name + ".sha256.json"), MAX_SIDECAR_BYTES)
+    except (OSError, ValueError):
         return None
-    if isinstance(cached, dict) and cached.get("stamp") == stamp and isinstance(cached.get("sha256"), str):
-        return cached["sha256"]
+    digest = cached.get("sha256") if isinstance(cached, dict) and cached.get("stamp") == stamp else None
+    if isinstance(digest, str) and len(digest) == 64:
+        return digest
     return None

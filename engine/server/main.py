@@ -9,7 +9,7 @@ import signal
 import socket
 import sys
 
-from engine.api import resolve_paths
+from engine.api import resolve_paths, terminal_safe
 from engine.errors import HearthError
 from engine.server.accounts import unkeyed_warning
 from engine.server.backend import ModelHost
@@ -63,12 +63,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
     except ServerConfigError as exc:
-        sys.stderr.write(f"hearth-cli: error: {exc}\n")
+        sys.stderr.write(f"hearth-cli: error: {terminal_safe(str(exc))}\n")
         return 2
     try:
         sock = bind(settings.host, settings.port)  # a port in use: one line, before any model work
     except ListenError as exc:
-        sys.stderr.write(f"hearth-cli: error: {exc}; pick another with --port\n")
+        sys.stderr.write(f"hearth-cli: error: {terminal_safe(str(exc))}; pick another with --port\n")
         return 2
     paths = resolve_paths(args.data_dir).ensure()
     runner = ThreadRunner(settings.max_queue)
@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ApiError as exc:
         sock.close()
         runner.close()
-        sys.stderr.write(f"hearth-cli: error: {exc.message}\n")
+        sys.stderr.write(f"hearth-cli: error: {terminal_safe(exc.message)}\n")  # it may quote --model
         return 1
     return serve(host, runner, settings, sock)
 
@@ -119,8 +119,10 @@ def build_server(host: ModelHost, settings: ServerSettings, announce: bool = Tru
                     sys.stderr.write(f"hearth-cli: warning: {warning}\n")
                 sys.stderr.flush()
 
+    # log_config None: uvicorn's records go through the process's own handler (the CLI's escapes control
+    # characters) instead of handlers of uvicorn's that would write an exception's text raw
     config = uvicorn.Config(create_app(host, settings), host=settings.host, port=settings.port, log_level="warning",
-                            timeout_graceful_shutdown=30, server_header=False)
+                            log_config=None, timeout_graceful_shutdown=30, server_header=False)
     return Server(config)
 
 
@@ -138,7 +140,7 @@ def shutdown(host: ModelHost, runner: ThreadRunner) -> None:
             sys.stderr.write("hearth-cli: context saved, stopped\n")
             log.info("closed: %s", saved)
         except HearthError as exc:
-            sys.stderr.write(f"hearth-cli: warning: could not save the live context: {exc}\n")
+            sys.stderr.write(f"hearth-cli: warning: could not save the live context: {terminal_safe(str(exc))}\n")
 
     runner.close(last=save, timeout=SHUTDOWN_WAIT_S)
 

@@ -179,17 +179,18 @@ class Saver:
                              old.hits if old else 0, old.pinned if old else False, header.label))
         return SaveReport(True, reason, len(tokens), new_tokens, written)
 
-    def save_shared_prefix(self, shared: bytes) -> None:
-        """Save the rows spelling ``shared`` (the preamble + system prompt) once, unless too short."""
+    def save_shared_prefix(self, shared: bytes) -> int:
+        """Save the rows spelling ``shared`` (the preamble + system prompt) once, unless too short;
+        return the bytes the new prefix file took (0: none written)."""
         engine = self.engine
         lead = [engine.tokens[0]] if self.lead_len else []
         k, spelled = reusable(engine.tokenizer, engine.tokens, lead, shared)
         if k < MIN_PREFIX_TOKENS:
-            return
+            return 0
         text_sha = hashlib.sha256(shared[:spelled]).digest()
         name = prefix_file(text_sha, self.identity.model_fp)
         if self.store.entry(name) is not None:
-            return
+            return 0
         tokens = list(engine.tokens[:k])
         try:
             with self.store.lock.held():
@@ -200,3 +201,5 @@ class Saver:
                                      header.created_ms, now_ms(), 0, False, header.label))
         except (OSError, StoreBusyError, sqlite3.Error) as exc:
             log.warning("could not save the shared prefix: %s", exc)
+            return 0
+        return written

@@ -55,6 +55,7 @@ class ChatSessions:
         # server's prompt cache): all deleted when those rows give NaN (drop_sources).
         self._origins: set[str] = set()
         self._saved_rows = self._saved_bytes = 0  # by every save so far: a turn reports its own part
+        self._prefix_bytes = 0  # by every shared-prefix file written so far (another file: its own count)
 
     def shared_prefix_text(self, messages: list[dict]) -> bytes:
         """The rendered text every conversation with these leading messages starts with: the
@@ -144,7 +145,7 @@ class ChatSessions:
         so a failed save never costs it; an exception from it skips the save). ``prompt_text``: the prompt
         already rendered from ``messages`` (a Continue leaves the last reply open)."""
         started = time.perf_counter()
-        rows_before, bytes_before = self._saved_rows, self._saved_bytes
+        rows_before, bytes_before, prefix_before = self._saved_rows, self._saved_bytes, self._prefix_bytes
         if prompt_text is None:
             logits, prompt, report = self.sync(conversation, messages, progress, cancel)
         else:
@@ -167,7 +168,8 @@ class ChatSessions:
         save = self.save("turn", boundaries=[len(prompt)])
         if save is not None:  # a long prefill saved most of the rows already: count what the whole turn wrote
             save = replace(save, new_tokens=self._saved_rows - rows_before,
-                           bytes_written=self._saved_bytes - bytes_before)
+                           bytes_written=self._saved_bytes - bytes_before,
+                           prefix_bytes_written=self._prefix_bytes - prefix_before)
         return TurnResult(result, report, save, len(prompt))
 
     def switch_away(self) -> SaveReport | None:
@@ -286,4 +288,4 @@ class ChatSessions:
         except Exception as exc:  # a template that cannot render the probe: just no shared prefix
             log.debug("no shared prefix: %s", exc)
             return
-        self._saver().save_shared_prefix(shared)
+        self._prefix_bytes += self._saver().save_shared_prefix(shared)
