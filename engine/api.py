@@ -1066,11 +1066,15 @@ class Hearth:
         binding = serving.plan_binding(self.conversations, cid, messages)
         self._sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
         chat = serving.store_binding(self.conversations, binding)
-        logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
-        result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started, cid, chat)
-        if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
-            self.conversations.append(cid, "assistant", result.text, str(result.stop_reason), self._info.label)
-            self.conversations.set_model(cid, self._info.label, self.model_key)
+        try:
+            logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
+            result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started, cid, chat)
+            if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
+                self.conversations.append(cid, "assistant", result.text, str(result.stop_reason), self._info.label)
+                self.conversations.set_model(cid, self._info.label, self.model_key)
+        finally:
+            if binding.retry is not None:  # a retry that wrote nothing leaves the cut reply shown, as it was
+                self._restore_reply(cid, binding.retry)
         self._sessions.save("turn", boundaries=[len(prompt)])
         return self._served(result, report, len(prompt))
 

@@ -7,7 +7,10 @@ messages (system prompt included); the messages past it are stored, the reply is
 and the request runs on the conversation's own chat checkpoint, so the window and the browser show it
 and a chat turn there continues it. A request whose history disagrees with what is stored (an edited or
 dropped message) is refused with a ``PromptError`` naming the first differing message: storing it as a
-silent branch would leave the window showing a history the client never sent.
+silent branch would leave the window showing a history the client never sent. One exception: a retry.
+A stored reply cut off before its client had it all (the client went away, or the server stopped: finish
+``cancelled`` / ``interrupted``) was never seen by that client, so a request that sends the history before
+it again writes it anew; the cut reply is kept as an earlier version of the new one (``set_aside_reply``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from engine.errors import PromptError
 from engine.generation import Engine, GenerationResult
 from engine.session.reports import ResumeReport
 from engine.text.chat_template import validate_messages
-from engine.types import CacheReport, ResponseFormatKind, ServeRequest
+from engine.types import CacheReport, Message, ResponseFormatKind, ServeRequest, StopReason
 
 # GenerationResult.stop_reason → OpenAI's finish_reason ("stop": an end-of-turn token or a stop string)
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context_full": "length",
                   "cancelled": "cancelled"}
+# How a stored reply ended when its client never had all of it: a request that stops before it is a retry.
+CUT_FINISHES = (str(StopReason.CANCELLED), str(StopReason.INTERRUPTED))
 
 
 def request_messages(request: ServeRequest) -> list[dict] | None:
@@ -102,6 +107,7 @@ class Binding:
     system: str | None  # the system prompt to store (a new conversation's), else None
     new: list[dict]  # the messages past what is stored
     chat: list[dict]  # the conversation as the model will read it
+    retry: int | None = None  # the seq of the cut-off last reply this request writes again (see the docstring)
 
 
 def plan_binding(conversations: ConversationStore, conversation: str, messages: list[dict]) -> Binding:
@@ -112,7 +118,8 @@ def plan_binding(conversations: ConversationStore, conversation: str, messages: 
         raise PromptError("a bound conversation takes one system prompt, as the first message")
     body = messages[1:] if system is not None else messages
     conv = conversations.get(conversation)
-    stored = [m.as_chat() for m in conversations.messages(conversation)] if conv is not None else []
+    held = conversations.messages(conversation) if conv is not None else []
+    stored = [m.as_chat() for m in held]
     stored_system = conv.system_prompt if conv is not None else ""
     set_system = None
     if not stored and system is not None and system != stored_system:
@@ -120,21 +127,51 @@ def plan_binding(conversations: ConversationStore, conversation: str, messages: 
     elif (system or "") != stored_system:
         raise PromptError(f"conversation {conversation} has another system prompt than this request: send its "
                           "stored history, or use a new conversation id")
-    for i, m in enumerate(stored):
-        if i >= len(body) or body[i]["role"] != m["role"] or body[i]["content"] != m["content"]:
-            raise PromptError(f"conversation {conversation} holds {len(stored)} message(s) and this request's "
-                              f"message {i + 1} differs from the stored one: send the stored history unchanged, "
-                              "or use a new conversation id")
+    retry = _cut_reply(conversations, conversation, held, body)
+    if retry is not None:
+        stored = stored[:-1]  # set aside when stored: the model answers what came before it
+    else:
+        _check_history(conversation, stored, body, 1 if system is not None else 0)
     new = [{"role": m["role"], "content": m["content"]} for m in body[len(stored):]]
     system_now = set_system if set_system is not None else stored_system
     chat = ([{"role": "system", "content": system_now}] if system_now else []) + stored + new
-    return Binding(conversation, conv is not None, set_system, new, chat)
+    return Binding(conversation, conv is not None, set_system, new, chat, retry)
+
+
+def _cut_reply(conversations: ConversationStore, conversation: str, held: list[Message],
+               body: list[dict]) -> int | None:
+    """The seq of the stored last reply when it was cut off (CUT_FINISHES) and ``body`` is exactly the
+    history before it: the client retries a reply it never had. None otherwise."""
+    if not held or held[-1].role != "assistant" or len(body) != len(held) - 1:
+        return None
+    if any(b["role"] != m.role or b["content"] != m.content for b, m in zip(body, held, strict=False)):
+        return None
+    facts = conversations.reply_facts(conversation).get(held[-1].seq)
+    return held[-1].seq if facts is not None and facts.finish in CUT_FINISHES else None
+
+
+def _check_history(conversation: str, stored: list[dict], body: list[dict], offset: int) -> None:
+    """PromptError unless the stored messages begin ``body``. Messages are numbered as the request numbers
+    them (``offset``: 1 when it starts with a system prompt), so "message 2" is the request's second."""
+    count = len(stored) + offset
+    for i, m in enumerate(stored):
+        if i >= len(body):
+            raise PromptError(f"conversation {conversation} holds {count} message(s) and this request only "
+                              f"{len(body) + offset}: it lacks the stored {m['role']} message {i + 1 + offset}; send "
+                              "the stored history unchanged, or use a new conversation id")
+        if body[i]["role"] != m["role"] or body[i]["content"] != m["content"]:
+            raise PromptError(f"conversation {conversation} holds {count} message(s) and this request's message "
+                              f"{i + 1 + offset} differs from the stored one: send the stored history unchanged, "
+                              "or use a new conversation id")
 
 
 def store_binding(conversations: ConversationStore, binding: Binding) -> list[dict]:
-    """Store what ``plan_binding`` found (creating the conversation); the conversation as the model reads it."""
+    """Store what ``plan_binding`` found (creating the conversation, setting a cut reply aside); the conversation
+    as the model reads it."""
     cid = binding.conversation
     conversations.ensure(cid)
+    if binding.retry is not None:  # kept as an earlier version of the reply about to be written
+        conversations.set_aside_reply(cid)
     if binding.system is not None:
         conversations.set_system_prompt(cid, binding.system)
     for m in binding.new:

@@ -63,6 +63,19 @@ def test_the_switch_starts_the_server_on_the_windows_model_and_stops_it(qtbot, w
     assert w.model_info is not None  # the window's model stays loaded
 
 
+def test_a_page_refused_by_the_windows_server_is_not_told_of_an_option_the_window_lacks(qtbot, windows):
+    """Issue 27: the window's refusal said "start it with --cors-origin", which the window does not offer."""
+    w = windows()
+    start(qtbot, w)
+    try:
+        r = httpx.get(w.server.url + "/models", headers={"Origin": "http://evil.example"}, timeout=30)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
+        message = r.json()["error"]["message"]
+        assert "the window's local server accepts no web pages" in message and "start it with" not in message
+    finally:
+        w.server.stop()
+
+
 def test_a_port_in_use_is_reported_and_the_window_carries_on(qtbot, windows):
     w = windows()
     with socket.socket() as taken:

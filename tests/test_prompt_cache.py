@@ -16,7 +16,7 @@ from engine.checkpoint.format import Reason
 from engine.checkpoint.reader import CheckpointReader
 from engine.errors import ConversationError, PromptError
 from engine.session.prompt_cache import SAVE_BLOCK, PromptCache, chat_first_block, thread_key
-from engine.types import ResumeSource, SamplingParams, ServeRequest, TurnRequest
+from engine.types import CancelToken, ResumeSource, SamplingParams, ServeRequest, TurnRequest
 
 from .test_cli import run_cli
 
@@ -312,11 +312,56 @@ def test_a_bound_request_stores_its_messages_and_continues_the_conversation(tiny
 def test_a_bound_request_whose_history_differs_is_refused_and_stores_nothing(tiny):
     one = ask(tiny, thread("Be brief.", "hello"), conversation="bound")
     edited = grow(thread("Be brief.", "HELLO"), one.text, "next")
-    with pytest.raises(PromptError, match="message 1 differs"):
+    with pytest.raises(PromptError, match="this request's message 2 differs"):  # the system prompt is message 1
         ask(tiny, edited, conversation="bound")
     with pytest.raises(PromptError, match="another system prompt"):
         ask(tiny, grow(thread("Be long.", "hello"), one.text, "next"), conversation="bound")
     assert [m.content for m in tiny.conversations.messages("bound")] == ["hello", one.text]
+
+
+def cut_off(hearth: Hearth, messages: list[dict], conversation: str, after: int):
+    """A bound request whose client goes away after ``after`` pieces of text (the server cancels it)."""
+    cancel, pieces = CancelToken(), []
+
+    def on_text(piece: str) -> None:
+        pieces.append(piece)
+        if len(pieces) >= after:
+            cancel.cancel()
+
+    request = ServeRequest(messages=tuple(messages), params=GREEDY, max_tokens=40, conversation=conversation)
+    return hearth.serve(request, on_text, cancel)
+
+
+def test_a_bound_reply_cut_off_is_written_again_by_the_same_request_and_kept_as_a_version(tiny):
+    """Issue 27: a client that gave up on a bound request got 400 "message 2 differs" on its retry."""
+    messages = [{"role": "user", "content": "hello"}]
+    partial = cut_off(tiny, messages, "dc1", after=3)
+    assert partial.finish_reason == "cancelled" and partial.text
+    assert tiny.conversations.reply_facts("dc1")[1].finish == "cancelled"
+    convs = tiny.conversations
+    # a retry cut off before any text stores nothing: the cut reply it was to replace is shown again
+    gone = CancelToken()
+    gone.cancel()
+    again = tiny.serve(ServeRequest(messages=tuple(messages), params=GREEDY, max_tokens=8, conversation="dc1"),
+                       None, gone)
+    assert again.text == "" and [m.content for m in convs.messages("dc1")] == ["hello", partial.text]
+    assert convs.reply_versions("dc1", 1).texts == (partial.text,)
+    retry = ask(tiny, messages, max_tokens=40, conversation="dc1")
+    assert retry.finish_reason != "cancelled" and len(retry.text) > len(partial.text)
+    assert [(m.role, m.content) for m in convs.messages("dc1")] == [("user", "hello"), ("assistant", retry.text)]
+    versions = convs.reply_versions("dc1", 1)
+    assert versions.texts == (partial.text, retry.text) and versions.chosen == 1
+    assert convs.reply_facts("dc1")[1].finish != "cancelled"
+
+
+def test_a_bound_request_lacking_a_finished_reply_is_refused_naming_its_own_message_count(tiny):
+    messages = [{"role": "user", "content": "hello"}]
+    one = ask(tiny, messages, conversation="done")
+    assert one.finish_reason != "cancelled"
+    with pytest.raises(PromptError, match="holds 2 message.s. and this request only 1: it lacks the stored "
+                                          "assistant message 2"):
+        ask(tiny, messages, conversation="done")  # a reply the client had in full is no retry
+    assert [m.content for m in tiny.conversations.messages("done")] == ["hello", one.text]
 
 
 @pytest.mark.parametrize("messages, extra, needle", [

@@ -551,6 +551,15 @@ def test_a_simple_cross_site_post_is_refused_before_any_work(server, user):
     assert ok.status_code == 200, ok.text
 
 
+def test_a_refused_page_is_told_the_serve_option_that_lets_it_in(serve):
+    s = serve()
+    error = assert_error(httpx.get(s.base + "/v1/models", headers={"Origin": EVIL}), 403)
+    assert "start it with --cors-origin ORIGIN" in error["message"]
+    listed = serve(ServerSettings(cors_origins=("http://localhost:3000",)))
+    error = assert_error(httpx.get(listed.base + "/v1/models", headers={"Origin": EVIL}), 403)
+    assert "not one of the --cors-origin origins" in error["message"]
+
+
 def test_with_cors_origins_only_those_pages_may_call_and_only_with_json(serve):
     s = serve(ServerSettings(cors_origins=("http://localhost:3000",)))
     body = dict(ISSUE_27_BODY, user="csrf-victim")

@@ -78,7 +78,7 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Hearth-Conversation"],
                            expose_headers=["X-Hearth-Cache", "X-Hearth-Cached-Tokens"])
-    app.add_middleware(OriginGuard, allowed_origins=settings.cors_origins)
+    app.add_middleware(OriginGuard, allowed_origins=settings.cors_origins, embedded=settings.embedded)
     app.add_middleware(HostGuard, bound_host=settings.host, allowed_hosts=settings.allowed_hosts)
     return app
 

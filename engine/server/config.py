@@ -27,6 +27,8 @@ class ServerSettings:
     max_queue: int = DEFAULT_MAX_QUEUE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     idle_unload_s: float | None = None
+    # Run inside the window (EmbeddedServer), which has no --cors-origin to offer: refusals advise what it can do.
+    embedded: bool = False
 
     def check(self) -> ServerSettings:
         """Refuse what would be unsafe or meaningless; returns self."""

@@ -37,7 +37,7 @@ class EmbeddedServer:
         self.runner = PostedRunner(post, self.settings.max_queue)
         self.host = ModelHost(paths, self.runner, model=hearth.model_key, weights=hearth.weights, hearth=hearth)
         self.host.state = "ready" if hearth.model is not None else "starting"
-        self.server = build_server(self.host, replace(self.settings), announce=False)
+        self.server = build_server(self.host, replace(self.settings, embedded=True), announce=False)
         self.thread: threading.Thread | None = None
         self.port: int | None = None
 

@@ -75,22 +75,34 @@ class OriginGuard:
     every cross-site request, so one whose origin is not listed (``--cors-origin``) is refused, whatever
     the method. With none listed every page is refused, including a same-origin one: this server serves
     no pages, so a page on its own address can only be an old one left open from another program that
-    once listened on this port. Clients that are not browsers send no ``Origin`` and pass."""
+    once listened on this port. Clients that are not browsers send no ``Origin`` and pass.
 
-    def __init__(self, app, allowed_origins: tuple[str, ...] = ()):
+    ``embedded``: the window's server, whose switch lists no origins: the refusal says it accepts no pages
+    rather than pointing at a ``serve`` option the person cannot give it."""
+
+    def __init__(self, app, allowed_origins: tuple[str, ...] = (), embedded: bool = False):
         self.app = app
         self.allowed = {o.rstrip("/").lower() for o in allowed_origins}
+        self.hint = origin_hint(bool(self.allowed), embedded)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             origin = _header(scope, b"origin")
             if origin is not None and origin.strip().rstrip("/").lower() not in self.allowed:
-                hint = ("start it with --cors-origin ORIGIN to let a page call it" if not self.allowed
-                        else "it is not one of the --cors-origin origins")
-                await _refuse(send, 403, f"requests from web pages are refused (Origin: {origin[:100]!r}); {hint}",
+                await _refuse(send, 403, f"requests from web pages are refused (Origin: {origin[:100]!r}); {self.hint}",
                               "origin_not_allowed")
                 return
         await self.app(scope, receive, send)
+
+
+def origin_hint(listed: bool, embedded: bool) -> str:
+    """What a refused page's developer can do, where the server runs."""
+    if listed:
+        return "it is not one of the allowed origins" if embedded else "it is not one of the --cors-origin origins"
+    if embedded:
+        return ("the window's local server accepts no web pages; for a page to call Hearth, run "
+                "'hearth-cli serve --cors-origin ORIGIN' instead")
+    return "start it with --cors-origin ORIGIN to let a page call it"
 
 
 class JsonOnly:
