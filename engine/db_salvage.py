@@ -17,13 +17,13 @@ import logging
 import os
 import shutil
 import sqlite3
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.conversations import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
 from engine.db_pages import leaf_rows
+from engine.db_recovery import set_aside
 from engine.errors import ConversationError
 from engine.fsutil import fsync_dir
 from engine.private_files import FILE_MODE
@@ -72,16 +72,7 @@ def salvage(db: Path) -> SalvageResult:
     try:
         source = _with_wal_folded_in(db, folded)
         *counts, ends = _copy_readable(source, tmp)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = db.with_name(f"{db.name}.damaged-{stamp}")
-        n = 1
-        while any(Path(str(aside) + s).exists() for s in ("", "-wal", "-shm")):  # never over an older one
-            n += 1
-            aside = db.with_name(f"{db.name}.damaged-{stamp}-{n}")
-        for suffix in ("", "-wal", "-shm"):
-            part = Path(str(db) + suffix)
-            if part.exists():
-                os.replace(part, Path(str(aside) + suffix))
+        aside = set_aside(db, "damaged")
         os.replace(tmp, db)
         fsync_dir(db.parent)
     finally:

@@ -321,3 +321,54 @@ def test_salvage_reads_the_newest_pages_so_deleted_messages_stay_deleted(tmp_pat
     kept = _stored(db)
     assert not [k for k in kept if k[0] == "chat0" and k[1] >= 4]  # deleted before the damage: still deleted
     assert all(said[k] == v for k, v in kept.items()) and len(kept) >= len(said) - 4 - 8
+
+
+def test_restore_over_a_sound_database_asks_for_force(tmp_path):
+    """The tester's sequence: a backup of 2 conversations, 3 more written since, 'db restore' on the sound
+    file replaced 5 conversations with 2 unasked and kept the healthy file as '.damaged-…'."""
+    home = tmp_path / "home"
+    paths = resolve_paths(home).ensure()
+    db = paths.conversations_db
+    _store_with(db, 2)
+    backup = Path(json.loads(run_cli("db", "backup", "--json", home=home).stdout)["backup"])
+    store = ConversationStore(db)
+    for i in range(2, 5):
+        store.create(f"c{i}")
+    store.close()
+    for extra in ((), ("--from", str(backup))):  # naming the backup is no licence to replace a sound file
+        refused = run_cli("db", "restore", *extra, home=home)
+        assert refused.returncode == 2
+        assert_clean_error(refused, "conversations.sqlite3 is sound", "would replace 5 conversation(s) with 2",
+                           "--force")
+        assert len(ConversationStore(db).list()) == 5
+        assert not list(db.parent.glob("conversations.sqlite3.*-2*"))  # nothing set aside
+    forced = json.loads(run_cli("db", "restore", "--force", "--json", home=home).stdout)
+    kept = Path(forced["replaced_kept_at"])
+    assert forced["damaged_kept_at"] is None and kept.name.startswith("conversations.sqlite3.replaced-")
+    assert len(ConversationStore(db).list()) == 2 and len(ConversationStore(kept).list()) == 5
+    assert_clean_error(run_cli("db", "check", "--force", home=home), "--force is for 'db restore'")
+
+
+def test_the_windows_restore_refuses_a_sound_database(tmp_path):
+    """The window offers restore only for a damaged file; should the file read as sound by the click, the
+    engine still refuses rather than replace it."""
+    from engine.api import restore_database
+
+    paths = resolve_paths(tmp_path / "home").ensure()
+    _store_with(paths.conversations_db, 3)
+    db_recovery.backup(paths.conversations_db, force=True)
+    with pytest.raises(db_recovery.SoundDatabaseError, match="is sound"):
+        restore_database(paths)
+    assert len(ConversationStore(paths.conversations_db).list()) == 3
+
+
+def test_two_restores_in_one_second_keep_both_files_set_aside(tmp_path):
+    db = tmp_path / "conversations.sqlite3"
+    _store_with(db, 2)
+    _checkpointed(db)
+    db_recovery.backup(db, force=True)
+    asides = []
+    for _ in range(2):
+        _damage(db, "truncated")
+        asides.append(db_recovery.restore(db)[1])
+    assert asides[0] != asides[1] and all(a.exists() for a in asides)
