@@ -388,7 +388,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         saved = db_recovery.salvage(db)
         emit(args, {"path": str(db), "conversations": saved.conversations, "messages": saved.messages,
                     "recreated_conversations": saved.recreated, "missing_messages": saved.missing_messages,
-                    "unreadable_rows": saved.unreadable_rows, "unreadable_ends": list(saved.unreadable_ends),
+                    "lost_conversations": saved.lost_conversations, "unreadable_rows": saved.unreadable_rows,
+                    "unreadable_ends": list(saved.unreadable_ends), "unreadable_pages": saved.unreadable_pages,
                     "damaged_kept_at": str(saved.damaged)},
              f"salvaged {db.name}: {saved.summary()}")
         return 0
