@@ -295,9 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", parents=[common], help="check, back up, restore or salvage the conversation database")
     db.add_argument("action", choices=["check", "backup", "restore", "salvage"],
                     help="check: quick_check and list backups (exit 1 if damaged); backup: copy it now; restore: put "
-                         "the newest sound backup (or --from FILE) in place, keeping the old file aside; salvage: "
+                         "the newest sound backup (or --from FILE) in place of a damaged database, keeping the old "
+                         "file aside (over a sound one only with --force); salvage: "
                          "copy every row that can still be read into a new database, keeping the old file aside")
     db.add_argument("--from", dest="source", metavar="FILE", help="restore from this backup")
+    db.add_argument("--force", action="store_true",
+                    help="restore even over a database that passes its check (it is kept aside as .replaced-<time>)")
     db.set_defaults(func=cli_store.cmd_db)
 
     kv = sub.add_parser("kv", parents=[common], help="list, inspect, verify and clean up saved KV checkpoints")

@@ -369,6 +369,8 @@ def cmd_db(args: argparse.Namespace) -> int:
     from engine import db_recovery
 
     db = data_paths(args).conversations_db
+    if args.force and args.action != "restore":
+        raise PromptError("--force is for 'db restore' (over a database that passes its check)")
     if args.action == "check":
         result = db_recovery.check(db)
         payload = {"path": str(db), "ok": result.ok, "problem": result.problem or None,
@@ -393,11 +395,19 @@ def cmd_db(args: argparse.Namespace) -> int:
         saved = db_recovery.salvage(db)
         emit(args, {"path": str(db), "conversations": saved.conversations, "messages": saved.messages,
                     "recreated_conversations": saved.recreated, "missing_messages": saved.missing_messages,
-                    "unreadable_rows": saved.unreadable_rows, "unreadable_ends": list(saved.unreadable_ends),
+                    "lost_conversations": saved.lost_conversations, "unreadable_rows": saved.unreadable_rows,
+                    "unreadable_ends": list(saved.unreadable_ends), "unreadable_pages": saved.unreadable_pages,
                     "damaged_kept_at": str(saved.damaged)},
              f"salvaged {db.name}: {saved.summary()}")
         return 0
-    used, aside = db_recovery.restore(db, Path(args.source) if args.source else None)
-    emit(args, {"path": str(db), "restored_from": str(used), "damaged_kept_at": str(aside) if aside else None},
+    try:
+        used, aside = db_recovery.restore(db, Path(args.source) if args.source else None, force=args.force)
+    except db_recovery.SoundDatabaseError as exc:  # not a failure: a refusal to lose conversations unasked
+        sys.stderr.write(f"hearth-cli: error: {exc}\n")
+        return 2
+    replaced = aside is not None and aside.name.startswith(f"{db.name}.replaced-")
+    emit(args, {"path": str(db), "restored_from": str(used),
+                "damaged_kept_at": str(aside) if aside and not replaced else None,
+                "replaced_kept_at": str(aside) if replaced else None},
          f"restored {db.name} from {used}" + (f"; the previous file is kept at {aside}" if aside else ""))
     return 0

@@ -86,11 +86,12 @@ def _free_pages(data: bytes, page_size: int, pages: int) -> set[int]:
     return free
 
 
-def _cell_offsets(data: bytes, base: int, start: int, usable: int) -> list[int]:
+def _cell_offsets(data: bytes, base: int, start: int, usable: int, header: int = 8) -> list[int]:
+    """Where a page's cells begin (``header``: 8 bytes for a leaf page, 12 for an interior one)."""
     count = int.from_bytes(data[start + 3:start + 5], "big")
     if count > usable // 4:
         raise _Bad
-    offsets = [int.from_bytes(data[start + 8 + 2 * i:start + 10 + 2 * i], "big") for i in range(count)]
+    offsets = [int.from_bytes(data[start + header + 2 * i:start + header + 2 + 2 * i], "big") for i in range(count)]
     if any(not 8 <= o < usable for o in offsets):
         raise _Bad
     return offsets
@@ -119,34 +120,100 @@ def _cell(data: bytes, at: int, page_end: int, page_size: int, usable: int, page
 
 def _payload(data: bytes, pos: int, page_end: int, size: int, page_size: int, usable: int, pages: int) -> bytes:
     """A cell's payload: its local part, then its overflow pages (SQLite's split for table leaves)."""
-    most = usable - 35
-    if size <= most:
-        local = size
-    else:
-        least = (usable - 12) * 32 // 255 - 23
-        local = least + (size - least) % (usable - 4)
-        if local > most:
-            local = least
+    local = _local_size(size, usable, usable - 35)
     if size > (pages + 1) * page_size or pos + local + (4 if local < size else 0) > page_end:
         raise _Bad  # the cell runs past its page: not a cell SQLite wrote
     parts = [data[pos:pos + local]]
-    got = local
-    if got < size:
-        page = int.from_bytes(data[pos + local:pos + local + 4], "big")
-        seen = 0
-        while got < size:
-            if not 1 < page <= pages or seen > MAX_OVERFLOW_PAGES:
-                raise _Bad
+    if local < size:
+        first = int.from_bytes(data[pos + local:pos + local + 4], "big")
+        for page in _chain(data, first, size - local, page_size, usable, pages):
             base = (page - 1) * page_size
-            chunk = data[base + 4:base + 4 + min(usable - 4, size - got)]
-            parts.append(chunk)
-            got += len(chunk)
-            page = int.from_bytes(data[base:base + 4], "big")
-            seen += 1
+            parts.append(data[base + 4:base + 4 + min(usable - 4, size - sum(map(len, parts)))])
     payload = b"".join(parts)
     if len(payload) != size:
         raise _Bad
     return payload
+
+
+def _local_size(size: int, usable: int, most: int) -> int:
+    """How much of a payload of ``size`` bytes stays on its page (``most``: the cell kind's largest)."""
+    if size <= most:
+        return size
+    least = (usable - 12) * 32 // 255 - 23
+    local = least + (size - least) % (usable - 4)
+    return least if local > most else local
+
+
+def _chain(data: bytes, page: int, needed: int, page_size: int, usable: int, pages: int) -> list[int]:
+    """The overflow pages holding the ``needed`` bytes of a payload that do not fit on its page."""
+    chain: list[int] = []
+    while needed > 0:
+        if not 1 < page <= pages or len(chain) > MAX_OVERFLOW_PAGES:
+            raise _Bad
+        chain.append(page)
+        needed -= usable - 4
+        base = (page - 1) * page_size
+        page = int.from_bytes(data[base:base + 4], "big")
+    return chain
+
+
+def unreadable_pages(path: Path) -> set[int] | None:
+    """The pages of the file that are neither a b-tree page whose cells parse, nor on the free list, nor an
+    overflow page a parsed cell leads to: what they held is lost. None when that cannot be told (a file
+    with pointer-map pages, which look like neither)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size < 512:
+            return set()
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:16] == HEADER and int.from_bytes(data[52:56], "big"):  # auto-vacuum: pointer maps
+                return None
+            page_size, reserved = _geometry(data)
+            usable = page_size - reserved
+            pages = len(data) // page_size
+            seen = _free_pages(data, page_size, pages)
+            if len(data) > 1 << 30:  # the lock-byte page holds nothing
+                seen.add((1 << 30) // page_size + 1)
+            for number in range(1, pages + 1):
+                if number in seen:
+                    continue
+                try:
+                    overflow = _overflow_of(data, number, page_size, usable, pages)
+                except (_Bad, IndexError):
+                    continue
+                seen.add(number)
+                seen.update(overflow)
+            return set(range(1, pages + 1)) - seen
+
+
+INDEX_INTERIOR, TABLE_INTERIOR, INDEX_LEAF = 0x02, 0x05, 0x0A
+
+
+def _overflow_of(data: bytes, number: int, page_size: int, usable: int, pages: int) -> list[int]:
+    """The overflow pages the cells of b-tree page ``number`` lead to; _Bad when it is no b-tree page."""
+    base = (number - 1) * page_size
+    start = base + (100 if number == 1 else 0)
+    kind = data[start]
+    if kind not in (INDEX_INTERIOR, TABLE_INTERIOR, INDEX_LEAF, TABLE_LEAF):
+        raise _Bad
+    header = 12 if kind in (INDEX_INTERIOR, TABLE_INTERIOR) else 8
+    overflow: list[int] = []
+    for offset in _cell_offsets(data, base, start, usable, header):
+        pos = base + offset
+        if kind == TABLE_INTERIOR:
+            continue  # a child pointer and a rowid: no payload
+        if kind == INDEX_INTERIOR:
+            pos += 4
+        size, pos = _varint(data, pos)
+        if kind == TABLE_LEAF:
+            _rowid, pos = _varint(data, pos)
+        most = usable - 35 if kind == TABLE_LEAF else (usable - 12) * 64 // 255 - 23
+        local = _local_size(size, usable, most)
+        if local < size:
+            if pos + local + 4 > base + usable:
+                raise _Bad
+            first = int.from_bytes(data[pos + local:pos + local + 4], "big")
+            overflow += _chain(data, first, size - local, page_size, usable, pages)
+    return overflow
 
 
 def _record(payload: bytes) -> list:

@@ -6,7 +6,7 @@ Backups are made with SQLite's online backup API (a consistent copy while the ap
 that fails its check (a damaged copy must not push out a good one). Every process that writes makes
 them: the window in ``at_start`` (off its UI thread), the CLI and the server when they open the store
 (``daily_backup``), and one more before the schema is upgraded (``before_migration``). Restore moves the
-damaged file aside (never deletes it) and puts the newest good backup, or a named one, in its place
+damaged file aside (never deletes it; a sound one only when forced) and puts the newest good backup, or a named one, in its place
 atomically; with no sound backup, ``engine.db_salvage`` copies what can still be read into a new one.
 """
 
@@ -201,16 +201,23 @@ def _holds_conversations(db: Path) -> bool:
         return True
 
 
-def restore(db: Path, source: Path | None = None) -> tuple[Path, Path | None]:
+class SoundDatabaseError(ConversationError):
+    """``restore`` refused: the database passes its check, and the backup would replace it (``force`` not given)."""
+
+
+def restore(db: Path, source: Path | None = None, force: bool = False) -> tuple[Path, Path | None]:
     """Put a good backup (``source``, else the newest that passes its check) in place of ``db``; the
-    current file, if any, moves aside as ``<name>.damaged-<time>`` with its -wal/-shm. Returns (the
-    backup used, where the old file went). The caller must have closed every connection to ``db``."""
+    current file, if any, moves aside with its -wal/-shm as ``<name>.damaged-<time>``, or when it passes
+    its check as ``<name>.replaced-<time>``. A sound ``db`` is replaced only with ``force``: a backup is
+    older, so restoring it over a healthy file loses what was written since (SoundDatabaseError
+    otherwise). Returns (the backup used, where the old file went). The caller must have closed every
+    connection to ``db``."""
     db = Path(db)
     with db_lock.exclusive(db):  # never under a process that has it open: its writes would go to the file set aside
-        return _restore(db, source)
+        return _restore(db, source, force)
 
 
-def _restore(db: Path, source: Path | None) -> tuple[Path, Path | None]:
+def _restore(db: Path, source: Path | None, force: bool) -> tuple[Path, Path | None]:
     candidates = [Path(source)] if source is not None else list_backups(db)
     chosen = next((c for c in candidates if c.is_file() and not problem_with(c)), None)
     if chosen is None:
@@ -219,13 +226,15 @@ def _restore(db: Path, source: Path | None) -> tuple[Path, Path | None]:
         raise ConversationError(f"cannot restore: no sound backup of {db.name} was found (in {backups_dir(db)}); "
                                 "'hearth-cli db salvage' copies every conversation that can still be read into a "
                                 "new database, keeping the damaged file aside")
+    sound = db.exists() and not problem_with(db)
+    if sound and not force:
+        raise SoundDatabaseError(
+            f"{db.name} is sound; restoring the backup of {_when(chosen)} would replace "
+            f"{_conversation_count(db)} conversation(s) with {_conversation_count(chosen)} — pass --force to do it "
+            "anyway")
     aside = None
     if db.exists():
-        aside = db.with_name(f"{db.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-        for suffix in ("", "-wal", "-shm"):
-            part = Path(str(db) + suffix)
-            if part.exists():
-                os.replace(part, Path(str(aside) + suffix))
+        aside = set_aside(db, "replaced" if sound else "damaged")
     tmp = db.with_name("." + db.name + ".restore.tmp")
     try:
         _copy_database(chosen, tmp)
@@ -234,6 +243,43 @@ def _restore(db: Path, source: Path | None) -> tuple[Path, Path | None]:
     finally:
         tmp.unlink(missing_ok=True)
     return chosen, aside
+
+
+def set_aside(db: Path, why: str) -> Path:
+    """Move ``db`` and its -wal/-shm to ``<name>.<why>-<time>`` (never over an older one: two restores in
+    one second must not lose the first file set aside); returns the new name of ``db``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = db.with_name(f"{db.name}.{why}-{stamp}")
+    n = 1
+    while any(Path(str(aside) + s).exists() for s in ("", "-wal", "-shm")):
+        n += 1
+        aside = db.with_name(f"{db.name}.{why}-{stamp}-{n}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(str(db) + suffix)
+        if part.exists():
+            os.replace(part, Path(str(aside) + suffix))
+    return aside
+
+
+def _when(backup_file: Path) -> str:
+    """A backup's time as its name holds it (conversations-YYYYmmdd-HHMMSS-…), else its file's."""
+    try:
+        stamp = time.strptime(backup_file.name[len(PREFIX):len(PREFIX) + 15], "%Y%m%d-%H%M%S")
+    except ValueError:
+        stamp = time.localtime(backup_file.stat().st_mtime)
+    return time.strftime("%Y-%m-%d %H:%M", stamp)
+
+
+def _conversation_count(db: Path) -> int | str:
+    """Conversations in ``db`` (not counting deleted ones still undoable); "?" when it cannot be counted."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM conversations WHERE deleted_ms IS NULL").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return "?"
 
 
 def salvage(db: Path):

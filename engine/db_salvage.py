@@ -17,13 +17,13 @@ import logging
 import os
 import shutil
 import sqlite3
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.conversations import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
-from engine.db_pages import leaf_rows
+from engine.db_pages import leaf_rows, unreadable_pages
+from engine.db_recovery import set_aside
 from engine.errors import ConversationError
 from engine.fsutil import fsync_dir
 from engine.private_files import FILE_MODE
@@ -39,26 +39,38 @@ class SalvageResult:
     conversations: int  # conversations in the new database
     messages: int
     recreated: int  # of ``conversations``: re-created for messages whose conversation row was lost
-    missing_messages: int  # messages known to be lost (gaps in their conversation's numbering)
-    unreadable_rows: int  # rowids between readable rows that could not be read (rows lost, or gaps left by deletes)
+    missing_messages: int  # messages known to be lost (an index lists them, or a gap in their numbering)
+    unreadable_rows: int  # rowids between readable rows that could not be read, of tables not accounted for
     damaged: Path  # where the damaged file went
-    unreadable_ends: tuple[str, ...] = ()  # tables whose newest rows could not be read (how many is unknown)
+    unreadable_ends: tuple[str, ...] = ()  # tables of which rows may be lost beyond those counted (how many: unknown)
+    lost_conversations: int = 0  # conversations known to be lost (an index lists them), not re-created
+    unreadable_pages: int | None = 0  # pages of the file that parse as nothing (None: cannot be told)
 
     def summary(self) -> str:
-        """What was kept and what was lost, in one line."""
+        """What was kept and what was lost, in one line; "nothing was lost" only when every table's rows are
+        accounted for (read whole, or an index of it lists no row that was not kept)."""
         text = f"kept {self.conversations} conversation(s) and {self.messages} message(s)"
         if self.recreated:
             text += (f" ({self.recreated} conversation(s) re-created as \"Recovered\": their title and settings "
                      "could not be read)")
         lost = []
         if self.missing_messages:
-            lost.append(f"{self.missing_messages} message(s) are missing")
+            lost.append(f"{self.missing_messages} message(s) could not be read")
+        if self.lost_conversations:
+            lost.append(f"{self.lost_conversations} conversation(s) could not be read")
         if self.unreadable_rows:
             lost.append(f"{self.unreadable_rows} row(s) on damaged pages could not be read")
         if self.unreadable_ends:
-            lost.append(f"the newest rows of {' and '.join(self.unreadable_ends)} could not be read")
+            names = [_WHAT[t] for t in self.unreadable_ends]
+            what = " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+            pages = f"{self.unreadable_pages} page(s) of the file could not be read, so " if self.unreadable_pages else ""
+            lost.append(f"{pages}{'more ' if lost else 'some '}{what} may be lost")
         text += "; " + (", ".join(lost) if lost else "no message was lost" if self.recreated else "nothing was lost")
         return text + f"; the damaged file is kept at {self.damaged}"
+
+
+_WHAT = {"conversations": "conversations", "messages": "messages", "alternatives": "earlier versions of replies",
+         "imports": "records of imports under way"}
 
 
 def salvage(db: Path) -> SalvageResult:
@@ -71,24 +83,15 @@ def salvage(db: Path) -> SalvageResult:
     folded = db.with_name("." + db.name + ".salvage-source")
     try:
         source = _with_wal_folded_in(db, folded)
-        *counts, ends = _copy_readable(source, tmp)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = db.with_name(f"{db.name}.damaged-{stamp}")
-        n = 1
-        while any(Path(str(aside) + s).exists() for s in ("", "-wal", "-shm")):  # never over an older one
-            n += 1
-            aside = db.with_name(f"{db.name}.damaged-{stamp}-{n}")
-        for suffix in ("", "-wal", "-shm"):
-            part = Path(str(db) + suffix)
-            if part.exists():
-                os.replace(part, Path(str(aside) + suffix))
+        counts = _copy_readable(source, tmp)
+        aside = set_aside(db, "damaged")
         os.replace(tmp, db)
         fsync_dir(db.parent)
     finally:
         tmp.unlink(missing_ok=True)
         for suffix in ("", "-wal", "-shm"):
             Path(str(folded) + suffix).unlink(missing_ok=True)
-    result = SalvageResult(*counts, damaged=aside, unreadable_ends=ends)
+    result = SalvageResult(**counts, damaged=aside)
     log.warning("salvaged %s: %s", db, result.summary())
     return result
 
@@ -116,7 +119,8 @@ def _with_wal_folded_in(db: Path, copy: Path) -> Path:
     return copy
 
 
-def _copy_readable(db: Path, tmp: Path) -> tuple[int, int, int, int, int, tuple[str, ...]]:
+def _copy_readable(db: Path, tmp: Path) -> dict:
+    """Copy what can be read of ``db`` into a new database at ``tmp``; SalvageResult's counts."""
     src = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         present: dict[str, list[str]] | None = {
@@ -132,29 +136,33 @@ def _copy_readable(db: Path, tmp: Path) -> tuple[int, int, int, int, int, tuple[
         schema = {t: [r[1] for r in out.execute(f"PRAGMA table_info({t})")] for t in TABLES}
         rows: dict[str, dict[int, dict]] = {}
         failed: dict[str, set[int]] = {}
-        ends: list[str] = []
         incomplete = set()  # tables whose tree lost some leaves: those are read off the pages directly
         for table in TABLES:
             columns = [c for c in (present or {}).get(table, []) if c in schema[table]]
             rows[table], failed[table], end_lost = _read_table(src, table, columns) if columns else ({}, set(), False)
             if present is None or end_lost or failed[table]:
                 incomplete.add(table)
-            if end_lost:
-                ends.append(table)
+        witnesses = {t: _witness(src, t) for t in incomplete} if present is not None else {}
+        pages_lost: set[int] | None = set()
         if incomplete:
-            for table, found in _leaf_records(db, schema).items():
-                if table in incomplete:
-                    for rowid, row in found.items():
-                        rows[table].setdefault(rowid, row)
-            ends = []  # every intact leaf was read: what is lost was on the damaged pages themselves
-        unreadable = sum(len(f - rows[t].keys()) for t, f in failed.items())
+            found, unplaced = _leaf_records(db, schema)
+            for table in incomplete:
+                for rowid, row in found[table].items():
+                    rows[table].setdefault(rowid, row)
+            pages_lost = unreadable_pages(db)
+            # every page parses but page 1 (never a row of Hearth's, only the list of tables), and every
+            # record found a table: what the tree could not reach was all read off the leaves
+            if pages_lost is None or not pages_lost <= {1} or unplaced:
+                log.warning("salvage: %s page(s) of %s parse as nothing, %d record(s) fit no table",
+                            "some" if pages_lost is None else len(pages_lost), db, unplaced)
+            else:
+                incomplete = set()
         out.execute("BEGIN")
-        convs = _insert(out, "conversations", rows["conversations"])
+        kept = {"conversations": _insert(out, "conversations", rows["conversations"])}
         recreated = _recreate_missing(out, rows)
-        messages = _insert(out, "messages", rows["messages"])
-        _insert(out, "alternatives", rows["alternatives"])
-        _insert(out, "imports", rows["imports"])
-        missing = _missing_messages(out)
+        for table in TABLES[1:]:
+            kept[table] = _insert(out, table, rows[table])
+        gaps = _missing_messages(out)
         out.execute("COMMIT")
         problem = out.execute("PRAGMA quick_check").fetchone()[0]
         if problem != "ok":  # cannot happen short of a failing disk: never put a bad copy in place
@@ -164,12 +172,64 @@ def _copy_readable(db: Path, tmp: Path) -> tuple[int, int, int, int, int, tuple[
     finally:
         out.close()
         src.close()
-    if not (convs or recreated or messages) and present is None:
+    if not (kept["conversations"] or recreated or kept["messages"]) and present is None:
         raise ConversationError(f"{db} cannot be salvaged: no conversation can be read from it; keep the file, "
                                 "it may still be rescued by hand")
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
-    return convs + recreated, messages, recreated, missing, unreadable, tuple(ends)
+    # what is known lost: rows an index (or the tree) lists that did not go in; the rest is uncounted
+    lost: dict[str, set[int]] = {}
+    uncounted = []
+    for table in TABLES:
+        listed, whole = witnesses.get(table, ({}, False))
+        lost[table] = (listed.keys() | rows[table].keys()) - kept[table]
+        if table in incomplete and not whole:
+            uncounted.append(table)
+    unreadable = sum(len(failed[t] - rows[t].keys() - witnesses.get(t, ({}, False))[0].keys()) for t in uncounted)
+    return {"conversations": len(kept["conversations"]) + len(recreated), "messages": len(kept["messages"]),
+            "recreated": len(recreated), "missing_messages": max(len(lost["messages"]), gaps),
+            "lost_conversations": _lost_conversations(lost["conversations"], witnesses, recreated),
+            "unreadable_rows": unreadable, "unreadable_ends": tuple(uncounted),
+            "unreadable_pages": None if pages_lost is None else len(pages_lost)}
+
+
+# The indexes (and search-index tables) that list every row of a table by rowid; read through a covering
+# index, they need none of the table's own pages, so they say which rows a damaged table held.
+_WITNESSES = {
+    "conversations": ("SELECT rowid, id FROM conversations INDEXED BY sqlite_autoindex_conversations_1",
+                      "SELECT rowid, NULL FROM conversations INDEXED BY conversations_by_update",
+                      "SELECT id, NULL FROM title_fts_docsize"),
+    "messages": ("SELECT rowid, NULL FROM messages INDEXED BY sqlite_autoindex_messages_1",
+                 "SELECT rowid, NULL FROM messages INDEXED BY messages_by_conversation",
+                 "SELECT id, NULL FROM message_fts_docsize"),
+    "alternatives": ("SELECT rowid, NULL FROM alternatives INDEXED BY sqlite_autoindex_alternatives_1",),
+    "imports": ("SELECT rowid, NULL FROM imports INDEXED BY sqlite_autoindex_imports_1",),
+}
+
+
+def _witness(src: sqlite3.Connection, table: str) -> tuple[dict[int, str | None], bool]:
+    """(the rowids of ``table`` its indexes list, with a conversation's id where known; whether one of them
+    was read whole, so that the rowids are all the table held)."""
+    listed: dict[int, str | None] = {}
+    whole = False
+    for sql in _WITNESSES[table]:
+        try:
+            for rowid, key in _rows(src, sql):
+                if listed.get(rowid) is None:
+                    listed[rowid] = key
+            whole = True
+        except sqlite3.DatabaseError as exc:  # that index is damaged too (or missing): the next may do
+            log.info("salvage: %s: %s", sql, exc)
+    return listed, whole
+
+
+def _lost_conversations(lost: set[int], witnesses: dict, recreated: set[str]) -> int:
+    """Conversations known lost and not re-created for their messages (those have new rowids: match them by
+    id where an index gave it, else count them off the rows with no id known)."""
+    ids = witnesses.get("conversations", ({}, False))[0]
+    named = {ids[r] for r in lost if ids.get(r) is not None}
+    unnamed = len([r for r in lost if ids.get(r) is None])
+    return len(named - recreated) + max(0, unnamed - len(recreated - named))
 
 
 def _read_table(src: sqlite3.Connection, table: str, columns: list[str]) -> tuple[dict[int, dict], set[int], bool]:
@@ -231,9 +291,11 @@ def _rows(src: sqlite3.Connection, sql: str) -> Iterator[tuple]:
         yield row
 
 
-def _leaf_records(db: Path, schema: dict[str, list[str]]) -> dict[str, dict[int, dict]]:
-    """Rows read off the file's leaf pages (engine.db_pages), each given to the table its shape fits."""
+def _leaf_records(db: Path, schema: dict[str, list[str]]) -> tuple[dict[str, dict[int, dict]], int]:
+    """Rows read off the file's leaf pages (engine.db_pages), each given to the table its shape fits; and how
+    many records fit neither one of Hearth's tables nor SQLite's own (those may be rows lost)."""
     found: dict[str, dict[int, dict]] = {t: {} for t in TABLES}
+    unplaced = 0
     try:
         for _page, rowid, values in leaf_rows(db):
             table = _shape(values)
@@ -242,9 +304,23 @@ def _leaf_records(db: Path, schema: dict[str, list[str]]) -> dict[str, dict[int,
                 if "id" in row and row["id"] is None:  # INTEGER PRIMARY KEY: the rowid itself
                     row["id"] = rowid
                 found[table].setdefault(rowid, row)
+            elif not _sqlite_own(values):
+                unplaced += 1
     except OSError as exc:
         log.warning("salvage: could not read the pages of %s: %s", db, exc)
-    return found
+        unplaced += 1  # unread: not known to hold nothing
+    return found, unplaced
+
+
+def _sqlite_own(v: list) -> bool:
+    """A record of SQLite's own tables: the list of tables, sqlite_sequence, or a search index's blocks and
+    sizes (FTS5's _data and _docsize: an integer key, stored as NULL, and a blob)."""
+    n = len(v)
+    if n == 5 and v[0] in ("table", "index", "view", "trigger") and all(isinstance(x, str) for x in v[1:3]):
+        return True
+    if n == 2 and isinstance(v[0], str) and isinstance(v[1], int):
+        return True
+    return n == 2 and v[0] is None and isinstance(v[1], bytes)
 
 
 def _shape(v: list) -> str | None:
@@ -268,11 +344,11 @@ def _shape(v: list) -> str | None:
     return None
 
 
-def _insert(out: sqlite3.Connection, table: str, rows: dict[int, dict]) -> int:
+def _insert(out: sqlite3.Connection, table: str, rows: dict[int, dict]) -> set[int]:
     """Insert rows in rowid order, their rowids kept (the search index of titles refers to them); a row that
-    breaks a constraint (a damaged page can read back as nonsense) is left out and logged. Returns how many
-    went in."""
-    done = 0
+    breaks a constraint (a damaged page can read back as nonsense) is left out and logged. Returns the rowids
+    that went in."""
+    done: set[int] = set()
     for rowid in sorted(rows):
         row = rows[rowid]
         sql = (f"INSERT INTO {table} (rowid, {', '.join(row)}) VALUES ({', '.join('?' * (len(row) + 1))})")
@@ -280,7 +356,7 @@ def _insert(out: sqlite3.Connection, table: str, rows: dict[int, dict]) -> int:
             out.execute("SAVEPOINT row")
             out.execute(sql, (rowid, *row.values()))
             out.execute("RELEASE row")
-            done += 1
+            done.add(rowid)
         except sqlite3.DatabaseError as exc:
             out.execute("ROLLBACK TO row")
             out.execute("RELEASE row")
@@ -288,7 +364,7 @@ def _insert(out: sqlite3.Connection, table: str, rows: dict[int, dict]) -> int:
     return done
 
 
-def _recreate_missing(out: sqlite3.Connection, rows: dict[str, dict[int, dict]]) -> int:
+def _recreate_missing(out: sqlite3.Connection, rows: dict[str, dict[int, dict]]) -> set[str]:
     """A conversation for each message (or kept reply version) whose own conversation row was lost."""
     have = {r[0] for r in out.execute("SELECT id FROM conversations")}
     orphans: dict[str, list[tuple[str, int]]] = {}  # id -> [(content, created_ms)]
@@ -303,7 +379,7 @@ def _recreate_missing(out: sqlite3.Connection, rows: dict[str, dict[int, dict]])
         times = [ms for _, ms in texts]
         out.execute("INSERT INTO conversations (id, title, created_ms, updated_ms) VALUES (?, ?, ?, ?)",
                     (cid, f"Recovered: {title_from(first)}" if first else "Recovered", min(times), max(times)))
-    return len(orphans)
+    return set(orphans)
 
 
 def _missing_messages(out: sqlite3.Connection) -> int:

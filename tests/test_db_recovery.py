@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -209,6 +210,10 @@ def test_salvage_keeps_every_readable_conversation_whichever_page_is_overwritten
             assert kept == said, (page, owners.get(page))
         lost = said.keys() - kept.keys()
         assert len(lost) <= 8, (page, owners.get(page), len(lost))  # at most what one page held
+        if "messages" not in saved.unreadable_ends:  # accounted for: every lost message counted, no more
+            assert saved.missing_messages == len(lost), (page, owners.get(page))
+        claim = "nothing was lost" in saved.summary() or "no message was lost" in saved.summary()
+        assert claim == (not lost and not saved.unreadable_ends), (page, saved.summary())  # never more than known
         titles = {c.id: c.title for c in ConversationStore(db).list()}
         assert {cid for cid, _ in kept} <= titles.keys()  # every message kept is in a conversation
     assert broken >= 9
@@ -389,3 +394,139 @@ def test_a_store_waits_for_a_restore_in_progress_then_says_so(tmp_path):
         assert len(ConversationStore(db).list()) == len(store.list()) == 1
     finally:
         store.close()
+
+
+def conversations_in(db: Path) -> int:
+    store = ConversationStore(db)
+    try:
+        return len(store.list())
+    finally:
+        store.close()
+
+
+def test_restore_over_a_sound_database_asks_for_force(tmp_path):
+    """The tester's sequence: a backup of 2 conversations, 3 more written since, 'db restore' on the sound
+    file replaced 5 conversations with 2 unasked and kept the healthy file as '.damaged-…'."""
+    home = tmp_path / "home"
+    paths = resolve_paths(home).ensure()
+    db = paths.conversations_db
+    _store_with(db, 2)
+    backup = Path(json.loads(run_cli("db", "backup", "--json", home=home).stdout)["backup"])
+    store = ConversationStore(db)
+    for i in range(2, 5):
+        store.create(f"c{i}")
+    store.close()
+    for extra in ((), ("--from", str(backup))):  # naming the backup is no licence to replace a sound file
+        refused = run_cli("db", "restore", *extra, home=home)
+        assert refused.returncode == 2
+        assert_clean_error(refused, "conversations.sqlite3 is sound", "would replace 5 conversation(s) with 2",
+                           "--force")
+        assert conversations_in(db) == 5  # closed again: an open store holds the lock 'db restore' needs
+        assert not list(db.parent.glob("conversations.sqlite3.*-2*"))  # nothing set aside
+    forced = json.loads(run_cli("db", "restore", "--force", "--json", home=home).stdout)
+    kept = Path(forced["replaced_kept_at"])
+    assert forced["damaged_kept_at"] is None and kept.name.startswith("conversations.sqlite3.replaced-")
+    assert conversations_in(db) == 2 and conversations_in(kept) == 5
+    assert_clean_error(run_cli("db", "check", "--force", home=home), "--force is for 'db restore'")
+
+
+def test_the_windows_restore_refuses_a_sound_database(tmp_path):
+    """The window offers restore only for a damaged file; should the file read as sound by the click, the
+    engine still refuses rather than replace it."""
+    from engine.api import restore_database
+
+    paths = resolve_paths(tmp_path / "home").ensure()
+    _store_with(paths.conversations_db, 3)
+    db_recovery.backup(paths.conversations_db, force=True)
+    with pytest.raises(db_recovery.SoundDatabaseError, match="is sound"):
+        restore_database(paths)
+    assert len(ConversationStore(paths.conversations_db).list()) == 3
+
+
+def test_two_restores_in_one_second_keep_both_files_set_aside(tmp_path):
+    db = tmp_path / "conversations.sqlite3"
+    _store_with(db, 2)
+    _checkpointed(db)
+    db_recovery.backup(db, force=True)
+    asides = []
+    for _ in range(2):
+        _damage(db, "truncated")
+        asides.append(db_recovery.restore(db)[1])
+    assert asides[0] != asides[1] and all(a.exists() for a in asides)
+
+
+# the tester's data dir: 5 conversations, 8 messages, one conversation with none; page 4 holds the messages
+def _five_conversations(db: Path) -> None:
+    store = ConversationStore(db)
+    for i, count in enumerate((2, 2, 2, 2, 0)):
+        store.create(f"c{i}", title=f"Title {i}")
+        for j in range(count):
+            store.append(f"c{i}", "user" if j % 2 == 0 else "assistant", f"conversation {i} message {j}")
+    store.close()
+    _checkpointed(db)
+    assert _page_owners(db)[4] == "messages" and _page_owners(db)[2] == "conversations"
+
+
+def _salvage_after(tmp_path, *pages: int) -> tuple[dict, str, Path]:
+    """Overwrite ``pages`` with 0xab as the tester did and run the real 'db salvage'; (its JSON, its line)."""
+    home = tmp_path / "home"
+    db = resolve_paths(home).ensure().conversations_db
+    _five_conversations(db)
+    with open(db, "r+b") as fh:
+        for page in pages:
+            fh.seek((page - 1) * 4096)
+            fh.write(b"\xab" * 4096)
+    copy = tmp_path / "copy.sqlite3"
+    copy.write_bytes(db.read_bytes())
+    out = run_cli("db", "salvage", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    shutil.copyfile(copy, db)  # once more for the line a person reads
+    line = run_cli("db", "salvage", home=home)
+    assert line.returncode == 0, line.stderr
+    return json.loads(out.stdout), line.stdout, db
+
+
+def test_salvage_counts_the_messages_of_a_lost_page_instead_of_saying_nothing_was_lost(tmp_path):
+    """Page 4 overwritten: every message gone, and the salvage said 'nothing was lost'. The indexes of the
+    messages table still list all 8."""
+    report, line, db = _salvage_after(tmp_path, 4)
+    assert report["messages"] == 0 and report["missing_messages"] == 8 and report["unreadable_ends"] == []
+    assert "8 message(s) could not be read" in line and "nothing was lost" not in line
+    assert len(ConversationStore(db).list()) == 5
+
+
+def test_salvage_keeps_every_message_when_page_1_is_lost(tmp_path):
+    """Page 1 (the list of tables) overwritten: the messages on page 4 are intact and all kept."""
+    report, line, db = _salvage_after(tmp_path, 1)
+    assert report["messages"] == 8 and report["conversations"] == 5 and report["unreadable_pages"] == 1
+    assert "nothing was lost" in line
+    assert {c.id: len(ConversationStore(db).messages(c.id)) for c in ConversationStore(db).list()} == {
+        "c0": 2, "c1": 2, "c2": 2, "c3": 2, "c4": 0}
+
+
+def test_salvage_says_a_conversation_without_messages_on_a_lost_page_is_lost(tmp_path):
+    """Page 2 (every conversation row) overwritten: four come back as "Recovered" for their messages; the
+    fifth had none, so nothing of it is left, and the salvage said 'no message was lost' and no more."""
+    report, line, _db = _salvage_after(tmp_path, 2)
+    assert report["conversations"] == 4 and report["recreated_conversations"] == 4
+    assert report["lost_conversations"] == 1 and report["messages"] == 8
+    assert "1 conversation(s) could not be read" in line and "no message was lost" not in line
+
+
+def test_salvage_says_messages_may_be_lost_when_it_cannot_count_them(tmp_path):
+    """The messages page and every index listing its rows overwritten, or page 1 with it: nothing is left
+    to count from, so the salvage must not claim a count, nor that nothing was lost."""
+    owners = _page_owners_of_five(tmp_path)
+    listing = [p for p, name in owners.items() if name in (
+        "messages", "sqlite_autoindex_messages_1", "messages_by_conversation", "message_fts_docsize")]
+    for pages in (listing, [1, 4]):
+        report, line, _db = _salvage_after(tmp_path / str(pages[0] + len(pages)), *pages)
+        assert "messages" in report["unreadable_ends"], pages
+        assert "messages" in line and "may be lost" in line and "nothing was lost" not in line, line
+
+
+def _page_owners_of_five(tmp_path) -> dict[int, str]:
+    db = tmp_path / "probe" / "conversations.sqlite3"
+    db.parent.mkdir(parents=True)
+    _five_conversations(db)
+    return _page_owners(db)
