@@ -165,7 +165,8 @@ def tokenizer_source(paths, model: str | None) -> Path:
 
 
 def _service(args: argparse.Namespace) -> Hearth:
-    return Hearth(data_paths(args), model=args.model, weights=args.weights, provider=args.provider)
+    return Hearth(data_paths(args), model=args.model, weights=args.weights, provider=args.provider,
+                  context_length=getattr(args, "context", None))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -197,7 +198,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     payload = {
         "prompt_tokens": list(result.prompt_tokens), "tokens": list(result.tokens), "text": result.text,
         "stop_reason": str(result.stop_reason), "provider": model.provider,
-        "provider_note": model.note, "weights": model.weights, "timings": timings,
+        "provider_note": model.note, "weights": model.weights, "context_length": model.context_length,
+        "timings": timings,
     }
     if args.top_logprobs is not None:
         payload["logprobs"] = [lp.as_dict() for lp in result.logprobs]
@@ -251,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--weights", choices=list(PRECISIONS), default=DEFAULT_PRECISION,
                            help="weight precision of the converted model (default: %(default)s)")
 
+    def context_option(p: argparse.ArgumentParser) -> None:  # Hearth(context_length=): overrides the library's choice
+        p.add_argument("--context", type=cli_library.context_limit, metavar="TOKENS",
+                       help="use at most this many tokens of context (default: the library's choice for the model, "
+                            "'hearth-cli model context'; else its own, shortened to fit free memory)")
+
     parser = argparse.ArgumentParser(prog="hearth-cli", parents=[common], description="Hearth's engine, headless.")
     parser.add_argument("--version", action="version", version=f"hearth-cli {engine.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -266,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"report each token's log-probability and the K (0-{MAX_TOP_LOGPROBS}) most likely tokens")
     sampling_options(gen)
     model_options(gen)
+    context_option(gen)
     gen.set_defaults(func=cmd_generate)
 
     chat = sub.add_parser("chat", parents=[common], help="one turn of a stored conversation, resumed from its checkpoint")
@@ -276,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long to wait while another Hearth process runs a turn on it (default: %(default)g)")
     sampling_options(chat)
     model_options(chat)
+    context_option(chat)
     chat.set_defaults(func=cli_store.cmd_chat)
 
     conversations = sub.add_parser("conversations", parents=[common], help="list stored conversations or print one")

@@ -64,6 +64,19 @@ def context_tokens(text: str) -> int | None:
     return tokens
 
 
+def context_limit(text: str) -> int:
+    """argparse type of ``generate`` and ``chat``'s ``--context``: a whole number of tokens from 16 to the
+    longest context any file may declare (engine/arch/hparams.py), else exit 2 before a model loads."""
+    from engine.arch.hparams import MAX_CONTEXT_LENGTH
+
+    tokens = context_tokens(text)
+    if tokens is None:
+        raise argparse.ArgumentTypeError("must be a number of tokens (leave the option out for the automatic context)")
+    if tokens > MAX_CONTEXT_LENGTH:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CONTEXT_LENGTH:,} tokens, got {tokens:,}")
+    return tokens
+
+
 def _library(args: argparse.Namespace) -> ModelLibrary:
     return ModelLibrary(data_paths(args), weights=getattr(args, "weights", DEFAULT_PRECISION))
 

@@ -63,7 +63,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise PromptError(f"--wait must be 0 or more seconds, got {args.wait}")
     paths = data_paths(args)
     model, why = chat_model(paths, args.conversation, args.model)
-    hearth = Hearth(paths, model=model, weights=args.weights, provider=args.provider, turn_wait_s=args.wait)
+    hearth = Hearth(paths, model=model, weights=args.weights, provider=args.provider, turn_wait_s=args.wait,
+                    context_length=args.context)
     try:
         return _chat(args, hearth, params, why)
     finally:

@@ -201,7 +201,8 @@ class ModelLibrary:
         if gpu is not None:
             weights, kv, available = gpu
             where = "GPU memory"
-        return MemoryFit(model.title, context, weights, kv, available or 0, where, memory.fits(weights + kv, available),
+        needed = weights + kv  # memory.needed_bytes, the sum the automatic context was picked to fit
+        return MemoryFit(model.title, context, weights, kv, available or 0, where, memory.fits(needed, available),
                          memory.fit_message(model.title, weights, kv, context, available, where))
 
     def fetch(self, name: str, progress: ProgressFn | None = None, cancel: Cancel = None, *,
@@ -424,7 +425,7 @@ class ModelLibrary:
         if model.context_setting is not None:
             chosen = min(model.context_setting, own) if own else model.context_setting
         else:
-            chosen = memory.auto_context(own, resident, kv_per_token, available)
+            chosen = memory.auto_context(own, resident, kv_per_token, available, peak or None)
         return replace(model, chosen_context=chosen, ram_weights_bytes=peak, ram_resident_bytes=resident,
                        kv_bytes_per_token=kv_per_token,
                        ram_kv_bytes=memory.context_bytes(resident, peak, kv_per_token, chosen) if peak else 0)
@@ -614,7 +615,7 @@ def _gpu_plan(model: LibraryModel, provider: str, weights: str, context: int) ->
         return None
     from engine.arch import architecture_for, fp16_activations_ok
     from engine.loader import cuda_variant
-    from engine.model.footprint import model_footprint
+    from engine.model.footprint import model_footprint, rotary_table_bytes
     from engine.model.gguf_file import GGUFModel
     from engine.runtime import providers
 
@@ -623,9 +624,11 @@ def _gpu_plan(model: LibraryModel, provider: str, weights: str, context: int) ->
     gguf = GGUFModel(model.path)
     if not fp16_activations_ok(architecture_for(gguf)):
         return None  # such a model runs on the CPU
-    footprint = model_footprint(gguf, cuda_variant(weights, Path(model.path)) or weights)
+    variant = cuda_variant(weights, Path(model.path)) or weights
+    footprint = model_footprint(gguf, variant)
     per_token = footprint.kv_cache_bytes // footprint.context_length if footprint.context_length else 0
-    return footprint.weights_bytes, per_token * context, free
+    # The rotary tables load with the weights, as the RAM estimate (engine/model/facts.py) counts them.
+    return footprint.weights_bytes + rotary_table_bytes(gguf.config(), variant), per_token * context, free
 
 
 def _same_file(a: Path, b: Path) -> bool:

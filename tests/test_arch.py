@@ -191,6 +191,16 @@ def _bad(tmp_path, arch_gguf, tiny_gguf, case: str) -> Path:
         return rewrite_gguf(arch_gguf("gemma3"), dst, values={"gemma3.attention.head_count_kv": 4})
     if case == "context-2^31-1":  # conversion asked numpy for 16 GiB of rope positions (issue 27)
         return rewrite_gguf(tiny_gguf, dst, values={"llama.context_length": 2**31 - 1})
+    if case == "block_count-100000":  # was "needs 78.7 GB for 512 tokens of context" (issue 27)
+        return rewrite_gguf(tiny_gguf, dst, values={"llama.block_count": 100_000})
+    if case == "block_count-40":  # plausible, but the file holds 2 layers' tensors
+        return rewrite_gguf(tiny_gguf, dst, values={"llama.block_count": 40})
+    if case == "embedding_length-10^7":
+        return rewrite_gguf(tiny_gguf, dst, values={"llama.embedding_length": 10**7})
+    if case == "feed_forward_length-2^31":
+        return rewrite_gguf(tiny_gguf, dst, values={"llama.feed_forward_length": 2**31})
+    if case == "expert_count-10^6":
+        return rewrite_gguf(tiny_gguf, dst, new_values={"llama.expert_count": (10**6, GGUFValueType.UINT32)})
     if case == "vocabulary-cut-to-100":  # once "internal error: Exception: Error while initializing BPE"
         return rewrite_gguf(tiny_gguf, dst, values=cut_vocabulary(GGUFModel(tiny_gguf), 100))
     if case == "merge-out-of-vocabulary":
@@ -212,6 +222,11 @@ BAD_FILES = {
     "gemma3-head-counts": r"blk\.0\.attn_k\.weight has shape \[64, 64\], expected \[64, 128\] for 4 query / 4 KV heads of 32",
     "context-2^31-1": r"'llama\.context_length' declares a context of 2,147,483,647 tokens; Hearth runs models of up "
                       r"to 1,048,576",
+    "block_count-100000": r"'llama\.block_count' declares 100,000; no real model has more than 1,024",
+    "block_count-40": r"'llama\.block_count' declares 40 layers but the file holds tensors for 2 \(the file is damaged\)",
+    "embedding_length-10^7": r"'llama\.embedding_length' declares 10,000,000; no real model has more than 65,536",
+    "feed_forward_length-2^31": r"'llama\.feed_forward_length' declares 2,147,483,648; no real model has more than 262,144",
+    "expert_count-10^6": r"'llama\.expert_count' declares 1,000,000; no real model has more than 4,096",
     "vocabulary-cut-to-100": r"the tokenizer vocabulary holds 100 tokens but the model's embedding table has",
     "merge-out-of-vocabulary": r"tokenizer merge 46 \('zq xj'\) names a token that is not in its vocabulary",
 }
@@ -233,11 +248,21 @@ def test_a_damaged_file_of_each_architecture_is_refused_before_converting(tmp_pa
 
 
 @pytest.mark.parametrize("case", ["qwen2-head-counts", "qwen3-no-q-norm", "gemma3-no-post-norm", "context-2^31-1",
+                                  "block_count-100000", "block_count-40",
                                   "vocabulary-cut-to-100", "merge-out-of-vocabulary"])
 def test_the_cli_reports_a_damaged_file_in_one_line(tmp_path, arch_gguf, tiny_gguf, case):
     path = _bad(tmp_path, arch_gguf, tiny_gguf, case)
     proc = run_cli("generate", "--prompt", "hi", "--model", str(path), "--data-dir", str(tmp_path / "home"))
     assert_clean_error(proc, re.sub(r"\\(.)", r"\1", BAD_FILES[case]))
+
+
+def test_the_library_lists_an_implausible_block_count_as_damaged_not_as_too_large(tmp_path, arch_gguf, tiny_gguf):
+    from engine.model.facts import read_facts
+
+    facts = read_facts(_bad(tmp_path, arch_gguf, tiny_gguf, "block_count-100000"), "int4")
+    assert facts.status == "unreadable" and "block_count" in facts.problem and "GB" not in facts.problem
+    proc = run_cli("model", "info", str(tmp_path / "block_count-100000.gguf"), "--data-dir", str(tmp_path / "home"))
+    assert_clean_error(proc, "'llama.block_count' declares 100,000")
 
 
 # where things live ---------------------------------------------------------------------------------------------

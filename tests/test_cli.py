@@ -447,3 +447,29 @@ def test_model_info_for_an_architecture_that_cannot_run(tmp_path):
     proc = run_cli("model", "info", "--model", str(path))
     assert proc.returncode == 0 and "cannot run yet: falcon.gguf: architecture 'falcon' is not supported" in proc.stdout
     assert "RAM estimate (int4): weights" in proc.stdout and "KV cache" not in proc.stdout
+
+
+def test_a_million_token_model_runs_at_the_picked_context_and_context_is_honoured(tmp_path):
+    """Issue 27: a file declaring 1,000,000 tokens was given a context its own load then refused, and
+    generate and chat had no way to ask for less."""
+    model = str(write_synthetic_gguf(tmp_path / "million.gguf", SyntheticSpec(context_length=1_000_000)))
+    home = tmp_path / "home"
+    info = run_cli("model", "info", model, "--json", home=home)
+    assert info.returncode == 0, info.stderr
+    picked = json.loads(info.stdout)["library"]["chosen_context"]
+    auto = run_cli("generate", "--prompt", "hi", "--max-new-tokens", "2", "--json", "--model", model, home=home)
+    assert auto.returncode == 0, auto.stderr
+    assert json.loads(auto.stdout)["context_length"] == picked
+    chosen = run_cli("generate", "--prompt", "hi", "--max-new-tokens", "2", "--json", "--model", model,
+                     "--context", "2048", home=home)
+    assert chosen.returncode == 0, chosen.stderr
+    assert json.loads(chosen.stdout)["context_length"] == 2048
+    turn = run_cli("chat", "--conversation", "c1", "--message", "hi", "--max-new-tokens", "2", "--json",
+                   "--model", model, "--context", "4096", home=home)
+    assert turn.returncode == 0, turn.stderr
+    assert json.loads(turn.stdout)["context"]["limit"] == 4096
+    for bad in ("0", "-1", str(10**9), "lots"):
+        proc = run_cli("generate", "--prompt", "hi", "--model", model, f"--context={bad}", home=home)
+        errors = [line for line in proc.stderr.splitlines() if "error" in line]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert errors == [proc.stderr.splitlines()[-1]] and "argument --context: must be" in errors[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 from dataclasses import fields
@@ -382,21 +383,26 @@ def long_gguf(tmp_path_factory) -> Path:
     return write_synthetic_gguf(tmp_path_factory.mktemp("long") / "long.gguf", SyntheticSpec(context_length=8192))
 
 
+def _planned(budget: int) -> int:
+    """Free memory that leaves ``budget`` to plan with once the automatic context's headroom is set aside."""
+    return math.ceil(budget / (1 - memory.PICK_HEADROOM_FRACTION)) + 1
+
+
 def test_the_automatic_context_is_capped_to_fit_free_memory(home, long_gguf):
     paths = resolve_paths(home).ensure()
     roomy = ModelLibrary(paths).add(long_gguf)
     assert roomy.chosen_context == 8192
     per_token = roomy.kv_bytes_per_token + memory.ACTIVATION_PER_TOKEN
     # room for the weights, the runtime and 1,000 tokens, after the margin
-    available = memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes + memory.ACTIVATION_BYTES + 1000 * per_token
+    available = _planned(memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes + memory.ACTIVATION_BYTES + 1000 * per_token)
     short = ModelLibrary(paths, available_bytes=available).get("long")
     assert short.context_setting is None and short.chosen_context == 768  # whole 256-token steps
     assert short.ram_bytes <= memory.usable_bytes(available)
     tight = ModelLibrary(paths, available_bytes=memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes)
     assert tight.get("long").chosen_context == memory.MIN_AUTO_CONTEXT  # never below 512 tokens
     # past 2,048 tokens only the KV cache grows: room for 3,000 tokens of it
-    wide = (memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes + memory.ACTIVATION_BYTES
-            + memory.ACTIVATION_PER_TOKEN * memory.ACTIVATION_TOKENS + 3000 * roomy.kv_bytes_per_token)
+    wide = _planned(memory.MARGIN_MIN_BYTES + roomy.ram_resident_bytes + memory.ACTIVATION_BYTES
+                    + memory.ACTIVATION_PER_TOKEN * memory.ACTIVATION_TOKENS + 3000 * roomy.kv_bytes_per_token)
     assert ModelLibrary(paths, available_bytes=wide).get("long").chosen_context == 2816
     hearth = Hearth(paths, model="long", provider="cpu")
     hearth.available_memory = available
@@ -622,3 +628,21 @@ def test_switching_to_a_model_that_does_not_fit_keeps_the_current_one(tiny_home,
         assert hearth.switch_model("long", force=True).context_length == 8192 and hearth.model_key == "long"
     finally:
         hearth.close()
+
+
+def test_the_automatic_context_of_a_million_token_model_passes_the_loads_own_check(home, tmp_path):
+    """Issue 27: a file declaring 1,000,000 tokens was given 454,912, and loading it then refused that as
+    too long for the memory free: the pick was made to the last byte, and the load measured again."""
+    path = write_synthetic_gguf(tmp_path / "million.gguf", SyntheticSpec(context_length=1_000_000))
+    paths = resolve_paths(home).ensure()
+    own = ModelLibrary(paths).add(path)
+    assert own.context_length == 1_000_000 and own.ram_resident_bytes > 64_000_000  # its rotary tables are counted
+    for budget in (450 << 20, 600 << 20, 800 << 20):
+        library = ModelLibrary(paths, available_bytes=budget)
+        model = library.get(own.name)
+        assert memory.MIN_AUTO_CONTEXT < model.chosen_context < 1_000_000
+        assert library.fit(model, model.chosen_context).fits
+        # measured again at load, a little lower (the file's pages were read meanwhile): still accepted
+        assert library.fit(model, model.chosen_context, available_bytes=budget * 99 // 100).fits
+        longer = model.chosen_context + memory.CONTEXT_STEP  # and the pick is the longest that fits
+        assert not library.fit(model, longer, available_bytes=budget - memory.pick_headroom(budget)).fits

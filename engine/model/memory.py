@@ -42,6 +42,8 @@ MARGIN_MIN_BYTES = 256 << 20
 # The automatic context length never goes below this (or the model's own, when shorter) to fit memory.
 MIN_AUTO_CONTEXT = 512
 CONTEXT_STEP = 256  # the CPU KV cache grows in these steps (engine/runtime/kv_cache.py)
+# Slack between the automatic context's plan and the load's check of the same memory (pick_headroom).
+PICK_HEADROOM_FRACTION = 0.02
 
 
 @dataclass(frozen=True)
@@ -97,18 +99,41 @@ def usable_bytes(available: int) -> int:
     return max(0, available - max(MARGIN_MIN_BYTES, int(available * MARGIN_FRACTION)))
 
 
-def auto_context(own: int, resident: int, kv_per_token: int, available: int | None) -> int:
+def needed_bytes(resident: int, peak: int, kv_per_token: int, context: int) -> int:
+    """All a load at ``context`` tokens takes: ``peak`` (weights_peak) and what the context adds. The one
+    sum both the automatic context and the load's check (engine/library.py ``fit``) test against ``fits``."""
+    return peak + context_bytes(resident, peak, kv_per_token, context)
+
+
+def auto_context(own: int, resident: int, kv_per_token: int, available: int | None, peak: int | None = None) -> int:
     """The model's own context, shortened (in whole KV growth steps, not below MIN_AUTO_CONTEXT) so that
-    running it fits the memory that is free; the model's own when that is unknown."""
+    ``needed_bytes`` at it ``fits`` the memory that is free, less ``pick_headroom``; the model's own when
+    that is unknown. ``peak``: weights_peak (None: the settled weights with working memory)."""
     if available is None or kv_per_token <= 0:
         return own
-    room = max(0, usable_bytes(available) - resident - ACTIVATION_BYTES)
-    fitting = room // (kv_per_token + ACTIVATION_PER_TOKEN)
-    if fitting > ACTIVATION_TOKENS:  # past there only the KV cache grows
-        fitting = (room - ACTIVATION_PER_TOKEN * ACTIVATION_TOKENS) // kv_per_token
-    if fitting >= own:
+    peak = resident + ACTIVATION_BYTES if peak is None else peak
+    planned = max(0, available - pick_headroom(available))
+
+    def fitting(context: int) -> bool:
+        return fits(needed_bytes(resident, peak, kv_per_token, context), planned)
+
+    if fitting(own):
         return own
-    return min(own, max(MIN_AUTO_CONTEXT, fitting // CONTEXT_STEP * CONTEXT_STEP))
+    # The largest whole number of steps that fits, found with the very test the load applies (a bisection:
+    # the sum grows with the context), so the pick cannot be one the load then refuses.
+    low, high = 0, own // CONTEXT_STEP  # steps: fitting(low * STEP) is assumed, fitting(own) is not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fitting(middle * CONTEXT_STEP) else (low, middle)
+    return min(own, max(MIN_AUTO_CONTEXT, low * CONTEXT_STEP))
+
+
+def pick_headroom(available: int) -> int:
+    """What the automatic context leaves free beyond the load's own margin: the load measures the free
+    memory again moments later, after the file's header and tensors were read (in a container, their
+    pages count against its limit), and a pick made to the last byte was refused then: a 1,000,000-token
+    model was given 454,912 tokens, and its load said "21.0 GB … of 23.6 GB free, choose a shorter context"."""
+    return int(available * PICK_HEADROOM_FRACTION)
 
 
 def fits(needed: int, available: int | None) -> bool:
