@@ -513,18 +513,14 @@ class Hearth:
         with self._turn_lock(cid, emit, cancel):
             set_aside = self._set_aside_reply(cid, request)
             try:
-                user_seq, planned = self._store_message(request, create)
+                user_seq, planned = self._store_message(request, create)  # checked, then stored
                 convs = self.conversations
                 chat = convs.chat_messages(cid)
-                if request.continue_reply and (not chat or chat[-1]["role"] != "assistant"):
-                    raise PromptError("the conversation does not end in a reply, so there is none to continue")
                 if planned is not None and planned[0] == chat:
                     view = planned[1]
-                else:  # answering what is stored, or the stored chat is not what was checked
+                else:  # no model to check with, or the stored chat is not what was checked
                     view = self._plan_view(cid, chat, request, convs.require(cid).settings)
                 emit(Accepted(cid, user_seq, tuple(convs.messages(cid)), view.dropped))
-                if not any(m["role"] == "user" for m in chat):
-                    raise PromptError("the conversation has no message to answer")
                 return self._answer(cid, view, request, emit, cancel)
             finally:
                 if set_aside is not None:
@@ -577,20 +573,33 @@ class Hearth:
         return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(lambda: emit(Waiting(cid)), give_up)
 
     def _store_message(self, request: TurnRequest, create: bool) -> tuple[int | None, tuple[list[dict], ViewWindow] | None]:
-        """(the stored message's seq, (the chat it made, the view a turn reads of it)). A message the
-        turn could not read (ContextFullError) is refused before it is stored: then the conversation is
-        not left ending in a message no turn can answer. Without a model nothing is checked."""
+        """(the stored message's seq, (the chat it made, the view a turn reads of it)). Plan, then store,
+        as a bound server request does: the chat the turn would read (the new system prompt, the stored
+        messages, the new message) is checked and, with a model, rendered against the context first;
+        only a turn that passes creates the conversation or stores its system prompt and message. So a
+        refused turn (ContextFullError, a template that rejects the chat, nothing to answer) leaves no
+        empty conversation, no system prompt that makes every later turn too long, and no message no
+        turn can answer. Without a model only the shape is checked (the turn then stops at ``_answer``)."""
         convs, cid = self.conversations, request.conversation
-        conv = convs.ensure(cid) if create else convs.require(cid)
-        if request.system_prompt is not None and request.system_prompt != conv.system_prompt:
-            convs.set_system_prompt(cid, request.system_prompt)
-        if request.user_message is None:
-            return None, None
+        conv = convs.get(cid) if create else convs.require(cid)
+        stored_system = conv.system_prompt if conv is not None else ""
+        system = stored_system if request.system_prompt is None else request.system_prompt
+        new = [] if request.user_message is None else [{"role": "user", "content": request.user_message}]
+        stored = [m.as_chat() for m in convs.messages(cid)] if conv is not None else []
+        chat = ([{"role": "system", "content": system}] if system else []) + stored + new
+        if request.continue_reply and (not chat or chat[-1]["role"] != "assistant"):
+            raise PromptError("the conversation does not end in a reply, so there is none to continue")
+        if not any(m["role"] == "user" for m in chat):
+            raise PromptError("the conversation has no message to answer")
         planned = None
         if self._planner is not None:
-            chat = convs.chat_messages(cid) + [{"role": "user", "content": request.user_message}]
-            planned = chat, self._plan_view(cid, chat, request, conv.settings)
-        return convs.append(cid, "user", request.user_message).seq, planned
+            planned = chat, self._plan_view(cid, chat, request, conv.settings if conv is not None else {})
+        if conv is None:
+            conv = convs.ensure(cid, system)  # created with its system prompt in one write
+        if system != conv.system_prompt:
+            convs.set_system_prompt(cid, system)
+        seq = None if request.user_message is None else convs.append(cid, "user", request.user_message).seq
+        return seq, planned
 
     def _answer(self, cid: str, view: ViewWindow, request: TurnRequest, emit: EventSink,
                 cancel: CancelToken | None) -> Finished:

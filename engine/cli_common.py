@@ -79,8 +79,10 @@ def read_messages(path: str) -> list[dict]:
         data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise PromptError(f"messages file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptError(f"cannot read messages file {path}: {exc}") from None
+    except OSError as exc:  # strerror alone: "[Errno 22] …: 'path'" says the path twice, in Python's words
+        raise PromptError(f"cannot read messages file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"cannot read messages file {path}: it is not UTF-8 text ({exc.reason})") from None
     except ValueError as exc:
         raise PromptError(f"messages file {path} is not valid JSON: {exc}") from None
     validate_messages(data)

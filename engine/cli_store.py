@@ -35,9 +35,9 @@ from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
 from engine.cli_common import Progress, data_paths, emit, sampling_from_args, stream_text
 from engine.conversations import ConversationStore, check_id
-from engine.errors import ConversationError, HearthError, PromptError
+from engine.errors import ContextFullError, ConversationError, HearthError, PromptError
 from engine.text.terminal_safe import terminal_safe
-from engine.types import ConversationSummary, Token, TurnRequest, Waiting
+from engine.types import ContextPolicy, ConversationSummary, Token, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +101,9 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
 
 def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = None) -> int:
     request = TurnRequest(args.conversation, args.message, params, args.max_new_tokens, args.system)
-    try:
-        model = hearth.load(Progress("converting").setup)
-    except HearthError:
-        hearth.store_message(request, create=True)  # no model to answer: still keep what was typed
-        raise
+    # No model, nothing stored: as the window gives a refused message back to the composer, the message
+    # is still on the command line, and a stored one nothing answered would leave the chat ending in it.
+    model = hearth.load(Progress("converting").setup)
     if why is not None:  # the answer comes from another model than last time: say which
         sys.stderr.write(terminal_safe(f"note: conversation {args.conversation} was {why}; {model.label} "
                                        f"({hearth.model_key}) answers this turn") + "\n")
@@ -119,6 +117,8 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
 
     try:
         turn = hearth.run_turn(request, on_event, create=True)
+    except ContextFullError as exc:
+        raise context_full(args.conversation, exc) from None
     except ConversationError as exc:
         if args.json and exc.unstored_reply is not None:  # the reply is nowhere else now: a script still gets it
             emit(args, {"conversation": request.conversation, "reply": exc.unstored_reply, "stored": False,
@@ -153,6 +153,19 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
             stored = "the reply is stored; " if turn.reply_seq is not None else ""
             sys.stderr.write(f"warning: {stored}{terminal_safe(turn.save.error)}\n")
     return 0
+
+
+def context_full(conversation: str, exc: ContextFullError) -> ContextFullError:
+    """The refusal in the CLI's words: the window's advice (its new-chat and drop-oldest buttons) is
+    nothing a command line can act on; these are the flags that help. Nothing was stored."""
+    if exc.policy == ContextPolicy.DROP_OLDEST:  # even the newest message alone is too long
+        what = f"your message and the system prompt are {exc.tokens:,} tokens"
+        advice = "shorten the message or the system prompt (--system)"
+    else:
+        what = f"conversation {conversation} with this message is {exc.tokens:,} tokens"
+        advice = "shorten the message or the system prompt (--system), or start another --conversation"
+    return ContextFullError(exc.tokens, exc.limit, exc.policy, f"{what}, but the model reads at most "
+                            f"{exc.limit:,}: {advice}; nothing was stored")
 
 
 # conversations ---------------------------------------------------------------------------------------
@@ -301,7 +314,7 @@ def cmd_kv_inspect(args: argparse.Namespace) -> int:
         if info["problem"]:
             lines.append(f"  problem: {info['problem']['reason']}: {info['problem']['message']}")
         emit(args, info, "\n".join(lines))
-    return 0
+    return 1 if info["problem"] else 0  # a script must not take a file it cannot read for a sound one
 
 
 def verify_file(path: Path, identity, vocab_size: int | None) -> dict:

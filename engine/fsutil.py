@@ -66,6 +66,16 @@ def _kind(mode: int) -> str:
     return "an unknown kind of file"
 
 
+def irregular_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists and is not a regular file ("a FIFO (named pipe)", "a directory"…),
+    else None (a regular file, or nothing there): so a message can say what is there instead of "not found"."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
 def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
     """``path`` opened for reading as ``open(path, "rb", buffering=...)`` does, but refused
     (``NotRegularFileError``) unless it is a regular file.

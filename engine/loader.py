@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from engine.arch import architecture_for, fp16_activations_ok
 from engine.errors import ModelFileError, ModelNotFoundError, ModelNotInstalledError, ProviderError
+from engine.fsutil import irregular_kind
 from engine.library import ModelLibrary, chosen_model
 from engine.model.conversion_steps import Cancel, StepFn, step_reporter
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
@@ -61,6 +62,8 @@ def resolve_gguf(paths: HearthPaths, model: str | Path | None = None) -> Path:
         return _chosen_gguf(paths) or _default_gguf(paths)
     path = Path(model).expanduser()
     if path.exists():
+        if (kind := irregular_kind(path)) is not None:  # a FIFO would hang the read; a folder is no model
+            raise ModelFileError(f"model file {path} is not a regular file: it is {kind}")
         return path
     if not isinstance(model, str) or os.sep in model or path.suffix.lower() == ".gguf":  # meant as a file
         raise ModelFileError(f"model file not found: {path}")

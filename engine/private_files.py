@@ -30,6 +30,9 @@ def private_dir(path: Path) -> Path:
     missing = []
     p = path
     while not p.exists():
+        if p.is_symlink():  # dangling: mkdir would fail with a bare "File exists" that hides why
+            raise FolderError(f"{p} is a link to {os.readlink(p)}, which does not exist: make that folder, or "
+                              "remove the link")
         missing.append(p)
         p = p.parent
     if not p.is_dir():  # a file (or FIFO…) where the folder or one above it should be

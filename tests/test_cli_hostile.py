@@ -218,7 +218,36 @@ def test_issue27_generate_messages_from_a_fifo_is_refused(home, tmp_path, tiny_g
     fifo = tmp_path / "messages.json"
     os.mkfifo(fifo)
     proc = run_cli("generate", "--messages", str(fifo), "--model", str(tiny_gguf), home=home, timeout=60)
-    assert_clean_error(proc, "FIFO", "not a regular file")
+    # One plain line naming the file and what it is, not Python's "[Errno 22] …: 'path'"
+    assert_clean_error(proc, f"cannot read messages file {fifo}: it is a FIFO (named pipe), not a regular file")
+    assert "Errno" not in proc.stderr and f"'{fifo}'" not in proc.stderr
+
+
+def test_issue27_a_fifo_for_the_model_file_is_named_as_such(home, tmp_path):
+    fifo = tmp_path / "models" / "fifo.gguf"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    proc = run_cli("generate", "--model", str(fifo), "--prompt", "hi", home=home, timeout=60)
+    assert_clean_error(proc, f"model file {fifo} is not a regular file: it is a FIFO (named pipe)")
+    assert "not found" not in proc.stderr  # it is there: "not found" sent the tester looking for a typo
+
+
+def test_issue27_kv_inspect_of_a_fifo_exits_non_zero_as_verify_does(home, tmp_path):
+    fifo = tmp_path / "fifo.hkv"
+    os.mkfifo(fifo)
+    proc = run_cli("kv", "inspect", str(fifo), home=home, timeout=60)
+    assert proc.returncode == 1 and "problem: io_error" in proc.stdout and "Traceback" not in proc.stderr
+    proc = run_cli("kv", "inspect", str(fifo), "--json", home=home, timeout=60)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["problem"]["reason"] == "io_error"
+    assert run_cli("kv", "verify", str(fifo), home=home, timeout=60).returncode == 1
+
+
+def test_issue27_a_dangling_models_link_is_named_as_such(home, tmp_path):
+    home.mkdir()
+    (home / "models").symlink_to(tmp_path / "gone")
+    proc = run_cli("model", "ls", home=home)
+    assert_clean_error(proc, f"{home / 'models'} is a link to {tmp_path / 'gone'}, which does not exist")
+    assert "File exists" not in proc.stderr
 
 
 def test_issue27_a_fifo_for_a_checkpoint_file_is_rebuilt_not_waited_on(home, tiny_gguf):

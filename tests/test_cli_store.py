@@ -122,8 +122,8 @@ def test_kv_verify_marks_another_models_checkpoint_stale(home, tiny_gguf, tiny_d
 def test_kv_inspect_of_a_foreign_file_names_the_problem(home, tmp_path):
     junk = tmp_path / "junk.hkv"
     junk.write_bytes(b"PK\x03\x04 not a checkpoint")
-    info = json.loads(run_cli("kv", "inspect", str(junk), "--json", home=home).stdout)
-    assert info["problem"]["reason"] == "bad_magic"
+    proc = run_cli("kv", "inspect", str(junk), "--json", home=home)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["problem"]["reason"] == "bad_magic"
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -164,11 +164,60 @@ def test_conversations_ls_and_show(home, tiny_gguf):
     assert f"{reply['model']}]" in text  # the caption the window shows, on the reply's line
 
 
+def stored_ids(home: Path) -> set[str]:
+    db = home / "conversations.sqlite3"
+    return ConversationStore(db).ids() if db.exists() else set()
+
+
 def test_chat_without_a_model_says_how_to_get_one(home):
     proc = run_cli("chat", "--conversation", "c", "--message", "hi", home=home)
     assert_clean_error(proc, "model fetch")
-    # The message was stored before the model was needed: nothing typed is lost.
-    assert ConversationStore(home / "conversations.sqlite3").chat_messages("c")[-1]["content"] == "hi"
+    # Refused before anything was stored: the message is still on the command line, and a stored one no
+    # reply follows would leave the chat ending in it (issue 27: the tester's "1 message, no reply").
+    assert stored_ids(home) == set()
+
+
+def test_chat_with_a_model_it_cannot_find_stores_nothing(home, tiny_gguf):
+    assert chat(home, "--conversation", "kept", "--message", "one", model=tiny_gguf).returncode == 0
+    proc = run_cli("chat", "--conversation", "t2", "--message", "hi", "--model", "nonexist", home=home)
+    assert_clean_error(proc, "no model called 'nonexist'")
+    proc = run_cli("chat", "--conversation", "kept", "--message", "two", "--model", "nonexist", home=home)
+    assert_clean_error(proc, "no model called 'nonexist'")
+    convs = ConversationStore(home / "conversations.sqlite3")
+    assert convs.ids() == {"kept"} and [m.content for m in convs.messages("kept")][0] == "one"
+    assert len(convs.messages("kept")) == 2
+
+
+LONG_SYSTEM = "hello world " * 4500  # the tester's input: far past any context
+
+
+def test_a_turn_too_long_stores_no_conversation_and_no_system_prompt(home, tiny_gguf):
+    proc = chat(home, "--conversation", "ok1", "--message", "hi", "--system", LONG_SYSTEM, model=tiny_gguf)
+    assert_clean_error(proc, "conversation ok1 with this message is ", "but the model reads at most 256: shorten "
+                       "the message or the system prompt (--system), or start another --conversation; nothing was stored")
+    assert "Start a new chat" not in proc.stderr  # the window's buttons, not the CLI's flags
+    assert stored_ids(home) == set()  # no empty "(untitled)" conversation
+    # Nothing of the refused turn stays to make the next one too long.
+    assert chat(home, "--conversation", "ok1", "--message", "hi", model=tiny_gguf).returncode == 0
+    before = ConversationStore(home / "conversations.sqlite3").chat_messages("ok1")
+    proc = chat(home, "--conversation", "ok1", "--message", "again", "--system", LONG_SYSTEM, model=tiny_gguf)
+    assert_clean_error(proc, "shorten the message or the system prompt (--system)")
+    assert ConversationStore(home / "conversations.sqlite3").chat_messages("ok1") == before
+    assert chat(home, "--conversation", "ok1", "--message", "again", model=tiny_gguf).returncode == 0
+
+
+def test_a_first_turn_the_template_refuses_stores_nothing(home, tiny_gguf, tmp_path):
+    from .gguf_edit import rewrite_gguf
+
+    template = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}"
+                "{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    model = rewrite_gguf(tiny_gguf, tmp_path / "nosystem.gguf", values={"tokenizer.chat_template": template})
+    proc = chat(home, "--conversation", "tpl", "--message", "hi", "--system", "Be brief.", model=model)
+    assert_clean_error(proc, "no system role")
+    assert stored_ids(home) == set()
+    assert chat(home, "--conversation", "tpl", "--message", "hi", model=model).returncode == 0
+    assert ConversationStore(home / "conversations.sqlite3").require("tpl").system_prompt == ""
 
 
 @pytest.mark.real_model

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine.arch import architecture_for, fp16_activations_ok, get_architecture
 from engine.errors import HearthError, ModelFileError, UnsupportedModelError
-from engine.fsutil import atomic_write, fsync_dir, read_json, sha256_file
+from engine.fsutil import atomic_write, fsync_dir, irregular_kind, read_json, sha256_file
 from engine.model.conversion_steps import CHECKING, READING, Cancel, ConversionSteps, StepFn, step_reporter
 from engine.model.facts import sidecar_digest
 from engine.model.gguf_file import GGUFModel
@@ -112,7 +112,9 @@ def ensure_converted(
     steps = ConversionSteps(Path(gguf_path).name, step_reporter(progress, report), cancel)
     prec = get_precision(precision)
     if not Path(gguf_path).is_file():
-        raise ModelFileError(f"model file not found: {gguf_path}")
+        kind = irregular_kind(Path(gguf_path))
+        raise ModelFileError(f"model file {gguf_path} is not a regular file: it is {kind}" if kind
+                             else f"model file not found: {gguf_path}")
     if prec.compute == "float16":
         refuse_fp16_overflow(GGUFModel(gguf_path), prec.name)
     # A cache hit needs only the hash; the GGUF is parsed (and validated) only to build.
