@@ -193,3 +193,29 @@ def arrow_points(header, section: int) -> str:
             rows.append(dark)
     assert rows, "no arrow drawn"
     return "down" if rows[0] > rows[-1] else "up"
+
+
+def test_esc_in_the_search_box_clears_the_search_before_it_closes_the_browser(qtbot, windows):
+    """Esc typed in the search box closed the whole browser, the search with it (as a find bar: Esc clears
+    what is typed, and only an empty box or focus elsewhere closes)."""
+    w = windows()
+    w.store.create(title="lighthouse notes")
+    w.reload_list()
+    b = open_browser(qtbot, w)
+    b.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is b, timeout=TIMEOUT)
+    b.query.setFocus()
+    qtbot.keyClicks(b.query, "lighthouse")
+    qtbot.keyClick(b.query, Qt.Key.Key_Escape)
+    assert b.query.text() == "" and b.isVisible()
+    qtbot.keyClick(b.query, Qt.Key.Key_Escape)  # the box is empty now: Esc closes
+    qtbot.waitUntil(lambda: not b.isVisible(), timeout=TIMEOUT)
+    # text left in the box with the focus in the list: Esc closes, the search stays for the next opening
+    w.show_browser()
+    b.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is b, timeout=TIMEOUT)
+    qtbot.keyClicks(b.query, "notes")
+    b.table.setFocus()
+    qtbot.keyClick(b.table, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not b.isVisible(), timeout=TIMEOUT)
+    assert b.query.text() == "notes"
