@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Mapping
 
@@ -159,3 +161,14 @@ def version_chosen_note(index: int, counted: ChatTokens | None = None) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 conversation', '2 conversations', '1,024 matches' (``many``: the plural when not word + 's')."""
     return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+# A GGUF's quantization at the end of its file name: "-Q4_K_M", ".Q4_1", "-IQ4_XS", "-F16", "-bf16".
+_QUANT_SUFFIX = re.compile(r"[-._](?:I?Q\d\w*|B?F(?:16|32))$", re.IGNORECASE)
+
+
+def short_model_label(info: ModelInfo) -> str:
+    """The model label without the file name's quantization (the precision that runs follows it anyway):
+    what the status bar shows when the whole label does not fit."""
+    name = _QUANT_SUFFIX.sub("", info.name) or info.name
+    return model_label(dataclasses.replace(info, name=name))
