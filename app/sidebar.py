@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.elided_label import elide_title
-from app.text import age, count
+from app.text import age, count, display_safe
 from engine.types import ContextBadge, ContextState
 
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -163,7 +163,7 @@ class ConversationList(QListWidget):
         if tokens is not None:
             item.setData(TOKENS_ROLE, tokens)
         if model is not None:
-            item.setData(MODEL_ROLE, model)
+            item.setData(MODEL_ROLE, display_safe(model))
         self._refresh(item)
         self._regroup()
         return item
@@ -189,7 +189,7 @@ class ConversationList(QListWidget):
                     self.setCurrentItem(current)
             for cid, title, updated_ms, *rest in rows:
                 item = items[cid]
-                model = rest[0] if rest else item.data(MODEL_ROLE)
+                model = (display_safe(rest[0]) if rest[0] else rest[0]) if rest else item.data(MODEL_ROLE)  # anyone's text
                 if (item.data(Qt.ItemDataRole.DisplayRole) != (title or "New chat") or item.data(UPDATED_ROLE) != updated_ms
                         or item.data(MODEL_ROLE) != model):
                     item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
