@@ -49,7 +49,7 @@ from app.elided_label import elide_title
 from app.engine_worker import EngineHost
 from app.import_worker import BundleConversations, ImportHost, PendingImport
 from app.rename_dialog import RenameDialog
-from app.text import plural, reply_notes
+from app.text import display_safe, plural, reply_notes
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
@@ -508,7 +508,7 @@ class BrowserWindow(QWidget):
         self.model_filter.clear()
         self.model_filter.addItem("any model", None)
         for m in models:
-            self.model_filter.addItem(m, m)
+            self.model_filter.addItem(display_safe(m), m)
         index = self.model_filter.findData(current)
         self.model_filter.setCurrentIndex(max(0, index))
         self.model_filter.blockSignals(False)

@@ -158,7 +158,7 @@ class ConversationList(QListWidget):
             if selected:
                 self.setCurrentItem(item)
             self.blockSignals(False)
-        item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
+        item.setData(Qt.ItemDataRole.DisplayRole, display_safe(title or "") or "New chat")  # an import's: anyone's
         item.setData(UPDATED_ROLE, updated_ms)
         if tokens is not None:
             item.setData(TOKENS_ROLE, tokens)
@@ -190,9 +190,10 @@ class ConversationList(QListWidget):
             for cid, title, updated_ms, *rest in rows:
                 item = items[cid]
                 model = (display_safe(rest[0]) if rest[0] else rest[0]) if rest else item.data(MODEL_ROLE)  # anyone's text
-                if (item.data(Qt.ItemDataRole.DisplayRole) != (title or "New chat") or item.data(UPDATED_ROLE) != updated_ms
+                shown = display_safe(title or "") or "New chat"
+                if (item.data(Qt.ItemDataRole.DisplayRole) != shown or item.data(UPDATED_ROLE) != updated_ms
                         or item.data(MODEL_ROLE) != model):
-                    item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
+                    item.setData(Qt.ItemDataRole.DisplayRole, shown)
                     item.setData(UPDATED_ROLE, updated_ms)
                     item.setData(MODEL_ROLE, model)
                     self._refresh(item)

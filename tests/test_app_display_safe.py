@@ -11,6 +11,7 @@ from app.text import display_safe
 
 from .gguf_edit import rewrite_gguf
 from .qt_helpers import TIMEOUT, send, use_settings, wait_idle
+from .test_app_browser_polish import open_browser
 from .test_app_delete_and_captions import shown_notes
 from .test_app_models import open_dialog
 
@@ -66,3 +67,21 @@ def test_a_models_control_characters_never_reach_the_window_raw(qtbot, windows, 
         if d.table.item(r, 0).data(Qt.ItemDataRole.UserRole) == key:
             d.table.selectRow(r)
     assert SHOWN in d.details.text() and not raw(d.details.text())
+
+
+def test_a_chats_title_and_model_label_from_the_database_are_shown_escaped(qtbot, windows):
+    """An imported chat's title and the model label it names come from anyone's file."""
+    w = windows()
+    c = w.store.create(title=f"Invoice{EVIL}")
+    w.store.append(c.id, "user", "hi")
+    w.store.append(c.id, "assistant", "hello", "cancelled", EVIL)
+    w.reload_list()
+    item = w.sidebar.item_for(c.id)
+    title = item.data(Qt.ItemDataRole.DisplayRole)
+    assert title == f"Invoice{SHOWN}" and not raw(item.toolTip())
+    w.sidebar.grab()  # paints every row
+    assert not any(raw(t) for t in w.sidebar.itemDelegate().drawn_titles.values())
+    b = open_browser(qtbot, w)
+    row = b.ids_shown().index(c.id)
+    cell = b.proxy.index(row, 0)
+    assert b.proxy.data(cell) == f"Invoice{SHOWN}" and not raw(b.proxy.data(cell, Qt.ItemDataRole.ToolTipRole))
