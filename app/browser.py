@@ -49,7 +49,7 @@ from app.elided_label import elide_title
 from app.engine_worker import EngineHost
 from app.import_worker import BundleConversations, ImportHost, PendingImport
 from app.rename_dialog import RenameDialog
-from app.text import plural, reply_notes
+from app.text import display_safe, plural, reply_notes
 from app.transcript import TranscriptView, copy_to_clipboard
 from engine.api import (
     ConversationStore,
@@ -238,17 +238,29 @@ class BrowserWindow(QWidget):
         self.reload()
         self.check_contexts(full=False)
 
+    def _escape(self) -> None:
+        if self.query.hasFocus() and self.query.text():
+            self.query.clear()
+        else:
+            self.close()
+
     # layout -----------------------------------------------------------------------------------------------
     def _build(self) -> None:
         outer = QVBoxLayout(self)
         outer.addWidget(self._build_toolbar())
-        self.close_action = QAction("Close the browser", self)  # Esc or Ctrl+W, as any other window
-        keys = [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+W")]  # QKeySequence(StandardKey) is Ctrl+F4 here
+        self.close_action = QAction("Close the browser", self)  # Ctrl+W, as any other window
+        keys = [QKeySequence("Ctrl+W")]  # QKeySequence(StandardKey) is Ctrl+F4 here
         self.close_action.setShortcuts(keys + [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.Close)
                                                if k not in keys])
         self.close_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         self.close_action.triggered.connect(self.close)
         self.addAction(self.close_action)
+        # Esc as in a browser's find bar: it empties a search being typed first, and closes only then.
+        self.escape_action = QAction("Clear the search, or close the browser", self)
+        self.escape_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.escape_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.escape_action.triggered.connect(self._escape)
+        self.addAction(self.escape_action)
         bar = QHBoxLayout()
         self.query = QLineEdit()
         self.query.setPlaceholderText('Search titles and messages — "a phrase", -exclude, prefix*')
@@ -496,7 +508,7 @@ class BrowserWindow(QWidget):
         self.model_filter.clear()
         self.model_filter.addItem("any model", None)
         for m in models:
-            self.model_filter.addItem(m, m)
+            self.model_filter.addItem(display_safe(m), m)
         index = self.model_filter.findData(current)
         self.model_filter.setCurrentIndex(max(0, index))
         self.model_filter.blockSignals(False)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QFontMetrics
 
-from app.text import age, count
+from app.text import age, count, display_safe
 from engine.types import ContextHealth, ContextStatus
 
 COLUMNS = ("Title", "Match", "Created", "Last activity", "Messages", "Tokens", "Model", "Size", "Context")
@@ -38,8 +38,8 @@ def mib(n: int) -> str:
 def size_breakdown(status: ContextStatus) -> str:
     """The Size cell's tooltip when the chat keeps saved context for more than one model: each one's part,
     the one checked (shown in the other cells) first."""
-    first = f"{mib(status.bytes)} for {status.model or 'the model it uses'}" if status.bytes else ""
-    kept = [f"{mib(n)} kept for {model}" for model, n in status.others]
+    first = f"{mib(status.bytes)} for {display_safe(status.model) or 'the model it uses'}" if status.bytes else ""
+    kept = [f"{mib(n)} kept for {display_safe(model)}" for model, n in status.others]  # labels from the files
     return f"{mib(status.disk_bytes)} in all: " + "; ".join([first, *kept] if first else kept)
 
 
@@ -52,13 +52,13 @@ _UNCHECKED = ContextStatus("", ContextHealth.NONE)  # before the first check com
 
 # per column: (text shown, sort key)
 _CELLS = (
-    (lambda r: r["title"] or "New chat", lambda r: (r["title"] or "").lower()),
+    (lambda r: display_safe(r["title"] or "") or "New chat", lambda r: (r["title"] or "").lower()),  # anyone's text
     (lambda r: r["snippet"], lambda r: r["snippet"]),
     (lambda r: time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_ms"] / 1000)), lambda r: r["created_ms"]),
     (lambda r: age(r["updated_ms"]), lambda r: r["updated_ms"]),
     (lambda r: count(r["messages"]), lambda r: r["messages"]),
     (lambda r: count(_ck(r).tokens) if _ck(r).tokens else ("—" if r["checkpoint"] else ""), lambda r: _ck(r).tokens),
-    (lambda r: r["model"], lambda r: r["model"]),
+    (lambda r: display_safe(r["model"] or ""), lambda r: r["model"]),
     (lambda r: mib(_ck(r).disk_bytes) if _ck(r).disk_bytes else "", lambda r: _ck(r).disk_bytes),
     (lambda r: str(r["checkpoint"].health) if r["checkpoint"] else "…", lambda r: _ck(r).health if r["checkpoint"] else ""),
 )
@@ -104,11 +104,11 @@ class ConversationTableModel(QAbstractTableModel):
     @staticmethod
     def _tooltip(row: dict, column: int) -> str | None:
         if column == 0:
-            return row["title"] or "New chat"  # elided in the cell
+            return display_safe(row["title"] or "") or "New chat"  # elided in the cell
         if column == 5 and row["checkpoint"] and not _ck(row).tokens:
             return "No saved context: counted when the chat is next opened"
         if column == 6:
-            return row["model"] or None
+            return display_safe(row["model"] or "") or None
         if column == 7 and _ck(row).others:
             return size_breakdown(_ck(row))
         if column == len(COLUMNS) - 1:

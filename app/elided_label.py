@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QFontMetrics, QPainter
+import math
+
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QFontMetrics, QFontMetricsF, QPainter
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from engine.api import COPY_SUFFIX
@@ -24,18 +26,44 @@ def elide_title(fm: QFontMetrics, title: str, width: int) -> str:
 
 
 class ElidedLabel(QLabel):
-    def __init__(self, text: str = "", parent: QWidget | None = None):
+    """``preferred_width``: the most it asks a layout for (None: its whole text, and it is never made wider
+    than that either, so it sizes to its text and reserves no blank room).
+    ``setText(text, short)``: a shorter form drawn (cut only if need be) when the whole does not fit; it is
+    then what the label asks a layout for, and the whole is in the tooltip.
+    ``least_width``: the narrowest a layout may make it (a label given a stretch shrinks to that first)."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None, *,
+                 preferred_width: int | None = PREFERRED_WIDTH, least_width: int = 0):
         super().__init__(parent)
         self._full = ""
+        self._short = ""
+        self._preferred = preferred_width
+        self._least = least_width  # it is cut down to no less than this (or its text's width, if less)
         self.note = ""  # more for the tooltip, after the whole text when that is cut
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setText(text)
 
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+    def setText(self, text: str, short: str = "") -> None:  # noqa: N802 - Qt's name
         self._full = text
+        self._short = short if short != text else ""
         super().setText(text)  # kept whole for accessibility tools and text()
         self._tip()
+        self._fit()
         self.update()
+
+    def _fit(self) -> None:
+        if self._preferred is None:
+            self.setMaximumWidth(self.text_width())
+        self.updateGeometry()
+
+    def text_width(self, text: str | None = None) -> int:
+        """The width that shows ``text`` (the whole text when None) uncut, margins included."""
+        margins = self.width() - self.contentsRect().width()
+        return self._advance(self._full if text is None else text) + margins
+
+    def _advance(self, text: str) -> int:
+        # Rounded up: QFontMetrics rounds 169.14 px down to 169, and the text drawn in 169 px was cut.
+        return math.ceil(QFontMetricsF(self.font()).horizontalAdvance(text))
 
     def set_note(self, note: str) -> None:
         self.note = note
@@ -43,7 +71,7 @@ class ElidedLabel(QLabel):
 
     def _tip(self) -> None:
         # Not laid out yet (hidden): its width means nothing; the resize that shows it asks again.
-        cut = self.isVisible() and self.fontMetrics().horizontalAdvance(self._full) > self.contentsRect().width()
+        cut = self.isVisible() and self._advance(self._full) > self.contentsRect().width()
         self.setToolTip("\n".join(part for part in (self._full if cut else "", self.note) if part))
 
     def text(self) -> str:
@@ -51,14 +79,21 @@ class ElidedLabel(QLabel):
 
     def elided(self) -> str:
         """What is drawn at the current width."""
-        return self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, self.contentsRect().width())
+        fm, width = self.fontMetrics(), self.contentsRect().width()
+        shown = self._short if self._short and self._advance(self._full) > width else self._full
+        return fm.elidedText(shown, Qt.TextElideMode.ElideRight, width)
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        hint = super().sizeHint()
-        return QSize(min(hint.width(), PREFERRED_WIDTH), hint.height())
+        wanted = self.text_width(self._short or self._full)  # with a short form, what is left may grow it
+        return QSize(wanted if self._preferred is None else min(wanted, self._preferred), super().sizeHint().height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        return QSize(0, super().minimumSizeHint().height())
+        return QSize(min(self._least, self.text_width(self._short or self._full)), super().minimumSizeHint().height())
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # View → text size: the text's width changed
+            self._fit()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)

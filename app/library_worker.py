@@ -12,6 +12,7 @@ import traceback
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.text import shown_model
 from engine.api import HearthPaths, ModelLibrary
 from engine.errors import HearthError
 from engine.types import CancelToken
@@ -56,7 +57,7 @@ class LibraryWorker(QObject):
         problem = self._guard("listing the models", lambda: models.extend(self.library.models()))
         if problem:
             self.changed.emit("list", problem)
-        self.listed.emit(models)
+        self.listed.emit([shown_model(m) for m in models])  # every window list and dialog names them from here
 
     @Slot(str, object)
     def download(self, name: str, cancel: CancelToken) -> None:
@@ -73,7 +74,7 @@ class LibraryWorker(QObject):
         problem = self._guard("adding the model file", lambda: box.append(self.library.add(path)))
         self.changed.emit(f"added {path}", problem)
         if box:
-            self.added.emit(box[0])
+            self.added.emit(shown_model(box[0]))
         self.refresh()
 
     @Slot(str)

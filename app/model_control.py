@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPu
 
 from app.library_worker import LibraryHost
 from app.model_picker import ModelPicker
+from app.text import display_safe
 from engine.types import LibraryModel, ModelInfo
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class ModelControl(QObject):
 
     def title(self, name: str | None) -> str:
         m = self.models.get(name or "")
-        return m.title if m is not None else (name or "the model")
+        return m.title if m is not None else (display_safe(name) if name else "the model")  # a path: anyone's text
 
     def short_title(self, name: str | None) -> str:
         """A chat's model as the sidebar shows it: the title without its details in parentheses."""
@@ -202,7 +203,7 @@ class ModelControl(QObject):
     def add_and_use(self, path: str) -> None:
         """Add a GGUF to the library (linked where it is) and run the open chat on it."""
         self._after_add_use = True
-        self._adding = Path(path).name
+        self._adding = display_safe(Path(path).name)
         self.window.status.say(f"Adding {self._adding}…")
         self.library.request_add.emit(path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QWidget
 
+from app.text import display_safe
 from engine.types import LibraryModel
 
 MANAGE = "\x00manage"  # the last entry's data: opens the Models dialog instead of choosing a model
@@ -30,8 +31,8 @@ class ModelPicker(QComboBox):
         self.clear()
         for m in models:
             if m.status == "ready":
-                self.addItem(m.title, m.name)
-                self.setItemData(self.count() - 1, m.description or m.path or m.name, 3)  # ToolTipRole
+                self.addItem(m.title, m.name)  # the library thread made the title display-safe (shown_model)
+                self.setItemData(self.count() - 1, m.description or display_safe(m.path or m.name), 3)  # ToolTipRole
         self.insertSeparator(self.count())
         self.addItem("Manage models…", MANAGE)
         self.blockSignals(False)

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.library_worker import LibraryHost
-from app.text import byte_size, count, quant_label
+from app.text import byte_size, count, display_safe, quant_label
 from app.theme import error_colour
 from engine.types import LibraryModel
 
@@ -228,7 +228,7 @@ class ModelsDialog(QDialog):
         if m.license:
             facts.append(f"licence: {escape(m.license)}")
         if m.path:
-            facts.append(f"file: {escape(m.path)}")
+            facts.append(f"file: {escape(display_safe(m.path))}")  # the path stays exact in the entry
         facts.append({"catalog": "from Hearth's catalog", "added": "a file you added (it stays where it is)",
                       "folder": "found in your models folder"}.get(m.source, m.source))
         lines.append(" · ".join(facts))

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.elided_label import elide_title
-from app.text import age, count
+from app.text import age, count, display_safe
 from engine.types import ContextBadge, ContextState
 
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -158,12 +158,12 @@ class ConversationList(QListWidget):
             if selected:
                 self.setCurrentItem(item)
             self.blockSignals(False)
-        item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
+        item.setData(Qt.ItemDataRole.DisplayRole, display_safe(title or "") or "New chat")  # an import's: anyone's
         item.setData(UPDATED_ROLE, updated_ms)
         if tokens is not None:
             item.setData(TOKENS_ROLE, tokens)
         if model is not None:
-            item.setData(MODEL_ROLE, model)
+            item.setData(MODEL_ROLE, display_safe(model))
         self._refresh(item)
         self._regroup()
         return item
@@ -189,10 +189,11 @@ class ConversationList(QListWidget):
                     self.setCurrentItem(current)
             for cid, title, updated_ms, *rest in rows:
                 item = items[cid]
-                model = rest[0] if rest else item.data(MODEL_ROLE)
-                if (item.data(Qt.ItemDataRole.DisplayRole) != (title or "New chat") or item.data(UPDATED_ROLE) != updated_ms
+                model = (display_safe(rest[0]) if rest[0] else rest[0]) if rest else item.data(MODEL_ROLE)  # anyone's text
+                shown = display_safe(title or "") or "New chat"
+                if (item.data(Qt.ItemDataRole.DisplayRole) != shown or item.data(UPDATED_ROLE) != updated_ms
                         or item.data(MODEL_ROLE) != model):
-                    item.setData(Qt.ItemDataRole.DisplayRole, title or "New chat")
+                    item.setData(Qt.ItemDataRole.DisplayRole, shown)
                     item.setData(UPDATED_ROLE, updated_ms)
                     item.setData(MODEL_ROLE, model)
                     self._refresh(item)

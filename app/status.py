@@ -8,7 +8,7 @@ import time
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar
 
 from app.elided_label import ElidedLabel
-from app.text import context_label, duration, model_label, model_tooltip, resume_summary
+from app.text import context_label, duration, model_label, model_tooltip, resume_summary, short_model_label
 from app.turns import LiveFigures
 from engine.types import Finished, ModelInfo, Resume
 
@@ -21,23 +21,30 @@ def speed_label(tokens_per_s: float | None, ttft_ms: float | None) -> str:
     return " · ".join(parts)
 
 
-MODEL_LABEL_MAX_PX = 200  # the model picker names it too: at 1,100 px the turn's line needs the room
+MODEL_LEAST_PX = 160  # the model label is cut no narrower, so the model's name always starts there
 
 
 class StatusLine:
+    """How the width is shared: the turn's line asks for its whole text and no more (the blank room goes
+    between it and the figures); the model label has the stretch, so what the line leaves goes to it first,
+    up to its whole label (its name without the quantization suffix when that does not fit). Short of room,
+    the model label gives way down to MODEL_LEAST_PX, then the line is cut; both whole in their tooltips."""
+
     def __init__(self, bar: QStatusBar):
-        self.model = ElidedLabel("")  # a long file name is cut, whole in its tooltip
+        self.model = ElidedLabel(preferred_width=None, least_width=MODEL_LEAST_PX)
         self.model.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
-        self.model.setMaximumWidth(MODEL_LABEL_MAX_PX)
+        self.model.setAccessibleName("Model")
         self.context = QLabel("")
         self.speed = QLabel("")
         self.speed.setAccessibleName("Reply speed")
         self.context.setAccessibleName("Tokens in the context")
-        self.resume = ElidedLabel()
+        self.resume = ElidedLabel(preferred_width=None)
+        self.resume.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.resume.setAccessibleName("How the last turn started")
-        bar.addWidget(self.resume, 1)
-        for label in (self.speed, self.context, self.model):
-            bar.addPermanentWidget(label)
+        bar.addWidget(self.resume)
+        bar.addPermanentWidget(self.speed)
+        bar.addPermanentWidget(self.context)
+        bar.addPermanentWidget(self.model, 1)
         self.limit: int | None = None  # the model's context window, once loaded
         self._model_key: str | None = None  # the model those figures are of
 
@@ -47,7 +54,7 @@ class StatusLine:
             self.resume.setText("")
         self._model_key = info.key
         self.limit = info.context_length
-        self.model.setText(model_label(info))
+        self.model.setText(model_label(info), short_model_label(info))
         self.model.set_note(model_tooltip(info))
         self.context.setText(context_label(0, info.context_length))
 

@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Mapping
 
 from engine.api import reply_caption
-from engine.types import ChatTokens, Finished, ModelInfo, Rebuilt, ReplyFacts, Resume, ResumeSource
+from engine.types import ChatTokens, Finished, LibraryModel, ModelInfo, Rebuilt, ReplyFacts, Resume, ResumeSource
+
+# What a one-line label must not draw raw: C0 controls (tab and newline too), DEL, C1 controls, the bidi
+# marks, embeddings, overrides and isolates, and the line and paragraph separators.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def display_safe(text: str) -> str:
+    """Text from a model file or the database as a label shows it: each control or bidi character written
+    as a visible escape ("\\x1b", "\\u202e"). A GGUF's general.name is anyone's: an ESC or a U+202E drawn
+    raw shows as garbage or reverses what follows it (a name that reads as another model's)."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+def shown_model(model: LibraryModel) -> LibraryModel:
+    """A library entry with the texts its file gave (name, description, licence) made display-safe; the
+    key and the path stay exact, as the library needs them."""
+    return dataclasses.replace(model, title=display_safe(model.title), description=display_safe(model.description),
+                               license=display_safe(model.license))
 
 
 def count(n: int) -> str:
@@ -65,12 +90,12 @@ def resume_summary(resume: Resume) -> str:
 def reply_notes(facts: Mapping[int, ReplyFacts]) -> dict[int, str]:
     """seq → the caption under each stored reply (``ConversationStore.reply_facts``), for the chat pane and
     the browser's preview alike."""
-    return {seq: reply_caption(f.finish, f.model) for seq, f in facts.items()}
+    return {seq: display_safe(reply_caption(f.finish, f.model)) for seq, f in facts.items()}
 
 
 def turn_note(finished: Finished) -> str:
     """The note beside a reply that just finished: its caption (``reply_caption``), and a failed save."""
-    caption = reply_caption(str(finished.stop_reason), finished.model.label)
+    caption = display_safe(reply_caption(str(finished.stop_reason), finished.model.label))
     parts = [caption] if caption else []
     if finished.save is not None and not finished.save.ok:
         parts.append(f"context not saved: {finished.save.error or 'unknown error'}")
@@ -79,7 +104,7 @@ def turn_note(finished: Finished) -> str:
 
 def model_label(info: ModelInfo) -> str:
     base = " · base model" if info.kind == "base" else ""
-    return f"{info.name}{base} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
+    return f"{display_safe(info.name)}{base} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
 
 
 def model_tooltip(info: ModelInfo) -> str:
@@ -159,3 +184,14 @@ def version_chosen_note(index: int, counted: ChatTokens | None = None) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 conversation', '2 conversations', '1,024 matches' (``many``: the plural when not word + 's')."""
     return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+# A GGUF's quantization at the end of its file name: "-Q4_K_M", ".Q4_1", "-IQ4_XS", "-F16", "-bf16".
+_QUANT_SUFFIX = re.compile(r"[-._](?:I?Q\d\w*|B?F(?:16|32))$", re.IGNORECASE)
+
+
+def short_model_label(info: ModelInfo) -> str:
+    """The model label without the file name's quantization (the precision that runs follows it anyway):
+    what the status bar shows when the whole label does not fit."""
+    name = _QUANT_SUFFIX.sub("", info.name) or info.name
+    return model_label(dataclasses.replace(info, name=name))

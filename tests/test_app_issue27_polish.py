@@ -12,10 +12,10 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QMessageBox, QS
 
 from app.config import AppConfig
 from app.sidebar import SUBTITLE_ROLE
-from app.text import plural
+from app.text import model_label, plural, short_model_label
 from engine.api import COPY_SUFFIX
 from engine.paths import resolve_paths
-from engine.types import BundleExported, BundleImported
+from engine.types import BundleExported, BundleImported, ModelInfo
 
 from .qt_helpers import TIMEOUT, new_chat_with_turn, on_ui_thread, send, wait_idle
 from .test_app_browser_polish import answer, duplicates_box, open_browser
@@ -47,11 +47,28 @@ def test_how_the_turn_started_fits_the_status_bar_at_1100_px(qtbot, windows, rea
     send(qtbot, w, "and again")
     wait_idle(qtbot, w)
     qtbot.wait(50)
-    resume = w.status.resume
+    resume, model = w.status.resume, w.status.model
     assert "read" in resume.text() and "new tokens" in resume.text()
     assert resume.elided() == resume.text(), (resume.text(), resume.width())
-    model = w.status.model  # the one cut now, whole in its tooltip
-    assert model.text() in model.toolTip() or model.elided() == model.text()
+    # "SmolLM2-135M-Instruct.Q4_1 ·…" (capped at 200 px) beside a line that held ~440 px, mostly blank: the
+    # model is named whole too, at worst without its file's ".Q4_1", and the line takes only its text's room
+    assert model.text() == model_label(w.model_info)
+    assert model.elided() in (model.text(), short_model_label(w.model_info)), model.elided()
+    assert resume.width() <= resume.text_width() + 1
+    w.resize(700, 700)  # really too narrow: both cut, each whole in its tooltip
+    qtbot.waitUntil(lambda: w.width() == 700 and "…" in resume.elided(), timeout=TIMEOUT)
+    assert resume.text() in resume.toolTip()
+    assert model.elided().endswith("…") and model.elided().startswith("SmolLM2")
+    assert model.toolTip().startswith(model.text())
+
+
+def test_the_model_label_drops_the_file_names_quantization_first():
+    info = ModelInfo("SmolLM2-135M-Instruct.Q4_1", "cpu", "int4", 8192)
+    assert model_label(info) == "SmolLM2-135M-Instruct.Q4_1 · int4 · CPU"
+    assert short_model_label(info) == "SmolLM2-135M-Instruct · int4 · CPU"
+    for stem, name in (("gemma-3-270m-q4_k_m", "gemma-3-270m"), ("Qwen2.5-7B-Instruct-IQ4_XS", "Qwen2.5-7B-Instruct"),
+                       ("phi-3-mini-F16", "phi-3-mini"), ("Q4_0", "Q4_0"), ("tiny", "tiny")):
+        assert short_model_label(ModelInfo(stem, "cuda", "fp16", 1)) == f"{name} · fp16 · CUDA"
 
 
 def test_a_refused_model_file_does_not_leave_adding_on_the_status_line(qtbot, windows, monkeypatch):
@@ -193,3 +210,29 @@ def arrow_points(header, section: int) -> str:
             rows.append(dark)
     assert rows, "no arrow drawn"
     return "down" if rows[0] > rows[-1] else "up"
+
+
+def test_esc_in_the_search_box_clears_the_search_before_it_closes_the_browser(qtbot, windows):
+    """Esc typed in the search box closed the whole browser, the search with it (as a find bar: Esc clears
+    what is typed, and only an empty box or focus elsewhere closes)."""
+    w = windows()
+    w.store.create(title="lighthouse notes")
+    w.reload_list()
+    b = open_browser(qtbot, w)
+    b.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is b, timeout=TIMEOUT)
+    b.query.setFocus()
+    qtbot.keyClicks(b.query, "lighthouse")
+    qtbot.keyClick(b.query, Qt.Key.Key_Escape)
+    assert b.query.text() == "" and b.isVisible()
+    qtbot.keyClick(b.query, Qt.Key.Key_Escape)  # the box is empty now: Esc closes
+    qtbot.waitUntil(lambda: not b.isVisible(), timeout=TIMEOUT)
+    # text left in the box with the focus in the list: Esc closes, the search stays for the next opening
+    w.show_browser()
+    b.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is b, timeout=TIMEOUT)
+    qtbot.keyClicks(b.query, "notes")
+    b.table.setFocus()
+    qtbot.keyClick(b.table, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not b.isVisible(), timeout=TIMEOUT)
+    assert b.query.text() == "notes"
