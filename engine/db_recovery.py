@@ -70,13 +70,19 @@ def at_start(db: Path) -> StartCheck:
     return StartCheck(result, list_backups(db), made)
 
 
+def _query_one(db: Path, sql: str) -> object:
+    """The first value of ``sql``'s first row (None: no row), read-only; raises sqlite3.Error."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        row = conn.execute(sql).fetchone()
+        return None if row is None else row[0]
+    finally:
+        conn.close()
+
+
 def _schema_version(db: Path) -> int:
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-        try:
-            return conn.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            conn.close()
+        return _query_one(db, "PRAGMA user_version")
     except sqlite3.Error:
         return 0
 
@@ -190,11 +196,7 @@ def backup(db: Path, force: bool = False, level: int = logging.WARNING) -> Path 
 def _holds_conversations(db: Path) -> bool:
     """Whether ``db`` has a conversation to keep; True when it cannot tell (damage is the check's to report)."""
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-        try:
-            return conn.execute("SELECT 1 FROM conversations LIMIT 1").fetchone() is not None
-        finally:
-            conn.close()
+        return _query_one(db, "SELECT 1 FROM conversations LIMIT 1") is not None
     except sqlite3.OperationalError as exc:
         return "no such table" not in str(exc)
     except sqlite3.DatabaseError:
@@ -273,11 +275,7 @@ def _when(backup_file: Path) -> str:
 def _conversation_count(db: Path) -> int | str:
     """Conversations in ``db`` (not counting deleted ones still undoable); "?" when it cannot be counted."""
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-        try:
-            return conn.execute("SELECT COUNT(*) FROM conversations WHERE deleted_ms IS NULL").fetchone()[0]
-        finally:
-            conn.close()
+        return _query_one(db, "SELECT COUNT(*) FROM conversations WHERE deleted_ms IS NULL")
     except sqlite3.Error:
         return "?"
 
