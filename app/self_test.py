@@ -115,15 +115,16 @@ def check_modules(report: SelfTestReport) -> None:
 
 def run_steps(report: SelfTestReport, *, model: str | None, weights: str, provider: str) -> None:
     from app.config import AppConfig
-    from engine.api import Hearth, resolve_paths
+    from engine.api import Hearth, bundled_model_dir, resolve_paths
 
     check_modules(report)
     try:
         paths = resolve_paths(report.data_dir)
-        if report.throwaway:
+        if report.throwaway and bundled_model_dir() is None:
             # Conversations and saved context go to the throwaway dir; the model comes from where
             # ``hearth-cli model fetch`` put it (HEARTH_HOME or the platform's cache), else a source
-            # install would find none. Reading it there touches no user data.
+            # install would find none. Reading it there touches no user data. A packaged build tests
+            # the model it ships, even when the user has also fetched one (the throwaway models/ is empty).
             installed = resolve_paths(None)
             paths = dataclasses.replace(paths, models=installed.models, converted=installed.converted)
         paths = paths.ensure()

@@ -55,7 +55,7 @@ from engine.importer import import_conversations
 from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
-from engine.paths import HearthPaths, resolve_paths
+from engine.paths import HearthPaths, bundled_model_dir, resolve_paths
 from engine.preferences import (
     CONTEXT_POLICIES,
     SETTING_LIMITS,
@@ -128,6 +128,7 @@ ROUNDED_RESTORE_TOLERANCE = 0.02
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
     "ConversationStore", "Hearth", "HearthPaths", "RestoreResult", "SalvageResult", "StartCheck", "bundle_signed_here",
+    "bundled_model_dir",
     "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
     "import_json", "local_server", "log_to_stderr", "ModelLibrary", "terminal_safe",
@@ -294,7 +295,6 @@ class Hearth:
     def locate_model(self) -> ModelSource:
         """Where the model to run would come from; raises ModelNotInstalledError / ModelFileError."""
         from engine.loader import locate_model
-        from engine.paths import bundled_model_dir
 
         gguf, shipped = locate_model(self.paths, self.model_path, self.weights)
         bundled = bundled_model_dir()

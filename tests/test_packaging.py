@@ -174,11 +174,13 @@ def test_icons_render_at_every_hicolor_size(qapp, tmp_path):  # qapp: a QApplica
 
 # hearth --self-test ---------------------------------------------------------------------------------------------
 @pytest.mark.real_model
-def test_self_test_passes_on_the_bundled_model_in_a_throwaway_dir(bundle, tmp_path):
+def test_self_test_passes_on_the_bundled_model_in_a_throwaway_dir(bundle, real_home, tmp_path):
     before = tree_state(bundle)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    proc = run_hearth("--self-test", "--provider", "cpu", env={BUNDLED_MODEL_ENV: str(bundle), "TMPDIR": str(scratch)})
+    # HEARTH_HOME holds a fetched copy of the same model: the packaged build still tests the one it ships
+    proc = run_hearth("--self-test", "--provider", "cpu",
+                      env={BUNDLED_MODEL_ENV: str(bundle), "TMPDIR": str(scratch), "HEARTH_HOME": str(real_home)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     for step in ("modules", "model", "window", "chat turn", "save", "verify", "restore"):
