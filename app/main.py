@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = AppConfig.from_args(args.data_dir, args.model, args.weights, args.provider)
         if args.terminal:
-            from engine.api import run_terminal_chat
+            from engine.cli.terminal_chat import run_terminal_chat
 
             return run_terminal_chat(config.paths, weights=args.weights, provider=args.provider, model=args.model)
         return run_window(config, browse=args.browse, probe=args.startup_probe)

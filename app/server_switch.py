@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from engine.api import create_server_key, local_server, read_server_key, remove_server_key
+from engine.api import create_server_key, read_server_key, remove_server_key
 from engine.errors import HearthError
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,8 @@ class ServerSwitch(QObject):
         port, paths, post, key = self.port, self.window.config.paths, self.host.request_posted.emit, self.key
 
         def begin() -> None:
+            from engine.server.embedded import local_server  # on first use: the window starts without the server
+
             worker = self.host.worker
             try:
                 server = local_server(paths, worker.hearth, post, port=port, api_key=key)

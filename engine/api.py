@@ -131,9 +131,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "bundled_model_dir",
     "check_id",
     "database_at_start", "default_model_title", "export_json", "export_markdown", "fts_query", "import_conversations",
-    "import_json", "local_server", "log_to_stderr", "ModelLibrary", "terminal_safe",
+    "import_json", "log_to_stderr", "ModelLibrary", "terminal_safe",
     "model_footprint", "model_key_for", "open_conversations", "read_bundle", "reply_caption", "resolve_paths", "restore_database",
-    "run_terminal_chat", "salvage_database", "search", "snippet_html", "to_document",
+    "salvage_database", "search", "snippet_html", "to_document",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
     "save_preferences", "recommended_values",
@@ -206,13 +206,6 @@ def bundle_signed_here(path: Path, paths: HearthPaths) -> bool:
     return signed is not None
 
 
-def run_terminal_chat(paths: HearthPaths, **options) -> int:
-    """The terminal front end (``hearth --terminal``, ``hearth-cli talk``); returns the exit code."""
-    from engine.terminal_chat import run_terminal_chat as run
-
-    return run(paths, **options)
-
-
 # preferences (the defaults every chat starts from) ------------------------------------------------------
 def load_preferences(paths: HearthPaths) -> LoadedPreferences:
     """The preferences in the data dir (defaults when there are none); a damaged file gives the defaults
@@ -227,17 +220,6 @@ def save_preferences(paths: HearthPaths, prefs: Preferences) -> None:
     from engine.preferences import preferences_path, write_preferences
 
     write_preferences(preferences_path(paths), prefs)
-
-
-def local_server(paths: HearthPaths, hearth: Hearth, post: Callable[[Callable[[], None]], None], *,
-                 port: int = 8080, host: str = "127.0.0.1", api_key: str | None = None):
-    """The OpenAI-compatible server inside the window: an ``EmbeddedServer`` (engine/server/embedded.py)
-    over ``hearth``, whose model work ``post`` runs on the window's engine thread. ``start()`` returns the
-    base URL or raises a HearthError saying why not; ``stop()`` stops listening."""
-    from engine.server.config import ServerSettings
-    from engine.server.embedded import EmbeddedServer
-
-    return EmbeddedServer(paths, hearth, post, ServerSettings(host=host, port=port, api_key=api_key))
 
 
 def default_model_title() -> str:

@@ -3,7 +3,7 @@
 import multiprocessing
 import sys
 
-from engine.cli import main
+from engine.cli.main import main
 
 if __name__ == "__main__":
     multiprocessing.freeze_support()  # a frozen build runs the chat template check as a child of itself

@@ -83,7 +83,7 @@ def test_hearth_load_reports_steps_and_cancel_leaves_the_cache_clean(tmp_path, t
 
 
 def test_the_cli_meter_shows_the_step_and_skips_steps_of_unknown_length(capsys):
-    from engine.cli_common import Progress
+    from engine.cli.common import Progress
 
     meter = Progress("converting")
     meter.tty = True  # as on a terminal

@@ -80,3 +80,11 @@ class EmbeddedServer:
         self.server.should_exit = True
         if self.thread is not None:
             self.thread.join(timeout_s)
+
+
+def local_server(paths: HearthPaths, hearth: Hearth, post: Callable[[Callable[[], None]], None], *,
+                 port: int = 8080, host: str = "127.0.0.1", api_key: str | None = None) -> EmbeddedServer:
+    """The OpenAI-compatible server inside the window: an ``EmbeddedServer`` over ``hearth``, whose model work
+    ``post`` runs on the window's engine thread. ``start()`` returns the base URL or raises a HearthError
+    saying why not; ``stop()`` stops listening."""
+    return EmbeddedServer(paths, hearth, post, ServerSettings(host=host, port=port, api_key=api_key))

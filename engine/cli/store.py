@@ -33,7 +33,7 @@ from engine.checkpoint.format import ENCODINGS, CheckpointError
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore
-from engine.cli_common import Progress, data_paths, emit, sampling_from_args, stream_text
+from engine.cli.common import Progress, data_paths, emit, sampling_from_args, stream_text
 from engine.conversations import ConversationStore, check_id
 from engine.errors import ContextFullError, ConversationError, HearthError, PromptError
 from engine.text.terminal_safe import terminal_safe

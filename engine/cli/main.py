@@ -14,7 +14,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import engine
-from engine import cli_bundle, cli_library, cli_store, terminal_chat
 from engine.api import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PRECISION,
@@ -24,7 +23,11 @@ from engine.api import (
     Hearth,
     model_footprint,
 )
-from engine.cli_common import (
+from engine.cli import bundle as cli_bundle
+from engine.cli import library as cli_library
+from engine.cli import store as cli_store
+from engine.cli import terminal_chat
+from engine.cli.common import (
     Progress,
     data_paths,
     emit,
@@ -395,6 +398,3 @@ def main(argv: list[str] | None = None) -> int:
                          "(run with --debug for details)\n")
         return EXIT_ERROR
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """What every ``hearth-cli`` command shares: progress on stderr, output, paths, sampling flags.
 
-The command modules (``cli.py``, ``cli_store.py``, ``cli_bundle.py``, ``terminal_chat.py``) import this one and never each
-other, except ``cli.py``, which builds the parser over all of them.
+The command modules (``main.py``, ``store.py``, ``library.py``, ``bundle.py``, ``terminal_chat.py``) import this one and never each
+other, except ``main.py``, which builds the parser over all of them.
 """
 
 from __future__ import annotations

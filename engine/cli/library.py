@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from engine.api import DEFAULT_PRECISION, PRECISIONS, ModelLibrary
-from engine.cli_common import Progress, data_paths, emit
+from engine.cli.common import Progress, data_paths, emit
 from engine.model.memory import size_words
 from engine.types import LibraryModel, ModelStatus
 

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from engine.api import Hearth, check_id, to_document
-from engine.cli_common import data_paths, emit
+from engine.cli.common import data_paths, emit
 from engine.errors import PromptError, TransferError
 from engine.types import BundleImported
 

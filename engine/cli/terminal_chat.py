@@ -13,7 +13,7 @@ import sys
 import threading
 
 from engine.api import Hearth, HearthPaths
-from engine.cli_common import Progress, data_paths
+from engine.cli.common import Progress, data_paths
 from engine.errors import HearthError, ModelNotInstalledError
 from engine.text.terminal_safe import terminal_safe
 from engine.types import CancelToken, Finished, Resumed, SamplingParams, Token, TurnRequest
@@ -29,7 +29,7 @@ HELP = ("Commands: /new starts a new conversation, /system TEXT sets this conver
 
 
 def cmd_talk(args: argparse.Namespace) -> int:
-    from engine.cli_store import chat_model
+    from engine.cli.store import chat_model
 
     paths, conversation, model = data_paths(args), getattr(args, "conversation", None), args.model
     if conversation is not None:  # a stored chat continues on the model it remembers, as 'chat' does
