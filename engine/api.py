@@ -36,9 +36,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.chat_messages import validate_messages
 from engine.checkpoint.status import checkpoint_status
 from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key, is_api_owner
 from engine.conversations import ConversationStore, check_id
+from engine.database_files import (
+    DbCheck,
+    SoundDatabaseError,
+    backup_database_file,
+    check_database_file,
+    database_file_problem,
+    database_way_out,
+    restore_database_file,
+    salvage_database_file,
+)
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.db_salvage import SalvageResult
 from engine.errors import (
@@ -50,11 +61,24 @@ from engine.errors import (
     PromptError,
     TurnCancelledError,
 )
+from engine.fsutil import open_regular
 from engine.import_dedupe import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates
 from engine.importer import import_conversations
 from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
 from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
+from engine.model_files import (
+    MAX_CONTEXT_LENGTH,
+    ModelFileInfo,
+    catalog_entry,
+    convert_model_file,
+    fetch_catalog_model,
+    inspect_model_file,
+    resolve_model_file,
+    size_words,
+    tokenize_file,
+    tokenizer_file,
+)
 from engine.paths import HearthPaths, bundled_model_dir, resolve_paths
 from engine.preferences import (
     CONTEXT_POLICIES,
@@ -67,6 +91,13 @@ from engine.preferences import (
 from engine.private_files import FILE_MODE
 from engine.reply_notes import reply_caption
 from engine.runtime.providers import PROVIDER_CHOICES
+from engine.saved_context_files import (
+    KV_ENCODINGS,
+    checkpoint_store,
+    describe_checkpoint,
+    model_identity,
+    verify_checkpoint,
+)
 from engine.search import fts_query, search, snippet_html
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
@@ -141,6 +172,15 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "COPY_SUFFIX", "DuplicatePolicy", "apply_duplicates", "find_duplicates", "read_document",
     # the window's local-server key (engine/server_key.py)
     "ServerKeyError", "create_server_key", "read_server_key", "remove_server_key",
+]
+# what hearth-cli needs without a loaded model: model files, saved-context files, the database file, chat messages
+__all__ += [
+    "MAX_CONTEXT_LENGTH", "ModelFileInfo", "catalog_entry", "convert_model_file", "fetch_catalog_model",
+    "inspect_model_file", "resolve_model_file", "size_words", "tokenize_file", "tokenizer_file",
+    "KV_ENCODINGS", "CheckpointStore", "checkpoint_store", "describe_checkpoint", "model_identity", "verify_checkpoint",
+    "DbCheck", "SoundDatabaseError", "backup_database_file", "check_database_file", "database_file_problem",
+    "database_way_out", "restore_database_file", "salvage_database_file",
+    "open_regular", "validate_messages",
 ]
 
 

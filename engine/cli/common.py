@@ -12,10 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.api import DEFAULT_MAX_NEW_TOKENS, PROVIDER_CHOICES, HearthPaths, resolve_paths
+from engine.api import (
+    DEFAULT_MAX_NEW_TOKENS,
+    PROVIDER_CHOICES,
+    HearthPaths,
+    open_regular,
+    resolve_paths,
+    terminal_safe,
+    validate_messages,
+)
 from engine.errors import PromptError
-from engine.fsutil import open_regular
-from engine.text.terminal_safe import terminal_safe
 from engine.types import SamplingParams, SetupProgress
 
 MAX_MESSAGES_BYTES = 64 << 20  # generate --messages: far more than any context holds
@@ -69,8 +75,6 @@ def data_paths(args: argparse.Namespace) -> HearthPaths:
 
 
 def read_messages(path: str) -> list[dict]:
-    from engine.text.chat_template import validate_messages
-
     try:
         with open_regular(Path(path)) as fh:  # a FIFO would hang the read
             raw = fh.read(MAX_MESSAGES_BYTES + 1)

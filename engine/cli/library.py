@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine.api import DEFAULT_PRECISION, PRECISIONS, ModelLibrary
+from engine.api import DEFAULT_PRECISION, MAX_CONTEXT_LENGTH, PRECISIONS, ModelLibrary, size_words
 from engine.cli.common import Progress, data_paths, emit
-from engine.model.memory import size_words
 from engine.types import LibraryModel, ModelStatus
 
 MIN_CONTEXT_ARG = 16
@@ -67,8 +66,6 @@ def context_tokens(text: str) -> int | None:
 def context_limit(text: str) -> int:
     """argparse type of ``generate`` and ``chat``'s ``--context``: a whole number of tokens from 16 to the
     longest context any file may declare (engine/arch/hparams.py), else exit 2 before a model loads."""
-    from engine.arch.hparams import MAX_CONTEXT_LENGTH
-
     tokens = context_tokens(text)
     if tokens is None:
         raise argparse.ArgumentTypeError("must be a number of tokens (leave the option out for the automatic context)")

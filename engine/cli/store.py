@@ -16,40 +16,52 @@ import time
 from pathlib import Path
 
 from engine.api import (
+    KV_ENCODINGS,
+    CheckpointStore,
+    ConversationStore,
     DuplicatePolicy,
     Hearth,
     HearthPaths,
     ModelLibrary,
+    SoundDatabaseError,
     apply_duplicates,
+    backup_database_file,
+    check_database_file,
+    check_id,
+    checkpoint_store,
+    database_file_problem,
+    database_way_out,
+    describe_checkpoint,
     find_duplicates,
     import_conversations,
+    model_identity,
     model_key_for,
     open_conversations,
     read_document,
     reply_caption,
+    resolve_model_file,
     resolve_paths,
+    restore_database_file,
+    salvage_database_file,
+    terminal_safe,
+    verify_checkpoint,
 )
-from engine.checkpoint.format import ENCODINGS, CheckpointError
-from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore
 from engine.cli.common import Progress, data_paths, emit, sampling_from_args, stream_text
-from engine.conversations import ConversationStore, check_id
 from engine.errors import ContextFullError, ConversationError, HearthError, PromptError
-from engine.text.terminal_safe import terminal_safe
 from engine.types import ContextPolicy, ConversationSummary, Token, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
 
 
 def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
+    """(The conversation store, the checkpoint store) of the data dir."""
     paths = data_paths(args)
-    return open_conversations(paths, backup=True), CheckpointStore(paths.checkpoints)
+    return open_conversations(paths, backup=True), checkpoint_store(paths)
 
 
 def open_checkpoints(args: argparse.Namespace) -> CheckpointStore:
     """The checkpoint store alone: the kv commands keep working while the conversation database is damaged."""
-    return CheckpointStore(data_paths(args).checkpoints)
+    return checkpoint_store(data_paths(args))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -75,8 +87,6 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
     """(The model to answer with, and when it is not the one the conversation remembers, why): the
     requested one; else the remembered one while it still resolves (a catalog name, an existing path);
     else the default."""
-    from engine.loader import resolve_gguf
-
     remembered = None
     if paths.conversations_db.exists():  # a new data dir remembers nothing; the turn creates the database
         probe = Hearth(paths)
@@ -93,7 +103,7 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
     if remembered == ModelLibrary(paths).default_name():  # the default (the one 'hearth-cli model use' chose)
         return None, None  # the default model is found by its own rules (a packaged build ships it converted)
     try:
-        resolve_gguf(paths, remembered)
+        resolve_model_file(paths, remembered)
     except HearthError as exc:
         return None, f"last used with {remembered}, which is not available ({exc})"
     return remembered, None
@@ -259,31 +269,6 @@ def cmd_kv_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(path: Path) -> dict:
-    """Header and record headers of a checkpoint, as far as they can be read (no model needed)."""
-    out: dict = {"path": str(path)}
-    try:
-        with CheckpointReader(path) as reader:
-            h = reader.read_header()
-            out["size"] = reader.size
-            out["header"] = {"version": h.version, "layout": h.layout, "encoding": h.encoding, "dtype": h.shape.dtype,
-                             "layers": h.shape.n_layers, "kv_heads": h.shape.n_kv_heads, "head_dim": h.shape.head_dim,
-                             "context_length": h.shape.context_length, "model": h.label,
-                             "model_fingerprint": h.model_fp.hex(), "tokenizer_fingerprint": h.tokenizer_fp.hex(),
-                             "file_id": h.file_id.hex(), "created_ms": h.created_ms, "last_used_ms": h.last_used_ms,
-                             "hits": h.hits, "bytes_per_token": h.bytes_per_token,
-                             "exact_bytes_per_token": h.shape.bytes_per_token}
-            records, problem = reader.scan()
-            out["records"] = [{"seq": r.seq, "start": r.start, "end": r.end, "text_len": r.text_len,
-                               "text_sha256": r.text_sha.hex(), "saved_ms": r.saved_ms, "reason": r.reason,
-                               "payload_bytes": r.payload_bytes} for r in records]
-            out["tokens"] = records[-1].end if records else 0
-    except CheckpointError as exc:
-        problem = exc
-    out["problem"] = None if problem is None else {"reason": problem.reason, "message": str(problem)}
-    return out
-
-
 def checkpoint_arg(args: argparse.Namespace, arg: str) -> Path:
     """A ``kv inspect`` / ``kv verify`` argument as a file: a path as given, else a name as ``kv ls``
     prints it (a file in the store)."""
@@ -298,7 +283,7 @@ def checkpoint_arg(args: argparse.Namespace, arg: str) -> Path:
 
 def cmd_kv_inspect(args: argparse.Namespace) -> int:
     path = checkpoint_arg(args, args.path)
-    info = describe(path)
+    info = describe_checkpoint(path)
     if args.json:
         emit(args, info, "")
     else:
@@ -317,17 +302,7 @@ def cmd_kv_inspect(args: argparse.Namespace) -> int:
     return 1 if info["problem"] else 0  # a script must not take a file it cannot read for a sound one
 
 
-def verify_file(path: Path, identity, vocab_size: int | None) -> dict:
-    """Full verification: header, identity (when a model is known), every record's tokens and rows."""
-    status, problem, tokens = checkpoint_status(path, identity, vocab_size, full=True)
-    return {"path": str(path), "status": status, "reason": problem.reason if problem else None,
-            "message": str(problem) if problem else "", "tokens": tokens}
-
-
 def cmd_kv_verify(args: argparse.Namespace) -> int:
-    from engine.checkpoint.identity import gguf_identity
-    from engine.loader import resolve_gguf
-
     store = open_checkpoints(args)
     if args.all:
         files = [store.path(e.name) for e in store.entries()]
@@ -337,10 +312,10 @@ def cmd_kv_verify(args: argparse.Namespace) -> int:
         raise PromptError("name checkpoint files to verify, or use --all")
     identity, vocab = None, None
     try:
-        identity, vocab = gguf_identity(resolve_gguf(data_paths(args), args.model), args.weights)
+        identity, vocab = model_identity(data_paths(args), args.model, args.weights)
     except HearthError as exc:  # no model installed: check structure and checksums only
         sys.stderr.write(f"note: {exc}; checking structure and checksums only\n")
-    results = [verify_file(p, identity, vocab) for p in files]
+    results = [verify_checkpoint(p, identity, vocab) for p in files]
     damaged = [r for r in results if r["status"] == "damaged"]
     payload = {"checked": len(results), "damaged": len(damaged),
                "stale": sum(r["status"] == "stale" for r in results), "files": results}
@@ -355,13 +330,13 @@ def cmd_kv_encoding(args: argparse.Namespace) -> int:
     """Show, or set and remember, the encoding new checkpoint files get (existing files keep theirs)."""
     store = open_checkpoints(args)
     if args.name is not None:
-        if args.name not in ENCODINGS:
-            raise PromptError(f"unknown KV encoding {args.name!r}; choose one of: {', '.join(ENCODINGS)}")
+        if args.name not in KV_ENCODINGS:
+            raise PromptError(f"unknown KV encoding {args.name!r}; choose one of: {', '.join(KV_ENCODINGS)}")
         store.set_kv_encoding(args.name)
     note = "new checkpoints are stored as " + store.kv_encoding + (
         " (lossless)" if store.kv_encoding == "exact" else " (about a quarter of float32's bytes; see "
         "docs/checkpoint-format.md §4b for its accuracy)")
-    emit(args, {"store": str(store.root), "kv_encoding": store.kv_encoding, "choices": list(ENCODINGS)}, note)
+    emit(args, {"store": str(store.root), "kv_encoding": store.kv_encoding, "choices": list(KV_ENCODINGS)}, note)
     return 0
 
 
@@ -380,22 +355,20 @@ def cmd_kv_gc(args: argparse.Namespace) -> int:
 
 def cmd_db(args: argparse.Namespace) -> int:
     """``db check|backup|restore|salvage``: the conversation database's health, backups and recovery."""
-    from engine import db_recovery
-
     db = data_paths(args).conversations_db
     if args.force and args.action != "restore":
         raise PromptError("--force is for 'db restore' (over a database that passes its check)")
     if args.action == "check":
-        result = db_recovery.check(db)
+        result = check_database_file(db)
         payload = {"path": str(db), "ok": result.ok, "problem": result.problem or None,
                    "backups": [str(p) for p in result.backups]}
         human = (f"{db}: {'ok' if result.ok else result.problem}\n{len(result.backups)} backup(s)"
                  + "".join(f"\n  {p}" for p in result.backups)
-                 + ("" if result.ok else f"\n{db_recovery.way_out(db)}"))
+                 + ("" if result.ok else f"\n{database_way_out(db)}"))
         emit(args, payload, human)
         return 0 if result.ok else 1
     if args.action == "backup":
-        made = db_recovery.backup(db, force=True)
+        made = backup_database_file(db, force=True)
         emit(args, {"path": str(db), "backup": str(made) if made else None},
              f"backed up to {made}" if made else f"nothing to back up at {db}")
         return 0
@@ -404,9 +377,9 @@ def cmd_db(args: argparse.Namespace) -> int:
             raise PromptError("--from names a backup for 'db restore'; 'db salvage' reads the database itself")
         if not db.exists():
             raise ConversationError(f"nothing to salvage: {db} does not exist")
-        if not db_recovery.problem_with(db):
+        if not database_file_problem(db):
             raise ConversationError(f"{db} is sound (it passes its check): there is nothing to salvage")
-        saved = db_recovery.salvage(db)
+        saved = salvage_database_file(db)
         emit(args, {"path": str(db), "conversations": saved.conversations, "messages": saved.messages,
                     "recreated_conversations": saved.recreated, "missing_messages": saved.missing_messages,
                     "lost_conversations": saved.lost_conversations, "unreadable_rows": saved.unreadable_rows,
@@ -415,8 +388,8 @@ def cmd_db(args: argparse.Namespace) -> int:
              f"salvaged {db.name}: {saved.summary()}")
         return 0
     try:
-        used, aside = db_recovery.restore(db, Path(args.source) if args.source else None, force=args.force)
-    except db_recovery.SoundDatabaseError as exc:  # not a failure: a refusal to lose conversations unasked
+        used, aside = restore_database_file(db, Path(args.source) if args.source else None, force=args.force)
+    except SoundDatabaseError as exc:  # not a failure: a refusal to lose conversations unasked
         sys.stderr.write(f"hearth-cli: error: {exc}\n")
         return 2
     replaced = aside is not None and aside.name.startswith(f"{db.name}.replaced-")

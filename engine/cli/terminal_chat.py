@@ -12,10 +12,9 @@ import argparse
 import sys
 import threading
 
-from engine.api import Hearth, HearthPaths
+from engine.api import Hearth, HearthPaths, terminal_safe
 from engine.cli.common import Progress, data_paths
 from engine.errors import HearthError, ModelNotInstalledError
-from engine.text.terminal_safe import terminal_safe
 from engine.types import CancelToken, Finished, Resumed, SamplingParams, Token, TurnRequest
 
 
