@@ -3,13 +3,12 @@
 Text always lands here before any model work starts, so a crash, a full disk for checkpoints or a
 damaged checkpoint never loses a word: checkpoints are a cache that can always be rebuilt from this.
 WAL mode lets the window read while the CLI writes. The schema is versioned with ``PRAGMA
-user_version`` and upgraded by the ordered migrations below; a database from a newer Hearth is refused.
+user_version`` and upgraded by the ordered migrations of engine/db_schema.py; a database from a newer Hearth is refused.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sqlite3
 import threading
@@ -20,14 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine import db_lock
+from engine.db_schema import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
 from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
 from engine.types import Conversation, Message, ReplyFacts, ReplyVersions
 
-ROLES = ("system", "user", "assistant")
 COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-TITLE_CHARS = 60
 LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
 IMPORT_STALE_MS = 10 * 60 * 1000  # an import with no batch for this long was abandoned (its process died)
 
@@ -36,109 +33,9 @@ try:
 except ImportError:  # Windows
     resource = None
 
-MIGRATIONS: list[str] = [
-    # 1: conversations and their messages
-    """
-    CREATE TABLE conversations (
-        id TEXT PRIMARY KEY,
-        title TEXT NOT NULL DEFAULT '',
-        system_prompt TEXT NOT NULL DEFAULT '',
-        settings TEXT NOT NULL DEFAULT '{}',
-        model TEXT NOT NULL DEFAULT '',
-        created_ms INTEGER NOT NULL,
-        updated_ms INTEGER NOT NULL
-    );
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        seq INTEGER NOT NULL,
-        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-        content TEXT NOT NULL,
-        created_ms INTEGER NOT NULL,
-        UNIQUE (conversation_id, seq)
-    );
-    CREATE INDEX conversations_by_update ON conversations(updated_ms DESC);
-    """,
-    # 2: full-text search over titles and messages (FTS5, external content: the text is stored once),
-    # kept in step by triggers; deleted_ms marks a conversation deleted but still undoable.
-    """
-    ALTER TABLE conversations ADD COLUMN deleted_ms INTEGER;
-    CREATE VIRTUAL TABLE message_fts USING fts5(content, content='messages', content_rowid='id',
-                                                tokenize='unicode61 remove_diacritics 2');
-    CREATE VIRTUAL TABLE title_fts USING fts5(title, content='conversations', content_rowid='rowid',
-                                              tokenize='unicode61 remove_diacritics 2');
-    INSERT INTO message_fts(rowid, content) SELECT id, content FROM messages;
-    INSERT INTO title_fts(rowid, title) SELECT rowid, title FROM conversations;
-    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-        INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
-    END;
-    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-        INSERT INTO message_fts(message_fts, rowid, content) VALUES ('delete', old.id, old.content);
-    END;
-    CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
-        INSERT INTO message_fts(message_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
-    END;
-    CREATE TRIGGER titles_fts_insert AFTER INSERT ON conversations BEGIN
-        INSERT INTO title_fts(rowid, title) VALUES (new.rowid, new.title);
-    END;
-    CREATE TRIGGER titles_fts_delete AFTER DELETE ON conversations BEGIN
-        INSERT INTO title_fts(title_fts, rowid, title) VALUES ('delete', old.rowid, old.title);
-    END;
-    CREATE TRIGGER titles_fts_update AFTER UPDATE OF title ON conversations BEGIN
-        INSERT INTO title_fts(title_fts, rowid, title) VALUES ('delete', old.rowid, old.title);
-        INSERT INTO title_fts(rowid, title) VALUES (new.rowid, new.title);
-    END;
-    CREATE INDEX messages_by_conversation ON messages(conversation_id, seq);
-    """,
-    # 3: imports land in batches; a conversation whose import_id is still in ``imports`` belongs to an
-    # import under way and is hidden, so an import is all or nothing for whoever is looking.
-    """
-    ALTER TABLE conversations ADD COLUMN import_id TEXT;
-    CREATE TABLE imports (id TEXT PRIMARY KEY, started_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL);
-    CREATE INDEX conversations_by_import ON conversations(import_id) WHERE import_id IS NOT NULL;
-    """,
-    # 4: the model a conversation was last used with, as what runs it: a library name or a GGUF path
-    # (``model`` keeps its label in words, for display). '' until a turn records one.
-    """
-    ALTER TABLE conversations ADD COLUMN model_key TEXT NOT NULL DEFAULT '';
-    """,
-    # 5: earlier versions of a reply kept when it is regenerated. ``messages`` holds the version the chat
-    # continues with; this table the others. Every version of a reply has a position (0 = the first one
-    # written); the chosen one's is the position missing here.
-    """
-    CREATE TABLE alternatives (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        seq INTEGER NOT NULL,
-        position INTEGER NOT NULL,
-        content TEXT NOT NULL,
-        created_ms INTEGER NOT NULL,
-        UNIQUE (conversation_id, seq, position)
-    );
-    """,
-    # 6: a chat pinned to the top of the sidebar; pinning is not activity, so it never touches updated_ms.
-    """
-    ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
-    """,
-    # 7: why a reply ended, as the turn that last wrote it said (a StopReason value), for the chat's reply and
-    # each kept version: a reply the length limit stopped offers Continue after a restart too. NULL when not
-    # known (rows from before, imports of exports from before, a reply the person edited).
-    """
-    ALTER TABLE messages ADD COLUMN finish TEXT;
-    ALTER TABLE alternatives ADD COLUMN finish TEXT;
-    """,
-    # 8: the model that wrote each reply (and each kept version), in words, so the chat can say so after a
-    # restart; NULL when not known (rows from before, imports of exports from before, a reply the person edited).
-    """
-    ALTER TABLE messages ADD COLUMN model TEXT;
-    ALTER TABLE alternatives ADD COLUMN model TEXT;
-    """,
-]
 MODEL_CHARS = 200  # a model's name in words, as stored with a reply (a GGUF stem and its weights)
 # StopReason.LENGTH and INTERRUPTED (cut off by Hearth closing): the reply can be continued.
 CONTINUABLE_FINISHES = ("length", "interrupted")
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def visible(alias: str = "") -> str:
@@ -155,11 +52,6 @@ def check_id(conversation_id: str) -> str:
         raise ConversationError(f"invalid conversation id {conversation_id!r}: use 1–128 letters, digits, '.', "
                                 "'_', ':' or '-', starting with a letter or digit")
     return conversation_id
-
-
-def title_from(text: str) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 class ConversationStore:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import db_lock
-from engine.conversations import SCHEMA_VERSION
+from engine.db_aside import set_aside
+from engine.db_schema import SCHEMA_VERSION
 from engine.errors import ConversationError
 from engine.fsutil import fsync_dir
 from engine.private_files import FILE_MODE, private_dir
@@ -245,22 +246,6 @@ def _restore(db: Path, source: Path | None, force: bool) -> tuple[Path, Path | N
     finally:
         tmp.unlink(missing_ok=True)
     return chosen, aside
-
-
-def set_aside(db: Path, why: str) -> Path:
-    """Move ``db`` and its -wal/-shm to ``<name>.<why>-<time>`` (never over an older one: two restores in
-    one second must not lose the first file set aside); returns the new name of ``db``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = db.with_name(f"{db.name}.{why}-{stamp}")
-    n = 1
-    while any(Path(str(aside) + s).exists() for s in ("", "-wal", "-shm")):
-        n += 1
-        aside = db.with_name(f"{db.name}.{why}-{stamp}-{n}")
-    for suffix in ("", "-wal", "-shm"):
-        part = Path(str(db) + suffix)
-        if part.exists():
-            os.replace(part, Path(str(aside) + suffix))
-    return aside
 
 
 def _when(backup_file: Path) -> str:

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.conversations import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
+from engine.db_aside import set_aside
 from engine.db_pages import leaf_rows, unreadable_pages
-from engine.db_recovery import set_aside
+from engine.db_schema import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
 from engine.errors import ConversationError
 from engine.fsutil import fsync_dir
 from engine.private_files import FILE_MODE

@@ -27,7 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.conversations import ID_PATTERN, MODEL_CHARS, ROLES, ConversationStore
+from engine.conversations import MODEL_CHARS, ConversationStore
+from engine.db_schema import ID_PATTERN, ROLES
 from engine.errors import TransferError
 from engine.fsutil import atomic_write, open_regular
 from engine.importer import import_conversations
