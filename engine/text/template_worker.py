@@ -49,10 +49,10 @@ def _limit_memory() -> None:
 
 def _serve(conn: Any) -> None:
     """The child: render each request, answer ("ok", text) or (error class name, message without a name)."""
-    from engine.text.chat_template import ChatTemplate
+    from engine.text.template_render import LocalTemplate
 
     _limit_memory()
-    compiled: OrderedDict[tuple[str, str, str], ChatTemplate] = OrderedDict()
+    compiled: OrderedDict[tuple[str, str, str], LocalTemplate] = OrderedDict()
     conn.send(("ready", ""))
     while True:
         try:
@@ -63,7 +63,7 @@ def _serve(conn: Any) -> None:
             key = (source, bos, eos)
             template = compiled.get(key)
             if template is None:
-                template = compiled[key] = ChatTemplate(source, bos, eos, name="", isolated=False)
+                template = compiled[key] = LocalTemplate(source, bos, eos, name="")
                 while len(compiled) > _CACHED_TEMPLATES:
                     compiled.popitem(last=False)
             compiled.move_to_end(key)
