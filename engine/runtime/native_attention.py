@@ -16,55 +16,29 @@ It is skipped, and ONNX Runtime's kernel runs, when:
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import logging
-import os
-import platform
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.runtime import native_head
+from engine.runtime.native_library import (  # noqa: F401 (also this module's names, as tests and callers use them)
+    ENV_SWITCH,
+    NATIVE_DIR,
+    SOURCES,
+    enabled,
+    library_source_hash,
+    platform_library,
+    source_hash,
+)
 
 log = logging.getLogger(__name__)
 
-ENV_SWITCH = "HEARTH_NATIVE_ATTENTION"
 DOMAIN = "ai.hearth"
 OP_TYPE = "Attention"
-NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
-SOURCES = ("hearth_attention.c", "hearth_head.c", "hearth_ort.c", "hearth_ort.h", "ort_abi.h")  # build.sh's order
 EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 # GroupQueryAttention attributes the kernel does not implement (any non-zero value keeps ONNX Runtime's).
 UNSUPPORTED_ATTRIBUTES = ("softcap", "smooth_softmax", "rotary_interleaved", "qk_output")
 MAX_INPUTS = 9  # query, key, value, past key/value, seqlens_k, total length, cos and sin caches
-
-
-def platform_library() -> Path | None:
-    """The prebuilt library for this machine, or None when there is none."""
-    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    path = NATIVE_DIR / "linux-x86_64" / "libhearth_kernels.so"
-    return path if path.is_file() else None
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "1") != "0"
-
-
-def source_hash() -> str:
-    """What build.sh bakes into the library: the first 16 hex digits of SHA-256 over the sources."""
-    digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update((NATIVE_DIR / name).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def library_source_hash(library: Path) -> str:
-    """The source hash a built library reports (HearthKernelsSourceHash)."""
-    lib = ctypes.CDLL(str(library))
-    lib.HearthKernelsSourceHash.restype = ctypes.c_char_p
-    return lib.HearthKernelsSourceHash().decode()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import numpy as np
 from engine.arch import io_names
 from engine.model import weights
 from engine.model.quant import has_offsets, is_packable, packed_bits
+from engine.runtime import native_library
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,7 @@ def enabled() -> bool:
 def available() -> bool:
     """Whether a CPU session here would run HeadQ8 (the library exists for this platform, nothing turned
     it off); the memory estimates ask, since the dense head is then never loaded."""
-    from engine.runtime import native_attention
-
-    return enabled() and native_attention.enabled() and native_attention.platform_library() is not None
+    return enabled() and native_library.enabled() and native_library.platform_library() is not None
 
 
 def table_type_qualifies(type_name: str) -> bool:
