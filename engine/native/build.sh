@@ -7,7 +7,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/linux-x86_64/libhearth_kernels.so}
-# The same files, in the same order, as engine/runtime/native_attention.py's SOURCES.
+# The same files, in the same order, as engine/runtime/native_library.py's SOURCES.
 sources="hearth_attention.c hearth_head.c hearth_ort.c hearth_ort.h ort_abi.h"
 hash=$(cd "$here" && cat $sources | sha256sum | cut -c1-16)
 mkdir -p "$(dirname "$out")"
