@@ -45,7 +45,7 @@ from engine.fsutil import atomic_write, open_regular
 from engine.model import memory
 from engine.model.facts import FactsCache, FileFacts
 from engine.model.fetch import Cancel, ModelEntry, ProgressFn, fetch_model, installed_path, load_manifest, remove_downloads
-from engine.model.precision import DEFAULT_PRECISION, get_precision
+from engine.model.precision import DEFAULT_PRECISION, cuda_variant, get_precision
 from engine.paths import HearthPaths, bundled_model_dir
 from engine.private_files import FILE_MODE, private_dir
 from engine.types import LibraryModel, MemoryFit, ModelOrigin, ModelStatus
@@ -614,7 +614,6 @@ def _gpu_plan(model: LibraryModel, provider: str, weights: str, context: int) ->
     if free is None:
         return None
     from engine.arch import architecture_for, fp16_activations_ok
-    from engine.loader import cuda_variant
     from engine.model.footprint import model_footprint, rotary_table_bytes
     from engine.model.gguf_file import GGUFModel
     from engine.runtime import providers

@@ -17,7 +17,7 @@ from engine.model.conversion_steps import Cancel, StepFn, step_reporter
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
 from engine.model.gguf_file import GGUFModel
-from engine.model.precision import get_precision
+from engine.model.precision import DENSE_ON_CUDA_BELOW_BYTES, cuda_variant, get_precision  # noqa: F401 (callers' names)
 from engine.paths import HearthPaths, bundled_model_dir
 from engine.runtime import providers
 
@@ -26,21 +26,6 @@ if TYPE_CHECKING:  # the engine (numpy, onnx, the runtime) loads only with a mod
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
-# A model below this size runs int4 as dense fp16 on CUDA: its decode step is launch-bound (hundreds
-# of tiny kernels), and one cuBLAS GEMV per matrix beats a 4-bit kernel plus offsets. A larger model is
-# bandwidth-bound, and the 4-bit blocks read a quarter of the bytes (bench/gpu_variants.py, docs/cuda.md):
-# it runs as int4-half, whose offsets (Q4_K's mins) take the block-sum branch; fp16 float zero points
-# (int4-cuda) take a kernel 3× slower, and decoded a Q4_K_M 8B at 98 tok/s against 214 (H200, docs/cuda.md).
-DENSE_ON_CUDA_BELOW_BYTES = 1 << 30
-
-
-def cuda_variant(weights: str, gguf: Path) -> str | None:
-    """What ``weights`` runs as on CUDA (same fingerprint, fp16 compute), or None to run it as is."""
-    if weights != "int4":
-        return None
-    return "int4-cuda-dense" if gguf.stat().st_size < DENSE_ON_CUDA_BELOW_BYTES else "int4-half"
-
-
 def find_default_gguf(paths: HearthPaths) -> Path | None:
     """The default model's GGUF: the copy installed in the data dir, else the one a packaged build
     ships (``engine.paths.bundled_model_dir``), else None."""

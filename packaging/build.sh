@@ -19,7 +19,7 @@ PYTHON="${PYTHON:-python3}"
 case "$VARIANT" in
   # The CPU build ships the int4 conversion and the GGUF's metadata (tokenizer, template), not the GGUF's weights.
   cpu) WEIGHTS="int4"; STAGE_FLAGS=""; NAME="hearth" ;;
-  # On CUDA int4 runs as int4-cuda-dense (engine/loader.py: cuda_variant): ship both, and the GGUF so any
+  # On CUDA int4 runs as int4-cuda-dense (engine/model/precision.py: cuda_variant): ship both, and the GGUF so any
   # other precision or CUDA variant can still be converted offline.
   gpu) WEIGHTS="int4 int4-cuda-dense"; STAGE_FLAGS="--full-gguf"; NAME="hearth-gpu" ;;
   *) echo "build.sh: error: VARIANT must be cpu or gpu, not '$VARIANT'" >&2; exit 2 ;;

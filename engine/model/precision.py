@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -79,3 +80,18 @@ def get_precision(name: str) -> Precision:
         return PRECISIONS[name]
     except KeyError:
         raise HearthError(f"unknown weight precision {name!r}; choose one of: {', '.join(PRECISIONS)}") from None
+
+
+# A model below this size runs int4 as dense fp16 on CUDA: its decode step is launch-bound (hundreds
+# of tiny kernels), and one cuBLAS GEMV per matrix beats a 4-bit kernel plus offsets. A larger model is
+# bandwidth-bound, and the 4-bit blocks read a quarter of the bytes (bench/gpu_variants.py, docs/cuda.md):
+# it runs as int4-half, whose offsets (Q4_K's mins) take the block-sum branch; fp16 float zero points
+# (int4-cuda) take a kernel 3× slower, and decoded a Q4_K_M 8B at 98 tok/s against 214 (H200, docs/cuda.md).
+DENSE_ON_CUDA_BELOW_BYTES = 1 << 30
+
+
+def cuda_variant(weights: str, gguf: Path) -> str | None:
+    """What ``weights`` runs as on CUDA (same fingerprint, fp16 compute), or None to run it as is."""
+    if weights != "int4":
+        return None
+    return "int4-cuda-dense" if gguf.stat().st_size < DENSE_ON_CUDA_BELOW_BYTES else "int4-half"
