@@ -613,7 +613,7 @@ def _gpu_plan(model: LibraryModel, provider: str, weights: str, context: int) ->
     free = memory.free_gpu_memory()
     if free is None:
         return None
-    from engine.arch import architecture_for, fp16_activations_ok
+    from engine.arch import architecture_for, fp16_activations_ok, model_config
     from engine.model.footprint import model_footprint, rotary_table_bytes
     from engine.model.gguf_file import GGUFModel
     from engine.runtime import providers
@@ -627,7 +627,7 @@ def _gpu_plan(model: LibraryModel, provider: str, weights: str, context: int) ->
     footprint = model_footprint(gguf, variant)
     per_token = footprint.kv_cache_bytes // footprint.context_length if footprint.context_length else 0
     # The rotary tables load with the weights, as the RAM estimate (engine/model/facts.py) counts them.
-    return footprint.weights_bytes + rotary_table_bytes(gguf.config(), variant), per_token * context, free
+    return footprint.weights_bytes + rotary_table_bytes(model_config(gguf), variant), per_token * context, free
 
 
 def _same_file(a: Path, b: Path) -> bool:

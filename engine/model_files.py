@@ -49,6 +49,7 @@ def resolve_model_file(paths: HearthPaths, model: str | Path | None = None) -> P
 
 def inspect_model_file(path: Path, weights: str) -> ModelFileInfo:
     """Read ``path``'s header: config, text profile, catalog entry, and the footprint at ``weights``."""
+    from engine.arch import model_config
     from engine.errors import UnsupportedModelError
     from engine.model.convert import CONVERTER_VERSION
     from engine.model.fetch import load_manifest
@@ -58,7 +59,7 @@ def inspect_model_file(path: Path, weights: str) -> ModelFileInfo:
 
     gguf = GGUFModel(path)
     try:
-        config, unsupported = gguf.config().__dict__, None
+        config, unsupported = model_config(gguf).__dict__, None
     except UnsupportedModelError as exc:  # the text side can still be described
         config, unsupported = None, str(exc)
     text = describe(gguf)

@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from engine.arch import ModelConfig, architecture_for, get_architecture, llama, qwen2, qwen3, supported_architectures
+from engine.arch import (
+    ModelConfig,
+    architecture_for,
+    get_architecture,
+    llama,
+    model_config,
+    qwen2,
+    qwen3,
+    supported_architectures,
+)
 from engine.arch.rope import rotary_tables
 from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.convert import cached_conversion, ensure_converted, model_fingerprint
@@ -48,7 +57,7 @@ def test_a_gguf_finds_its_module_and_config(tiny_gguf):
     model = GGUFModel(tiny_gguf)
     assert supported_architectures() == ("llama", "qwen2", "qwen3", "gemma3", "phi3")
     assert architecture_for(model) is llama and get_architecture("llama") is llama and llama.NAME == "llama"
-    cfg = model.config()
+    cfg = model_config(model)
     assert cfg == llama.read_config(model) and isinstance(cfg, ModelConfig)
     assert (cfg.architecture, cfg.n_layers, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.tied_embeddings) == \
         ("llama", 2, 4, 2, 16, True)
@@ -98,7 +107,7 @@ def test_a_converted_model_whose_config_does_not_parse_is_refused(tiny_converted
 
     src = tiny_converted("int4").onnx_path
     runner = ModelRunner(src, "cpu")
-    assert runner.config == GGUFModel(tiny_converted("int4").gguf_path).config()
+    assert runner.config == model_config(GGUFModel(tiny_converted("int4").gguf_path))
     model = onnx.load(str(src), load_external_data=False)
     entry = next(p for p in model.metadata_props if p.key == "hearth.config")
     entry.value = json.dumps({"architecture": "llama", "n_layers": 2, "rope_theta": 10000.0})  # not a ModelConfig
@@ -140,7 +149,7 @@ def test_linear_rope_scaling_stretches_llamas_rotary_tables(tmp_path, tiny_gguf)
     scaled = llama.read_config(_edited(tmp_path, tiny_gguf, new_values={
         "llama.rope.scaling.type": ("linear", GGUFValueType.STRING),
         "llama.rope.scaling.factor": (2.0, GGUFValueType.FLOAT32)}))
-    plain = GGUFModel(tiny_gguf).config()
+    plain = model_config(GGUFModel(tiny_gguf))
     assert (scaled.rope_scale, plain.rope_scale) == (2.0, 1.0)
     (cos2, sin2), (cos1, sin1) = rotary_tables(scaled), rotary_tables(plain)
     assert cos2.shape == (plain.context_length, plain.head_dim // 2)
@@ -152,7 +161,7 @@ def test_rope_freqs_divide_llamas_rotary_frequencies(tmp_path, tiny_gguf):
     factors = np.array([1, 1, 2, 4, 8, 8, 8, 8], np.float32)
     model = _edited(tmp_path, tiny_gguf, add={"rope_freqs.weight": (factors, GGMLQuantizationType.F32)})
     cfg = llama.read_config(model)
-    assert cfg == GGUFModel(tiny_gguf).config()  # the config is llama's; the factors go into the tables
+    assert cfg == model_config(GGUFModel(tiny_gguf))  # the config is llama's; the factors go into the tables
     cos, sin = rotary_tables(cfg, factors)
     plain_cos, plain_sin = rotary_tables(cfg)
     np.testing.assert_array_equal(cos[:, :2], plain_cos[:, :2])  # factor 1: unchanged
@@ -164,7 +173,7 @@ def test_rope_freqs_divide_llamas_rotary_frequencies(tmp_path, tiny_gguf):
 def test_qwen_configs_come_from_their_own_keys(arch_gguf):
     q2, q3 = GGUFModel(arch_gguf("qwen2")), GGUFModel(arch_gguf("qwen3"))
     assert architecture_for(q2) is qwen2 and architecture_for(q3) is qwen3
-    c2, c3 = q2.config(), q3.config()
+    c2, c3 = model_config(q2), model_config(q3)
     assert (c2.architecture, c2.rope_base, c2.head_dim) == ("qwen2", 1e6, 16)
     assert (c3.architecture, c3.head_dim, c3.n_embd, c3.n_head) == ("qwen3", 32, 64, 4)  # heads wider than 64 / 4
     assert ModelConfig.from_json(c3.to_json()) == c3
@@ -335,7 +344,7 @@ def test_linear_blocks_add_a_bias_in_either_weight_form(tmp_path, tiny_gguf, pre
 
     model = GGUFModel(tiny_gguf)
     writer = OnnxWriter(tmp_path / "model.onnx.data")
-    g = Graph(model, model.config(), get_precision(precision), writer)
+    g = Graph(model, model_config(model), get_precision(precision), writer)
     names = [f"blk.0.attn_{t}.weight" for t in "qkv"]
     rng = np.random.default_rng(3)
     biases = {names[0]: rng.standard_normal(64).astype(np.float32), names[2]: rng.standard_normal(32).astype(np.float32)}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine.arch import llama
+from engine.arch import llama, model_config
 from engine.errors import HearthError, ModelFileError
 from engine.model.convert import CONVERTER_VERSION, ensure_converted, gguf_digest
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
@@ -135,7 +135,7 @@ def test_a_million_token_context_converts_without_its_rotary_tables_whole_in_mem
 
     small = write_synthetic_gguf(tmp_path / "wide.gguf", SyntheticSpec(n_embd=128, n_head=2, n_head_kv=1, head_dim=64))
     long = rewrite_gguf(small, tmp_path / "long.gguf", values={"llama.context_length": 1_000_000})
-    assert GGUFModel(long).config().context_length == 1_000_000
+    assert model_config(GGUFModel(long)).context_length == 1_000_000
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", _CONVERT_AND_MEASURE, str(long), str(tmp_path / "converted")],
                           capture_output=True, text=True, timeout=300, cwd=REPO, env=env)

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from gguf import GGUFValueType
 
-from engine.arch import architecture_for, gemma3
+from engine.arch import architecture_for, gemma3, model_config
 from engine.generation import Engine
 from engine.model.convert import build_onnx, ensure_converted
 from engine.model.gguf_file import GGUFModel
@@ -39,7 +39,7 @@ def _runner(path, tmp_path, precision="int4", logits_mode="all") -> ModelRunner:
 # the config -----------------------------------------------------------------------------------------------------
 def test_the_config_holds_the_window_the_local_layers_and_the_attention_scale(arch_gguf):
     model = GGUFModel(arch_gguf("gemma3"))
-    cfg = model.config()
+    cfg = model_config(model)
     assert architecture_for(model) is gemma3
     assert (cfg.architecture, cfg.n_layers, cfg.head_dim, cfg.rope_base, cfg.tied_embeddings) == ("gemma3", 6, 32, 1e6, True)
     assert cfg.extras == {"sliding_window": 8, "local_layers": [0, 1, 2, 3, 4], "local_rope_base": 10000.0,
@@ -80,7 +80,7 @@ def test_cutting_the_cache_inside_and_past_the_window_equals_a_fresh_prefill(arc
 
 def test_without_a_sliding_window_every_layer_is_global(tmp_path):
     path = write_synthetic_gguf(tmp_path / "no-window.gguf", replace(SPEC, sliding_window=0))
-    cfg = GGUFModel(path).config()
+    cfg = model_config(GGUFModel(path))
     assert (cfg.extras["sliding_window"], cfg.extras["local_layers"]) == (0, [])
     runner = _runner(path, tmp_path)
     np.testing.assert_allclose(runner.forward(IDS, runner.new_cache()), Reference(path).logits(IDS), atol=1e-4, rtol=1e-4)
@@ -92,7 +92,7 @@ def test_linear_rope_scaling_stretches_the_global_layers_only(arch_gguf, tmp_pat
     path = rewrite_gguf(arch_gguf("gemma3"), tmp_path / "scaled.gguf", new_values={
         "gemma3.rope.scaling.type": ("linear", GGUFValueType.STRING),
         "gemma3.rope.scaling.factor": (4.0, GGUFValueType.FLOAT32)})
-    assert GGUFModel(path).config().rope_scale == 4.0
+    assert model_config(GGUFModel(path)).rope_scale == 4.0
     reference = Reference(path)
     runner = _runner(path, tmp_path)
     got = runner.forward(IDS, runner.new_cache())
@@ -116,9 +116,9 @@ def _embedding_alone(path, tmp_path, ids: np.ndarray, precision) -> np.ndarray:
 
     model = GGUFModel(path)
     writer = OnnxWriter(tmp_path / "embedding.onnx.data")
-    g = Graph(model, model.config(), precision, writer)
+    g = Graph(model, model_config(model), precision, writer)
     rows = g.embed(g.inputs())
-    writer.add_output(rows, TensorProto.FLOAT, ["batch", "seq", model.config().n_embd])
+    writer.add_output(rows, TensorProto.FLOAT, ["batch", "seq", model_config(model).n_embd])
     writer.save(tmp_path / "embedding.onnx", {})
     writer.close()
     session = ort.InferenceSession(str(tmp_path / "embedding.onnx"), providers=["CPUExecutionProvider"])

@@ -72,9 +72,10 @@ def test_other_gguf_tensor_types_convert_exactly(tmp_path, weight_type):
 
 
 def base_vocab(path) -> int:
+    from engine.arch import model_config
     from engine.model.gguf_file import GGUFModel
 
-    return GGUFModel(path).config().vocab_size
+    return model_config(GGUFModel(path)).vocab_size
 
 
 def test_untied_output_head_and_grouped_heads(tmp_path):

@@ -75,3 +75,9 @@ def architecture_for(model: GGUFModel) -> Architecture:
     """The module for a GGUF's ``general.architecture``."""
     name = model.require("general.architecture")
     return get_architecture(str(name), model.path.name)
+
+
+def model_config(model: GGUFModel) -> ModelConfig:
+    """The model's config, read by its architecture's module (UnsupportedModelError if none). Here, not on
+    GGUFModel: the file reader sits below the architectures and never calls up into them."""
+    return architecture_for(model).read_config(model)

@@ -67,6 +67,8 @@ def read_facts(path: Path, weights: str) -> FileFacts:
 
 
 def _facts_of(model, weights: str, model_footprint, largest_dense_matmul_bytes) -> FileFacts:
+    from engine.arch import model_config  # above this reader: imported with a file to read
+
     architecture = _short_text(model.value("general.architecture", ""))
     count = sum(int(t.n_elements) for t in model.tensors)
     mix = dict(sorted(Counter(t.tensor_type.name for t in model.tensors).items()))
@@ -79,13 +81,13 @@ def _facts_of(model, weights: str, model_footprint, largest_dense_matmul_bytes) 
         return _with(base, "unsupported", f"{model.path.name} is one part of a model split into {parts} files; join them "
                      "with llama.cpp's 'llama-gguf-split --merge' and add the joined file")
     try:
-        model.config()  # the architecture, and its settings, can run
+        model_config(model)  # the architecture, and its settings, can run
     except UnsupportedModelError as exc:
         return _with(base, "unsupported", str(exc))
     from engine.model.footprint import rotary_table_bytes
 
     footprint = model_footprint(model, weights)
-    tables = rotary_table_bytes(model.config(), weights)  # loaded with the weights: counted with them
+    tables = rotary_table_bytes(model_config(model), weights)  # loaded with the weights: counted with them
     cannot = [name for name, use in footprint.types.items() if use.form == "unsupported"]
     if cannot:
         return _with(base, "unsupported", f"{model.path.name} holds {', '.join(cannot)} tensors, which Hearth cannot "

@@ -41,8 +41,10 @@ def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) ->
             row[1] = form
     types = {k: WeightTypeUse(*v) for k, v in sorted(totals.items())}
     kv_dtype = precision.compute
+    from engine.arch import model_config  # above the file reader: imported when a footprint is asked for
+
     try:
-        cfg = model.config()
+        cfg = model_config(model)
     except UnsupportedModelError:
         cfg = None
     kv = None if cfg is None else (cfg.n_layers * 2 * cfg.n_head_kv * cfg.head_dim * cfg.context_length

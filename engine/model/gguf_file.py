@@ -6,7 +6,7 @@ import mmap
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from gguf import GGUFValueType
@@ -14,9 +14,6 @@ from gguf import GGUFValueType
 from engine.errors import ModelFileError
 from engine.model.gguf_parse import MAGIC as GGUF_MAGIC
 from engine.model.gguf_parse import GGUFField, GGUFTensor, read_gguf
-
-if TYPE_CHECKING:
-    from engine.arch.config import ModelConfig
 
 __all__ = ["GGUF_MAGIC", "GGUFField", "GGUFModel", "GGUFTensor"]
 
@@ -154,9 +151,4 @@ class GGUFModel:
             )
         return vocab_size
 
-    def config(self) -> ModelConfig:
-        """The model's config, read by its architecture's module (UnsupportedModelError if none)."""
-        from engine.arch import architecture_for
-
-        return architecture_for(self).read_config(self)
 
