@@ -32,7 +32,6 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.checkpoint.lock import StoreLock
 from engine.errors import (
     HearthError,
     ModelFetchError,
@@ -41,6 +40,7 @@ from engine.errors import (
     ModelNotInstalledError,
     UnsupportedModelError,
 )
+from engine.file_lock import StoreLock
 from engine.fsutil import atomic_write, open_regular
 from engine.model import memory
 from engine.model.facts import FactsCache, FileFacts

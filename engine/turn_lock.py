@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from engine.checkpoint.lock import StoreLock
 from engine.errors import ConversationBusyError, HearthError
+from engine.file_lock import StoreLock
 from engine.private_files import private_dir
 
 DEFAULT_TURN_WAIT_S = 600.0  # a long reply at a long context can take minutes on a CPU

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin
 
-from engine.checkpoint.lock import StoreLock
 from engine.errors import DownloadCancelledError, HearthError, ModelFetchError
+from engine.file_lock import StoreLock
 from engine.fsutil import atomic_write, fsync_dir, sha256_file
 from engine.model.memory import size_words
 from engine.private_files import open_private, private_dir
