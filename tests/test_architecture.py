@@ -74,3 +74,13 @@ def test_the_checks_catch_what_they_forbid(graph):
     assert "engine.cli.main -> engine.checkpoint.store" in reaching_past_the_face(deep)
     upward = {**graph, "engine.api": graph["engine.api"] | {"engine.server.embedded"}}
     assert "engine.api -> engine.server.embedded" in importing_a_front_end(upward)
+
+
+def test_the_gguf_reader_sits_below_the_architectures(graph):
+    """Reading a GGUF (engine/model's reader and its quant tables) imports no architecture, runtime or
+    conversion: the architectures build on it, and conversion and memory planning on both."""
+    reader = ("engine.model.gguf_parse", "engine.model.gguf_file", "engine.model.quant", "engine.model.precision")
+    above = ("engine.arch", "engine.runtime", "engine.model.convert", "engine.model.facts", "engine.model.footprint",
+             "engine.model.memory")
+    offenders = sorted(f"{m} -> {t}" for m in reader for t in graph[m] if any(_within(t, a) for a in above))
+    assert offenders == []
