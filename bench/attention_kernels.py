@@ -57,14 +57,14 @@ class Kernel:
     def __init__(self, name: str, args: argparse.Namespace, capacity: int, rng: np.random.Generator):
         import onnxruntime as ort
 
-        from engine.runtime import native_attention
+        from engine.runtime import native_attention, native_library
         from engine.runtime.runner import session_options
 
         self.name, self.args = name, args
         native = name == "hearth"
         options = session_options(args.threads)
         if native:
-            options.register_custom_ops_library(str(native_attention.platform_library()))
+            options.register_custom_ops_library(str(native_library.platform_library()))
         op, domain = ((native_attention.OP_TYPE, native_attention.DOMAIN) if native
                       else ("GroupQueryAttention", "com.microsoft"))
         graph = attention_graph(op, domain, args.layers, args.heads, args.kv_heads, args.head_dim)
@@ -117,7 +117,7 @@ def read_floor_ms(nbytes: int, threads: int) -> float:
 
 
 def main() -> int:
-    from engine.runtime import native_attention
+    from engine.runtime import native_library
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--contexts", default="512,8192")
@@ -130,7 +130,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "attention_kernels.json"))
     args = ap.parse_args()
-    if native_attention.platform_library() is None:
+    if native_library.platform_library() is None:
         print("no prebuilt Hearth kernel for this platform", file=sys.stderr)
         return 1
     rows = []

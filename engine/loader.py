@@ -17,7 +17,7 @@ from engine.model.conversion_steps import Cancel, StepFn, step_reporter
 from engine.model.convert import ConvertedModel, cached_conversion, conversion_dir, ensure_converted, gguf_digest
 from engine.model.fetch import default_model, installed_path
 from engine.model.gguf_file import GGUFModel
-from engine.model.precision import DENSE_ON_CUDA_BELOW_BYTES, cuda_variant, get_precision  # noqa: F401 (callers' names)
+from engine.model.precision import cuda_variant, get_precision
 from engine.paths import HearthPaths, bundled_model_dir
 from engine.runtime import providers
 

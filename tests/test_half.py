@@ -77,7 +77,7 @@ def test_the_cuda_forms_compute_the_int4_model(tiny_converted):
 
 
 def test_the_cuda_form_depends_on_the_model_size(tmp_path):
-    from engine.loader import DENSE_ON_CUDA_BELOW_BYTES, cuda_variant
+    from engine.model.precision import DENSE_ON_CUDA_BELOW_BYTES, cuda_variant
 
     small, large = tmp_path / "small.gguf", tmp_path / "large.gguf"
     small.write_bytes(b"GGUF")

@@ -11,11 +11,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from engine.generation import Engine
-from engine.runtime import native_attention
+from engine.runtime import native_attention, native_library
 from engine.runtime.runner import ModelRunner, session_options
 from tests.arch_models import ARCH_SPECS
 
-LIBRARY = native_attention.platform_library()
+LIBRARY = native_library.platform_library()
 needs_library = pytest.mark.skipif(LIBRARY is None, reason="no prebuilt kernel for this platform")
 
 
@@ -170,7 +170,7 @@ def test_sharing_one_buffer_as_past_and_present_writes_the_new_rows_in_place():
 @needs_library
 def test_the_committed_library_was_built_from_the_committed_source():
     """engine/native/build.sh bakes a hash of the sources into the binary; rebuild after any edit."""
-    assert native_attention.library_source_hash(LIBRARY) == native_attention.source_hash()
+    assert native_library.library_source_hash(LIBRARY) == native_library.source_hash()
 
 
 @needs_library
@@ -178,7 +178,7 @@ def test_the_committed_library_was_built_from_the_committed_source():
 def test_the_engine_runs_hearths_kernel_and_matches_onnxruntimes(arch_converted, monkeypatch, name):
     converted = arch_converted(name)
     native = Engine.load(converted, "cpu")
-    monkeypatch.setenv(native_attention.ENV_SWITCH, "0")
+    monkeypatch.setenv(native_library.ENV_SWITCH, "0")
     plain = Engine.load(converted, "cpu")
     assert (native.runner.attention, plain.runner.attention) == ("hearth", "onnxruntime")
     vocab = native.runner.config.vocab_size
@@ -206,7 +206,7 @@ def test_a_float16_graph_or_one_with_a_feature_the_kernel_lacks_keeps_onnxruntim
 
 
 def test_turned_off_by_the_environment_the_runner_uses_onnxruntimes_kernel(tiny_converted, monkeypatch):
-    monkeypatch.setenv(native_attention.ENV_SWITCH, "0")
+    monkeypatch.setenv(native_library.ENV_SWITCH, "0")
     runner = ModelRunner(tiny_converted("int4").onnx_path, "cpu")
     assert runner.attention == "onnxruntime"
     assert runner.forward([1, 2, 3], runner.new_cache()).shape == (1, runner.config.vocab_size)

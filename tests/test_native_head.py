@@ -12,10 +12,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from engine.runtime import native_attention, native_head
+from engine.runtime import native_attention, native_head, native_library
 from engine.runtime.runner import ModelRunner, session_options
 
-LIBRARY = native_attention.platform_library()
+LIBRARY = native_library.platform_library()
 needs_library = pytest.mark.skipif(LIBRARY is None, reason="no prebuilt kernel for this platform")
 
 

@@ -21,15 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.runtime import native_head
-from engine.runtime.native_library import (  # noqa: F401 (also this module's names, as tests and callers use them)
-    ENV_SWITCH,
-    NATIVE_DIR,
-    SOURCES,
-    enabled,
-    library_source_hash,
-    platform_library,
-    source_hash,
-)
+from engine.runtime.native_library import enabled, platform_library
 
 log = logging.getLogger(__name__)
 
