@@ -4,4 +4,5 @@ import sys
 
 from engine.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported by name (the self-test imports every module), it does nothing
+    sys.exit(main())
