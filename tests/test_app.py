@@ -361,27 +361,18 @@ def test_a_message_sent_while_the_model_loads_waits_and_is_answered(qtbot, windo
 
 def test_the_app_imports_only_the_engine_api():
     """app/ uses the engine through engine.api, engine.types and engine.errors only — imports inside
-    functions included (the same check as `grep -rhoE "^\\s*(from|import) engine[.a-z_]*" app/`)."""
-    import ast
-    import re
+    functions included (parsed by tests/import_graph.py) — besides the two other front ends it starts: the
+    embedded server (engine.server.embedded) and the terminal chat (``hearth --terminal``)."""
+    from .import_graph import import_graph
 
-    allowed = {"engine.api", "engine.types", "engine.errors"}
+    allowed = {"engine.api", "engine.types", "engine.errors", "engine.server.embedded",
+               "engine.cli.terminal_chat"}
     found: dict[str, set[str]] = {}
-    app_dir = Path(__file__).resolve().parent.parent / "app"
-    for path in sorted(app_dir.rglob("*.py")):
-        source = path.read_text()
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "engine"]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            for name in names:
+    for module, targets in import_graph().items():
+        if module == "app" or module.startswith("app."):
+            for name in targets:
                 if name == "engine" or name.startswith("engine."):
-                    found.setdefault(name, set()).add(path.name)
-        for line in re.findall(r"^\s*(?:from|import) (engine[.a-z_]*)", source, re.MULTILINE):
-            found.setdefault(line, set()).add(path.name)
+                    found.setdefault(name, set()).add(module)
     assert {"engine.api", "engine.types", "engine.errors"} <= set(found)  # the check saw the imports
     assert {name: files for name, files in found.items() if name not in allowed} == {}
 
