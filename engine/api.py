@@ -78,6 +78,7 @@ from engine.types import (
     BundleExported,
     BundleImported,
     CancelToken,
+    Capabilities,
     ChatTokens,
     Completion,
     ContextBadge,
@@ -285,6 +286,25 @@ class Hearth:
         # chat → its token count after a version of its last reply was chosen: its saved or live context still
         # holds the other version, so context_states says this until the chat's next turn or opening
         self._chosen_tokens: dict[str, int] = {}
+
+    # the backend protocol (engine/backends/protocol.py): Hearth is the local backend ----------------------
+    capabilities = Capabilities(saved_context=True, constrained_output=True, tools=False, raw_completion=True,
+                                logprobs=True, model_switching=True, serving=True, local_facts=True)
+
+    def list_models(self) -> list[LibraryModel]:
+        """The models of this data dir's library (``switch_model`` takes their names)."""
+        return self.library.models()
+
+    @property
+    def sessions(self):
+        """The loaded model's live context and its saving (engine/session), None without a model: for the
+        local services (engine/services), not for front ends."""
+        return self._sessions
+
+    @property
+    def chosen_tokens(self) -> Mapping[str, int]:
+        """Chat → its token count after a version of its last reply was chosen (``note_version_chosen``)."""
+        return self._chosen_tokens
 
     # model --------------------------------------------------------------------------------------------
     @property

@@ -127,6 +127,23 @@ class ProgressPhase(StrEnum):
     REBUILD = "rebuild"  # re-reading a conversation whose saved context failed
 
 
+# backends (engine/backends/protocol.py) -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the protocol's core (load a model, run a turn, cancel, forget): a front
+    end asks before it offers a feature, rather than catching the error. The local engine can do it all;
+    a remote one says what it lacks, and its records carry ``local=None``."""
+
+    saved_context: bool = False  # conversations' context kept on disk between runs (engine.api.saved_contexts, bundles)
+    constrained_output: bool = False  # ResponseFormat: JSON objects, JSON schemas
+    tools: bool = False  # tool calls in a turn (no backend has them yet)
+    raw_completion: bool = False  # complete_raw: a prompt read as it is, no chat template
+    logprobs: bool = False  # complete's top_logprobs
+    model_switching: bool = False  # switch_model to another model of list_models
+    serving: bool = False  # answers the local server's requests (Hearth.serve, the embedded server)
+    local_facts: bool = False  # Finished.local and ModelInfo.local are filled (resume source, save, kernels)
+
+
 # model ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SetupProgress:
