@@ -215,7 +215,7 @@ def window_turn(config, report: SelfTestReport) -> str:
         note = f"; {info.note}" if info.note else ""
         report.ok("window", f"shown in {duration(shown_ms)}; {info.name} {info.weights} on {info.provider} "
                             f"ready in {duration((time.perf_counter() - started) * 1000)}{note}; "
-                            f"attention kernel {info.attention}, head {info.head}")
+                            f"{kernels(info)}")
 
         conversation = window.new_chat()
         window.store.rename(conversation, "Self-test")
@@ -234,7 +234,7 @@ def window_turn(config, report: SelfTestReport) -> str:
         report.ok("chat turn", f"“{reply[:60]}{'…' if len(reply) > 60 else ''}” ({turn.stop_reason}, "
                                f"{duration((time.perf_counter() - turn_started) * 1000)}, {turn.timings.decode_tokens_per_s:.0f} "
                                "tokens/s)")
-        save = turn.save
+        save = turn.local.save if turn.local is not None else None
         if save is None or not save.ok:
             raise SelfTestFailed("save", f"the turn's context was not saved: {save.error if save else 'no save'}")
         report.ok("save", f"{save.tokens} tokens, {save.bytes_written:,} bytes in {duration(save.elapsed_ms)}")
@@ -245,6 +245,13 @@ def window_turn(config, report: SelfTestReport) -> str:
     if not stopped:
         raise SelfTestFailed("close", "the engine thread did not stop when the window closed")
     return conversation
+
+
+def kernels(info) -> str:
+    """Whose attention and head kernels run, as the local engine tells it."""
+    if info.local is None:
+        return "kernels not told by this backend"
+    return f"attention kernel {info.local.attention}, head {info.local.head}"
 
 
 # the saved context, as a later launch sees it -------------------------------------------------------------

@@ -97,8 +97,9 @@ def turn_note(finished: Finished) -> str:
     """The note beside a reply that just finished: its caption (``reply_caption``), and a failed save."""
     caption = display_safe(reply_caption(str(finished.stop_reason), finished.model.label))
     parts = [caption] if caption else []
-    if finished.save is not None and not finished.save.ok:
-        parts.append(f"context not saved: {finished.save.error or 'unknown error'}")
+    save = finished.local.save if finished.local is not None else None  # a remote backend saves nothing here
+    if save is not None and not save.ok:
+        parts.append(f"context not saved: {save.error or 'unknown error'}")
     return " · ".join(parts)
 
 

@@ -92,6 +92,8 @@ from engine.types import (
     Finished,
     GcReport,
     LibraryModel,
+    LocalModelFacts,
+    LocalTurnFacts,
     MemoryFit,
     ModelInfo,
     ModelSource,
@@ -406,8 +408,8 @@ class Hearth:
         self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
-                               engine.template.refused, self._key_of(self.model_path), engine.runner.attention,
-                               engine.runner.head)
+                               engine.template.refused, self._key_of(self.model_path),
+                               LocalModelFacts(engine.runner.attention, engine.runner.head))
         return self._info
 
     @property
@@ -666,8 +668,9 @@ class Hearth:
         result = turn.generation
         finished = Finished(cid, before + result.text, tuple(result.tokens), ended(result),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
-                            engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
-                            info, dropped_messages=view.dropped, continued=continued)
+                            engine.context_length, result.timings.freeze(info.load_ms), info,
+                            dropped_messages=view.dropped, continued=continued,
+                            local=LocalTurnFacts(turn.resume.freeze(), turn.save))
         emit(finished)
         return finished
 

@@ -154,6 +154,14 @@ class SetupProgress:
 
 
 @dataclass(frozen=True)
+class LocalModelFacts:
+    """What only a local engine knows of the model it runs (``ModelInfo.local``)."""
+
+    attention: str = "onnxruntime"  # whose attention kernel runs: "hearth" (its own CPU kernel) or ONNX Runtime's
+    head: str = "onnxruntime"  # whose output head: "hearth" (from the token table's 8-bit blocks) or ONNX Runtime's
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     name: str  # the GGUF's stem, e.g. "SmolLM2-135M-Instruct-Q4_1"
     provider: str  # "cpu" or "cuda": what actually runs
@@ -165,8 +173,7 @@ class ModelInfo:
     chat_template: str = "gguf"  # where its chat format comes from: "gguf" or "builtin:<family>"
     chat_template_refused: str = ""  # why the file's own template was set aside for the built-in one, or ""
     key: str = ""  # the library name or GGUF path it was loaded by (what a conversation remembers)
-    attention: str = "onnxruntime"  # whose attention kernel runs: "hearth" (its own CPU kernel) or ONNX Runtime's
-    head: str = "onnxruntime"  # whose output head: "hearth" (from the token table's 8-bit blocks) or ONNX Runtime's
+    local: LocalModelFacts | None = None  # what only the local engine knows of it; None from a remote backend
 
     @property
     def label(self) -> str:
@@ -374,6 +381,9 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Resumed:
+    """How the chat's context was obtained (opening it, or a turn): only a backend with saved context
+    (``Capabilities.saved_context``) reports it."""
+
     conversation: str
     resume: Resume
     dropped_messages: int = 0  # stored messages before the model's view (policy "drop_oldest")
@@ -396,13 +406,23 @@ class Token:
 
 @dataclass(frozen=True)
 class Rebuilt:
-    """Opening a conversation rebuilt its context (after ``Resumed`` with source REBUILT)."""
+    """Opening a conversation rebuilt its context (after ``Resumed`` with source REBUILT). Only a backend
+    with saved context (``Capabilities.saved_context``) reports it, as it does ``Resumed``."""
 
     conversation: str
     tokens: int
     elapsed_ms: float
     cancelled: bool
     save: SaveResult | None
+
+
+@dataclass(frozen=True)
+class LocalTurnFacts:
+    """What only a local engine knows of a turn (``Finished.local``): where its context came from, and how
+    saving it went (None: nothing was saved)."""
+
+    resume: Resume
+    save: SaveResult | None = None
 
 
 @dataclass(frozen=True)
@@ -415,12 +435,11 @@ class Finished:
     prompt_tokens: int
     context_tokens: int  # tokens in the KV after the turn
     context_limit: int
-    resume: Resume
-    save: SaveResult | None
     timings: Timings
     model: ModelInfo
     dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
     continued: bool = False  # a Continue: ``reply`` is the whole stored message, ``tokens`` only what was added
+    local: LocalTurnFacts | None = None  # where the context came from and how its save went; None from a remote backend
 
 
 @dataclass(frozen=True)

@@ -251,9 +251,9 @@ def test_the_turn_after_a_flip_answers_the_chosen_version_and_trusts_no_saved_co
                                                 {"role": "assistant", "content": versions.texts[1]},
                                                 *convs.chat_messages("f")[2:3]]))
     common = next(i for i, (a, b) in enumerate(zip(chosen, other, strict=False)) if a != b)
-    assert 0 < done.resume.reused_tokens <= common
+    assert 0 < done.local.resume.reused_tokens <= common
     if resume_from == "disk":
-        assert done.resume.source in (ResumeSource.DISK, ResumeSource.COLD)
+        assert done.local.resume.source in (ResumeSource.DISK, ResumeSource.COLD)
     # The answer is the one a cold start on the same stored chat gives.
     home = tmp_path / "cold"
     home.mkdir()
@@ -267,7 +267,7 @@ def test_the_turn_after_a_flip_answers_the_chosen_version_and_trusts_no_saved_co
         for m in convs.messages("f")[:3]:
             store.append("f", m.role, m.content)
         again = cold.run_turn(TurnRequest("f", None, GREEDY, 12))
-        assert again.resume.source == ResumeSource.COLD or again.resume.reused_tokens == 0
+        assert again.local.resume.source == ResumeSource.COLD or again.local.resume.reused_tokens == 0
         assert again.reply == done.reply
     finally:
         cold.close()

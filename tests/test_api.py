@@ -61,15 +61,15 @@ def test_a_turn_reports_typed_events_in_order_and_stores_both_messages(hearth):
     assert all(k is Token for k in kinds[kinds.index(Resumed) + 1 : -1])
     accepted = events[0]
     assert accepted.user_seq == 0 and [m.content for m in accepted.messages] == ["hello there"]
-    assert done is events[-1] and done.resume.source == ResumeSource.COLD
+    assert done is events[-1] and done.local.resume.source == ResumeSource.COLD
     assert "".join(e.text for e in events if isinstance(e, Token)) == done.reply
     stored = hearth.conversations.messages("c1")
     assert [(m.seq, m.role) for m in stored] == [(0, "user"), (1, "assistant")]
     assert stored[1].content == done.reply and done.reply_seq == 1
-    assert done.save is not None and done.save.ok and done.save.tokens == done.context_tokens
+    assert done.local.save is not None and done.local.save.ok and done.local.save.tokens == done.context_tokens
     assert hearth.conversations.get("c1").model == done.model.label
     again = hearth.run_turn(TurnRequest("c1", "and again", GREEDY, 6))
-    assert again.resume.source == ResumeSource.LIVE and again.resume.reused_tokens >= done.prompt_tokens
+    assert again.local.resume.source == ResumeSource.LIVE and again.local.resume.reused_tokens >= done.prompt_tokens
 
 
 def test_a_stopped_reply_keeps_what_was_written(hearth):
@@ -121,14 +121,14 @@ def test_bad_requests_are_refused_before_anything_is_stored(hearth):
 def test_a_failed_save_never_costs_the_reply(hearth):
     """The reply is stored before the context is saved: a save that cannot write still leaves it."""
     first = hearth.run_turn(TurnRequest("ro", "hello", GREEDY, 4), create=True)
-    assert first.save.ok
+    assert first.local.save.ok
     # Make the checkpoint's path unusable for any user, root included: a directory stands where the
     # file must be renamed to, so the save's write fails.
     target = only_conv_path(hearth.paths.checkpoints, "ro")
     hearth.forget("ro")
     target.mkdir()
     second = hearth.run_turn(TurnRequest("ro", "and again", GREEDY, 4))
-    assert second.save is not None and not second.save.ok and "could not save" in second.save.error
+    assert second.local.save is not None and not second.local.save.ok and "could not save" in second.local.save.error
     assert [m.role for m in hearth.conversations.messages("ro")] == ["user", "assistant", "user", "assistant"]
     assert hearth.conversations.messages("ro")[-1].content == second.reply
 
@@ -219,7 +219,7 @@ def test_check_restore_restores_from_disk_even_when_re_reading_looks_faster(hear
     finally:
         again.close()
     assert check.resume.source == ResumeSource.DISK and check.resume.restored_tokens > 0 and check.same_next_token
-    assert turn.resume.source != ResumeSource.DISK
+    assert turn.local.resume.source != ResumeSource.DISK
 
 
 def test_model_info_says_whether_it_is_a_chat_model_and_where_its_chat_format_comes_from(hearth, tmp_path):

@@ -49,7 +49,7 @@ def test_a_chat_on_a_then_b_then_a_resumes_a_from_disk(two_model_home, tiny_gguf
         a = hearth.load()
         assert hearth.model_key == DEFAULT
         first = ask(hearth, "Hi!", create=True)
-        assert first.resume.source == ResumeSource.COLD and first.save.ok
+        assert first.local.resume.source == ResumeSource.COLD and first.local.save.ok
         assert hearth.conversation_model("c") == DEFAULT
 
         b = hearth.switch_model(str(tiny_gguf))
@@ -60,7 +60,7 @@ def test_a_chat_on_a_then_b_then_a_resumes_a_from_disk(two_model_home, tiny_gguf
         status = hearth.context_status("c")
         assert status.health == ContextHealth.STALE and status.model.startswith(a.name) and a.name in status.message
         second = ask(hearth, "Bye.")
-        assert second.resume.source == ResumeSource.COLD  # b reads the chat; a's file is neither used nor deleted
+        assert second.local.resume.source == ResumeSource.COLD  # b reads the chat; a's file is neither used nor deleted
         assert hearth.conversation_model("c") == str(tiny_gguf.resolve())
         assert hearth.conversations.require("c").model == b.label
         assert len(conv_paths(hearth.paths.checkpoints, "c")) == 2
@@ -70,7 +70,7 @@ def test_a_chat_on_a_then_b_then_a_resumes_a_from_disk(two_model_home, tiny_gguf
         assert hearth.context_states()["c"].badge == ContextBadge.SAVED
         assert hearth.context_status("c", full=True).health == ContextHealth.VALID
         third = ask(hearth, "Once more?")
-        r = third.resume
+        r = third.local.resume
         assert r.source == ResumeSource.DISK and r.reason is None
         assert r.restored_tokens == r.reused_tokens >= first.prompt_tokens  # a's whole first prompt from disk
         assert r.prefilled_tokens == third.prompt_tokens - r.reused_tokens  # only what a has not read
@@ -108,7 +108,7 @@ def test_a_model_that_fails_to_load_brings_the_previous_one_back(tiny_home, tiny
             hearth.switch_model(str(broken))
         assert hearth.model is not None and hearth.model.name == "tiny" and hearth.model_key == str(tiny_gguf.resolve())
         again = ask(hearth, "and again")  # the live context was saved before the switch: resumed from disk
-        assert again.resume.source == ResumeSource.DISK and again.resume.reused_tokens >= first.prompt_tokens
+        assert again.local.resume.source == ResumeSource.DISK and again.local.resume.reused_tokens >= first.prompt_tokens
         assert hearth.conversation_model("c") == str(tiny_gguf.resolve())
     finally:
         hearth.close()
