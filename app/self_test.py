@@ -258,7 +258,7 @@ def kernels(info) -> str:
 def verify_and_restore(config, conversation: str, report: SelfTestReport) -> None:
     """Verify the conversation's saved context fully, restore it into a freshly loaded model, and check the
     restored context's next-token logits against a cold prefill of the same prompt."""
-    from engine.api import Hearth
+    from engine.api import Hearth, saved_contexts
     from engine.types import ContextHealth, ResumeSource
 
     hearth = Hearth(config.paths, model=config.model, weights=config.weights, provider=config.provider)
@@ -267,13 +267,13 @@ def verify_and_restore(config, conversation: str, report: SelfTestReport) -> Non
             info = hearth.load()
         except HearthError as exc:
             raise SelfTestFailed("verify", f"the model could not be loaded again: {exc}") from None
-        status = hearth.context_status(conversation, full=True)
+        status = saved_contexts(hearth).context_status(conversation, full=True)
         if status.health == ContextHealth.NONE:
             raise SelfTestFailed("verify", f"no saved context for {conversation} in {config.paths.checkpoints}")
         if status.health != ContextHealth.VALID:
             raise SelfTestFailed("verify", f"the saved context is {status.health}: {status.message}")
         report.ok("verify", f"{status.tokens} tokens ({status.bytes:,} bytes), every checksum and fingerprint valid")
-        check = hearth.check_restore(conversation)
+        check = saved_contexts(hearth).check_restore(conversation)
     finally:
         hearth.close()
     resume = check.resume

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.api import Hearth, open_conversations, resolve_paths
+from engine.api import Hearth, open_conversations, resolve_paths, saved_contexts
 from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore
 from engine.errors import (
@@ -148,23 +148,24 @@ def test_opening_a_damaged_context_reports_and_rebuilds_it(hearth):
     assert isinstance(events[0], Resumed) and isinstance(events[-1], Rebuilt) and not events[-1].cancelled
     assert any(getattr(e, "phase", None) == ProgressPhase.REBUILD for e in events)
     assert events[-1].save is not None and events[-1].save.ok
-    assert hearth.context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
-    assert hearth.context_states()["d"].badge == ContextBadge.LIVE
+    assert saved_contexts(hearth).context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
+    assert saved_contexts(hearth).context_states()["d"].badge == ContextBadge.LIVE
 
 
 def test_saved_context_administration(hearth):
     for cid in ("a", "b"):
         hearth.run_turn(TurnRequest(cid, f"hello {cid}", GREEDY, 4), create=True)
-    assert hearth.copy_context("a", "a2") and hearth.context_status("a2").health == ContextHealth.VALID
-    assert not hearth.copy_context("nothing-here", "x")
-    report = hearth.inspect_contexts(["a", "b", "none"], full=True)
+    saved = saved_contexts(hearth)
+    assert saved.copy_context("a", "a2") and saved.context_status("a2").health == ContextHealth.VALID
+    assert not saved.copy_context("nothing-here", "x")
+    report = saved.inspect_contexts(["a", "b", "none"], full=True)
     assert {k: v.health for k, v in report.items.items()} == {
         "a": ContextHealth.VALID, "b": ContextHealth.VALID, "none": ContextHealth.NONE}
-    assert report.bytes == hearth.usage().bytes > 0
-    hearth.drop_contexts(["b"])
-    assert hearth.context_status("b").health == ContextHealth.NONE and hearth.conversations.get("b") is not None
-    gc = hearth.reclaim()  # a2 has no conversation: an orphan
-    assert any("a2" in o or o for o in gc.orphans) and hearth.context_status("a2").health == ContextHealth.NONE
+    assert report.bytes == saved.usage().bytes > 0
+    saved.drop_contexts(["b"])
+    assert saved.context_status("b").health == ContextHealth.NONE and hearth.conversations.get("b") is not None
+    gc = saved.reclaim()  # a2 has no conversation: an orphan
+    assert any("a2" in o or o for o in gc.orphans) and saved.context_status("a2").health == ContextHealth.NONE
     summaries = {s.id: s for s in hearth.conversation_summaries()}
     assert summaries["a"].messages == 2 and summaries["a"].tokens > 0 and summaries["b"].tokens == 0
 
@@ -175,7 +176,7 @@ def test_check_restore_matches_a_cold_prefill(hearth):
     again = Hearth(hearth.paths, model=hearth.model_path, provider="cpu")
     again.load()
     try:
-        check = again.check_restore("r")
+        check = saved_contexts(again).check_restore("r")
     finally:
         again.close()
     assert check.resume.source == ResumeSource.DISK and check.same_next_token and check.max_logit_diff < 1e-3
@@ -189,7 +190,7 @@ def test_check_restore_allows_fp16_rounding_relative_to_the_logits(hearth):
     half = Hearth(hearth.paths, model=hearth.model_path, weights="int4-half", provider="cpu")
     half.load()
     try:
-        check = half.check_restore("h")
+        check = saved_contexts(half).check_restore("h")
     finally:
         half.close()
     assert check.resume.source == ResumeSource.DISK and check.matches
@@ -213,7 +214,7 @@ def test_check_restore_restores_from_disk_even_when_re_reading_looks_faster(hear
     again = Hearth(hearth.paths, model=hearth.model_path, provider="cpu")
     again.load()
     try:
-        check = again.check_restore("r")
+        check = saved_contexts(again).check_restore("r")
         # ...and an ordinary turn afterwards still makes the adaptive choice: it re-reads
         turn = again.run_turn(TurnRequest("r", "and again", GREEDY, 2))
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.api import Hearth, resolve_paths
+from engine.api import Hearth, resolve_paths, saved_contexts
 from engine.errors import ContextFullError, ContextPolicyError
 from engine.types import Accepted, Finished, Resumed, ResumeSource, SamplingParams, TurnRequest
 
@@ -182,7 +182,7 @@ def test_after_a_drop_the_system_prompt_comes_from_the_shared_prefix_file(hearth
             assert len(shared) == 1 and 16 <= resume.restored_tokens < done[i].prompt_tokens
         else:
             assert resume.restored_tokens >= done[i - 1].prompt_tokens
-    assert hearth.context_status("a").health.value == "valid"  # saved again for the new view
+    assert saved_contexts(hearth).context_status("a").health.value == "valid"  # saved again for the new view
 
 
 def test_the_view_depends_on_the_context_length_and_the_longest_reply(hearth, tiny_home, tiny_gguf):
