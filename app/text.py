@@ -105,7 +105,10 @@ def turn_note(finished: Finished) -> str:
 
 def model_label(info: ModelInfo) -> str:
     base = " · base model" if info.kind == "base" else ""
-    return f"{display_safe(info.name)}{base} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
+    local = info.local is not None or info.provider in ("cpu", "cuda")  # a remote backend names its own provider
+    where = ("CUDA" if info.provider == "cuda" else "CPU") if local else display_safe(info.provider)
+    weights = f" · {info.weights}" if info.weights else ""  # a remote server may not say its precision
+    return f"{display_safe(info.name)}{base}{weights} · {where}"
 
 
 def model_tooltip(info: ModelInfo) -> str:
@@ -124,7 +127,8 @@ def model_tooltip(info: ModelInfo) -> str:
 
 
 def context_label(used: int, limit: int) -> str:
-    return f"Context {count(used)} / {count(limit)}"
+    """'Context 1,843 / 8,192'; without the limit when the backend does not tell it (0)."""
+    return f"Context {count(used)} / {count(limit)}" if limit else f"Context {count(used)}"
 
 
 def byte_size(n: int) -> str:
