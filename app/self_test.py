@@ -4,9 +4,9 @@ It opens the real window (offscreen works: ``QT_QPA_PLATFORM=offscreen``), waits
 sends one message through the composer and waits for the reply, closes the window (which saves the
 live context), then loads the model again outside the window and checks the saved context the way a
 later launch would: a full verification of the file (every checksum, the model and tokenizer
-fingerprints), a restore through the engine API (``Hearth.check_restore``), and the restored context's next-token logits
-against a cold prefill of the same prompt. It prints one line per step and exits 0, or 1 with the
-step that failed and why.
+fingerprints), a restore through the engine API (``saved_contexts(hearth).check_restore``), and the
+restored context's next-token logits against a cold prefill of the same prompt. It prints one line per
+step and exits 0, or 1 with the step that failed and why.
 
 Everything happens in a throwaway data dir (removed afterwards) unless ``--data-dir`` is given; the
 model is then read from where it is installed (the bundled one, or what ``hearth-cli model fetch``

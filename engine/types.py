@@ -556,8 +556,8 @@ class BundleImported:
     rebuilt: Mapping[str, str]  # conversation → why its context will be rebuilt on open (a reason id)
     notes: Mapping[str, str] = field(default_factory=dict)  # conversation → one line saying what happened
     trusted: bool = False  # the user trusted the bundle's contexts without this installation's signature
-    conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Hearth.import_bundle)
-    skipped: int = 0  # the bundle's chats already here and left out (Hearth.import_bundle with duplicates "skip")
+    conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Bundles.import_bundle)
+    skipped: int = 0  # the bundle's chats already here and left out (Bundles.import_bundle with duplicates "skip")
     copied: int = 0  # the bundle's chats already here and imported as marked copies (duplicates "copy")
 
 
