@@ -20,7 +20,7 @@ backend's checkpoint store (``engine.api.saved_contexts``, ``engine.api.bundles`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -38,6 +38,9 @@ from engine.types import (
     SetupProgress,
     TurnRequest,
 )
+
+if TYPE_CHECKING:
+    from engine.conversations import ConversationStore
 
 
 @runtime_checkable
@@ -80,6 +83,12 @@ class Backend(Protocol):
         ...
 
     # conversations and turns ----------------------------------------------------------------------------
+    @property
+    def conversations(self) -> ConversationStore:
+        """The conversation text its turns store into: this data dir's SQLite store, the truth for every
+        backend (a remote one keeps the text here too and sends it with each turn)."""
+        ...
+
     def open_conversation(self, conversation: str, on_event: EventSink | None = None,
                           cancel: CancelToken | None = None, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                           context_policy: str | None = None) -> Resume | None:
