@@ -107,6 +107,7 @@ from engine.types import (
 if TYPE_CHECKING:
     from engine.services.bundles import Bundles
     from engine.services.saved_contexts import SavedContexts
+    from engine.session import ChatSessions
     from engine.session.view_window import ViewWindow
 
 log = logging.getLogger(__name__)
@@ -306,7 +307,7 @@ class Hearth:
         return self.library.models()
 
     @property
-    def sessions(self):
+    def sessions(self) -> ChatSessions | None:
         """The loaded model's live context and its saving (engine/session), None without a model: for the
         local services (engine/services), not for front ends."""
         return self._sessions
