@@ -19,7 +19,7 @@ from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
 from app.settings_dialog import turn_settings
-from engine.api import Hearth, effective_settings, load_preferences
+from engine.api import Hearth, bundles, effective_settings, load_preferences, saved_contexts
 from engine.errors import (
     ConversionCancelledError,
     HearthError,
@@ -304,34 +304,34 @@ class EngineWorker(QObject):
     def inspect_checkpoints(self, conversations: list, full: bool, cancel: CancelToken) -> None:
         """Status of each conversation's saved context: a quick header check, or every checksum (full)."""
         progress = self.checkpoint_progress.emit if full else None
-        self.checkpoint_report.emit(self.hearth.inspect_contexts(conversations, full, cancel, progress))
+        self.checkpoint_report.emit(saved_contexts(self.hearth).inspect_contexts(conversations, full, cancel, progress))
 
     @Slot(object)
     def drop_context(self, conversations: list) -> None:
-        self.usage.emit(self.hearth.drop_contexts(conversations))
+        self.usage.emit(saved_contexts(self.hearth).drop_contexts(conversations))
         self._emit_cache_states()
 
     @Slot(str, str)
     def copy_context(self, source: str, target: str) -> None:
-        self.hearth.copy_context(source, target)
+        saved_contexts(self.hearth).copy_context(source, target)
         self._emit_cache_states()
 
     @Slot(object)
     def set_budget(self, budget_bytes: int) -> None:
-        self.usage.emit(self.hearth.set_budget(budget_bytes))
+        self.usage.emit(saved_contexts(self.hearth).set_budget(budget_bytes))
         self._emit_cache_states()
 
     @Slot(object)
     def reclaim(self, live_conversations: list) -> None:
-        report = self.hearth.reclaim(live_conversations)
+        report = saved_contexts(self.hearth).reclaim(live_conversations)
         self.reclaimed.emit(report)
-        self.usage.emit(self.hearth.usage())  # with the server's share, which the report does not split
+        self.usage.emit(saved_contexts(self.hearth).usage())  # with the server's share, which the report does not split
         self._emit_cache_states()
 
     @Slot(str, object, object)
     def export_bundle(self, path: str, document: dict, conversations: list) -> None:
         try:
-            self.bundle_done.emit(self.hearth.export_bundle(Path(path), document, conversations))
+            self.bundle_done.emit(bundles(self.hearth).export_bundle(Path(path), document, conversations))
         except OSError as exc:
             self.bundle_done.emit(TransferError(f"the bundle could not be written: {exc.strerror or exc}"))
         except HearthError as exc:
@@ -340,7 +340,7 @@ class EngineWorker(QObject):
     @Slot(str, object, object, bool)
     def import_bundle_contexts(self, path: str, entries: dict, owners: dict, trust: bool) -> None:
         try:
-            self.bundle_done.emit(self.hearth.import_bundle_contexts(Path(path), entries, owners, trust))
+            self.bundle_done.emit(bundles(self.hearth).import_bundle_contexts(Path(path), entries, owners, trust))
         except (HearthError, OSError) as exc:
             self.bundle_done.emit(exc if isinstance(exc, HearthError) else TransferError(str(exc)))
         self._emit_cache_states()
@@ -383,7 +383,7 @@ class EngineWorker(QObject):
         if not self._loaded():  # before a model is loaded every saved context would look stale
             return
         try:
-            self.cache_states.emit(self.hearth.context_states())
+            self.cache_states.emit(saved_contexts(self.hearth).context_states())
         except (HearthError, OSError) as exc:  # the badges wait for the next report; the turn's result stands
             log.warning("could not list the saved contexts: %s", exc)
 

@@ -4,9 +4,9 @@ It opens the real window (offscreen works: ``QT_QPA_PLATFORM=offscreen``), waits
 sends one message through the composer and waits for the reply, closes the window (which saves the
 live context), then loads the model again outside the window and checks the saved context the way a
 later launch would: a full verification of the file (every checksum, the model and tokenizer
-fingerprints), a restore through the engine API (``Hearth.check_restore``), and the restored context's next-token logits
-against a cold prefill of the same prompt. It prints one line per step and exits 0, or 1 with the
-step that failed and why.
+fingerprints), a restore through the engine API (``saved_contexts(hearth).check_restore``), and the
+restored context's next-token logits against a cold prefill of the same prompt. It prints one line per
+step and exits 0, or 1 with the step that failed and why.
 
 Everything happens in a throwaway data dir (removed afterwards) unless ``--data-dir`` is given; the
 model is then read from where it is installed (the bundled one, or what ``hearth-cli model fetch``
@@ -215,7 +215,7 @@ def window_turn(config, report: SelfTestReport) -> str:
         note = f"; {info.note}" if info.note else ""
         report.ok("window", f"shown in {duration(shown_ms)}; {info.name} {info.weights} on {info.provider} "
                             f"ready in {duration((time.perf_counter() - started) * 1000)}{note}; "
-                            f"attention kernel {info.attention}, head {info.head}")
+                            f"{kernels(info)}")
 
         conversation = window.new_chat()
         window.store.rename(conversation, "Self-test")
@@ -234,7 +234,7 @@ def window_turn(config, report: SelfTestReport) -> str:
         report.ok("chat turn", f"“{reply[:60]}{'…' if len(reply) > 60 else ''}” ({turn.stop_reason}, "
                                f"{duration((time.perf_counter() - turn_started) * 1000)}, {turn.timings.decode_tokens_per_s:.0f} "
                                "tokens/s)")
-        save = turn.save
+        save = turn.local.save if turn.local is not None else None
         if save is None or not save.ok:
             raise SelfTestFailed("save", f"the turn's context was not saved: {save.error if save else 'no save'}")
         report.ok("save", f"{save.tokens} tokens, {save.bytes_written:,} bytes in {duration(save.elapsed_ms)}")
@@ -247,11 +247,18 @@ def window_turn(config, report: SelfTestReport) -> str:
     return conversation
 
 
+def kernels(info) -> str:
+    """Whose attention and head kernels run, as the local engine tells it."""
+    if info.local is None:
+        return "kernels not told by this backend"
+    return f"attention kernel {info.local.attention}, head {info.local.head}"
+
+
 # the saved context, as a later launch sees it -------------------------------------------------------------
 def verify_and_restore(config, conversation: str, report: SelfTestReport) -> None:
     """Verify the conversation's saved context fully, restore it into a freshly loaded model, and check the
     restored context's next-token logits against a cold prefill of the same prompt."""
-    from engine.api import Hearth
+    from engine.api import Hearth, saved_contexts
     from engine.types import ContextHealth, ResumeSource
 
     hearth = Hearth(config.paths, model=config.model, weights=config.weights, provider=config.provider)
@@ -260,13 +267,13 @@ def verify_and_restore(config, conversation: str, report: SelfTestReport) -> Non
             info = hearth.load()
         except HearthError as exc:
             raise SelfTestFailed("verify", f"the model could not be loaded again: {exc}") from None
-        status = hearth.context_status(conversation, full=True)
+        status = saved_contexts(hearth).context_status(conversation, full=True)
         if status.health == ContextHealth.NONE:
             raise SelfTestFailed("verify", f"no saved context for {conversation} in {config.paths.checkpoints}")
         if status.health != ContextHealth.VALID:
             raise SelfTestFailed("verify", f"the saved context is {status.health}: {status.message}")
         report.ok("verify", f"{status.tokens} tokens ({status.bytes:,} bytes), every checksum and fingerprint valid")
-        check = hearth.check_restore(conversation)
+        check = saved_contexts(hearth).check_restore(conversation)
     finally:
         hearth.close()
     resume = check.resume

@@ -97,14 +97,18 @@ def turn_note(finished: Finished) -> str:
     """The note beside a reply that just finished: its caption (``reply_caption``), and a failed save."""
     caption = display_safe(reply_caption(str(finished.stop_reason), finished.model.label))
     parts = [caption] if caption else []
-    if finished.save is not None and not finished.save.ok:
-        parts.append(f"context not saved: {finished.save.error or 'unknown error'}")
+    save = finished.local.save if finished.local is not None else None  # a remote backend saves nothing here
+    if save is not None and not save.ok:
+        parts.append(f"context not saved: {save.error or 'unknown error'}")
     return " · ".join(parts)
 
 
 def model_label(info: ModelInfo) -> str:
     base = " · base model" if info.kind == "base" else ""
-    return f"{display_safe(info.name)}{base} · {info.weights} · {'CUDA' if info.provider == 'cuda' else 'CPU'}"
+    local = info.local is not None or info.provider in ("cpu", "cuda")  # a remote backend names its own provider
+    where = ("CUDA" if info.provider == "cuda" else "CPU") if local else display_safe(info.provider)
+    weights = f" · {info.weights}" if info.weights else ""  # a remote server may not say its precision
+    return f"{display_safe(info.name)}{base}{weights} · {where}"
 
 
 def model_tooltip(info: ModelInfo) -> str:
@@ -123,7 +127,8 @@ def model_tooltip(info: ModelInfo) -> str:
 
 
 def context_label(used: int, limit: int) -> str:
-    return f"Context {count(used)} / {count(limit)}"
+    """'Context 1,843 / 8,192'; without the limit when the backend does not tell it (0)."""
+    return f"Context {count(used)} / {count(limit)}" if limit else f"Context {count(used)}"
 
 
 def byte_size(n: int) -> str:

@@ -121,7 +121,7 @@ def switch_and_answer(hearth, model: str, cid: str, text: str) -> dict:
     info = hearth.switch_model(model)
     switch_ms = (time.perf_counter() - started) * 1000
     ttft_ms, turn = timed_turn(hearth, cid, text)
-    r = turn.resume
+    r = turn.local.resume
     assert r.reason is None, r
     return {"model": info.label, "switch_ms": switch_ms, "load_ms": info.load_ms, "turn_ttft_ms": ttft_ms,
             "ttft_after_switch_ms": switch_ms + ttft_ms, "source": str(r.source), "prompt_tokens": turn.prompt_tokens,

@@ -2,9 +2,10 @@
 
 ``Hearth`` is a synchronous service used from one thread (the window's engine thread, the CLI's main
 thread). It loads a model, opens conversations (restoring their saved context), runs turns as a
-stream of typed events (``engine.types``), cancels them, forgets conversations, and administers the
-saved contexts the browser shows. Front ends import this module, ``engine.types`` and
-``engine.errors`` — nothing deeper.
+stream of typed events (``engine.types``), cancels them and forgets conversations: it is the local
+backend of ``engine.backends.Backend``. The saved contexts the browser shows and the bundles are services
+over its stores (engine/services), built here by ``saved_contexts(hearth)`` and ``bundles(hearth)``.
+Front ends import this module, ``engine.types`` and ``engine.errors`` — nothing deeper.
 
 One turn rule everywhere (``Hearth.run_turn``):
 1. the conversation's turn lock is taken (another process's turn on it finishes first);
@@ -27,18 +28,14 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import os
-import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from engine.backends.protocol import Backend
 from engine.chat_messages import validate_messages
-from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key, is_api_owner
+from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.conversations import ConversationStore, check_id
 from engine.database_files import (
     DbCheck,
@@ -66,7 +63,7 @@ from engine.import_dedupe import COPY_SUFFIX, DuplicatePolicy, apply_duplicates,
 from engine.importer import import_conversations
 from engine.library import ModelLibrary
 from engine.model.footprint import model_footprint
-from engine.model.precision import DEFAULT_PRECISION, PRECISIONS, get_precision
+from engine.model.precision import DEFAULT_PRECISION, PRECISIONS
 from engine.model_files import (
     MAX_CONTEXT_LENGTH,
     ModelFileInfo,
@@ -88,7 +85,6 @@ from engine.preferences import (
     effective_settings,
     recommended_values,
 )
-from engine.private_files import FILE_MODE
 from engine.reply_notes import reply_caption
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.saved_context_files import (
@@ -106,22 +102,17 @@ from engine.turn_lock import DEFAULT_TURN_WAIT_S, TurnLock
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
     Accepted,
-    BundleExported,
-    BundleImported,
     CancelToken,
+    Capabilities,
     ChatTokens,
     Completion,
-    ContextBadge,
-    ContextHealth,
     ContextPolicy,
-    ContextReport,
-    ContextState,
-    ContextStatus,
     ConversationSummary,
     EventSink,
     Finished,
-    GcReport,
     LibraryModel,
+    LocalModelFacts,
+    LocalTurnFacts,
     MemoryFit,
     ModelInfo,
     ModelSource,
@@ -129,7 +120,6 @@ from engine.types import (
     ProgressPhase,
     Rebuilt,
     ResponseFormat,
-    RestoreCheck,
     Resume,
     Resumed,
     ResumeSource,
@@ -140,21 +130,18 @@ from engine.types import (
     SetupProgress,
     SetupStage,
     StopReason,
-    StoreUsage,
     Token,
     TurnRequest,
     Waiting,
 )
 
 if TYPE_CHECKING:
+    from engine.services.bundles import Bundles
+    from engine.services.saved_contexts import SavedContexts
+    from engine.session import ChatSessions
     from engine.session.view_window import ViewWindow
 
 log = logging.getLogger(__name__)
-# check_restore: restored vs cold next-token logits. float32 on the CPU differs only by chunked sums (~1e-5);
-# fp16 activations or CUDA's TF32 products by a few fp16 steps of the largest logit (0.0625 of ~20 seen on an
-# H200), so there the bound is relative, as in tests/test_gpu.py.
-EXACT_RESTORE_TOLERANCE = 1e-2
-ROUNDED_RESTORE_TOLERANCE = 0.02
 
 __all__ = [  # what front ends may use besides the Hearth class (engine.types holds the rest)
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_PRECISION", "DEFAULT_TURN_WAIT_S", "PRECISIONS", "PROVIDER_CHOICES",
@@ -165,6 +152,8 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "import_json", "log_to_stderr", "ModelLibrary", "terminal_safe",
     "model_footprint", "model_key_for", "open_conversations", "read_bundle", "reply_caption", "resolve_paths", "restore_database",
     "salvage_database", "search", "snippet_html", "to_document",
+    # backends (engine/backends) and the local backend's services (engine/services)
+    "Backend", "Capabilities", "bundles", "saved_contexts",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
     "save_preferences", "recommended_values",
@@ -227,6 +216,29 @@ def _whole_context_progress(engine, conversation: str, emit: EventSink) -> Calla
         emit(Progress(conversation, ProgressPhase.REBUILD, kept + done, kept + total))
 
     return report
+
+
+# the local backend's services (engine/services): what only a backend with saved context on disk offers ----
+def saved_contexts(backend: Backend) -> SavedContexts:
+    """Saved-context administration over ``backend``'s checkpoint store (badges, checks, budget, reclaim,
+    the restore check); cheap, made for each use. HearthError for a backend without saved context."""
+    from engine.services.saved_contexts import SavedContexts
+
+    return SavedContexts(_local(backend))
+
+
+def bundles(backend: Backend) -> Bundles:
+    """Export and import ``.hearth`` bundles (conversations with their saved context) over ``backend``'s
+    stores; cheap, made for each use. HearthError for a backend without saved context."""
+    from engine.services.bundles import Bundles
+
+    return Bundles(_local(backend))
+
+
+def _local(backend: Backend) -> Hearth:
+    if not backend.capabilities.saved_context or not isinstance(backend, Hearth):
+        raise HearthError("this engine keeps no saved context here: there is none to administer or bundle")
+    return backend
 
 
 def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
@@ -307,6 +319,25 @@ class Hearth:
         # chat → its token count after a version of its last reply was chosen: its saved or live context still
         # holds the other version, so context_states says this until the chat's next turn or opening
         self._chosen_tokens: dict[str, int] = {}
+
+    # the backend protocol (engine/backends/protocol.py): Hearth is the local backend ----------------------
+    capabilities = Capabilities(saved_context=True, constrained_output=True, tools=False, raw_completion=True,
+                                logprobs=True, model_switching=True, serving=True, local_facts=True)
+
+    def list_models(self) -> list[LibraryModel]:
+        """The models of this data dir's library (``switch_model`` takes their names)."""
+        return self.library.models()
+
+    @property
+    def sessions(self) -> ChatSessions | None:
+        """The loaded model's live context and its saving (engine/session), None without a model: for the
+        local services (engine/services), not for front ends."""
+        return self._sessions
+
+    @property
+    def chosen_tokens(self) -> Mapping[str, int]:
+        """Chat → its token count after a version of its last reply was chosen (``note_version_chosen``)."""
+        return self._chosen_tokens
 
     # model --------------------------------------------------------------------------------------------
     @property
@@ -408,8 +439,8 @@ class Hearth:
         self._planner = ViewPlanner(engine)
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
-                               engine.template.refused, self._key_of(self.model_path), engine.runner.attention,
-                               engine.runner.head)
+                               engine.template.refused, self._key_of(self.model_path),
+                               LocalModelFacts(engine.runner.attention, engine.runner.head))
         return self._info
 
     @property
@@ -668,8 +699,9 @@ class Hearth:
         result = turn.generation
         finished = Finished(cid, before + result.text, tuple(result.tokens), ended(result),
                             stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
-                            engine.context_length, turn.resume.freeze(), turn.save, result.timings.freeze(info.load_ms),
-                            info, dropped_messages=view.dropped, continued=continued)
+                            engine.context_length, result.timings.freeze(info.load_ms), info,
+                            dropped_messages=view.dropped, continued=continued,
+                            local=LocalTurnFacts(turn.resume.freeze(), turn.save))
         emit(finished)
         return finished
 
@@ -813,54 +845,6 @@ class Hearth:
         else:
             self.checkpoints.delete_conversation(conversation)
 
-    def check_restore(self, conversation: str) -> RestoreCheck:
-        """Restore the conversation's saved context and compare its next-token logits with re-reading
-        the same prompt from scratch (the self-test's proof that a restore is exact)."""
-        engine = self._require_engine()
-        messages = self.conversations.chat_messages(conversation)
-        # Always from disk: on a fast GPU re-reading a short context is estimated cheaper than restoring
-        # it, and the adaptive choice would then check nothing.
-        adaptive, self._sessions.adaptive = self._sessions.adaptive, False
-        try:
-            restored, prompt, report = self._sessions.sync(conversation, messages)
-        finally:
-            self._sessions.adaptive = adaptive
-        engine.reset(keep_buffers=True)
-        cold, _ = engine.sync(prompt)  # the same tokens again: the session's view of the KV still holds
-        a, b = np.asarray(restored, np.float32), np.asarray(cold, np.float32)
-        exact = get_precision(self._info.weights).compute == "float32" and self._info.provider == "cpu"
-        tolerance = EXACT_RESTORE_TOLERANCE if exact else ROUNDED_RESTORE_TOLERANCE * float(np.max(np.abs(b)))
-        return RestoreCheck(report.freeze(), float(np.max(np.abs(a - b))), int(np.argmax(a)) == int(np.argmax(b)),
-                            tolerance)
-
-    # saved context ------------------------------------------------------------------------------------
-    def context_states(self) -> dict[str, ContextState]:
-        """The sidebar's badge for every conversation with saved or live context: LIVE or SAVED for the
-        loaded model's context; STALE (naming the model) when only other models saved context for it."""
-        store = self.checkpoints
-        states: dict[str, ContextState] = {}
-        others: dict[str, Entry] = {}
-        fp = self._sessions.identity.model_fp if self._sessions is not None else None
-        for e in store.entries(kind="conversation"):  # most recently used first
-            if not e.conversation:
-                continue
-            if fp is not None and e.model_fp == fp:
-                states[e.conversation] = ContextState(ContextBadge.SAVED, e.tokens, store.model_label(e))
-            else:
-                others.setdefault(e.conversation, e)
-        for cid, e in others.items():
-            if cid not in states:
-                states[cid] = ContextState(ContextBadge.STALE, e.tokens, store.model_label(e))
-        active = self._sessions.active if self._sessions is not None else None
-        if active and is_api_owner(active):  # the live KV is the server's prompt cache, no conversation's
-            active = None
-        if active and self._engine.tokens:
-            states[active] = ContextState(ContextBadge.LIVE, len(self._engine.tokens), self._sessions.identity.label)
-        for cid, tokens in self._chosen_tokens.items():  # the chat's size with the version chosen, not the other's
-            if cid in states:
-                states[cid] = dataclasses.replace(states[cid], tokens=tokens)
-        return states
-
     # a version of the last reply was chosen (the store's choose_version) ------------------------------------
     def note_version_chosen(self, conversation: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                             context_policy: str | None = None) -> ChatTokens:
@@ -892,163 +876,6 @@ class Hearth:
                         min(len(live), len(tokens)))
         self._chosen_tokens[conversation] = len(tokens)
         return ChatTokens(conversation, len(tokens), kept)
-
-    def _context_entry(self, conversation: str) -> Entry | None:
-        """The saved context that serves the conversation: the loaded model's, or with no model loaded
-        the most recently used one."""
-        store = self.checkpoints
-        if self._sessions is not None:
-            return store.conversation_entry(conversation, self._sessions.identity.model_fp)
-        entries = store.conversation_entries(conversation)
-        return entries[0] if entries else None
-
-    def context_status(self, conversation: str, full: bool = False) -> ContextStatus:
-        """A quick (headers) or full (every checksum) check of one conversation's saved context for the
-        loaded model; STALE, naming the other model, when only other models saved context for it."""
-        store = self.checkpoints
-        entry = self._context_entry(conversation)
-        every = store.conversation_entries(conversation)
-        if entry is None:
-            if not every:
-                return ContextStatus(conversation, ContextHealth.NONE)
-            entry = every[0]
-            label = store.model_label(entry) or "another model"
-            return ContextStatus(conversation, ContextHealth.STALE, "model_mismatch",
-                                 f"saved by {label}, not the loaded model: kept for when {label} runs it again",
-                                 entry.tokens, entry.bytes, label, self._kept_for_others(every, entry))
-        identity = self._sessions.identity if self._sessions is not None else None
-        vocab = self._engine.tokenizer.vocab_size if self._engine is not None else None
-        status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
-        return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
-                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry),
-                             self._kept_for_others(every, entry))
-
-    def _kept_for_others(self, every: Sequence[Entry], checked: Entry) -> tuple[tuple[str, int], ...]:
-        """(model in words, bytes) of the chat's saved contexts besides the one checked: kept for when those
-        models run it again, and on disk all the same (the browser's row counts them, so rows and total agree)."""
-        return tuple((self.checkpoints.model_label(e) or "another model", e.bytes) for e in every
-                     if e.name != checked.name)
-
-    def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
-                         progress: Callable[[int, int], None] | None = None) -> ContextReport:
-        items: dict[str, ContextStatus] = {}
-        for i, cid in enumerate(conversations):
-            if cancel is not None and cancel.cancelled:
-                break
-            items[cid] = self.context_status(cid, full)
-            if progress is not None:
-                progress(i + 1, len(conversations))
-        usage = self.usage()
-        return ContextReport(full, items, usage.bytes, usage.budget, bool(cancel and cancel.cancelled),
-                             usage.by_kind)
-
-    def usage(self) -> StoreUsage:
-        store = self.checkpoints
-        return StoreUsage(store.total_bytes(), store.budget_bytes, store.bytes_by_kind())
-
-    def drop_contexts(self, conversations: Iterable[str]) -> StoreUsage:
-        """Delete saved context but keep the chats (their context is rebuilt when next used)."""
-        for cid in conversations:
-            self.forget(cid)
-        return self.usage()
-
-    def copy_context(self, source: str, target: str) -> bool:
-        """Give a branch its source's saved context, so it opens without re-reading (the frontiers past
-        the branch point simply stop matching its text). False when there was none to copy."""
-        store = self.checkpoints
-        if self._sessions is not None and self._sessions.active == source:
-            self._sessions.save("switch")
-        entry = self._context_entry(source)  # the loaded model's: the one the branch will be opened with
-        if entry is None:
-            return False
-        try:
-            with store.lock.held():
-                target_name = conversation_key(target) + entry.name[len(conversation_key(source)):]
-                target_path = store.path(target_name)
-                shutil.copyfile(store.path(entry.name), target_path)
-                os.chmod(target_path, FILE_MODE)  # copyfile makes it by the umask
-            store.reconcile()
-            return store.conversation_entry(target, entry.model_fp) is not None
-        except OSError as exc:
-            log.warning("could not copy the saved context of %s: %s", source, exc)
-            return False
-
-    def set_budget(self, budget_bytes: int) -> StoreUsage:
-        store = self.checkpoints
-        store.set_budget(budget_bytes)
-        active = self._sessions.active if self._sessions is not None else None
-        store.enforce_budget(protect={active} if active else ())
-        return self.usage()
-
-    def reclaim(self, live_conversations: Iterable[str] | None = None) -> GcReport:
-        """Remove leftovers and the saved context of deleted chats, then evict down to the budget."""
-        live = set(live_conversations) if live_conversations is not None else self.conversations.ids()
-        r = self.checkpoints.gc(live)
-        return GcReport(r["temp_files"], tuple(r["orphans"]), tuple(r["evicted"]), r["bytes"], r["budget"])
-
-    def export_bundle(self, path: Path, document: dict, conversations: Sequence[str]) -> BundleExported:
-        """Write conversations with their saved context into one file (the live one is saved first),
-        signed with this installation's key so that importing it here uses the contexts."""
-        from engine.bundle import write_bundle
-        from engine.install_key import install_key
-
-        if self._sessions is not None and self._sessions.active in conversations:
-            self._sessions.save("switch")
-        contexts = {}
-        for cid in conversations:
-            entry = self._context_entry(cid)  # a bundle holds one context per conversation: the loaded model's
-            if entry is not None:
-                contexts[cid] = self.checkpoints.path(entry.name)
-        added = write_bundle(Path(path), document, contexts, install_key(self.paths.data))
-        return BundleExported(len(conversations), added)
-
-    def import_bundle_contexts(self, path: Path, entries: dict[str, str], owners: dict[str, str],
-                               trust: bool = False) -> BundleImported:
-        """Install a bundle's saved contexts for their (new) conversations. A context is used only if
-        this installation signed the bundle (or ``trust``: the user vouches for it) and it fully
-        verifies against this model; the others are rebuilt when opened, and ``notes`` says why."""
-        from engine.bundle_install import install_contexts
-        from engine.install_key import install_key
-
-        identity, vocab = self._local_identity()
-        report = install_contexts(Path(path), entries, owners, self.checkpoints, identity, vocab,
-                                  install_key(self.paths.data), trust)
-        return BundleImported(tuple(report.used), dict(report.rebuilt), dict(report.notes), trust)
-
-    def import_bundle(self, path: Path, trust: bool = False,
-                      duplicates: DuplicatePolicy | str | None = None) -> BundleImported:
-        """Import a ``.hearth`` bundle whole: its conversations (validated first; all or nothing), then
-        their saved contexts as ``import_bundle_contexts``. ``conversations`` maps new ids to the bundle's.
-        Chats already here (``find_duplicates``) are skipped or imported as marked copies as ``duplicates``
-        says; None imports every chat as it is (a taken id gets a new one)."""
-        from engine.bundle import read_bundle as read
-
-        convs, entries = read(Path(path))
-        skipped = copied = 0
-        if duplicates is not None:
-            policy = DuplicatePolicy(duplicates)  # ValueError for a policy that does not exist, before any lookup
-            found = find_duplicates(self.conversations, convs)
-            convs = apply_duplicates(convs, found, policy)
-            skipped, copied = (len(found), 0) if policy is DuplicatePolicy.SKIP else (0, len(found))
-        ids = self.conversations.insert_full(convs)
-        owners = {c["id"]: new for c, new in zip(convs, ids, strict=True) if c["id"]}
-        result = self.import_bundle_contexts(Path(path), entries, owners, trust)
-        return dataclasses.replace(result, conversations={new: c["id"] or "" for c, new in zip(convs, ids, strict=True)},
-                                   skipped=skipped, copied=copied)
-
-    def _local_identity(self):
-        """(What a checkpoint must match here, the vocabulary size): from the loaded model, else read from
-        the model's GGUF without starting ONNX Runtime; (None, None) when there is no model."""
-        if self._sessions is not None:
-            return self._sessions.identity, self._engine.tokenizer.vocab_size
-        from engine.checkpoint.identity import gguf_identity
-        from engine.loader import resolve_gguf
-
-        try:
-            return gguf_identity(resolve_gguf(self.paths, self.model_path), self.weights)
-        except HearthError as exc:
-            log.info("no model to check bundle contexts against: %s", exc)
-            return None, None
 
     # the local server's requests (issue 17; engine/session/prompt_cache.py, engine/serving.py) --------------
     def serve(self, request: ServeRequest, on_text: Callable[[str], None] | None = None,

@@ -127,6 +127,23 @@ class ProgressPhase(StrEnum):
     REBUILD = "rebuild"  # re-reading a conversation whose saved context failed
 
 
+# backends (engine/backends/protocol.py) -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the protocol's core (load a model, run a turn, cancel, forget): a front
+    end asks before it offers a feature, rather than catching the error. The local engine can do it all;
+    a remote one says what it lacks, and its records carry ``local=None``."""
+
+    saved_context: bool = False  # conversations' context kept on disk between runs (engine.api.saved_contexts, bundles)
+    constrained_output: bool = False  # ResponseFormat: JSON objects, JSON schemas
+    tools: bool = False  # tool calls in a turn (no backend has them yet)
+    raw_completion: bool = False  # complete_raw: a prompt read as it is, no chat template
+    logprobs: bool = False  # complete's top_logprobs
+    model_switching: bool = False  # switch_model to another model of list_models
+    serving: bool = False  # answers the local server's requests (Hearth.serve, the embedded server)
+    local_facts: bool = False  # Finished.local and ModelInfo.local are filled (resume source, save, kernels)
+
+
 # model ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SetupProgress:
@@ -134,6 +151,14 @@ class SetupProgress:
     done: int
     total: int  # 0: how far along is not known (a busy indicator)
     step: str = ""  # what is being done now, in words: "layer 12 of 30", "writing the graph"
+
+
+@dataclass(frozen=True)
+class LocalModelFacts:
+    """What only a local engine knows of the model it runs (``ModelInfo.local``)."""
+
+    attention: str = "onnxruntime"  # whose attention kernel runs: "hearth" (its own CPU kernel) or ONNX Runtime's
+    head: str = "onnxruntime"  # whose output head: "hearth" (from the token table's 8-bit blocks) or ONNX Runtime's
 
 
 @dataclass(frozen=True)
@@ -148,8 +173,7 @@ class ModelInfo:
     chat_template: str = "gguf"  # where its chat format comes from: "gguf" or "builtin:<family>"
     chat_template_refused: str = ""  # why the file's own template was set aside for the built-in one, or ""
     key: str = ""  # the library name or GGUF path it was loaded by (what a conversation remembers)
-    attention: str = "onnxruntime"  # whose attention kernel runs: "hearth" (its own CPU kernel) or ONNX Runtime's
-    head: str = "onnxruntime"  # whose output head: "hearth" (from the token table's 8-bit blocks) or ONNX Runtime's
+    local: LocalModelFacts | None = None  # what only the local engine knows of it; None from a remote backend
 
     @property
     def label(self) -> str:
@@ -357,6 +381,9 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Resumed:
+    """How the chat's context was obtained (opening it, or a turn): only a backend with saved context
+    (``Capabilities.saved_context``) reports it."""
+
     conversation: str
     resume: Resume
     dropped_messages: int = 0  # stored messages before the model's view (policy "drop_oldest")
@@ -379,13 +406,23 @@ class Token:
 
 @dataclass(frozen=True)
 class Rebuilt:
-    """Opening a conversation rebuilt its context (after ``Resumed`` with source REBUILT)."""
+    """Opening a conversation rebuilt its context (after ``Resumed`` with source REBUILT). Only a backend
+    with saved context (``Capabilities.saved_context``) reports it, as it does ``Resumed``."""
 
     conversation: str
     tokens: int
     elapsed_ms: float
     cancelled: bool
     save: SaveResult | None
+
+
+@dataclass(frozen=True)
+class LocalTurnFacts:
+    """What only a local engine knows of a turn (``Finished.local``): where its context came from, and how
+    saving it went (None: nothing was saved)."""
+
+    resume: Resume
+    save: SaveResult | None = None
 
 
 @dataclass(frozen=True)
@@ -398,12 +435,11 @@ class Finished:
     prompt_tokens: int
     context_tokens: int  # tokens in the KV after the turn
     context_limit: int
-    resume: Resume
-    save: SaveResult | None
     timings: Timings
     model: ModelInfo
     dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
     continued: bool = False  # a Continue: ``reply`` is the whole stored message, ``tokens`` only what was added
+    local: LocalTurnFacts | None = None  # where the context came from and how its save went; None from a remote backend
 
 
 @dataclass(frozen=True)
@@ -520,8 +556,8 @@ class BundleImported:
     rebuilt: Mapping[str, str]  # conversation → why its context will be rebuilt on open (a reason id)
     notes: Mapping[str, str] = field(default_factory=dict)  # conversation → one line saying what happened
     trusted: bool = False  # the user trusted the bundle's contexts without this installation's signature
-    conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Hearth.import_bundle)
-    skipped: int = 0  # the bundle's chats already here and left out (Hearth.import_bundle with duplicates "skip")
+    conversations: Mapping[str, str] = field(default_factory=dict)  # new id → id in the bundle (Bundles.import_bundle)
+    skipped: int = 0  # the bundle's chats already here and left out (Bundles.import_bundle with duplicates "skip")
     copied: int = 0  # the bundle's chats already here and imported as marked copies (duplicates "copy")
 
 

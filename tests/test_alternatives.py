@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from engine.api import Hearth, resolve_paths
+from engine.api import Hearth, resolve_paths, saved_contexts
 from engine.conversations import SCHEMA_VERSION, ConversationStore, title_from
 from engine.errors import ConversationError, PromptError
 from engine.types import CancelToken, ResumeSource, SamplingParams, StopReason, Token, TurnRequest
@@ -251,9 +251,9 @@ def test_the_turn_after_a_flip_answers_the_chosen_version_and_trusts_no_saved_co
                                                 {"role": "assistant", "content": versions.texts[1]},
                                                 *convs.chat_messages("f")[2:3]]))
     common = next(i for i, (a, b) in enumerate(zip(chosen, other, strict=False)) if a != b)
-    assert 0 < done.resume.reused_tokens <= common
+    assert 0 < done.local.resume.reused_tokens <= common
     if resume_from == "disk":
-        assert done.resume.source in (ResumeSource.DISK, ResumeSource.COLD)
+        assert done.local.resume.source in (ResumeSource.DISK, ResumeSource.COLD)
     # The answer is the one a cold start on the same stored chat gives.
     home = tmp_path / "cold"
     home.mkdir()
@@ -267,7 +267,7 @@ def test_the_turn_after_a_flip_answers_the_chosen_version_and_trusts_no_saved_co
         for m in convs.messages("f")[:3]:
             store.append("f", m.role, m.content)
         again = cold.run_turn(TurnRequest("f", None, GREEDY, 12))
-        assert again.resume.source == ResumeSource.COLD or again.resume.reused_tokens == 0
+        assert again.local.resume.source == ResumeSource.COLD or again.local.resume.reused_tokens == 0
         assert again.reply == done.reply
     finally:
         cold.close()
@@ -281,7 +281,7 @@ def test_continue_after_the_length_limit_writes_on_in_the_same_message(real_hear
     msgs = convs.messages("c")
     assert [m.role for m in msgs] == ["user", "assistant"] and more.reply_seq == 1 and more.continued
     assert msgs[-1].content == more.reply and more.reply.startswith(short.reply) and len(more.reply) > len(short.reply)
-    assert more.resume.reused_tokens > short.prompt_tokens  # resumed, not re-read
+    assert more.local.resume.reused_tokens > short.prompt_tokens  # resumed, not re-read
     # One longer generation writes the same text.
     whole = h.run_turn(TurnRequest("w", "Count from one to twenty in words.", GREEDY, 16), create=True)
     assert whole.reply == more.reply
@@ -408,7 +408,7 @@ def test_after_a_flip_the_chats_tokens_are_counted_with_the_chosen_version(heart
     convs = hearth.conversations
     first = hearth.run_turn(TurnRequest("v", "hello there", GREEDY, 6), create=True)
     hearth.run_turn(TurnRequest("v", None, SamplingParams(seed=5, temperature=1.5), 12, regenerate=True))
-    live = hearth.context_states()["v"].tokens
+    live = saved_contexts(hearth).context_states()["v"].tokens
     convs.choose_version("v", 1, 0)
     counted = hearth.note_version_chosen("v")
     engine = hearth._engine
@@ -417,9 +417,9 @@ def test_after_a_flip_the_chats_tokens_are_counted_with_the_chosen_version(heart
     assert counted.conversation == "v" and counted.tokens == len(expected)
     assert abs(counted.tokens - len(first.tokens) - first.prompt_tokens) <= 1  # the first turn's size again
     assert counted.kept is not None and counted.kept < live and counted.to_reread == counted.tokens - counted.kept
-    assert hearth.context_states()["v"].tokens == counted.tokens  # the sidebar's figure, until the next turn
+    assert saved_contexts(hearth).context_states()["v"].tokens == counted.tokens  # the sidebar's figure, until the next turn
     done = hearth.run_turn(TurnRequest("v", "and then?", GREEDY, 4))
-    assert hearth.context_states()["v"].tokens == done.context_tokens != counted.tokens
+    assert saved_contexts(hearth).context_states()["v"].tokens == done.context_tokens != counted.tokens
 
 
 def test_a_flip_in_a_chat_that_is_not_live_counts_without_kept_tokens(hearth):
@@ -429,7 +429,7 @@ def test_a_flip_in_a_chat_that_is_not_live_counts_without_kept_tokens(hearth):
     hearth.conversations.choose_version("n", 1, 0)
     counted = hearth.note_version_chosen("n")
     assert counted.kept is None and counted.to_reread is None and counted.tokens > 0
-    assert hearth.context_states()["n"].tokens == counted.tokens
+    assert saved_contexts(hearth).context_states()["n"].tokens == counted.tokens
 
 
 def test_counting_a_chats_tokens_needs_a_model_and_a_chat_that_exists(hearth, tmp_path):

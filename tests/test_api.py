@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.api import Hearth, open_conversations, resolve_paths
+from engine.api import Hearth, open_conversations, resolve_paths, saved_contexts
 from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore
 from engine.errors import (
@@ -61,15 +61,15 @@ def test_a_turn_reports_typed_events_in_order_and_stores_both_messages(hearth):
     assert all(k is Token for k in kinds[kinds.index(Resumed) + 1 : -1])
     accepted = events[0]
     assert accepted.user_seq == 0 and [m.content for m in accepted.messages] == ["hello there"]
-    assert done is events[-1] and done.resume.source == ResumeSource.COLD
+    assert done is events[-1] and done.local.resume.source == ResumeSource.COLD
     assert "".join(e.text for e in events if isinstance(e, Token)) == done.reply
     stored = hearth.conversations.messages("c1")
     assert [(m.seq, m.role) for m in stored] == [(0, "user"), (1, "assistant")]
     assert stored[1].content == done.reply and done.reply_seq == 1
-    assert done.save is not None and done.save.ok and done.save.tokens == done.context_tokens
+    assert done.local.save is not None and done.local.save.ok and done.local.save.tokens == done.context_tokens
     assert hearth.conversations.get("c1").model == done.model.label
     again = hearth.run_turn(TurnRequest("c1", "and again", GREEDY, 6))
-    assert again.resume.source == ResumeSource.LIVE and again.resume.reused_tokens >= done.prompt_tokens
+    assert again.local.resume.source == ResumeSource.LIVE and again.local.resume.reused_tokens >= done.prompt_tokens
 
 
 def test_a_stopped_reply_keeps_what_was_written(hearth):
@@ -121,14 +121,14 @@ def test_bad_requests_are_refused_before_anything_is_stored(hearth):
 def test_a_failed_save_never_costs_the_reply(hearth):
     """The reply is stored before the context is saved: a save that cannot write still leaves it."""
     first = hearth.run_turn(TurnRequest("ro", "hello", GREEDY, 4), create=True)
-    assert first.save.ok
+    assert first.local.save.ok
     # Make the checkpoint's path unusable for any user, root included: a directory stands where the
     # file must be renamed to, so the save's write fails.
     target = only_conv_path(hearth.paths.checkpoints, "ro")
     hearth.forget("ro")
     target.mkdir()
     second = hearth.run_turn(TurnRequest("ro", "and again", GREEDY, 4))
-    assert second.save is not None and not second.save.ok and "could not save" in second.save.error
+    assert second.local.save is not None and not second.local.save.ok and "could not save" in second.local.save.error
     assert [m.role for m in hearth.conversations.messages("ro")] == ["user", "assistant", "user", "assistant"]
     assert hearth.conversations.messages("ro")[-1].content == second.reply
 
@@ -148,23 +148,24 @@ def test_opening_a_damaged_context_reports_and_rebuilds_it(hearth):
     assert isinstance(events[0], Resumed) and isinstance(events[-1], Rebuilt) and not events[-1].cancelled
     assert any(getattr(e, "phase", None) == ProgressPhase.REBUILD for e in events)
     assert events[-1].save is not None and events[-1].save.ok
-    assert hearth.context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
-    assert hearth.context_states()["d"].badge == ContextBadge.LIVE
+    assert saved_contexts(hearth).context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
+    assert saved_contexts(hearth).context_states()["d"].badge == ContextBadge.LIVE
 
 
 def test_saved_context_administration(hearth):
     for cid in ("a", "b"):
         hearth.run_turn(TurnRequest(cid, f"hello {cid}", GREEDY, 4), create=True)
-    assert hearth.copy_context("a", "a2") and hearth.context_status("a2").health == ContextHealth.VALID
-    assert not hearth.copy_context("nothing-here", "x")
-    report = hearth.inspect_contexts(["a", "b", "none"], full=True)
+    saved = saved_contexts(hearth)
+    assert saved.copy_context("a", "a2") and saved.context_status("a2").health == ContextHealth.VALID
+    assert not saved.copy_context("nothing-here", "x")
+    report = saved.inspect_contexts(["a", "b", "none"], full=True)
     assert {k: v.health for k, v in report.items.items()} == {
         "a": ContextHealth.VALID, "b": ContextHealth.VALID, "none": ContextHealth.NONE}
-    assert report.bytes == hearth.usage().bytes > 0
-    hearth.drop_contexts(["b"])
-    assert hearth.context_status("b").health == ContextHealth.NONE and hearth.conversations.get("b") is not None
-    gc = hearth.reclaim()  # a2 has no conversation: an orphan
-    assert any("a2" in o or o for o in gc.orphans) and hearth.context_status("a2").health == ContextHealth.NONE
+    assert report.bytes == saved.usage().bytes > 0
+    saved.drop_contexts(["b"])
+    assert saved.context_status("b").health == ContextHealth.NONE and hearth.conversations.get("b") is not None
+    gc = saved.reclaim()  # a2 has no conversation: an orphan
+    assert any("a2" in o or o for o in gc.orphans) and saved.context_status("a2").health == ContextHealth.NONE
     summaries = {s.id: s for s in hearth.conversation_summaries()}
     assert summaries["a"].messages == 2 and summaries["a"].tokens > 0 and summaries["b"].tokens == 0
 
@@ -175,7 +176,7 @@ def test_check_restore_matches_a_cold_prefill(hearth):
     again = Hearth(hearth.paths, model=hearth.model_path, provider="cpu")
     again.load()
     try:
-        check = again.check_restore("r")
+        check = saved_contexts(again).check_restore("r")
     finally:
         again.close()
     assert check.resume.source == ResumeSource.DISK and check.same_next_token and check.max_logit_diff < 1e-3
@@ -189,7 +190,7 @@ def test_check_restore_allows_fp16_rounding_relative_to_the_logits(hearth):
     half = Hearth(hearth.paths, model=hearth.model_path, weights="int4-half", provider="cpu")
     half.load()
     try:
-        check = half.check_restore("h")
+        check = saved_contexts(half).check_restore("h")
     finally:
         half.close()
     assert check.resume.source == ResumeSource.DISK and check.matches
@@ -213,13 +214,13 @@ def test_check_restore_restores_from_disk_even_when_re_reading_looks_faster(hear
     again = Hearth(hearth.paths, model=hearth.model_path, provider="cpu")
     again.load()
     try:
-        check = again.check_restore("r")
+        check = saved_contexts(again).check_restore("r")
         # ...and an ordinary turn afterwards still makes the adaptive choice: it re-reads
         turn = again.run_turn(TurnRequest("r", "and again", GREEDY, 2))
     finally:
         again.close()
     assert check.resume.source == ResumeSource.DISK and check.resume.restored_tokens > 0 and check.same_next_token
-    assert turn.resume.source != ResumeSource.DISK
+    assert turn.local.resume.source != ResumeSource.DISK
 
 
 def test_model_info_says_whether_it_is_a_chat_model_and_where_its_chat_format_comes_from(hearth, tmp_path):

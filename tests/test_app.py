@@ -321,7 +321,7 @@ def test_a_failed_checkpoint_save_keeps_the_reply_and_says_so(qtbot, windows, co
         moved.rename(checkpoints)
     qtbot.waitUntil(lambda: bool(finished), timeout=TIMEOUT)  # the recorder hears of it after the window
     (_, turn), = finished
-    assert turn.save is not None and not turn.save.ok and turn.save.error
+    assert turn.local.save is not None and not turn.local.save.ok and turn.local.save.error
     assert stored(w, conv) == [("user", "keep my reply"), ("assistant", turn.reply)] and turn.reply
     assert turn.reply_seq == w.store.messages(conv)[1].seq
     assert shown(w) == stored(w, conv)

@@ -452,18 +452,18 @@ def test_defect2_cli_bundle_import_skips_duplicates_by_default_and_copies_on_req
 
 
 def test_defect2_engine_bundle_import_refuses_an_unknown_duplicates_policy(tmp_path):
-    from engine.api import Hearth, resolve_paths, to_document
+    from engine.api import Hearth, bundles, resolve_paths, to_document
 
     hearth = Hearth(resolve_paths(tmp_path / "home").ensure())
     try:
         conv = hearth.conversations.create(title="kept once")
         hearth.conversations.append(conv.id, "user", "hi")
         bundle = tmp_path / "b.hearth"
-        hearth.export_bundle(bundle, to_document(hearth.conversations, [conv.id]), [conv.id])
+        bundles(hearth).export_bundle(bundle, to_document(hearth.conversations, [conv.id]), [conv.id])
         with pytest.raises(ValueError, match="merge"):
-            hearth.import_bundle(bundle, duplicates="merge")
+            bundles(hearth).import_bundle(bundle, duplicates="merge")
         assert [c.title for c in hearth.conversations.list()] == ["kept once"]
-        assert hearth.import_bundle(bundle, duplicates=DuplicatePolicy.SKIP).skipped == 1
+        assert bundles(hearth).import_bundle(bundle, duplicates=DuplicatePolicy.SKIP).skipped == 1
         assert len(hearth.conversations.list()) == 1
     finally:
         hearth.close()

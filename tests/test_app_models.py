@@ -86,8 +86,8 @@ def test_a_chat_on_a_then_b_then_a_resumes_as_context_from_disk(qtbot, windows, 
     wait_idle(qtbot, w)
     last = turns[-1][1]
     assert last.model.key == SMOLLM2 and w.store.get(chat).model_key == SMOLLM2
-    assert last.resume.source == ResumeSource.LIVE  # opening made it live from disk: nothing re-read from scratch
-    assert last.resume.reused_tokens >= resume.restored_tokens
+    assert last.local.resume.source == ResumeSource.LIVE  # opening made it live from disk: nothing re-read from scratch
+    assert last.local.resume.reused_tokens >= resume.restored_tokens
     assert "SmolLM2" in w.sidebar.item_for(chat).data(Qt.ItemDataRole.UserRole + 1)  # the sidebar names the model
 
 

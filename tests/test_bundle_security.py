@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.api import Hearth
+from engine.api import Hearth, bundles
 from engine.bundle import MAC, MANIFEST, read_bundle, write_bundle
 from engine.bundle_install import FOREIGN, install_contexts
 from engine.checkpoint.format import HEADER_SIZE, Identity
@@ -128,7 +128,7 @@ def forged_bundle(source, tmp_path) -> Path:
 def imported(home: Path, tiny_gguf: Path, bundle: Path, trust: bool = False):
     hearth = hearth_at(home, tiny_gguf)
     try:
-        return hearth.import_bundle(bundle, trust=trust)
+        return bundles(hearth).import_bundle(bundle, trust=trust)
     finally:
         hearth.close()
 
@@ -183,7 +183,7 @@ def _identity_of(path: Path):
 def test_a_bundle_exported_here_has_its_contexts_used(source, target, tiny_gguf, tiny_dir, tmp_path):
     bundle = tmp_path / "mine.hearth"
     hearth = hearth_at(source, tiny_gguf)
-    assert hearth.export_bundle(bundle, document(source, [A, B]), [A, B]).contexts == 2
+    assert bundles(hearth).export_bundle(bundle, document(source, [A, B]), [A, B]).contexts == 2
     hearth.close()
     shutil.copy(source / KEY_FILE, target / KEY_FILE)  # the same installation's key
     result = imported(target, tiny_gguf, bundle)
@@ -209,7 +209,7 @@ def test_a_bundle_carries_each_replys_model_and_finish_and_an_older_one_without_
     wrote = reply_facts(source, A)
     assert wrote[1].model and wrote[1].finish == "length"  # 8 tokens of the tiny model: the length limit
     hearth = hearth_at(source, tiny_gguf)
-    hearth.export_bundle(bundle, document(source, [A]), [A])
+    bundles(hearth).export_bundle(bundle, document(source, [A]), [A])
     hearth.close()
     imported(target, tiny_gguf, bundle)
     assert reply_facts(target, A) == wrote
@@ -233,7 +233,7 @@ def rewrite(bundle: Path, out: Path, change) -> None:
 def test_a_tampered_manifest_fails_the_mac(source, target, tiny_gguf, tmp_path):
     bundle, forged = tmp_path / "mine.hearth", tmp_path / "forged.hkv"
     hearth = hearth_at(source, tiny_gguf)
-    hearth.export_bundle(bundle, document(source, [B]), [B])
+    bundles(hearth).export_bundle(bundle, document(source, [B]), [B])
     hearth.close()
     shutil.copy(source / KEY_FILE, target / KEY_FILE)
     forge(store_path(source, A), store_path(source, B), forged)
@@ -260,7 +260,7 @@ def test_a_tampered_manifest_fails_the_mac(source, target, tiny_gguf, tmp_path):
 def test_an_unsigned_bundle_and_an_edited_transcript_are_untrusted(source, target, tiny_gguf, tmp_path):
     bundle = tmp_path / "mine.hearth"
     hearth = hearth_at(source, tiny_gguf)
-    hearth.export_bundle(bundle, document(source, [B]), [B])
+    bundles(hearth).export_bundle(bundle, document(source, [B]), [B])
     hearth.close()
     shutil.copy(source / KEY_FILE, target / KEY_FILE)
     rewrite(bundle, tmp_path / "unsigned.hearth", lambda n, d: (n, d) if n != MAC else ("manifest.json", d))
@@ -418,7 +418,7 @@ def fuzz_base(source, tmp_path_factory, tiny_gguf):
 
     bundle = tmp_path_factory.mktemp("fuzz") / "base.hearth"
     hearth = hearth_at(source, tiny_gguf)
-    hearth.export_bundle(bundle, document(source, [B]), [B])
+    bundles(hearth).export_bundle(bundle, document(source, [B]), [B])
     hearth.close()
     return bundle.read_bytes(), install_key(source), gguf_identity(tiny_gguf, "int4")
 
@@ -514,7 +514,7 @@ def test_a_mac_that_is_not_ascii_hex_refuses_the_bundle_before_any_chat_is_store
     error") after the chats were committed. It is refused while reading, before the first write."""
     bundle, bad = tmp_path / "mine.hearth", tmp_path / "badmac.hearth"
     hearth = hearth_at(source, tiny_gguf)
-    hearth.export_bundle(bundle, document(source, [B]), [B])
+    bundles(hearth).export_bundle(bundle, document(source, [B]), [B])
     hearth.close()
     rewrite(bundle, bad, lambda n, d: (n, b"\xff" * 64 if n == MAC else d))
     with pytest.raises(TransferError, match="manifest.mac in badmac.hearth is not a signature"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.api import Hearth, resolve_paths
+from engine.api import Hearth, resolve_paths, saved_contexts
 from engine.errors import ContextFullError, ContextPolicyError
 from engine.types import Accepted, Finished, Resumed, ResumeSource, SamplingParams, TurnRequest
 
@@ -128,7 +128,7 @@ def drive(hearth: Hearth, cid: str, turns: int, switch: bool) -> list[Finished]:
         if switch:
             turn(hearth, "other", f"other chat {i}")
         _, finished = turn(hearth, cid, f"message number {i} says hello")
-        assert finished.reply and finished.resume.source != ResumeSource.REBUILT
+        assert finished.reply and finished.local.resume.source != ResumeSource.REBUILT
         stored = convs.messages(cid)
         assert len(stored) == 2 * (i + 1) and stored[0].content == "message number 0 says hello"  # never changed
         assert finished.dropped_messages % 2 == 0 and stored[finished.dropped_messages].role == "user"
@@ -148,7 +148,7 @@ def test_drop_oldest_keeps_answering_from_the_newest_messages_and_reuses_the_liv
     drops = drop_turns(done)
     assert drops and len(drops) < len(done) // 2  # hysteresis: a drop leaves room for the next few turns
     for i in range(1, len(done)):
-        resume = done[i].resume
+        resume = done[i].local.resume
         assert resume.source == ResumeSource.LIVE
         if i in drops:  # the live KV is cut back to the system prompt (and what the new view shares with it)
             assert 0 < resume.reused_tokens < min(done[i].prompt_tokens, done[i - 1].prompt_tokens)
@@ -165,7 +165,7 @@ def test_drop_oldest_keeps_answering_from_the_newest_messages_and_reuses_the_liv
         assert resume.source == ResumeSource.DISK and resume.restored_tokens >= done[-1].prompt_tokens
         assert [e.dropped_messages for e in events if isinstance(e, Resumed)] == [done[-1].dropped_messages]
         _, after = turn(again, "a", "and one more")
-        assert after.resume.source == ResumeSource.LIVE and after.resume.reused_tokens > 0
+        assert after.local.resume.source == ResumeSource.LIVE and after.local.resume.reused_tokens > 0
     finally:
         again.close()
 
@@ -174,15 +174,15 @@ def test_after_a_drop_the_system_prompt_comes_from_the_shared_prefix_file(hearth
     done = drive(hearth, "a", 12, switch=True)
     drops = drop_turns(done)
     assert drops
-    shared = {done[i].resume.restored_tokens for i in drops}
+    shared = {done[i].local.resume.restored_tokens for i in drops}
     for i in range(1, len(done)):
-        resume = done[i].resume
+        resume = done[i].local.resume
         assert resume.source == ResumeSource.DISK
         if i in drops:  # the chat's file held the old view; only the system prompt's file starts the new one
             assert len(shared) == 1 and 16 <= resume.restored_tokens < done[i].prompt_tokens
         else:
             assert resume.restored_tokens >= done[i - 1].prompt_tokens
-    assert hearth.context_status("a").health.value == "valid"  # saved again for the new view
+    assert saved_contexts(hearth).context_status("a").health.value == "valid"  # saved again for the new view
 
 
 def test_the_view_depends_on_the_context_length_and_the_longest_reply(hearth, tiny_home, tiny_gguf):
@@ -221,15 +221,15 @@ def test_smollm_keeps_chatting_past_a_small_context(real_model_home):
             if i % 2:
                 turn(service, "other", question)
             _, finished = turn(service, "r", question)
-            assert finished.reply.strip() and finished.resume.source != ResumeSource.REBUILT
+            assert finished.reply.strip() and finished.local.resume.source != ResumeSource.REBUILT
             assert kv_text(service).startswith(view_text(service, "r", finished.dropped_messages))
             done.append(finished)
         assert done[-1].dropped_messages > 0 and len(convs.messages("r")) == 2 * len(done)
         for i in drop_turns(done):
             if i % 2:  # "other" had the KV: the system prompt comes from its shared-prefix file
-                assert done[i].resume.source == ResumeSource.DISK and 16 <= done[i].resume.restored_tokens
+                assert done[i].local.resume.source == ResumeSource.DISK and 16 <= done[i].local.resume.restored_tokens
             else:
-                assert done[i].resume.source == ResumeSource.LIVE and done[i].resume.reused_tokens > 0
+                assert done[i].local.resume.source == ResumeSource.LIVE and done[i].local.resume.reused_tokens > 0
     finally:
         service.close()
     again = Hearth(paths, weights="int4", provider="cpu", context_length=192)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import Hearth, resolve_paths
+from engine.api import Hearth, resolve_paths, saved_contexts
 from engine.errors import HearthError, ModelFileError, ModelNotInstalledError
 from engine.model.fetch import default_model
 from engine.types import ContextBadge, ContextHealth, ResumeSource, SamplingParams, TurnRequest
@@ -49,28 +49,28 @@ def test_a_chat_on_a_then_b_then_a_resumes_a_from_disk(two_model_home, tiny_gguf
         a = hearth.load()
         assert hearth.model_key == DEFAULT
         first = ask(hearth, "Hi!", create=True)
-        assert first.resume.source == ResumeSource.COLD and first.save.ok
+        assert first.local.resume.source == ResumeSource.COLD and first.local.save.ok
         assert hearth.conversation_model("c") == DEFAULT
 
         b = hearth.switch_model(str(tiny_gguf))
         assert b.name == "tiny" and hearth.model is b and hearth.model_key == str(tiny_gguf.resolve())
         # Only the other model has context for the chat: the badge says so and names it.
-        assert hearth.context_states()["c"].badge == ContextBadge.STALE
-        assert hearth.context_states()["c"].model.startswith(a.name)
-        status = hearth.context_status("c")
+        assert saved_contexts(hearth).context_states()["c"].badge == ContextBadge.STALE
+        assert saved_contexts(hearth).context_states()["c"].model.startswith(a.name)
+        status = saved_contexts(hearth).context_status("c")
         assert status.health == ContextHealth.STALE and status.model.startswith(a.name) and a.name in status.message
         second = ask(hearth, "Bye.")
-        assert second.resume.source == ResumeSource.COLD  # b reads the chat; a's file is neither used nor deleted
+        assert second.local.resume.source == ResumeSource.COLD  # b reads the chat; a's file is neither used nor deleted
         assert hearth.conversation_model("c") == str(tiny_gguf.resolve())
         assert hearth.conversations.require("c").model == b.label
         assert len(conv_paths(hearth.paths.checkpoints, "c")) == 2
 
         again = hearth.switch_model(None)
         assert again.name == a.name and hearth.model_key == DEFAULT
-        assert hearth.context_states()["c"].badge == ContextBadge.SAVED
-        assert hearth.context_status("c", full=True).health == ContextHealth.VALID
+        assert saved_contexts(hearth).context_states()["c"].badge == ContextBadge.SAVED
+        assert saved_contexts(hearth).context_status("c", full=True).health == ContextHealth.VALID
         third = ask(hearth, "Once more?")
-        r = third.resume
+        r = third.local.resume
         assert r.source == ResumeSource.DISK and r.reason is None
         assert r.restored_tokens == r.reused_tokens >= first.prompt_tokens  # a's whole first prompt from disk
         assert r.prefilled_tokens == third.prompt_tokens - r.reused_tokens  # only what a has not read
@@ -91,8 +91,8 @@ def test_switching_to_a_model_that_cannot_be_found_keeps_the_loaded_one(tiny_hom
         with pytest.raises(ModelNotInstalledError, match="model fetch gemma-3-270m"):
             hearth.switch_model("gemma-3-270m")  # a catalog model not installed in this data dir
         assert hearth.model is loaded and hearth.model_key == str(tiny_gguf.resolve())
-        assert hearth.context_states()["c"].badge == ContextBadge.LIVE  # nothing was dropped
-        assert ask(hearth, "still there?").resume.source == ResumeSource.LIVE
+        assert saved_contexts(hearth).context_states()["c"].badge == ContextBadge.LIVE  # nothing was dropped
+        assert ask(hearth, "still there?").local.resume.source == ResumeSource.LIVE
     finally:
         hearth.close()
 
@@ -108,7 +108,7 @@ def test_a_model_that_fails_to_load_brings_the_previous_one_back(tiny_home, tiny
             hearth.switch_model(str(broken))
         assert hearth.model is not None and hearth.model.name == "tiny" and hearth.model_key == str(tiny_gguf.resolve())
         again = ask(hearth, "and again")  # the live context was saved before the switch: resumed from disk
-        assert again.resume.source == ResumeSource.DISK and again.resume.reused_tokens >= first.prompt_tokens
+        assert again.local.resume.source == ResumeSource.DISK and again.local.resume.reused_tokens >= first.prompt_tokens
         assert hearth.conversation_model("c") == str(tiny_gguf.resolve())
     finally:
         hearth.close()
@@ -120,7 +120,7 @@ def test_switching_to_the_loaded_model_changes_nothing(tiny_home, tiny_gguf):
         loaded = hearth.load()
         ask(hearth, "hello", create=True)
         assert hearth.switch_model(str(tiny_gguf)) is loaded
-        assert ask(hearth, "more").resume.source == ResumeSource.LIVE
+        assert ask(hearth, "more").local.resume.source == ResumeSource.LIVE
     finally:
         hearth.close()
 

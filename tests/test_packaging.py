@@ -331,7 +331,7 @@ def saved_turn(tmp_path, tiny_gguf, tiny_dir, tiny_converted):
         hearth.load()
         conv = hearth.conversations.create().id
         turn = hearth.run_turn(TurnRequest(conv, "hello there", SamplingParams(temperature=0.0), max_new_tokens=6))
-        assert turn.save is not None and turn.save.ok
+        assert turn.local.save is not None and turn.local.save.ok
     finally:
         hearth.close()
     return config, conv

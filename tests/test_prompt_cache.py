@@ -139,7 +139,7 @@ def test_the_next_request_reuses_the_live_kv_and_after_a_chat_turn_restores_from
     assert three.cache.source == ResumeSource.DISK and three.cache.restored_tokens >= two.prompt_tokens
     assert three.cache.prefilled_tokens < three.prompt_tokens - two.prompt_tokens + 8
     chat = tiny.run_turn(TurnRequest("chat", "and again", GREEDY, 6))  # the API KV was saved before the chat's
-    assert chat.resume.source == ResumeSource.DISK
+    assert chat.local.resume.source == ResumeSource.DISK
 
 
 def test_two_conversations_interleaved_each_resume_their_own_context_and_files_only_grow(tiny):
@@ -306,7 +306,7 @@ def test_a_bound_request_stores_its_messages_and_continues_the_conversation(tiny
     assert two.cache.source == ResumeSource.LIVE and two.cache.cached_tokens >= one.prompt_tokens
     assert [m.content for m in tiny.conversations.messages("bound")] == ["hello", one.text, "and more", two.text]
     turn = tiny.run_turn(TurnRequest("bound", "from the window", GREEDY, 4))  # the same chat, in the window
-    assert turn.resume.source == ResumeSource.LIVE and len(tiny.conversations.messages("bound")) == 6
+    assert turn.local.resume.source == ResumeSource.LIVE and len(tiny.conversations.messages("bound")) == 6
 
 
 def test_a_bound_request_whose_history_differs_is_refused_and_stores_nothing(tiny):

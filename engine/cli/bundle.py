@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine.api import Hearth, check_id, to_document
+from engine.api import Hearth, bundles, check_id, to_document
 from engine.cli.common import data_paths, emit
 from engine.errors import PromptError, TransferError
 from engine.types import BundleImported
@@ -29,7 +29,7 @@ def cmd_bundle_export(args: argparse.Namespace) -> int:
             hearth.conversations.require(cid)
         out = Path(args.out)
         try:
-            result = hearth.export_bundle(out, to_document(hearth.conversations, ids), ids)
+            result = bundles(hearth).export_bundle(out, to_document(hearth.conversations, ids), ids)
         except OSError as exc:
             raise TransferError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:
@@ -58,7 +58,7 @@ def conversation_rows(hearth: Hearth, result: BundleImported) -> list[dict]:
 def cmd_bundle_import(args: argparse.Namespace) -> int:
     hearth = Hearth(data_paths(args), model=args.model, weights=args.weights)
     try:
-        result = hearth.import_bundle(Path(args.path), trust=args.trust_contexts, duplicates=args.duplicates)
+        result = bundles(hearth).import_bundle(Path(args.path), trust=args.trust_contexts, duplicates=args.duplicates)
         rows = conversation_rows(hearth, result)
     finally:
         hearth.close()

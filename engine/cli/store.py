@@ -48,7 +48,7 @@ from engine.api import (
 )
 from engine.cli.common import Progress, data_paths, emit, sampling_from_args, stream_text
 from engine.errors import ContextFullError, ConversationError, HearthError, PromptError
-from engine.types import ContextPolicy, ConversationSummary, Token, TurnRequest, Waiting
+from engine.types import ContextPolicy, ConversationSummary, Finished, Token, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -134,16 +134,18 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
             emit(args, {"conversation": request.conversation, "reply": exc.unstored_reply, "stored": False,
                         "error": str(exc)}, "")
         raise  # the error line, and a non-zero exit
-    resume = turn.resume.as_dict()
+    local = turn.local  # None from a backend that keeps no context here: no resume, no save to report
+    resume = local.resume.as_dict() if local is not None else None
     payload = {
         "conversation": turn.conversation,
         "reply": turn.reply,
         "stored": True,
         "tokens": list(turn.tokens),
         "stop_reason": str(turn.stop_reason),
-        "resume": {k: resume[k] for k in ("source", "reason", "reused_tokens", "prefilled_tokens", "elapsed_ms",
-                                          "restored_tokens", "restore_estimate_ms", "prefill_estimate_ms", "message")},
-        "save": turn.save.as_dict() if turn.save else None,
+        "resume": None if resume is None else {
+            k: resume[k] for k in ("source", "reason", "reused_tokens", "prefilled_tokens", "elapsed_ms",
+                                   "restored_tokens", "restore_estimate_ms", "prefill_estimate_ms", "message")},
+        "save": local.save.as_dict() if local is not None and local.save else None,
         "context": {"tokens": turn.context_tokens, "limit": turn.context_limit},
         "provider": model.provider,
         "weights": model.weights,
@@ -155,14 +157,22 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         emit(args, payload, "")
     else:
         print()
-        r = turn.resume
-        how = r.source + (f" ({r.plain})" if r.reason else "")
-        sys.stderr.write(f"[{r.reused_tokens} tokens reused ({how}), {r.prefilled_tokens} prefilled "
-                         f"in {r.elapsed_ms:.0f} ms; {len(turn.tokens)} new tokens, {turn.stop_reason}]\n")
-        if turn.save and not turn.save.ok:  # the reply is in the database whatever the saved context did
+        sys.stderr.write(turn_line(turn) + "\n")
+        save = local.save if local is not None else None
+        if save and not save.ok:  # the reply is in the database whatever the saved context did
             stored = "the reply is stored; " if turn.reply_seq is not None else ""
-            sys.stderr.write(f"warning: {stored}{terminal_safe(turn.save.error)}\n")
+            sys.stderr.write(f"warning: {stored}{terminal_safe(save.error)}\n")
     return 0
+
+
+def turn_line(turn: Finished) -> str:
+    """``chat``'s summary of a turn on stderr; where its context came from only when the backend knows."""
+    done = f"{len(turn.tokens)} new tokens, {turn.stop_reason}"
+    if turn.local is None:
+        return f"[{done}]"
+    r = turn.local.resume
+    how = r.source + (f" ({r.plain})" if r.reason else "")
+    return f"[{r.reused_tokens} tokens reused ({how}), {r.prefilled_tokens} prefilled in {r.elapsed_ms:.0f} ms; {done}]"
 
 
 def context_full(conversation: str, exc: ContextFullError) -> ContextFullError:

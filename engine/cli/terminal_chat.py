@@ -91,11 +91,19 @@ def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
             say(f"\n(!) {outcome}")
             continue
         suffix = "" if outcome.stop_reason == "eos" else f" [{outcome.stop_reason}]"
-        r, t = outcome.resume, outcome.timings
-        say(f"{suffix}\n  ({t.decode_tokens_per_s:.1f} tok/s, {r.reused_tokens} tokens reused ({r.source}), "
-              f"{r.prefilled_tokens} read)")
-        if outcome.save is not None and not outcome.save.ok:
-            say(f"  (!) {outcome.save.error}")
+        say(f"{suffix}\n  ({turn_figures(outcome)})")
+        save = outcome.local.save if outcome.local is not None else None
+        if save is not None and not save.ok:
+            say(f"  (!) {save.error}")
+
+
+def turn_figures(outcome: Finished) -> str:
+    """A turn's speed, and where its context came from when the backend knows (a local one)."""
+    figures = f"{outcome.timings.decode_tokens_per_s:.1f} tok/s"
+    if outcome.local is None:
+        return figures
+    r = outcome.local.resume
+    return f"{figures}, {r.reused_tokens} tokens reused ({r.source}), {r.prefilled_tokens} read"
 
 
 def _turn(hearth: Hearth, request: TurnRequest) -> Finished | HearthError:
@@ -103,10 +111,13 @@ def _turn(hearth: Hearth, request: TurnRequest) -> Finished | HearthError:
     cancel = CancelToken()
     box: dict = {}
 
+    begun: list[bool] = []
+
     def on_event(event) -> None:
-        if isinstance(event, Resumed):
+        if isinstance(event, Resumed | Token) and not begun:  # a backend without saved context sends no Resumed
+            begun.append(True)
             print("bot> ", end="", flush=True)
-        elif isinstance(event, Token):
+        if isinstance(event, Token):
             say(event.text, end="", flush=True)
 
     def work() -> None:
