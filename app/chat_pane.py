@@ -17,6 +17,15 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QP
 from app.banner import CacheBanner
 from app.composer import Composer
 from app.context_blocks import too_long_alone_text
+from app.conversation_events import (
+    LiveUpdate,
+    MessageRefused,
+    OpenFailed,
+    PrefillProgress,
+    Rebuilding,
+    ReplyFailed,
+    TurnStarted,
+)
 from app.find_bar import FindBar
 from app.status import StatusLine
 from app.text import duration, rebuilding_note, rebuilt_note, reply_notes, turn_note, version_chosen_note
@@ -24,7 +33,18 @@ from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
 from engine.errors import ConversationError
-from engine.types import Accepted, ChatTokens, ContextPolicy, Finished, Rebuilt, Resume, ResumeSource
+from engine.types import (
+    Accepted,
+    ChatTokens,
+    ContextPolicy,
+    Finished,
+    Progress,
+    Rebuilt,
+    Resumed,
+    ResumeSource,
+    Token,
+    Waiting,
+)
 
 Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
 log = logging.getLogger(__name__)
@@ -50,25 +70,13 @@ class ChatPane(QWidget):
         self._limits: dict[str, ContextLimitHit] = {}  # chat → its last refusal, shown again on coming back
         self._no_reply_reasons: dict[str, str] = {}  # chat → why its last message has no reply, when known
         self._build()
-        t = turns
-        t.started.connect(self._on_started)
-        t.waiting.connect(self._on_waiting)
-        t.accepted.connect(self._on_accepted)
-        t.progress.connect(self._on_prefill_progress)
-        t.token.connect(self._on_token)
-        t.finished.connect(self._on_finished)
-        t.failed.connect(self._on_failed)
-        t.refused.connect(self._on_refused)
-        t.context_full.connect(self._on_context_full)
-        t.live.connect(self._on_live)
-        w = turns.host.worker
-        w.resumed.connect(self._on_resumed)
-        w.rebuilding.connect(self._on_rebuilding)
-        w.rebuild_progress.connect(self._on_rebuild_progress)
-        w.rebuilt.connect(self._on_rebuilt)
-        w.failed.connect(self._on_open_failed)
-        w.dropped_messages.connect(self._on_dropped_messages)
-        w.chat_tokens.connect(self._on_chat_tokens)
+        turns.events.on_each({
+            TurnStarted: self._on_started, Waiting: self._on_waiting, Accepted: self._on_accepted,
+            PrefillProgress: self._on_prefill_progress, Token: self._on_token, Finished: self._on_finished,
+            ReplyFailed: self._on_failed, MessageRefused: self._on_refused, ContextLimitHit: self._on_context_full,
+            LiveUpdate: self._on_live, Resumed: self._on_resumed, Rebuilding: self._on_rebuilding,
+            Progress: self._on_rebuild_progress, Rebuilt: self._on_rebuilt, OpenFailed: self._on_open_failed,
+            ChatTokens: self._on_chat_tokens})
 
     def _build(self) -> None:
         rv = QVBoxLayout(self)
@@ -291,9 +299,9 @@ class ChatPane(QWidget):
         # The context still holds the other version: the engine thread counts the chat's tokens with this one.
         self.turns.host.request_chat_tokens.emit(conv)
 
-    def _on_chat_tokens(self, conversation: str, counted: ChatTokens) -> None:
+    def _on_chat_tokens(self, counted: ChatTokens) -> None:
         """The chat's size with the version chosen: the meter shows it, and how much the next turn re-reads."""
-        if conversation != self.conversation or self.busy:
+        if counted.conversation != self.conversation or self.busy:
             return  # another chat is shown, or a turn's own figures say it now
         self.status.tokens_in_context(counted.tokens)
         self.status.say(version_chosen_note(self._chosen_version, counted))
@@ -388,23 +396,28 @@ class ChatPane(QWidget):
             self.cancel_edit()
 
     # opening and rebuilding --------------------------------------------------------------------------------
-    def _on_resumed(self, conversation: str, resume: Resume) -> None:
+    def _on_resumed(self, resumed: Resumed) -> None:
+        conversation, resume = resumed.conversation, resumed.resume
         # An opening's rebuild is told by ``rebuilding``/``rebuilt``, banner and status bar together;
         # said here, the status bar would read "rebuilt" while the banner still says rebuilding.
         opening_rebuild = resume.source == ResumeSource.REBUILT and not self.turns.running(conversation)
         if conversation == self.conversation and not opening_rebuild:
             self.status.resumed(resume)
+        self._on_dropped_messages(conversation, resumed.dropped_messages)
 
-    def _on_rebuilding(self, conversation: str, resume: Resume) -> None:
+    def _on_rebuilding(self, rebuilding: Rebuilding) -> None:
+        conversation, resume = rebuilding.conversation, rebuilding.resume
         if conversation == self.conversation:
             self.banner.rebuilding(conversation, resume.plain, resume.message)
             self.status.say(rebuilding_note(resume.plain or resume.reason or ""))
 
-    def _on_rebuild_progress(self, conversation: str, done: int, total: int) -> None:
+    def _on_rebuild_progress(self, progress: Progress) -> None:
+        conversation = progress.conversation
         if conversation == self.conversation and self.banner.conversation == conversation:
-            self.banner.update_progress(done, total)
+            self.banner.update_progress(progress.done, progress.total)
 
-    def _on_rebuilt(self, conversation: str, rebuilt: Rebuilt) -> None:
+    def _on_rebuilt(self, rebuilt: Rebuilt) -> None:
+        conversation = rebuilt.conversation
         if self.banner.conversation == conversation:
             self.banner.finished(rebuilt.elapsed_ms, rebuilt.tokens, rebuilt.cancelled, rebuilt.save)
         if conversation == self.conversation:
@@ -412,11 +425,12 @@ class ChatPane(QWidget):
             if not rebuilt.cancelled:
                 self.status.tokens_in_context(rebuilt.tokens)
 
-    def _on_open_failed(self, conversation: str, error: Exception) -> None:
-        self._problem(conversation, str(error))
+    def _on_open_failed(self, failed: OpenFailed) -> None:
+        self._problem(failed.conversation, str(failed.error))
 
     # turns ----------------------------------------------------------------------------------------------------
-    def _on_started(self, conversation: str) -> None:
+    def _on_started(self, started: TurnStarted) -> None:
+        conversation = started.conversation
         self._limits.pop(conversation, None)
         self._no_reply_reasons.pop(conversation, None)
         if conversation == self.conversation:
@@ -430,16 +444,21 @@ class ChatPane(QWidget):
             self.status.speed.setText("")
         self.update_buttons()
 
-    def _on_waiting(self, conversation: str) -> None:
-        if conversation == self.conversation:
+    def _on_waiting(self, waiting: Waiting) -> None:
+        if waiting.conversation == self.conversation:
             self.status.say("Waiting: another Hearth process is answering in this chat…")
             if self.transcript.pending_message is not None:
                 self.transcript.pending_message.set_note("waiting for another Hearth process…")
 
-    def _on_accepted(self, conversation: str, accepted: Accepted) -> None:
+    def _on_accepted(self, accepted: Accepted) -> None:
         """The engine stored the message: mark it stored, and show turns another process added before it."""
-        if conversation != self.conversation:
-            return
+        conversation = accepted.conversation
+        if conversation == self.conversation:
+            self._show_accepted(accepted)
+        self._on_dropped_messages(conversation, accepted.dropped_messages)
+
+    def _show_accepted(self, accepted: Accepted) -> None:
+        conversation = accepted.conversation
         stored = [(m.seq, m.role, m.content) for m in accepted.messages]
         turn = self.turns.turn(conversation)
         if turn is not None and turn.kind == "continue" and stored and stored[-1][1] == "assistant":
@@ -452,20 +471,22 @@ class ChatPane(QWidget):
         elif stored != shown:
             self.render(stored)
 
-    def _on_prefill_progress(self, conversation: str, done: int, total: int, left_ms: float) -> None:
-        if conversation != self.conversation:
+    def _on_prefill_progress(self, progress: PrefillProgress) -> None:
+        if progress.conversation != self.conversation:
             return
+        done, total, left_ms = progress.done, progress.total, progress.left_ms
         self.prefill_bar.setRange(0, total)
         self.prefill_bar.setValue(done)
         self.prefill_bar.setFormat(f"Reading the conversation: %v of %m tokens · about {duration(left_ms)} left")
         self.prefill_bar.setVisible(done < total)
 
-    def _on_token(self, conversation: str, piece: str) -> None:
-        if conversation == self.conversation:
+    def _on_token(self, token: Token) -> None:
+        if token.conversation == self.conversation:
             self.prefill_bar.hide()
-            self.transcript.stream(piece)
+            self.transcript.stream(token.text)
 
-    def _on_finished(self, conversation: str, finished: Finished) -> None:
+    def _on_finished(self, finished: Finished) -> None:
+        conversation = finished.conversation
         if conversation == self.conversation:
             self.prefill_bar.hide()
             if finished.reply_seq is None:  # stopped before a word: nothing was stored (a regenerate's reply is back)
@@ -478,23 +499,24 @@ class ChatPane(QWidget):
             self.status.finished(finished)
         self.update_buttons()  # Continue: the engine stored why the reply ended before this arrives
 
-    def _on_failed(self, conversation: str, message: str) -> None:
+    def _on_failed(self, failed: ReplyFailed) -> None:
         """The turn failed after its message was stored: no empty reply stays behind; the message's block
         says why and offers to answer it again (also when the chat is opened later)."""
+        conversation, message = failed.conversation, failed.message
         self._no_reply_reasons[conversation] = message
         if conversation == self.conversation:
             self.transcript.remove(self.transcript.stream_widget)
             self._offer_next_step()
         self._problem(conversation, message)
 
-    def _on_live(self, conversation: str, figures: object) -> None:
-        if conversation == self.conversation:
-            self.status.live(figures)
+    def _on_live(self, live: LiveUpdate) -> None:
+        if live.conversation == self.conversation:
+            self.status.live(live.figures)
 
-    def _on_refused(self, conversation: str, text: str, message: str) -> None:
+    def _on_refused(self, refused: MessageRefused) -> None:
         """The engine did not store the message: take it off the transcript and give it back to edit."""
-        self._give_back(conversation, text)
-        self._problem(self.conversation, message)
+        self._give_back(refused.conversation, refused.text)
+        self._problem(self.conversation, refused.message)
 
     def _give_back(self, conversation: str, text: str | None) -> None:
         """Show the chat a refused turn was in, without its message and reply; the message goes back to
@@ -513,10 +535,10 @@ class ChatPane(QWidget):
         if conversation == self.conversation:
             self.transcript.set_dropped(count)
 
-    def _on_context_full(self, conversation: str, hit: ContextLimitHit) -> None:
+    def _on_context_full(self, hit: ContextLimitHit) -> None:
         """A turn was refused because the chat is too long: an error block with the ways on, not a status line."""
-        self._give_back(conversation, hit.message)
-        self._limits[conversation] = hit
+        self._give_back(hit.conversation, hit.message)
+        self._limits[hit.conversation] = hit
         self.prefill_bar.hide()
         self.status.say("")
         self._offer_next_step()

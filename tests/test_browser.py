@@ -10,10 +10,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from engine.checkpoint.store import conversation_file
-from engine.types import BundleExported, BundleImported
+from engine.types import BundleExported, BundleImported, Resumed
 
 from .checkpoint_names import conv_paths, only_conv_path
-from .qt_helpers import TIMEOUT, new_chat_with_turn, send, wait_idle
+from .qt_helpers import TIMEOUT, new_chat_with_turn, on_event, send, wait_idle
 
 TOPICS = ["river delta sediment", "crème brûlée caramel", "C++ templates (SFINAE)", "東京 天気 予報",
           "quantum entanglement", "sourdough starter", "Rust borrow checker", "naïve café résumé"]
@@ -100,9 +100,8 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     qtbot.waitUntil(lambda: not browser.preview.loading, timeout=TIMEOUT)
     assert [m.text for m in browser.preview.messages][0] == "a chat about lighthouses"
     reports = []
-    from .qt_helpers import on_ui_thread
 
-    on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
+    on_event(w.worker, Resumed, lambda e: reports.append((e.conversation, e.resume)))
     browser.open_selected()
     qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
     assert w.current == conv
@@ -313,7 +312,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
     assert isinstance(done[-1], BundleImported) and done[-1].used == (conv,) and done[-1].rebuilt == {}
     reports: list = []
-    on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
+    on_event(w.worker, Resumed, lambda e: reports.append((e.conversation, e.resume)))
     w.open_conversation(conv)
     qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
     report = next(r for c, r in reports if c == conv)
