@@ -9,19 +9,14 @@ reach it queued; it renders into the browser's result line and dialogs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
 from app.import_worker import BundleConversations, ImportHost, PendingImport
 from app.text import plural
 from engine.api import bundle_signed_here, export_json, export_markdown, to_document
 from engine.errors import HearthError
 from engine.types import BundleExported, BundleImported, CancelToken
-
-if TYPE_CHECKING:
-    from app.browser import BrowserWindow
 
 
 def import_summary(result: BundleImported) -> str:
@@ -44,7 +39,9 @@ def duplicates_count(n: int, total: int) -> str:
 
 
 class TransferFlow(QObject):
-    def __init__(self, browser: BrowserWindow):
+    def __init__(self, browser: QWidget):
+        """``browser``: the ``BrowserWindow`` it works for (its store, engine host, selection and result
+        line); not imported here, so the browser's module stays the only one that names the other."""
         super().__init__(browser)
         self.browser = browser
         self._import_cancel: CancelToken | None = None

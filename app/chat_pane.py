@@ -59,7 +59,8 @@ class ChatPane(QWidget):
             TurnStarted: self._on_started, Waiting: self._on_waiting, Accepted: self._on_accepted,
             PrefillProgress: self._on_prefill_progress, Token: self._on_token, Finished: self._on_finished,
             ReplyFailed: self._on_failed, MessageRefused: self._on_refused, ContextLimitHit: self._on_context_full,
-            Resumed: self._on_resumed, OpenFailed: self._on_open_failed})
+            Resumed: lambda e: self._note_dropped(e.conversation, e.dropped_messages),
+            OpenFailed: lambda e: self._problem(e.conversation, str(e.error))})
 
     @property
     def conversation(self) -> str | None:
@@ -343,13 +344,6 @@ class ChatPane(QWidget):
             self.find_bar.hide()
         else:
             self.cancel_edit()
-
-    # opening (the banner and the status line's part: app/chat_status_view.py) ------------------------------
-    def _on_resumed(self, resumed: Resumed) -> None:
-        self._note_dropped(resumed.conversation, resumed.dropped_messages)
-
-    def _on_open_failed(self, failed: OpenFailed) -> None:
-        self._problem(failed.conversation, str(failed.error))
 
     # turns ----------------------------------------------------------------------------------------------------
     def _on_started(self, started: TurnStarted) -> None:
