@@ -59,6 +59,7 @@ class EngineWorker(QObject):
     # Every conversation event, in order, as one typed object: the engine's (``engine.types``: Waiting,
     # Accepted, Resumed, Progress, Token, Rebuilt, Finished; ChatTokens) or the worker's own records
     # (``app.conversation_events``: Rebuilding, TurnFailed, OpenFailed). ``TurnControl`` dispatches them.
+    # (A signal, not a method: it does not override QObject.event, which PySide calls only for functions.)
     event = Signal(object)
     cache_states = Signal(object)  # dict[str, ContextState]: the sidebar's badges
     stopped = Signal()

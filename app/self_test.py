@@ -189,7 +189,7 @@ def window_turn(config, report: SelfTestReport) -> str:
             self.failure = "the window found no model"
 
         @Slot(object)
-        def event(self, event: object) -> None:
+        def on_event(self, event: object) -> None:
             """The worker's conversation events: a finished turn is kept, a failed one or opening is the failure."""
             if isinstance(event, Finished):
                 self.turns.append(event)
@@ -202,7 +202,7 @@ def window_turn(config, report: SelfTestReport) -> str:
     worker = window.worker
     worker.setup_failed.connect(seen.setup_failed)
     worker.needs_model.connect(seen.needs_model)
-    worker.event.connect(seen.event)
+    worker.event.connect(seen.on_event)
     try:
         window.show()
         _wait(lambda: window.isVisible() and window.windowHandle() is not None and window.windowHandle().isExposed(),

@@ -101,17 +101,17 @@ class TurnControl(QObject):
         self._turns: dict[str, Turn] = {}
         self._opening: dict[str, list[CancelToken]] = {}  # rebuilds on opening a chat, also stopped by Stop
         self.events = EventDispatcher()
-        # Turn events update the bookkeeping here first, then reach the handlers (the pane draws from it).
-        self._absorb = EventDispatcher()
-        self._absorb.on_each({Waiting: self._on_waiting, Accepted: self._on_accepted, Progress: self._on_progress,
-                              Token: self._on_token, Finished: self._on_finished, TurnFailed: self._on_failed})
+        # A turn's events update the bookkeeping here first, then reach the handlers (the pane draws from it).
+        self._bookkeeping = {Waiting: self._on_waiting, Accepted: self._on_accepted, Progress: self._on_progress,
+                             Token: self._on_token, Finished: self._on_finished, TurnFailed: self._on_failed}
         host.worker.event.connect(self._on_event)
 
     @Slot(object)
     def _on_event(self, event: object) -> None:
         """One event of the worker, on the UI thread: a turn's through the bookkeeping, the rest as it came."""
-        if isinstance(event, (Waiting, Accepted, Progress, Token, Finished, TurnFailed)):
-            self._absorb.dispatch(event)
+        keep = self._bookkeeping.get(type(event))
+        if keep is not None:
+            keep(event)
         else:
             self.events.dispatch(event)
 
