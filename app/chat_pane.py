@@ -1,8 +1,10 @@
 """The open chat: banner, transcript, find bar, prefill progress, composer, Send and Stop.
 
-It shows one conversation and what ``TurnControl`` reports about it: the message you sent (pending
-until the engine stores it), the reply as it streams, how the turn ended. Editing and truncating the
-store for Edit and Regenerate happen here, on the UI thread; the turns themselves are the engine's.
+It renders ``ChatSessionModel`` (app/chat_session_model.py: the chat shown, its store reads and what is
+remembered of each chat) and what ``TurnControl`` dispatches about it — the message you sent (pending
+until the engine stores it), the reply as it streams, how the turn ended — and forwards what you do.
+Each typed event reaches its handler here once (``TurnControl.events``); an event of another chat
+only updates what the model remembers of it. The turns themselves are the engine's.
 """
 
 from __future__ import annotations
@@ -15,18 +17,25 @@ from PySide6.QtGui import QPalette, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.banner import CacheBanner
+from app.chat_session_model import ChatSessionModel
+from app.chat_status_view import ChatStatusView
 from app.composer import Composer
-from app.context_blocks import too_long_alone_text
+from app.conversation_events import (
+    MessageRefused,
+    OpenFailed,
+    PrefillProgress,
+    ReplyFailed,
+    TurnStarted,
+)
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, rebuilding_note, rebuilt_note, reply_notes, turn_note, version_chosen_note
+from app.text import duration, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
 from engine.errors import ConversationError
-from engine.types import Accepted, ChatTokens, ContextPolicy, Finished, Rebuilt, Resume, ResumeSource
+from engine.types import Accepted, Finished, Resumed, Token, Waiting
 
-Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
 log = logging.getLogger(__name__)
 
 
@@ -39,37 +48,31 @@ class ChatPane(QWidget):
     def __init__(self, store: ConversationStore, turns: TurnControl, status: StatusLine,
                  new_chat: Callable[[], str], parent: QWidget | None = None):
         super().__init__(parent)
-        self.store, self.turns, self.status, self._new_chat = store, turns, status, new_chat
-        self.conversation: str | None = None
-        self.editing: int | None = None  # the seq of the message being edited
+        self.model = ChatSessionModel(store, turns)
+        self.turns, self.status, self._new_chat = turns, status, new_chat
         self.model_ready = False
-        self._dropped: dict[str, int] = {}  # chat → stored messages outside the model's view, as last reported
-        self._limit_hit: ContextLimitHit | None = None  # the refusal the error block is about
         self._tooled: MessageWidget | None = None  # the reply showing ‹ 2/3 › and Continue
-        self._chosen_version = 0  # the version last chosen with ‹ ›, for the status line once its tokens are counted
-        self._limits: dict[str, ContextLimitHit] = {}  # chat → its last refusal, shown again on coming back
-        self._no_reply_reasons: dict[str, str] = {}  # chat → why its last message has no reply, when known
         self._build()
-        t = turns
-        t.started.connect(self._on_started)
-        t.waiting.connect(self._on_waiting)
-        t.accepted.connect(self._on_accepted)
-        t.progress.connect(self._on_prefill_progress)
-        t.token.connect(self._on_token)
-        t.finished.connect(self._on_finished)
-        t.failed.connect(self._on_failed)
-        t.refused.connect(self._on_refused)
-        t.context_full.connect(self._on_context_full)
-        t.live.connect(self._on_live)
-        w = turns.host.worker
-        w.resumed.connect(self._on_resumed)
-        w.rebuilding.connect(self._on_rebuilding)
-        w.rebuild_progress.connect(self._on_rebuild_progress)
-        w.rebuilt.connect(self._on_rebuilt)
-        w.failed.connect(self._on_open_failed)
-        w.dropped_messages.connect(self._on_dropped_messages)
-        w.chat_tokens.connect(self._on_chat_tokens)
+        self.status_view = ChatStatusView(self.model, self.banner, status)
+        self.status_view.listen(turns.events)  # first: the status line, then the transcript (as they always were)
+        turns.events.on_each({
+            TurnStarted: self._on_started, Waiting: self._on_waiting, Accepted: self._on_accepted,
+            PrefillProgress: self._on_prefill_progress, Token: self._on_token, Finished: self._on_finished,
+            ReplyFailed: self._on_failed, MessageRefused: self._on_refused, ContextLimitHit: self._on_context_full,
+            Resumed: lambda e: self._note_dropped(e.conversation, e.dropped_messages),
+            OpenFailed: lambda e: self._problem(e.conversation, str(e.error))})
 
+    @property
+    def conversation(self) -> str | None:
+        """The chat shown."""
+        return self.model.conversation
+
+    @property
+    def editing(self) -> int | None:
+        """The seq of the message being edited."""
+        return self.model.editing
+
+    # building ------------------------------------------------------------------------------------------------
     def _build(self) -> None:
         rv = QVBoxLayout(self)
         rv.setContentsMargins(0, 6, 6, 6)
@@ -90,6 +93,10 @@ class ChatPane(QWidget):
         self.edit_note.setAccessibleName("Editing a message: Enter saves and sends it again, Esc cancels")
         self.edit_note.hide()
         rv.addWidget(self.edit_note)
+        rv.addLayout(self._build_composer_row())
+        self._connect_transcript()
+
+    def _build_composer_row(self) -> QHBoxLayout:
         row = QHBoxLayout()
         self.composer = Composer()
         row.addWidget(self.composer, 1)
@@ -105,45 +112,44 @@ class ChatPane(QWidget):
         buttons.addWidget(self.stop_button)
         buttons.addStretch(1)
         row.addLayout(buttons)
-        rv.addLayout(row)
         self.send_button.clicked.connect(self.composer.submit)
         self.stop_button.clicked.connect(self.stop)
         self.composer.submitted.connect(self.send)
-        self.transcript.copy_requested.connect(copy_to_clipboard)
-        self.transcript.edit_requested.connect(self.begin_edit)
-        self.transcript.regenerate_requested.connect(self.regenerate)
-        self.transcript.version_requested.connect(self.choose_version)
-        self.transcript.continue_requested.connect(self.continue_reply)
-        self.transcript.context_limit.new_chat_requested.connect(self.new_chat_with_system_prompt)
-        self.transcript.context_limit.drop_oldest_requested.connect(self.drop_oldest_and_retry)
-        self.transcript.context_limit.edit_requested.connect(self.edit_given_back)
-        self.transcript.unanswered.answer_requested.connect(self.answer_unanswered)
-        self.transcript.unanswered.edit_requested.connect(self.edit_unanswered)
+        return row
+
+    def _connect_transcript(self) -> None:
+        """What the transcript's buttons and blocks ask for."""
+        t = self.transcript
+        t.copy_requested.connect(copy_to_clipboard)
+        t.edit_requested.connect(self.begin_edit)
+        t.regenerate_requested.connect(self.regenerate)
+        t.version_requested.connect(self.choose_version)
+        t.continue_requested.connect(self.continue_reply)
+        t.context_limit.new_chat_requested.connect(self.new_chat_with_system_prompt)
+        t.context_limit.drop_oldest_requested.connect(self.drop_oldest_and_retry)
+        t.context_limit.edit_requested.connect(self._focus_composer_at_end)  # the refused message is back there
+        t.unanswered.answer_requested.connect(self.answer_unanswered)
+        t.unanswered.edit_requested.connect(self.edit_unanswered)
 
     # what is shown ------------------------------------------------------------------------------------------
     def show_chat(self, conversation: str | None) -> None:
         self.cancel_edit()
         if conversation != self.conversation:
             self.status.clear_chat()  # never the previous chat's figures (its own come as it opens)
-        self.conversation = conversation
+        self.model.conversation = conversation
         if self.banner.conversation != conversation:
             self.banner.hide()
         if conversation is None:
             self.transcript.clear()
         else:
-            self.render(self.stored(conversation))
+            self.render(self.model.stored(conversation))
         self.update_buttons()
 
-    def stored(self, conversation: str) -> Stored:
-        return [(m.seq, m.role, m.content) for m in self.store.messages(conversation)]
-
-    def render(self, stored: Stored) -> None:
+    def render(self, stored: list[tuple[int, str, str]]) -> None:
         """The stored messages, then a turn's message not stored yet and its reply so far."""
-        turn = self.turns.turn(self.conversation)
-        if turn is not None and turn.kind == "continue" and stored and stored[-1][1] == "assistant":
-            stored = stored[:-1]  # the reply being continued streams below, from its stored text on
-        self.transcript.load(stored, self.reply_notes())
-        self.transcript.set_dropped(self._dropped.get(self.conversation, 0))
+        turn = self.model.turn()
+        self.transcript.load(self.model.without_continued(stored), self.model.reply_notes())
+        self.transcript.set_dropped(self.model.dropped())
         self._tooled = None
         self.update_reply_tools()
         if turn is not None:
@@ -154,53 +160,31 @@ class ChatPane(QWidget):
         else:
             self._offer_next_step()
 
-    def reply_notes(self) -> dict[int, str]:
-        """seq → each stored reply's caption: why it stopped and which model wrote it, as the store keeps
-        them (so they are there after a restart too)."""
-        if self.conversation is None:
-            return {}
-        try:
-            facts = self.store.reply_facts(self.conversation)
-        except ConversationError as exc:  # the replies show without captions; the database's trouble shows elsewhere
-            log.warning("could not read how the replies ended: %s", exc)
-            return {}
-        return reply_notes(facts)
-
     def _offer_next_step(self) -> None:
         """Under the last message, when no turn is writing into the chat: the refusal it last had (a chat
         too long for the model), or, when the last message has no reply, a way to answer or edit it."""
-        conv = self.conversation
-        if conv is None or self.turns.running(conv):
+        step = self.model.next_step(self.transcript.entries())
+        if step is None:
             return
-        entries = self.transcript.entries()
-        if conv in self._limits:
-            hit = self._limits[conv]
-            self._limit_hit = hit
-            # A message refused in a chat with no earlier ones is too long by itself: dropping older
-            # messages or a new chat cannot help (the engine's "stop" wording suggests both).
-            earlier = sum(role == "user" for _seq, role, _text in entries) - (hit.message is None)
-            message = str(hit.error)
-            if hit.error.policy == ContextPolicy.STOP and earlier <= 0:
-                message = too_long_alone_text(hit.error.tokens, hit.error.limit)
-            self.transcript.show_context_limit(message, can_drop=hit.error.policy == ContextPolicy.STOP
-                                               and earlier > 0)
-        elif entries and entries[-1][1] == "user":
-            self.transcript.show_unanswered(self._no_reply_reasons.get(conv, ""))
+        if step.kind == "limit":
+            self.transcript.show_context_limit(step.message, can_drop=step.can_drop)
+        elif step.kind == "unanswered":
+            self.transcript.show_unanswered(step.message)
         else:
             self.transcript.hide_unanswered()
 
     def refresh(self) -> None:
         """Show what is stored now, if it differs from what is shown (turns added by another process),
         unless a turn is writing into this chat (its ``accepted`` brings those turns)."""
-        if self.conversation is not None and not self.turns.running(self.conversation):
-            stored = self.stored(self.conversation)
+        if self.conversation is not None and not self.busy:
+            stored = self.model.stored()
             if stored != self.transcript.entries():
                 self.render(stored)
                 self.update_buttons()
 
     @property
     def busy(self) -> bool:
-        return self.turns.running(self.conversation)
+        return self.model.busy
 
     def can_regenerate(self) -> bool:
         last = self.transcript.entries()[-1:]
@@ -220,12 +204,12 @@ class ChatPane(QWidget):
         self.sending.emit()
         if self.editing is not None:
             try:
-                self.store.edit(conv, self.editing, text)
+                self.model.save_edit(conv, text)
             except ConversationError as exc:
                 QMessageBox.warning(self, "Hearth", f"The message could not be saved: {exc}")
                 return
             self.cancel_edit()
-            self.render(self.stored(conv))
+            self.render(self.model.stored(conv))
             self.retitled.emit(conv)  # a title made from the first message follows its edit
             self.turns.answer(conv)
         else:
@@ -236,7 +220,7 @@ class ChatPane(QWidget):
         conv = self.conversation
         if conv is None or self.busy:
             return
-        messages = self.store.messages(conv)
+        messages = self.model.messages(conv)
         if not messages or messages[-1].role != "assistant":
             return
         self._take_off_last_reply(messages)
@@ -261,14 +245,10 @@ class ChatPane(QWidget):
         last = self.transcript.last_reply()
         if last is None or self.busy or self.transcript.read_only:
             return
-        try:
-            versions = self.store.reply_versions(self.conversation, last.seq)
-        except ConversationError as exc:  # no ‹ ›; the database's trouble shows elsewhere (or the window is closing:
-            log.warning("could not read the versions of the last reply: %s", exc)  # a late open_failed after it)
-            versions = None
+        versions = self.model.reply_versions(last.seq)
         if versions is not None and len(versions.texts) > 1:
             last.set_versions(versions.chosen, len(versions.texts))
-        if self._continuable_seq() == last.seq:
+        if self.model.continuable_seq() == last.seq:
             last.continue_button.show()
         self._tooled = last
 
@@ -279,39 +259,20 @@ class ChatPane(QWidget):
         if conv is None or self.busy or last is None or last.seq != seq:
             return
         try:
-            text = self.store.choose_version(conv, seq, index)
+            text = self.model.choose_version(seq, index)
         except ConversationError as exc:
             self.status.problem(f"That version could not be chosen: {exc}")
             return
         last.set_text(text)
-        last.set_note(self.reply_notes().get(seq, ""))  # the version's own stop reason and model
+        last.set_note(self.model.reply_notes().get(seq, ""))  # the version's own stop reason and model
         self.update_buttons()  # Continue follows the version shown: the store keeps why each one ended
-        self._chosen_version = index
         self.status.say(version_chosen_note(index))
         # The context still holds the other version: the engine thread counts the chat's tokens with this one.
         self.turns.host.request_chat_tokens.emit(conv)
 
-    def _on_chat_tokens(self, conversation: str, counted: ChatTokens) -> None:
-        """The chat's size with the version chosen: the meter shows it, and how much the next turn re-reads."""
-        if conversation != self.conversation or self.busy:
-            return  # another chat is shown, or a turn's own figures say it now
-        self.status.tokens_in_context(counted.tokens)
-        self.status.say(version_chosen_note(self._chosen_version, counted))
-
-    def _continuable_seq(self) -> int | None:
-        """The last reply's seq when the length limit stopped it or Hearth's closing cut it off (the store
-        says, so it outlives a restart)."""
-        if self.conversation is None:
-            return None
-        try:
-            return self.store.continuable_reply(self.conversation)
-        except ConversationError as exc:  # Continue is not offered; the database's trouble shows elsewhere
-            log.warning("could not tell whether the last reply can be continued: %s", exc)
-            return None
-
     def can_continue(self) -> bool:
         last = self.transcript.last_reply()
-        return not self.busy and last is not None and self._continuable_seq() == last.seq
+        return not self.busy and last is not None and self.model.continuable_seq() == last.seq
 
     def continue_reply(self) -> None:
         """Write on at the end of the last reply, which the length limit stopped (or Hearth's closing cut off):
@@ -319,19 +280,20 @@ class ChatPane(QWidget):
         conv = self.conversation
         if conv is None or not self.can_continue():
             return
-        messages = self.store.messages(conv)
+        messages = self.model.messages(conv)
         if not messages or messages[-1].role != "assistant":
             return
         self._take_off_last_reply(messages)
         self.turns.continue_reply(conv, messages[-1].content)
 
+    # editing ----------------------------------------------------------------------------------------------------
     def begin_edit(self, seq: int) -> None:
         if self.conversation is None or self.busy:
             return
-        message = next((m for m in self.store.messages(self.conversation) if m.seq == seq), None)
+        message = self.model.message(seq)
         if message is None:
             return
-        self.editing = seq
+        self.model.editing = seq
         self.composer.setPlainText(message.content)
         self._focus_composer_at_end()
         self.transcript.set_editing(seq)
@@ -349,14 +311,10 @@ class ChatPane(QWidget):
 
     def cancel_edit(self) -> None:
         if self.editing is not None:
-            self.editing = None
+            self.model.editing = None
             self.composer.clear()
         self.transcript.set_editing(None)
         self.edit_note.hide()
-
-    def edit_given_back(self) -> None:
-        """The refused message is back in the message box: go and change it there."""
-        self._focus_composer_at_end()
 
     def edit_unanswered(self) -> None:
         last = self.transcript.entries()[-1:]
@@ -369,9 +327,9 @@ class ChatPane(QWidget):
         if conv is None or self.busy:
             return
         self.sending.emit()
-        messages = self.store.messages(conv)
+        messages = self.model.messages(conv)
         if not messages or messages[-1].role != "user":
-            self.render(self.stored(conv))  # answered meanwhile (another process): show what is stored
+            self.render(self.model.stored(conv))  # answered meanwhile (another process): show what is stored
             return
         self.turns.answer(conv)
 
@@ -387,42 +345,14 @@ class ChatPane(QWidget):
         else:
             self.cancel_edit()
 
-    # opening and rebuilding --------------------------------------------------------------------------------
-    def _on_resumed(self, conversation: str, resume: Resume) -> None:
-        # An opening's rebuild is told by ``rebuilding``/``rebuilt``, banner and status bar together;
-        # said here, the status bar would read "rebuilt" while the banner still says rebuilding.
-        opening_rebuild = resume.source == ResumeSource.REBUILT and not self.turns.running(conversation)
-        if conversation == self.conversation and not opening_rebuild:
-            self.status.resumed(resume)
-
-    def _on_rebuilding(self, conversation: str, resume: Resume) -> None:
-        if conversation == self.conversation:
-            self.banner.rebuilding(conversation, resume.plain, resume.message)
-            self.status.say(rebuilding_note(resume.plain or resume.reason or ""))
-
-    def _on_rebuild_progress(self, conversation: str, done: int, total: int) -> None:
-        if conversation == self.conversation and self.banner.conversation == conversation:
-            self.banner.update_progress(done, total)
-
-    def _on_rebuilt(self, conversation: str, rebuilt: Rebuilt) -> None:
-        if self.banner.conversation == conversation:
-            self.banner.finished(rebuilt.elapsed_ms, rebuilt.tokens, rebuilt.cancelled, rebuilt.save)
-        if conversation == self.conversation:
-            self.status.say(rebuilt_note(rebuilt))
-            if not rebuilt.cancelled:
-                self.status.tokens_in_context(rebuilt.tokens)
-
-    def _on_open_failed(self, conversation: str, error: Exception) -> None:
-        self._problem(conversation, str(error))
-
     # turns ----------------------------------------------------------------------------------------------------
-    def _on_started(self, conversation: str) -> None:
-        self._limits.pop(conversation, None)
-        self._no_reply_reasons.pop(conversation, None)
-        if conversation == self.conversation:
+    def _on_started(self, started: TurnStarted) -> None:
+        conversation = started.conversation
+        self.model.turn_started(conversation)
+        if self.model.shows(conversation):
             self.transcript.hide_context_limit()
             self.transcript.hide_unanswered()
-            turn = self.turns.turn(conversation)
+            turn = self.model.turn()
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "sending…")
             self.transcript.begin_stream(turn.reply)  # a Continue starts from the reply it writes on
@@ -430,47 +360,46 @@ class ChatPane(QWidget):
             self.status.speed.setText("")
         self.update_buttons()
 
-    def _on_waiting(self, conversation: str) -> None:
-        if conversation == self.conversation:
+    def _on_waiting(self, waiting: Waiting) -> None:
+        if self.model.shows(waiting.conversation):
             self.status.say("Waiting: another Hearth process is answering in this chat…")
             if self.transcript.pending_message is not None:
                 self.transcript.pending_message.set_note("waiting for another Hearth process…")
 
-    def _on_accepted(self, conversation: str, accepted: Accepted) -> None:
+    def _on_accepted(self, accepted: Accepted) -> None:
         """The engine stored the message: mark it stored, and show turns another process added before it."""
-        if conversation != self.conversation:
-            return
-        stored = [(m.seq, m.role, m.content) for m in accepted.messages]
-        turn = self.turns.turn(conversation)
-        if turn is not None and turn.kind == "continue" and stored and stored[-1][1] == "assistant":
-            stored = stored[:-1]  # the reply being continued is the one streaming
-        shown = self.transcript.entries()
-        pending = self.transcript.pending_message
-        if (accepted.user_seq is not None and pending is not None and stored[:-1] == shown
-                and stored[-1][1:] == ("user", pending.text)):
-            self.transcript.confirm_pending(accepted.user_seq)
-        elif stored != shown:
-            self.render(stored)
+        if self.model.shows(accepted.conversation):
+            stored = self.model.accepted_stored(accepted)
+            shown = self.transcript.entries()
+            pending = self.transcript.pending_message
+            if (accepted.user_seq is not None and pending is not None and stored[:-1] == shown
+                    and stored[-1][1:] == ("user", pending.text)):
+                self.transcript.confirm_pending(accepted.user_seq)
+            elif stored != shown:
+                self.render(stored)
+        self._note_dropped(accepted.conversation, accepted.dropped_messages)
 
-    def _on_prefill_progress(self, conversation: str, done: int, total: int, left_ms: float) -> None:
-        if conversation != self.conversation:
+    def _on_prefill_progress(self, progress: PrefillProgress) -> None:
+        if not self.model.shows(progress.conversation):
             return
-        self.prefill_bar.setRange(0, total)
-        self.prefill_bar.setValue(done)
-        self.prefill_bar.setFormat(f"Reading the conversation: %v of %m tokens · about {duration(left_ms)} left")
-        self.prefill_bar.setVisible(done < total)
+        bar = self.prefill_bar
+        bar.setRange(0, progress.total)
+        bar.setValue(progress.done)
+        bar.setFormat(f"Reading the conversation: %v of %m tokens · about {duration(progress.left_ms)} left")
+        bar.setVisible(progress.done < progress.total)
 
-    def _on_token(self, conversation: str, piece: str) -> None:
-        if conversation == self.conversation:
+    def _on_token(self, token: Token) -> None:
+        if self.model.shows(token.conversation):
             self.prefill_bar.hide()
-            self.transcript.stream(piece)
+            self.transcript.stream(token.text)
 
-    def _on_finished(self, conversation: str, finished: Finished) -> None:
-        if conversation == self.conversation:
+    def _on_finished(self, finished: Finished) -> None:
+        conversation = finished.conversation
+        if self.model.shows(conversation):
             self.prefill_bar.hide()
             if finished.reply_seq is None:  # stopped before a word: nothing was stored (a regenerate's reply is back)
                 self.transcript.remove(self.transcript.stream_widget)
-                self._no_reply_reasons[conversation] = "The reply was stopped before its first word."
+                self.model.note_no_reply(conversation, "The reply was stopped before its first word.")
                 self.refresh()  # a regenerate stopped before a word: the earlier reply is back
                 self._offer_next_step()
             else:
@@ -478,28 +407,24 @@ class ChatPane(QWidget):
             self.status.finished(finished)
         self.update_buttons()  # Continue: the engine stored why the reply ended before this arrives
 
-    def _on_failed(self, conversation: str, message: str) -> None:
+    def _on_failed(self, failed: ReplyFailed) -> None:
         """The turn failed after its message was stored: no empty reply stays behind; the message's block
         says why and offers to answer it again (also when the chat is opened later)."""
-        self._no_reply_reasons[conversation] = message
-        if conversation == self.conversation:
+        self.model.note_no_reply(failed.conversation, failed.message)
+        if self.model.shows(failed.conversation):
             self.transcript.remove(self.transcript.stream_widget)
             self._offer_next_step()
-        self._problem(conversation, message)
+        self._problem(failed.conversation, failed.message)
 
-    def _on_live(self, conversation: str, figures: object) -> None:
-        if conversation == self.conversation:
-            self.status.live(figures)
-
-    def _on_refused(self, conversation: str, text: str, message: str) -> None:
+    def _on_refused(self, refused: MessageRefused) -> None:
         """The engine did not store the message: take it off the transcript and give it back to edit."""
-        self._give_back(conversation, text)
-        self._problem(self.conversation, message)
+        self._give_back(refused.conversation, refused.text)
+        self._problem(self.conversation, refused.message)
 
     def _give_back(self, conversation: str, text: str | None) -> None:
         """Show the chat a refused turn was in, without its message and reply; the message goes back to
         the composer (before anything typed since), so nothing typed is lost."""
-        if conversation != self.conversation:
+        if not self.model.shows(conversation):
             self.show_requested.emit(conversation)  # the text goes back to the chat it was written in
         self.transcript.remove(self.transcript.pending_message)
         self.transcript.remove(self.transcript.stream_widget)
@@ -508,15 +433,15 @@ class ChatPane(QWidget):
             self.composer.setPlainText(text + ("\n" + typed if typed.strip() else ""))
 
     # a chat longer than the model's context --------------------------------------------------------------
-    def _on_dropped_messages(self, conversation: str, count: int) -> None:
-        self._dropped[conversation] = count
-        if conversation == self.conversation:
+    def _note_dropped(self, conversation: str, count: int) -> None:
+        self.model.note_dropped(conversation, count)
+        if self.model.shows(conversation):
             self.transcript.set_dropped(count)
 
-    def _on_context_full(self, conversation: str, hit: ContextLimitHit) -> None:
+    def _on_context_full(self, hit: ContextLimitHit) -> None:
         """A turn was refused because the chat is too long: an error block with the ways on, not a status line."""
-        self._give_back(conversation, hit.message)
-        self._limits[conversation] = hit
+        self._give_back(hit.conversation, hit.message)
+        self.model.note_limit(hit)
         self.prefill_bar.hide()
         self.status.say("")
         self._offer_next_step()
@@ -524,33 +449,28 @@ class ChatPane(QWidget):
 
     def new_chat_with_system_prompt(self) -> None:
         """A new chat with the refused chat's system prompt and settings; the message waits in the composer."""
-        hit = self._limit_hit
-        source = self.store.get(hit.conversation) if hit is not None else None
+        source = self.model.refused_chat()
         if source is None:
             return
         self.transcript.hide_context_limit()
-        self._limits.pop(hit.conversation, None)
+        self.model.forget_limit(source.id)
         conv = self._new_chat()
         try:
-            self.store.set_system_prompt(conv, source.system_prompt)
-            self.store.set_settings(conv, dict(source.settings))
+            self.model.copy_prompt_and_settings(source, conv)
         except ConversationError as exc:
             QMessageBox.warning(self, "Hearth", f"The new chat could not take the system prompt: {exc}")
-        self._limit_hit = None
 
     def drop_oldest_and_retry(self) -> None:
         """Let the refused chat drop its oldest messages from now on, and send its message again."""
-        hit = self._limit_hit
-        conv = self.store.get(hit.conversation) if hit is not None else None
+        hit, conv = self.model.limit_hit, self.model.refused_chat()
         if conv is None or self.turns.running(conv.id):
             return
         try:
-            self.store.set_settings(conv.id, {**conv.settings, "context_policy": str(ContextPolicy.DROP_OLDEST)})
+            self.model.drop_oldest_from_now_on(conv)
         except ConversationError as exc:
             QMessageBox.warning(self, "Hearth", f"The chat's setting could not be saved: {exc}")
             return
-        self._limit_hit = None
-        self._limits.pop(conv.id, None)
+        self.model.forget_limit(conv.id)
         self.transcript.hide_context_limit()
         if hit.message is None:
             self.turns.answer(conv.id)
@@ -562,7 +482,7 @@ class ChatPane(QWidget):
         self.turns.send(conv.id, hit.message)
 
     def _problem(self, conversation: str | None, message: str) -> None:
-        if conversation == self.conversation or not conversation:
+        if self.model.shows(conversation) or not conversation:
             self.prefill_bar.hide()
             self.status.problem(message)
         self.update_buttons()

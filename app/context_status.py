@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 
-from engine.types import ContextBadge, ContextHealth, ContextReport, ContextState, ContextStatus
+from app.conversation_events import EventDispatcher, OpenFailed, Rebuilding
+from engine.types import ContextBadge, ContextHealth, ContextReport, ContextState, ContextStatus, Rebuilt
 
 DAMAGED_BADGE = "damaged"  # the sidebar's badge for a file a check found damaged (not an engine state)
 _BADGE_OF_HEALTH = {ContextHealth.DAMAGED: DAMAGED_BADGE, ContextHealth.NONE: str(ContextBadge.NONE),
@@ -26,7 +27,10 @@ class ContextStatusRegistry(QObject):
 
     changed = Signal(object)  # set[str] of conversation ids
 
-    def __init__(self, worker: QObject | None = None, parent: QObject | None = None):
+    def __init__(self, worker: QObject | None = None, parent: QObject | None = None,
+                 events: EventDispatcher | None = None):
+        """``events``: the window's dispatcher of conversation events (``TurnControl.events``); without
+        one, the worker's events are dispatched here (a browser on its own)."""
         super().__init__(parent)
         self.states: dict[str, ContextState] = {}  # the engine's list of saved and live contexts
         self.statuses: dict[str, ContextStatus] = {}  # the last check of each conversation's file
@@ -36,9 +40,17 @@ class ContextStatusRegistry(QObject):
         if worker is not None:
             worker.cache_states.connect(self.set_states)
             worker.checkpoint_report.connect(self.add_report)
-            worker.rebuilding.connect(lambda cid, _resume: self.set_rebuilding(cid))
-            worker.rebuilt.connect(lambda cid, _rebuilt: self.end_rebuilding(cid))
-            worker.failed.connect(lambda cid, _error: self.end_rebuilding(cid))
+            if events is None:
+                events = self._own_events = EventDispatcher()
+                worker.event.connect(self._on_event)
+        if events is not None:
+            events.on_each({Rebuilding: lambda e: self.set_rebuilding(e.conversation),
+                            Rebuilt: lambda e: self.end_rebuilding(e.conversation),
+                            OpenFailed: lambda e: self.end_rebuilding(e.conversation)})
+
+    @Slot(object)
+    def _on_event(self, event: object) -> None:
+        self._own_events.dispatch(event)
 
     # news from the engine ---------------------------------------------------------------------------------
     def set_states(self, states: Mapping[str, ContextState]) -> None:

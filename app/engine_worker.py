@@ -18,6 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 
 from app.config import AppConfig
+from app.conversation_events import OpenFailed, Rebuilding, TurnFailed
 from app.settings_dialog import turn_settings
 from engine.api import Hearth, bundles, effective_settings, load_preferences, saved_contexts
 from engine.errors import (
@@ -29,17 +30,10 @@ from engine.errors import (
 )
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
-    Accepted,
     CancelToken,
-    Finished,
-    Progress,
-    ProgressPhase,
-    Rebuilt,
     Resumed,
     ResumeSource,
-    Token,
     TurnRequest,
-    Waiting,
 )
 
 log = logging.getLogger(__name__)
@@ -62,20 +56,11 @@ class EngineWorker(QObject):
     too_large = Signal(str, str)  # loading it would not fit in memory: name, the warning with the numbers
     context_refused = Signal(str, str)  # a context length that cannot be used: name, why
     context_set = Signal(str)  # a model's context length setting was kept
-    # turns and opening conversations (conversation id first, so the window can route them)
-    waiting = Signal(str)  # another Hearth process is running a turn on it; this one waits
-    accepted = Signal(str, object)  # Accepted: the user's message is stored
-    resumed = Signal(str, object)  # Resume: how the context was obtained (opening, or a turn)
-    rebuilding = Signal(str, object)  # Resume (source REBUILT): opening found the saved context unusable
-    rebuild_progress = Signal(str, int, int)  # done, total tokens
-    rebuilt = Signal(str, object)  # Rebuilt
-    prefill_progress = Signal(str, int, int)  # done, total tokens
-    token = Signal(str, str)  # a piece of the reply
-    context_in_use = Signal(str, int)  # tokens in the context with that piece (the live context meter)
-    turn_finished = Signal(str, object)  # Finished: the reply is stored (then the context saved, or not)
-    turn_failed = Signal(str, object)  # HearthError; before ``accepted``: the message was not stored
-    dropped_messages = Signal(str, int)  # stored messages outside the model's view (on opening, and each turn)
-    failed = Signal(str, object)  # HearthError opening or forgetting a conversation
+    # Every conversation event, in order, as one typed object: the engine's (``engine.types``: Waiting,
+    # Accepted, Resumed, Progress, Token, Rebuilt, Finished; ChatTokens) or the worker's own records
+    # (``app.conversation_events``: Rebuilding, TurnFailed, OpenFailed). ``TurnControl`` dispatches them.
+    # (A signal, not a method: it does not override QObject.event, which PySide calls only for functions.)
+    event = Signal(object)
     cache_states = Signal(object)  # dict[str, ContextState]: the sidebar's badges
     stopped = Signal()
     # saved-context management (the browser)
@@ -84,7 +69,6 @@ class EngineWorker(QObject):
     usage = Signal(object)  # StoreUsage, after a drop, a budget change or a reclaim
     reclaimed = Signal(object)  # GcReport
     bundle_done = Signal(object)  # BundleExported | BundleImported | HearthError
-    chat_tokens = Signal(str, object)  # ChatTokens: a chat's size after a version of its last reply was chosen
 
     def __init__(self, config: AppConfig):
         super().__init__()
@@ -230,9 +214,9 @@ class EngineWorker(QObject):
         try:
             self.hearth.run_turn(request, self._event, cancel)
         except HearthError as exc:
-            self.turn_failed.emit(conversation, exc)
+            self.event.emit(TurnFailed(conversation, exc))
         except Exception as exc:
-            self.turn_failed.emit(conversation, _unexpected("the turn", exc))
+            self.event.emit(TurnFailed(conversation, _unexpected("the turn", exc)))
         finally:
             self._turning = False
         self._emit_cache_states()
@@ -247,9 +231,9 @@ class EngineWorker(QObject):
             self.hearth.open_conversation(conversation, self._event, cancel, max_new_tokens=max_new_tokens,
                                           context_policy=policy)
         except HearthError as exc:
-            self.failed.emit(conversation, exc)
+            self.event.emit(OpenFailed(conversation, exc))
         except Exception as exc:
-            self.failed.emit(conversation, _unexpected("opening the conversation", exc))
+            self.event.emit(OpenFailed(conversation, _unexpected("opening the conversation", exc)))
         self._emit_cache_states()
 
     def _view_settings(self, conversation: str) -> tuple[int, str | None]:
@@ -263,32 +247,13 @@ class EngineWorker(QObject):
             return DEFAULT_MAX_NEW_TOKENS, None
 
     def _event(self, event: object) -> None:
-        """An API event as the matching signal (emitted from this thread, delivered queued)."""
-        match event:
-            case Token(conversation, text):
-                if event.context_tokens:  # first: the piece's figures then count it
-                    self.context_in_use.emit(conversation, event.context_tokens)
-                self.token.emit(conversation, text)
-            case Progress(conversation, ProgressPhase.PREFILL, done, total):
-                self.prefill_progress.emit(conversation, done, total)
-            case Progress(conversation, ProgressPhase.REBUILD, done, total):
-                self.rebuild_progress.emit(conversation, done, total)
-            case Resumed(conversation, resume):
-                self.resumed.emit(conversation, resume)
-                self.dropped_messages.emit(conversation, event.dropped_messages)
-                if resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
-                    self.rebuilding.emit(conversation, resume)
-                if self._turning:  # the chat is live now, as its reply is written: its badge says so at once
-                    self._emit_cache_states()
-            case Accepted():
-                self.accepted.emit(event.conversation, event)
-                self.dropped_messages.emit(event.conversation, event.dropped_messages)
-            case Waiting(conversation):
-                self.waiting.emit(conversation)
-            case Rebuilt():
-                self.rebuilt.emit(event.conversation, event)
-            case Finished():
-                self.turn_finished.emit(event.conversation, event)
+        """An engine event, as it is, on the one event signal (emitted from this thread, delivered queued)."""
+        self.event.emit(event)
+        if isinstance(event, Resumed):
+            if event.resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
+                self.event.emit(Rebuilding(event.conversation, event.resume))
+            if self._turning:  # the chat is live now, as its reply is written: its badge says so at once
+                self._emit_cache_states()
 
     @Slot(str)
     def forget(self, conversation: str) -> None:
@@ -296,7 +261,7 @@ class EngineWorker(QObject):
         try:
             self.hearth.forget(conversation)
         except HearthError as exc:
-            self.failed.emit(conversation, exc)
+            self.event.emit(OpenFailed(conversation, exc))
         self._emit_cache_states()
 
     # saved context, for the browser -------------------------------------------------------------------
@@ -370,7 +335,7 @@ class EngineWorker(QObject):
         except HearthError as exc:  # the meter keeps its figure until the next turn; nothing else depends on it
             log.warning("could not count the tokens of %s: %s", conversation, exc)
             return
-        self.chat_tokens.emit(conversation, counted)
+        self.event.emit(counted)
         self._emit_cache_states()
 
     @Slot()

@@ -20,6 +20,7 @@ from app.banner import NoticeBanner
 from app.chat_pane import ChatPane
 from app.config import AppConfig
 from app.context_status import ContextStatusRegistry
+from app.conversation_events import Rebuilding
 from app.data_dialog import DataLocationsDialog
 from app.engine_worker import EngineHost
 from app.markdown_view import warm_up_highlighting
@@ -34,7 +35,7 @@ from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
 from app.turns import TurnControl
 from engine.api import Preferences, effective_settings, load_preferences, open_conversations, recommended_values
-from engine.types import Accepted, ContextBadge, Finished, ModelInfo, Resume
+from engine.types import Accepted, ContextBadge, Finished, ModelInfo
 
 log = logging.getLogger(__name__)
 SYNC_MS = 1000  # how often the window looks for turns and chats added by other processes
@@ -174,9 +175,8 @@ class MainWindow(ShellMixin, QMainWindow):
         w = self.worker
         w.ready.connect(self._on_ready)
         self._connect_context_status()
-        w.rebuilding.connect(self._on_rebuilding)
-        self.turns.accepted.connect(self._on_accepted)
-        self.turns.finished.connect(self._on_turn_finished)
+        self.turns.events.on_each({Rebuilding: self._on_rebuilding, Accepted: self._on_accepted,
+                                   Finished: self._on_turn_finished})
         self.chat.sending.connect(self.sync_from_store)
         self.chat.show_requested.connect(self.open_conversation)
         self.chat.state_changed.connect(self._update_actions)
@@ -184,7 +184,7 @@ class MainWindow(ShellMixin, QMainWindow):
 
     def _connect_context_status(self) -> None:
         """The sidebar's badges come from the one registry the browser reads too (app/context_status.py)."""
-        self.contexts = ContextStatusRegistry(self.worker, self)
+        self.contexts = ContextStatusRegistry(self.worker, self, events=self.turns.events)
         self.contexts.changed.connect(lambda _ids: self.sidebar.set_badges(self.contexts.badges()))
 
     # state ------------------------------------------------------------------------------------------------
@@ -408,13 +408,14 @@ class MainWindow(ShellMixin, QMainWindow):
         if self.current and not self.turns.running(self.current):
             self.turns.open(self.current)
 
-    def _on_rebuilding(self, conversation: str, _resume: Resume) -> None:
-        self.sidebar.set_badge(conversation, ContextBadge.REBUILDING)
+    def _on_rebuilding(self, rebuilding: Rebuilding) -> None:
+        self.sidebar.set_badge(rebuilding.conversation, ContextBadge.REBUILDING)
 
-    def _on_accepted(self, conversation: str, _accepted: Accepted) -> None:
-        self._update_title(conversation)  # the first message titles the chat
+    def _on_accepted(self, accepted: Accepted) -> None:
+        self._update_title(accepted.conversation)  # the first message titles the chat
 
-    def _on_turn_finished(self, conversation: str, finished: Finished) -> None:
+    def _on_turn_finished(self, finished: Finished) -> None:
+        conversation = finished.conversation
         conv = self.store.get(conversation)
         if conv is not None:
             self.sidebar.upsert(conversation, conv.title, conv.updated_ms, tokens=finished.context_tokens,

@@ -171,6 +171,7 @@ def window_turn(config, report: SelfTestReport) -> str:
     if SingleInstance(config.paths.data).already_running():
         raise SelfTestFailed("window", f"Hearth is already running on {config.paths.data}; close it or use another "
                                        "--data-dir")
+    from app.conversation_events import OpenFailed, TurnFailed
     from app.main_window import MainWindow
 
     class Seen(QObject):  # lives on the UI thread: the worker's signals arrive queued
@@ -187,13 +188,13 @@ def window_turn(config, report: SelfTestReport) -> str:
         def needs_model(self) -> None:
             self.failure = "the window found no model"
 
-        @Slot(str, object)
-        def failed(self, conversation: str, error: Exception) -> None:
-            self.failure = f"the engine failed: {error}"
-
-        @Slot(str, object)
-        def turn_finished(self, conversation: str, finished: Finished) -> None:
-            self.turns.append(finished)
+        @Slot(object)
+        def on_event(self, event: object) -> None:
+            """The worker's conversation events: a finished turn is kept, a failed one or opening is the failure."""
+            if isinstance(event, Finished):
+                self.turns.append(event)
+            elif isinstance(event, (OpenFailed, TurnFailed)):
+                self.failure = f"the engine failed: {event.error}"
 
     seen = Seen()
     started = time.perf_counter()
@@ -201,9 +202,7 @@ def window_turn(config, report: SelfTestReport) -> str:
     worker = window.worker
     worker.setup_failed.connect(seen.setup_failed)
     worker.needs_model.connect(seen.needs_model)
-    worker.failed.connect(seen.failed)
-    worker.turn_failed.connect(seen.failed)
-    worker.turn_finished.connect(seen.turn_finished)
+    worker.event.connect(seen.on_event)
     try:
         window.show()
         _wait(lambda: window.isVisible() and window.windowHandle() is not None and window.windowHandle().isExposed(),

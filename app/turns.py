@@ -1,11 +1,12 @@
 """Turn control on the UI thread: which chats have a turn in flight, their cancel tokens, the message not
-yet stored and the reply so far, driven by the engine worker's signals.
+yet stored and the reply so far, driven by the engine worker's one event signal.
 
 The turn rule is the API's (``Hearth.run_turn``): the engine stores the user's message under the
 conversation's turn lock before any model work, stores the reply, then saves the context. So this
-class never writes a message: it sends a ``TurnRequest`` and reports what the engine did, as signals
-the window turns into widgets. Until ``accepted`` the message is only shown (pending); a turn that
-fails before it was never stored (``refused``: the text goes back to the composer).
+class never writes a message: it sends a ``TurnRequest`` and reports what the engine did as typed events
+(``app.conversation_events``), dispatched once by type to the handlers the pane and the window registered
+on ``events``. Until ``Accepted`` the message is only shown (pending); a turn that fails before it was
+never stored (``MessageRefused``: the text goes back to the composer).
 """
 
 from __future__ import annotations
@@ -14,13 +15,22 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Slot
 
+from app.conversation_events import (
+    EventDispatcher,
+    LiveUpdate,
+    MessageRefused,
+    PrefillProgress,
+    ReplyFailed,
+    TurnFailed,
+    TurnStarted,
+)
 from app.engine_worker import EngineHost
 from app.settings_dialog import turn_settings
 from engine.api import ConversationStore
 from engine.errors import ContextFullError, HearthError
-from engine.types import Accepted, CancelToken, Finished, TurnRequest
+from engine.types import Accepted, CancelToken, Finished, Progress, ProgressPhase, Token, TurnRequest, Waiting
 
 PROGRESS_MIN_TOKENS = 128  # shorter prefills finish before a progress bar would help
 LIVE_FIGURES_S = 0.25  # how often the status bar's live speed and context meter change while a reply is written
@@ -76,16 +86,10 @@ class ContextLimitHit:
 
 
 class TurnControl(QObject):
-    started = Signal(str)  # a turn was requested: show the pending message and an empty reply
-    waiting = Signal(str)  # another process is answering in this chat first
-    accepted = Signal(str, object)  # Accepted: the message is stored; what is stored now
-    progress = Signal(str, int, int, float)  # prefill done, total, estimated ms left (long prefills only)
-    token = Signal(str, str)
-    finished = Signal(str, object)  # Finished: the reply is stored
-    failed = Signal(str, str)  # the turn failed after its message was stored (or with nothing to store)
-    refused = Signal(str, str, str)  # conversation, the message that was NOT stored, why
-    context_full = Signal(str, object)  # ContextLimitHit: instead of refused/failed, when the chat is too long
-    live = Signal(str, object)  # LiveFigures while the reply is written (a few times a second at most)
+    """Its ``events`` dispatcher gets, in order: ``TurnStarted``; ``Waiting``; ``Accepted``; ``PrefillProgress``
+    (long prefills only); ``Token``; ``LiveUpdate``; ``Finished``; ``ReplyFailed`` / ``MessageRefused`` /
+    ``ContextLimitHit`` — for the turns it has in flight — and the opening events as the worker sent them
+    (``Resumed``, ``Rebuilding``, ``Progress`` of a rebuild, ``Rebuilt``, ``OpenFailed``, ``ChatTokens``)."""
 
     def __init__(self, host: EngineHost, store: ConversationStore, parent: QObject | None = None,
                  effective: Callable[[str, Mapping], dict] | None = None):
@@ -96,14 +100,20 @@ class TurnControl(QObject):
         self.effective = effective or (lambda _conversation, own: dict(own))
         self._turns: dict[str, Turn] = {}
         self._opening: dict[str, list[CancelToken]] = {}  # rebuilds on opening a chat, also stopped by Stop
-        w = host.worker
-        w.waiting.connect(self._on_waiting)
-        w.accepted.connect(self._on_accepted)
-        w.prefill_progress.connect(self._on_progress)
-        w.token.connect(self._on_token)
-        w.turn_finished.connect(self._on_finished)
-        w.turn_failed.connect(self._on_failed)
-        w.context_in_use.connect(self._on_context_in_use)
+        self.events = EventDispatcher()
+        # A turn's events update the bookkeeping here first, then reach the handlers (the pane draws from it).
+        self._bookkeeping = {Waiting: self._on_waiting, Accepted: self._on_accepted, Progress: self._on_progress,
+                             Token: self._on_token, Finished: self._on_finished, TurnFailed: self._on_failed}
+        host.worker.event.connect(self._on_event)
+
+    @Slot(object)
+    def _on_event(self, event: object) -> None:
+        """One event of the worker, on the UI thread: a turn's through the bookkeeping, the rest as it came."""
+        keep = self._bookkeeping.get(type(event))
+        if keep is not None:
+            keep(event)
+        else:
+            self.events.dispatch(event)
 
     # state ----------------------------------------------------------------------------------------------
     def turn(self, conversation: str | None) -> Turn | None:
@@ -139,13 +149,13 @@ class TurnControl(QObject):
             params, max_new_tokens = turn_settings(effective)
         except HearthError as exc:
             if message is None:
-                self.failed.emit(conversation, str(exc))
+                self.events.dispatch(ReplyFailed(conversation, str(exc)))
             else:
-                self.refused.emit(conversation, message, str(exc))
+                self.events.dispatch(MessageRefused(conversation, message, str(exc)))
             return
         kind = kind or ("send" if message is not None else "answer")
         turn = self._turns[conversation] = Turn(conversation, CancelToken(), message, reply=reply, kind=kind)
-        self.started.emit(conversation)
+        self.events.dispatch(TurnStarted(conversation))
         request = TurnRequest(conversation, message, params, max_new_tokens,
                               context_policy=effective.get("context_policy"),  # the chat's own, else the default
                               regenerate=kind == "regenerate", continue_reply=kind == "continue")
@@ -181,31 +191,38 @@ class TurnControl(QObject):
         self._turns.pop(conversation, None)
 
     # the worker's events ----------------------------------------------------------------------------------
-    def _on_waiting(self, conversation: str) -> None:
-        if (turn := self._turns.get(conversation)) is not None:
+    def _on_waiting(self, event: Waiting) -> None:
+        if (turn := self._turns.get(event.conversation)) is not None:
             turn.waiting = True
-            self.waiting.emit(conversation)
+            self.events.dispatch(event)
 
-    def _on_accepted(self, conversation: str, accepted: Accepted) -> None:
-        if (turn := self._turns.get(conversation)) is not None:
+    def _on_accepted(self, accepted: Accepted) -> None:
+        if (turn := self._turns.get(accepted.conversation)) is not None:
             turn.accepted, turn.waiting = True, False
             turn.live = LiveFigures(time.monotonic())
-            self.accepted.emit(conversation, accepted)
+            self.events.dispatch(accepted)
 
-    def _on_progress(self, conversation: str, done: int, total: int) -> None:
-        turn = self._turns.get(conversation)
+    def _on_progress(self, event: Progress) -> None:
+        if event.phase != ProgressPhase.PREFILL:
+            self.events.dispatch(event)  # a rebuild's, on opening
+            return
+        turn, done, total = self._turns.get(event.conversation), event.done, event.total
         if turn is None or total < PROGRESS_MIN_TOKENS:
             return
         if turn.prefill_started is None:
             turn.prefill_started = time.monotonic()
         left_ms = (time.monotonic() - turn.prefill_started) / max(done, 1) * (total - done) * 1000
-        self.progress.emit(conversation, done, total, left_ms)
+        self.events.dispatch(PrefillProgress(event.conversation, done, total, left_ms))
 
-    def _on_token(self, conversation: str, piece: str) -> None:
-        if (turn := self._turns.get(conversation)) is not None:
-            turn.reply += piece
-            self.token.emit(conversation, piece)
-            self._count_piece(turn)
+    def _on_token(self, event: Token) -> None:
+        turn = self._turns.get(event.conversation)
+        if turn is None:
+            return
+        if event.context_tokens and turn.live is not None:  # first: the piece's figures then count it
+            turn.live.context_tokens = event.context_tokens
+        turn.reply += event.text
+        self.events.dispatch(event)
+        self._count_piece(turn)
 
     def _count_piece(self, turn: Turn) -> None:
         live = turn.live
@@ -217,23 +234,20 @@ class TurnControl(QObject):
             live.first_at = now
         if live.pieces == 1 or now - live.shown_at >= LIVE_FIGURES_S:  # a label update per piece is waste
             live.shown_at = now
-            self.live.emit(turn.conversation, live)
+            self.events.dispatch(LiveUpdate(turn.conversation, live))
 
-    def _on_context_in_use(self, conversation: str, tokens: int) -> None:
-        if (turn := self._turns.get(conversation)) is not None and turn.live is not None:
-            turn.live.context_tokens = tokens
+    def _on_finished(self, finished: Finished) -> None:
+        if self._turns.pop(finished.conversation, None) is not None:
+            self.events.dispatch(finished)
 
-    def _on_finished(self, conversation: str, finished: Finished) -> None:
-        if self._turns.pop(conversation, None) is not None:
-            self.finished.emit(conversation, finished)
-
-    def _on_failed(self, conversation: str, error: HearthError) -> None:
+    def _on_failed(self, failed: TurnFailed) -> None:
+        conversation, error = failed.conversation, failed.error
         turn = self._turns.pop(conversation, None)
         if turn is None:
             return
         if isinstance(error, ContextFullError):  # refused before anything was stored, either way
-            self.context_full.emit(conversation, ContextLimitHit(conversation, turn.message, error))
+            self.events.dispatch(ContextLimitHit(conversation, turn.message, error))
         elif turn.accepted or turn.message is None:
-            self.failed.emit(conversation, str(error))
+            self.events.dispatch(ReplyFailed(conversation, str(error)))
         else:  # refused before it was stored: nothing typed may be lost
-            self.refused.emit(conversation, turn.message, str(error))
+            self.events.dispatch(MessageRefused(conversation, turn.message, str(error)))

@@ -76,6 +76,7 @@ def main() -> None:
     from app.config import AppConfig
     from app.main_window import MainWindow
     from engine.api import resolve_paths
+    from engine.types import Resumed
 
     _app = QApplication.instance() or QApplication([])  # kept alive for the whole run
 
@@ -84,9 +85,10 @@ def main() -> None:
             super().__init__()
             self.ids: list[str] = []
 
-        @Slot(str, object)
-        def on_resumed(self, conversation: str, _resume: object) -> None:
-            self.ids.append(conversation)
+        @Slot(object)
+        def on_event(self, event: object) -> None:
+            if isinstance(event, Resumed):
+                self.ids.append(event.conversation)
 
     tmp = Path(tempfile.mkdtemp(prefix="hearth-ui-"))
     for sub in ("models", "converted"):
@@ -95,7 +97,7 @@ def main() -> None:
     window.show()
     probe = Probe()
     opened = Opened()  # conversations the engine reported live (restored or rebuilt), on the UI thread
-    window.worker.resumed.connect(opened.on_resumed)
+    window.worker.event.connect(opened.on_event)
 
     def wait_until(cond, timeout_s: float = 600) -> None:
         deadline = time.monotonic() + timeout_s

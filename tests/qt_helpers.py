@@ -22,7 +22,7 @@ class Recorder(QObject):
         self.fn(*args)
 
 
-_recorders: list[Recorder] = []
+_recorders: list[QObject] = []
 
 
 def on_ui_thread(signal, fn) -> None:
@@ -36,6 +36,48 @@ def collect(signal) -> list:
     the engine API's typed object: Resume, Finished, ...)."""
     seen: list = []
     on_ui_thread(signal, lambda *args: seen.append(args))
+    return seen
+
+
+class EventRecorder(QObject):
+    """Receives the worker's conversation events of one type on the UI thread, after the window's handlers."""
+
+    def __init__(self, kind: type, fn):
+        super().__init__()
+        self.kind, self.fn = kind, fn
+
+    @Slot(object)
+    def record(self, event: object) -> None:
+        if isinstance(event, self.kind):
+            self.fn(event)
+
+
+def on_event(worker, kind: type, fn) -> None:
+    """Call ``fn(event)`` on the UI thread for each of the worker's events of type ``kind``."""
+    recorder = EventRecorder(kind, fn)
+    _recorders.append(recorder)
+    worker.event.connect(recorder.record)
+
+
+def collect_events(worker, kind: type) -> list:
+    """The worker's events of type ``kind`` (``Resumed``, ``Finished``, ``Rebuilding``...) as the UI thread sees them."""
+    seen: list = []
+    on_event(worker, kind, seen.append)
+    return seen
+
+
+def collect_pairs(worker, kind: type, field: str | None = None) -> list:
+    """(conversation, the event or its ``field``) of the worker's events of type ``kind``, on the UI thread."""
+    seen: list = []
+    on_event(worker, kind, lambda e: seen.append((e.conversation, getattr(e, field) if field else e)))
+    return seen
+
+
+def collect_dispatched(turns, kind: type) -> list:
+    """(conversation, event) of the events of type ``kind`` the window's dispatcher hands its handlers
+    (``TurnControl.events``), in the order they reached them."""
+    seen: list = []
+    turns.events.on(kind, lambda e: seen.append((e.conversation, e)))
     return seen
 
 

@@ -17,15 +17,27 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QTextDocument
 
 from app.config import AppConfig
+from app.conversation_events import Rebuilding
 from app.main_window import MainWindow
 from app.markdown_view import to_html
 from app.settings_dialog import ChatSettingsDialog
 from app.single_instance import SingleInstance
 from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
+from engine.types import Finished, Rebuilt, Resumed, Token, Waiting
 
 from .checkpoint_names import conv_paths, only_conv_path
-from .qt_helpers import TIMEOUT, collect, flip_byte, new_chat_with_turn, on_ui_thread, send, use_settings, wait_idle
+from .qt_helpers import (
+    TIMEOUT,
+    collect_events,
+    collect_pairs,
+    flip_byte,
+    new_chat_with_turn,
+    on_event,
+    send,
+    use_settings,
+    wait_idle,
+)
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
 
@@ -36,7 +48,7 @@ def test_send_streams_the_reply_and_saves_the_turn(qtbot, windows):
     w.new_chat()
     use_settings(w, GREEDY)
     tokens: list = []
-    w.worker.token.connect(lambda *args: tokens.append(args))  # counted on the engine thread
+    w.worker.event.connect(lambda e: tokens.append(e) if isinstance(e, Token) else None)  # counted on the engine thread
     send(qtbot, w, "hello there")
     assert w.composer.toPlainText() == ""  # Enter sent it
     wait_idle(qtbot, w)
@@ -71,7 +83,7 @@ def test_switching_chats_and_back_resumes_from_disk_without_prefill(qtbot, windo
     use_settings(w, GREEDY)
     send(qtbot, w, "second chat")
     wait_idle(qtbot, w)
-    reports = collect(w.worker.resumed)
+    reports = collect_pairs(w.worker, Resumed, "resume")
     w.sidebar.setCurrentItem(w.sidebar.item_for(a))
     qtbot.waitUntil(lambda: any(c == a for c, _ in reports), timeout=TIMEOUT)
     report = next(r for c, r in reports if c == a)
@@ -99,7 +111,7 @@ def test_a_damaged_checkpoint_is_reported_rebuilt_and_answers_like_a_clean_run(q
 
     w = windows(wait_ready=False)  # reopens the last chat, finds the damage, rebuilds
     shown: list[str] = []  # what the banner said when the rebuild started (it is quick on the tiny model)
-    on_ui_thread(w.worker.rebuilding, lambda *_: shown.append(w.banner.message.text()))
+    on_event(w.worker, Rebuilding, lambda _e: shown.append(w.banner.message.text()))
     qtbot.waitUntil(lambda: "Rebuilt" in w.banner.message.text(), timeout=TIMEOUT)
     assert shown and "damaged (checksum)" in shown[0] and "rebuilding" in shown[0]
     assert "damaged (checksum)" in w.banner.message.text() and w.banner.isVisible()
@@ -143,7 +155,7 @@ def test_a_conversation_from_hearth_cli_opens_in_the_window(qtbot, windows, conf
     assert proc.returncode == 0, proc.stderr
     cli_tokens = json.loads(proc.stdout)["context"]["tokens"]
     w = windows(wait_ready=False)
-    reports = collect(w.worker.resumed)
+    reports = collect_pairs(w.worker, Resumed, "resume")
     assert w.current == "from-cli"  # the only chat: opened at start
     qtbot.waitUntil(lambda: bool(reports) and not w.transcript.loading, timeout=TIMEOUT)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant"]
@@ -161,7 +173,7 @@ def test_regenerate_and_edit_prefill_only_what_changed(qtbot, windows):
     wait_idle(qtbot, w)
     send(qtbot, w, "second question")
     wait_idle(qtbot, w)
-    reports = collect(w.worker.resumed)
+    reports = collect_pairs(w.worker, Resumed, "resume")
     w.regenerate()
     wait_idle(qtbot, w)
     assert reports[-1][1].source == "live" and reports[-1][1].prefilled_tokens == 1
@@ -279,7 +291,7 @@ def test_a_message_sent_while_hearth_cli_answers_the_same_chat_is_answered_after
     try:
         qtbot.waitUntil(lambda: w.store.messages(conv) != [] or proc.poll() is not None, timeout=TIMEOUT)
         assert stored(w, conv) == [("user", "from the terminal")], proc.stderr.read() if proc.poll() else ""
-        waiting = collect(w.worker.waiting)
+        waiting = collect_events(w.worker, Waiting)
         send(qtbot, w, "from the window")
         qtbot.waitUntil(lambda: bool(waiting), timeout=TIMEOUT)  # the window's turn waits for the terminal's
         assert "another Hearth process" in w.status.resume.text()
@@ -308,7 +320,7 @@ def test_a_failed_checkpoint_save_keeps_the_reply_and_says_so(qtbot, windows, co
     use_settings(w, GREEDY)
     checkpoints = config.paths.checkpoints
     moved = checkpoints.with_name("checkpoints-away")
-    finished = collect(w.worker.turn_finished)
+    finished = collect_pairs(w.worker, Finished)
     # A plain file where the checkpoints directory was: every open there fails, for root too (a read-only
     # directory would not stop root, which the tests may run as), so one way serves every user.
     checkpoints.rename(moved)
@@ -578,7 +590,7 @@ def test_stop_during_a_long_prefill_and_resume_later(qtbot, windows, real_config
     w = windows(real_config)
     w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
-    reports = collect(w.worker.resumed)
+    reports = collect_pairs(w.worker, Resumed, "resume")
     long_text = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(260))
     w.composer.setPlainText(long_text)
     w.composer.submit()
@@ -643,8 +655,8 @@ def test_a_message_sent_during_a_rebuild_waits_for_it(qtbot, windows, real_confi
 
     w = windows(real_config, wait_ready=False)
     order: list[str] = []
-    on_ui_thread(w.worker.rebuilt, lambda *_: order.append("rebuilt"))
-    on_ui_thread(w.worker.turn_finished, lambda *_: order.append("reply"))
+    on_event(w.worker, Rebuilt, lambda _e: order.append("rebuilt"))
+    on_event(w.worker, Finished, lambda _e: order.append("reply"))
     qtbot.waitUntil(lambda: w.banner.progress.isVisible(), timeout=TIMEOUT)
     assert "rebuilding" in w.banner.message.text()
     send(qtbot, w, "Which note came first?")  # while the rebuild runs

@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from app.conversation_events import LiveUpdate
 from app.text import context_label, resume_summary
-from engine.types import Resume, ResumeSource
+from engine.types import ChatTokens, Resume, Resumed, ResumeSource
 
-from .qt_helpers import TIMEOUT, collect, new_chat_with_turn, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, collect, collect_pairs, new_chat_with_turn, send, use_settings, wait_idle
 
 SHORT = {"temperature": 0.0, "max_new_tokens": 6}
 VARIED = {"temperature": 1.5, "max_new_tokens": 6}
@@ -124,8 +125,8 @@ def test_live_figures_update_while_the_reply_is_written(qtbot, windows):
     w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 24})
     seen: list = []
-    w.turns.live.connect(lambda conv, figures: seen.append(
-        (w.status.speed.text(), w.status.context.text(), figures.context_tokens, w.turns.running(conv))))
+    w.turns.events.on(LiveUpdate, lambda e: seen.append(
+        (w.status.speed.text(), w.status.context.text(), e.figures.context_tokens, w.turns.running(e.conversation))))
     send(qtbot, w, "hello there")
     wait_idle(qtbot, w)
     assert seen and all(running for *_, running in seen)  # shown while the reply was being written
@@ -143,7 +144,7 @@ def test_defect12_status_bar_never_shows_the_previous_chats_numbers(qtbot, windo
     w.new_chat()
     assert w.status.speed.text() == "" and w.status.resume.text() == ""
     assert w.status.context.text() == context_label(0, w.status.limit)
-    resumed = collect(w.worker.resumed)
+    resumed = collect_pairs(w.worker, Resumed, "resume")
     w.sidebar.setCurrentItem(w.sidebar.item_for(a))
     qtbot.waitUntil(lambda: any(c == a for c, _ in resumed), timeout=TIMEOUT)
     assert w.status.context.text() != context_label(0, w.status.limit)  # a's own numbers, as it opened
@@ -155,7 +156,7 @@ def test_defect12_a_brand_new_chat_does_not_say_it_resumed_from_disk(qtbot, wind
     w.worker.hearth._sessions.adaptive = False  # always restore the shared prefix, however fast re-reading is
     a = new_chat_with_turn(qtbot, w, "hello there", SHORT)  # a cold start saves the system prompt for other chats
     assert len(w.store.messages(a)) == 2
-    resumed = collect(w.worker.resumed)
+    resumed = collect_pairs(w.worker, Resumed, "resume")
     b = w.new_chat()
     use_settings(w, SHORT)
     send(qtbot, w, "a new question")
@@ -245,7 +246,7 @@ def test_after_a_flip_the_meter_and_the_sidebar_show_the_chosen_versions_tokens(
     regenerate(qtbot, w)
     second_tokens = w.sidebar.item_for(conv).data(TOKENS_ROLE)
     assert second_tokens > first_tokens + 5 and w.status.context.text() == context_label(second_tokens, w.status.limit)
-    counted = collect(w.worker.chat_tokens)
+    counted = collect_pairs(w.worker, ChatTokens)
     w.act_earlier_version.trigger()
     qtbot.waitUntil(lambda: bool(counted), timeout=TIMEOUT)
     (cid, tokens), = counted
@@ -277,7 +278,7 @@ def test_counting_the_tokens_of_a_chat_that_is_gone_changes_nothing(qtbot, windo
     w = windows()
     conv = new_chat_with_turn(qtbot, w, "hello there", SHORT)
     meter = w.status.context.text()
-    counted = collect(w.worker.chat_tokens)
+    counted = collect_pairs(w.worker, ChatTokens)
     w.host.request_chat_tokens.emit("gone-chat")  # deleted meanwhile: the engine refuses; the meter stays
     states = collect(w.worker.cache_states)
     w.host.request_posted.emit(lambda: None)  # queued behind it; its list of contexts arrives after any answer

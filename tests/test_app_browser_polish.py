@@ -10,7 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QMessageBox
 
-from app.browser import ACTIONS, MENU_ACTIONS, NOTHING_SELECTED
+from app.browser import ACTIONS, MENU_ACTIONS
+from app.browser_widgets import NOTHING_SELECTED
 from app.sidebar import BADGE_ROLE, TOKENS_ROLE
 from engine.api import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates, read_document
 
@@ -29,14 +30,14 @@ def open_browser(qtbot, w):
 def export_all(browser, path) -> list[str]:
     browser.table.selectAll()
     ids = browser.selected_ids()
-    assert browser.export_selected(str(path), "json") == len(ids)
+    assert browser.transfers.export_selected(str(path), "json") == len(ids)
     return ids
 
 
 def duplicates_box(qtbot, browser) -> QMessageBox:
-    qtbot.waitUntil(lambda: browser.duplicates_box is not None and browser.duplicates_box.isVisible(),
+    qtbot.waitUntil(lambda: browser.transfers.duplicates_box is not None and browser.transfers.duplicates_box.isVisible(),
                     timeout=TIMEOUT)
-    return browser.duplicates_box
+    return browser.transfers.duplicates_box
 
 
 def answer(qtbot, browser, choice: str) -> None:
@@ -44,7 +45,7 @@ def answer(qtbot, browser, choice: str) -> None:
     box = duplicates_box(qtbot, browser)
     button = next(b for b in box.buttons() if b.objectName() == choice)
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: browser.transfers._import_cancel is None, timeout=TIMEOUT)
 
 
 def cell(browser, conversation: str, column: int) -> str:
@@ -75,9 +76,9 @@ def test_defect1_import_keeps_sidebar_badges_and_token_counts(qtbot, two_saved, 
     for item in (w.sidebar.item(i) for i in range(w.sidebar.count())):
         item.setData(BADGE_ROLE, "none")
         item.setData(TOKENS_ROLE, None)
-    assert browser.import_file(str(path), duplicates="copy")
-    qtbot.waitUntil(lambda: len(browser.imported_ids) == 2, timeout=TIMEOUT)
-    copies = browser.imported_ids
+    assert browser.transfers.import_file(str(path), duplicates="copy")
+    qtbot.waitUntil(lambda: len(browser.transfers.imported_ids) == 2, timeout=TIMEOUT)
+    copies = browser.transfers.imported_ids
     # The engine's answer arrives after the request: every badge is right once it is in.
     qtbot.waitUntil(lambda: w.sidebar.badge(saved) == "saved" and w.sidebar.badge(live) == "live", timeout=TIMEOUT)
     assert all(w.sidebar.badge(c) == "none" for c in copies)
@@ -105,12 +106,12 @@ def test_defect2_import_of_chats_already_here_asks_and_skip_imports_nothing_twic
     path = tmp_path / "all.json"
     export_all(browser, path)
     before = len(w.store.list())
-    assert browser.import_file(str(path))
+    assert browser.transfers.import_file(str(path))
     box = duplicates_box(qtbot, browser)
     assert "All 2 conversations in this file are already here" in box.text() and "a chat about lighthouses" in box.text()
     assert box.defaultButton().objectName() == "skip"
     answer(qtbot, browser, "skip")
-    assert len(w.store.list()) == before and browser.imported_ids == []
+    assert len(w.store.list()) == before and browser.transfers.imported_ids == []
     assert "Imported 0 conversations; skipped 2 already here." == browser.verify_result.text()
 
 
@@ -119,9 +120,9 @@ def test_defect2_import_as_copies_marks_them_and_fills_their_cells(qtbot, two_sa
     browser = open_browser(qtbot, w)
     path = tmp_path / "all.json"
     export_all(browser, path)
-    assert browser.import_file(str(path))
+    assert browser.transfers.import_file(str(path))
     answer(qtbot, browser, "copy")
-    copies = browser.imported_ids
+    copies = browser.transfers.imported_ids
     assert len(copies) == 2 and not {saved, live} & set(copies)
     titles = sorted(w.store.get(c).title for c in copies)
     originals = sorted(w.store.get(c).title for c in (saved, live))
@@ -132,7 +133,7 @@ def test_defect2_import_as_copies_marks_them_and_fills_their_cells(qtbot, two_sa
     assert all(cell(browser, c, 5) == "—" for c in copies)
     assert cell(browser, saved, 8) == "valid" and cell(browser, saved, 5) not in ("", "—")
     # A second import of the same file finds the copies too (their content is already here).
-    assert browser.import_file(str(path))
+    assert browser.transfers.import_file(str(path))
     assert "All 2 conversations" in duplicates_box(qtbot, browser).text()
     answer(qtbot, browser, "cancel")
     assert browser.verify_result.text() == "Nothing was imported."
@@ -147,9 +148,9 @@ def test_defect2_a_file_without_duplicates_imports_without_asking(qtbot, two_sav
          "updated_ms": 5, "messages": [{"role": "user", "content": "never seen", "created_ms": 5}]}]}
     path = tmp_path / "new.json"
     path.write_text(json.dumps(doc))
-    assert browser.import_file(str(path))
-    qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
-    assert browser.duplicates_box is None and len(browser.imported_ids) == 1
+    assert browser.transfers.import_file(str(path))
+    qtbot.waitUntil(lambda: browser.transfers._import_cancel is None, timeout=TIMEOUT)
+    assert browser.transfers.duplicates_box is None and len(browser.transfers.imported_ids) == 1
 
 
 def test_defect2_a_bundle_of_chats_already_here_asks_too_and_copies_keep_their_context(qtbot, two_saved, tmp_path):
@@ -163,13 +164,13 @@ def test_defect2_a_bundle_of_chats_already_here_asks_too_and_copies_keep_their_c
     done: list = []
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
     bundle = tmp_path / "one.hearth"
-    browser.export_bundle(str(bundle))
+    browser.transfers.export_bundle(str(bundle))
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert isinstance(done[-1], BundleExported)
-    assert browser.import_bundle(str(bundle))
+    assert browser.transfers.import_bundle(str(bundle))
     assert "The conversation in this file is already here" in duplicates_box(qtbot, browser).text()
     answer(qtbot, browser, "copy")
-    [copy] = browser.imported_ids
+    [copy] = browser.transfers.imported_ids
     assert copy != saved and w.store.get(copy).title == w.store.get(saved).title + COPY_SUFFIX
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
     assert isinstance(done[-1], BundleImported) and done[-1].used == (copy,)
@@ -178,9 +179,9 @@ def test_defect2_a_bundle_of_chats_already_here_asks_too_and_copies_keep_their_c
     # Its saved context, installed for the copy, fills its cells and its badge without Verify all.
     qtbot.waitUntil(lambda: cell(browser, copy, 8) == "valid" and w.sidebar.badge(copy) == "saved", timeout=TIMEOUT)
     assert cell(browser, copy, 5) == cell(browser, saved, 5)
-    assert browser.import_bundle(str(bundle))
+    assert browser.transfers.import_bundle(str(bundle))
     answer(qtbot, browser, "skip")
-    assert browser.imported_ids == [] and "skipped 1 already here" in browser.verify_result.text()
+    assert browser.transfers.imported_ids == [] and "skipped 1 already here" in browser.verify_result.text()
 
 
 def test_defect2_engine_finds_duplicates_by_id_and_by_content(tmp_path):

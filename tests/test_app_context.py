@@ -8,8 +8,9 @@ from PySide6.QtCore import Qt
 
 from app.main_window import MainWindow
 from app.settings_dialog import ChatSettingsDialog
+from engine.types import Finished, Resumed
 
-from .qt_helpers import TIMEOUT, collect, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, collect_dispatched, collect_pairs, send, use_settings, wait_idle
 
 SYSTEM = "You are a helpful assistant who answers briefly and kindly."
 DROP = {"temperature": 0.0, "max_new_tokens": 16, "context_policy": "drop_oldest"}
@@ -50,7 +51,7 @@ def marker_shown(w: MainWindow) -> int:
 def test_the_marker_shows_how_many_messages_the_model_no_longer_reads(qtbot, windows, config):
     w = windows()
     conv = chat_with_system_prompt(w, DROP)
-    finished = collect(w.turns.finished)
+    finished = collect_dispatched(w.turns, Finished)
     turns_until(qtbot, w, lambda: finished[-1][1].dropped_messages > 0)
     dropped = finished[-1][1].dropped_messages
     assert marker_shown(w) == dropped
@@ -58,7 +59,7 @@ def test_the_marker_shows_how_many_messages_the_model_no_longer_reads(qtbot, win
     # another chat, then back: the engine reports the same view when it opens the chat again
     other = w.new_chat()
     assert w.current == other and marker_shown(w) == 0
-    reports = collect(w.worker.dropped_messages)
+    reports = collect_pairs(w.worker, Resumed, "dropped_messages")
     w.sidebar.setCurrentItem(w.sidebar.item_for(conv))
     qtbot.waitUntil(lambda: (conv, dropped) in reports, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: not w.transcript.loading, timeout=TIMEOUT)
@@ -93,7 +94,7 @@ def test_at_the_limit_under_stop_an_error_block_offers_a_new_chat_or_dropping(qt
     wait_idle(qtbot, w)
     w.composer.submit()
     qtbot.waitUntil(block.isVisible, timeout=TIMEOUT)
-    finished = collect(w.turns.finished)
+    finished = collect_dispatched(w.turns, Finished)
     qtbot.mouseClick(block.drop_button, Qt.MouseButton.LeftButton)
     assert w.store.require(conv).settings["context_policy"] == "drop_oldest"
     qtbot.waitUntil(lambda: bool(finished), timeout=TIMEOUT)
@@ -146,7 +147,7 @@ def test_the_default_policy_in_preferences_applies_to_chats_without_their_own(qt
     save_preferences(config.paths, Preferences(context_policy="drop_oldest", temperature=0.0, max_new_tokens=16))
     w = windows()
     chat_with_system_prompt(w, {})  # no policy of its own: it follows Preferences
-    finished = collect(w.turns.finished)
+    finished = collect_dispatched(w.turns, Finished)
     turns_until(qtbot, w, lambda: finished[-1][1].dropped_messages > 0)  # never refused: it drops instead
     assert not w.transcript.context_limit.isVisible()
     qtbot.waitUntil(lambda: marker_shown(w) == finished[-1][1].dropped_messages, timeout=TIMEOUT)

@@ -13,9 +13,11 @@ from app.config import AppConfig
 from app.sidebar import SUBTITLE_ROLE, TOKENS_ROLE
 from engine.api import resolve_paths
 from engine.conversations import MIGRATIONS, ConversationStore
-from engine.types import ReplyFacts, ResumeSource
-from tests.qt_helpers import TIMEOUT, new_chat_with_turn, on_ui_thread, send, use_settings, wait_idle
+from engine.types import ReplyFacts, Resumed, ResumeSource, Token
+from tests.qt_helpers import TIMEOUT, new_chat_with_turn, send, use_settings, wait_idle
 from tests.test_app_models import SMOLLM2, pick, wait_for, wait_listed, wait_model
+
+from .qt_helpers import on_event
 
 
 @pytest.fixture
@@ -201,7 +203,7 @@ def test_a_switch_to_another_model_and_back_shows_only_the_chats_own_models_figu
     w = windows(real_config)
     wait_listed(qtbot, w, SMOLLM2)
     badges: list = []
-    w.turns.token.connect(lambda cid, _piece: badges.append(w.sidebar.badge(cid)))
+    w.turns.events.on(Token, lambda e: badges.append(w.sidebar.badge(e.conversation)))
     chat = new_chat_with_turn(qtbot, w, "Name three rivers.", {"temperature": 0.0, "max_new_tokens": 6})
     assert set(badges) == {"live"}  # a new chat's first reply: in memory as it is written (was "none")
     on_smol = w.sidebar.item_for(chat).data(TOKENS_ROLE)
@@ -218,7 +220,7 @@ def test_a_switch_to_another_model_and_back_shows_only_the_chats_own_models_figu
     assert badges and set(badges) == {"live"}  # its own reply being written (was "stale": SmolLM2's file)
     assert w.store.get(chat).model_key == tiny
     opened: list = []
-    on_ui_thread(w.worker.resumed, lambda c, r: opened.append(r) if c == chat else None)
+    on_event(w.worker, Resumed, lambda e: opened.append(e.resume) if e.conversation == chat else None)
     pick(w, SMOLLM2)  # back to A: its context of this chat is on disk
     wait_model(qtbot, w, SMOLLM2)
     qtbot.waitUntil(lambda: bool(opened), timeout=TIMEOUT)

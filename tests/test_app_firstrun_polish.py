@@ -12,6 +12,7 @@ from PySide6.QtCore import QPoint, Qt
 
 from app.banner import CacheBanner
 from app.config import AppConfig
+from app.conversation_events import Rebuilding
 from app.main_window import MainWindow
 from app.model_setup import ModelSetupDialog
 from app.text import duration
@@ -19,10 +20,10 @@ from engine.api import Hearth
 from engine.checkpoint.status import checkpoint_status
 from engine.model.fetch import default_model
 from engine.paths import resolve_paths
-from engine.types import SaveResult, SetupProgress, SetupStage
+from engine.types import Progress, ProgressPhase, Rebuilt, SaveResult, SetupProgress, SetupStage
 
 from .checkpoint_names import conv_paths, only_conv_path
-from .qt_helpers import TIMEOUT, on_ui_thread, send, use_settings, wait_idle
+from .qt_helpers import TIMEOUT, on_event, send, use_settings, wait_idle
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
 
@@ -154,8 +155,9 @@ def rebuild_after_truncation(qtbot, windows, config):
 
     w = windows(wait_ready=False)  # reopens the last chat, finds the file cut short, rebuilds
     said: dict[str, list] = {"rebuilding": [], "rebuilt": [], "progress": []}
-    w.worker.rebuild_progress.connect(lambda c, done, total: said["progress"].append((done, total)))  # engine thread
-    on_ui_thread(w.worker.rebuilding, lambda *_: said["rebuilding"].append(
+    w.worker.event.connect(lambda e: said["progress"].append((e.done, e.total))  # on the engine thread
+                           if isinstance(e, Progress) and e.phase == ProgressPhase.REBUILD else None)
+    on_event(w.worker, Rebuilding, lambda _e: said["rebuilding"].append(
         (w.banner.message.text(), w.status.resume.text())))
 
     def on_rebuilt(_conv, rebuilt) -> None:  # the moment the banner says how it ended
@@ -163,7 +165,7 @@ def rebuild_after_truncation(qtbot, windows, config):
         health = checkpoint_status(files[0], None, None, full=True)[0] if files else "missing"
         said["rebuilt"].append((w.banner.message.text(), w.status.resume.text(), rebuilt, health))
 
-    on_ui_thread(w.worker.rebuilt, on_rebuilt)
+    on_event(w.worker, Rebuilt, lambda e: on_rebuilt(e.conversation, e))
     qtbot.waitUntil(lambda: bool(said["rebuilt"]), timeout=TIMEOUT)
     return w, conv, said
 

@@ -129,14 +129,14 @@ def copied(qtbot, windows, tmp_path):
     done: list = []
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
     bundle = tmp_path / "one.hearth"
-    b.export_bundle(str(bundle))
+    b.transfers.export_bundle(str(bundle))
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert isinstance(done[-1], BundleExported)
     exported = b.verify_result.text()
-    assert b.import_bundle(str(bundle))
+    assert b.transfers.import_bundle(str(bundle))
     question = duplicates_box(qtbot, b).text()
     answer(qtbot, b, "copy")
-    [copy] = b.imported_ids
+    [copy] = b.transfers.imported_ids
     qtbot.waitUntil(lambda: len(done) == 2 and isinstance(done[-1], BundleImported), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: "imported as copies" in b.verify_result.text(), timeout=TIMEOUT)
     return w, b, saved, copy, exported, question

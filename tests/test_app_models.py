@@ -13,8 +13,10 @@ from app.config import AppConfig
 from app.models_dialog import DownloadMeter
 from engine.api import resolve_paths
 from engine.model.fetch import default_model
-from engine.types import ModelStatus, ResumeSource
-from tests.qt_helpers import TIMEOUT, collect, send, use_settings, wait_idle
+from engine.types import Finished, ModelStatus, Resumed, ResumeSource
+from tests.qt_helpers import TIMEOUT, send, use_settings, wait_idle
+
+from .qt_helpers import collect_dispatched, collect_pairs
 
 SMOLLM2 = default_model().key
 
@@ -60,7 +62,7 @@ def test_a_chat_on_a_then_b_then_a_resumes_as_context_from_disk(qtbot, windows, 
     assert w.model_info.key == SMOLLM2
     wait_listed(qtbot, w, SMOLLM2)
     assert w.models.picker.currentData() == SMOLLM2
-    turns = collect(w.turns.finished)
+    turns = collect_dispatched(w.turns, Finished)
     chat = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 6})
     send(qtbot, w, "Name three rivers.")
@@ -76,7 +78,7 @@ def test_a_chat_on_a_then_b_then_a_resumes_as_context_from_disk(qtbot, windows, 
     send(qtbot, w, "And three lakes?")
     wait_idle(qtbot, w)
     assert turns[-1][1].model.key == tiny
-    opened = collect(w.worker.resumed)
+    opened = collect_pairs(w.worker, Resumed, "resume")
     pick(w, SMOLLM2)  # back to A: its context of this chat is on disk, side by side with B's
     wait_model(qtbot, w, SMOLLM2)
     qtbot.waitUntil(lambda: any(c == chat for c, _ in opened), timeout=TIMEOUT)

@@ -9,6 +9,7 @@ import re
 from PySide6.QtCore import QPoint, Qt, QUrl
 from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextCursor
 
+from app.conversation_events import TurnStarted
 from app.markdown_view import code_background, contrast, highlight, render
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard, open_link
 
@@ -236,7 +237,8 @@ def test_defect3_a_reply_stopped_before_its_first_word_leaves_a_block_not_an_emp
     use_settings(w, STOP)
     w.store.append(conv, "user", "hello there")
     w.chat.show_chat(conv)
-    w.turns.started.connect(w.turns.stop)  # Stop pressed before the model wrote a word (before it even began)
+    # Stop pressed before the model wrote a word (before it even began)
+    w.turns.events.on(TurnStarted, lambda e: w.turns.stop(e.conversation))
     w.turns.answer(conv)
     wait_idle(qtbot, w)
     assert [m.role for m in w.store.messages(conv)] == ["user"]

@@ -10,10 +10,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from engine.checkpoint.store import conversation_file
-from engine.types import BundleExported, BundleImported
+from engine.types import BundleExported, BundleImported, Resumed
 
 from .checkpoint_names import conv_paths, only_conv_path
-from .qt_helpers import TIMEOUT, new_chat_with_turn, send, wait_idle
+from .qt_helpers import TIMEOUT, new_chat_with_turn, on_event, send, wait_idle
 
 TOPICS = ["river delta sediment", "crème brûlée caramel", "C++ templates (SFINAE)", "東京 天気 予報",
           "quantum entanglement", "sourdough starter", "Rust borrow checker", "naïve café résumé"]
@@ -100,9 +100,8 @@ def test_preview_and_open_resume_in_the_main_window(qtbot, browser):
     qtbot.waitUntil(lambda: not browser.preview.loading, timeout=TIMEOUT)
     assert [m.text for m in browser.preview.messages][0] == "a chat about lighthouses"
     reports = []
-    from .qt_helpers import on_ui_thread
 
-    on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
+    on_event(w.worker, Resumed, lambda e: reports.append((e.conversation, e.resume)))
     browser.open_selected()
     qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
     assert w.current == conv
@@ -150,16 +149,16 @@ def test_export_import_round_trip_through_the_browser(qtbot, browser, tmp_path):
     type_query(qtbot, browser, "quantum")
     browser.table.selectAll()
     path = tmp_path / "quantum.json"
-    assert browser.export_selected(str(path), "json") == 5
+    assert browser.transfers.export_selected(str(path), "json") == 5
     md = tmp_path / "quantum.md"
-    assert browser.export_selected(str(md), "md") == 5 and "## You" in md.read_text()
+    assert browser.transfers.export_selected(str(md), "md") == 5 and "## You" in md.read_text()
     ids = browser.selected_ids()
     before = json.loads(path.read_text())["conversations"]
     browser.store.purge(ids)
     browser.refresh()
-    assert browser.import_file(str(path))  # on the import thread
-    qtbot.waitUntil(lambda: bool(browser.imported_ids), timeout=TIMEOUT)
-    assert sorted(browser.imported_ids) == sorted(ids)
+    assert browser.transfers.import_file(str(path))  # on the import thread
+    qtbot.waitUntil(lambda: bool(browser.transfers.imported_ids), timeout=TIMEOUT)
+    assert sorted(browser.transfers.imported_ids) == sorted(ids)
     after = [c for c in json.loads(json.dumps(before))]
     from engine.transfer import to_document
 
@@ -176,7 +175,7 @@ def test_export_import_round_trip_through_the_browser(qtbot, browser, tmp_path):
 def test_a_malformed_import_says_what_is_wrong_and_imports_nothing(qtbot, browser, tmp_path, content, needle):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    assert browser.import_file(str(path))
+    assert browser.transfers.import_file(str(path))
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
     box = browser.findChildren(QMessageBox, "browserWarning")[-1]
     assert "Nothing was imported" in box.text() and needle in box.text()
@@ -303,7 +302,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     bundle = tmp_path / "owls.hearth"
     done: list = []
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
-    browser.export_bundle(str(bundle))
+    browser.transfers.export_bundle(str(bundle))
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     assert isinstance(done[-1], BundleExported) and (done[-1].conversations, done[-1].contexts) == (1, 1)
     w.delete_chat(conv)  # gone: chat and saved context
@@ -313,7 +312,7 @@ def test_bundle_round_trip_reuses_the_saved_context(qtbot, browser, tmp_path):
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)
     assert isinstance(done[-1], BundleImported) and done[-1].used == (conv,) and done[-1].rebuilt == {}
     reports: list = []
-    on_ui_thread(w.worker.resumed, lambda c, r: reports.append((c, r)))
+    on_event(w.worker, Resumed, lambda e: reports.append((e.conversation, e.resume)))
     w.open_conversation(conv)
     qtbot.waitUntil(lambda: any(c == conv for c, _ in reports), timeout=TIMEOUT)
     report = next(r for c, r in reports if c == conv)
@@ -368,7 +367,7 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
 
     done: list = []
     on_ui_thread(w.worker.bundle_done, lambda r: done.append(r))
-    browser.export_bundle(str(tmp_path / "mine.hearth"))  # saves the live context first
+    browser.transfers.export_bundle(str(tmp_path / "mine.hearth"))  # saves the live context first
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     import os
 
@@ -386,9 +385,9 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
 
 def import_bundle(qtbot, browser, path, trust=None) -> list[str]:
     """Start a bundle import and wait for its conversations (the import thread's part) to land."""
-    assert browser.import_bundle(str(path), trust=trust, duplicates="copy")  # chats already here: copies
-    qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
-    return browser.imported_ids
+    assert browser.transfers.import_bundle(str(path), trust=trust, duplicates="copy")  # chats already here: copies
+    qtbot.waitUntil(lambda: browser.transfers._import_cancel is None, timeout=TIMEOUT)
+    return browser.transfers.imported_ids
 
 
 def test_a_bundle_imports_off_the_ui_thread_with_progress(qtbot, browser, tmp_path):
@@ -399,14 +398,14 @@ def test_a_bundle_imports_off_the_ui_thread_with_progress(qtbot, browser, tmp_pa
          "updated_ms": 1, "messages": [{"role": "user", "content": "hello", "created_ms": 1}]} for i in range(2500)]}
     _zip(path, {"conversations.json": json.dumps(doc).encode()})
     before = len(browser.store.list())
-    assert browser.import_bundle(str(path))
-    assert browser.import_progress is not None and browser.import_progress.isVisible()
-    qtbot.waitUntil(lambda: browser._import_cancel is None, timeout=TIMEOUT)
-    assert len(browser.imported_ids) == 2500 and len(browser.store.list()) == before + 2500
+    assert browser.transfers.import_bundle(str(path))
+    assert browser.transfers.import_progress is not None and browser.transfers.import_progress.isVisible()
+    qtbot.waitUntil(lambda: browser.transfers._import_cancel is None, timeout=TIMEOUT)
+    assert len(browser.transfers.imported_ids) == 2500 and len(browser.store.list()) == before + 2500
 
 
 def test_the_trust_question_warns_plainly_and_defaults_to_rebuilding(browser):
-    box = browser.trust_question()
+    box = browser.transfers.trust_question()
     assert "forged" in box.text() and "trust" in box.text()
     assert box.buttonRole(box.defaultButton()) == QMessageBox.ButtonRole.RejectRole
     box.deleteLater()
@@ -422,7 +421,7 @@ def test_the_trust_question_warns_plainly_and_defaults_to_rebuilding(browser):
 def test_malformed_bundles_import_nothing(qtbot, browser, tmp_path, make, needle):
     path = tmp_path / "bad.hearth"
     make(path)
-    before, stored = list(browser.imported_ids), len(browser.store.list())
+    before, stored = list(browser.transfers.imported_ids), len(browser.store.list())
     assert import_bundle(qtbot, browser, path) == before  # nothing new was imported
     assert len(browser.store.list()) == stored
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)

@@ -228,14 +228,14 @@ def test_the_window_imports_off_the_ui_thread_and_cancel_removes_it(qtbot, brows
     ticks: list[float] = []
     timer_id = browser.startTimer(20)
     browser.timerEvent = lambda _event: ticks.append(time.monotonic())  # the UI thread's event loop ticking
-    assert browser.import_file(str(path))
+    assert browser.transfers.import_file(str(path))
     dialog = browser.findChild(QProgressDialog, "importProgress")
     assert dialog is not None and dialog.isVisible()
     qtbot.waitUntil(lambda: dialog.value() >= 2000, timeout=TIMEOUT)  # batches are landing
     assert len(ticks) > 3  # the UI kept processing events meanwhile
     assert browser.store.get("c0") is None  # stored, but hidden until the last batch
     dialog.findChild(QPushButton).click()  # the dialog's Cancel button
-    qtbot.waitUntil(lambda: browser.import_progress is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: browser.transfers.import_progress is None, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
     box = browser.findChildren(QMessageBox, "browserWarning")[-1]
     assert "Nothing was imported: the import was cancelled" in box.text() and "were removed" in box.text()
@@ -247,7 +247,7 @@ def test_the_window_imports_off_the_ui_thread_and_cancel_removes_it(qtbot, brows
 
 def test_the_window_shows_a_bad_file_in_a_dialog(qtbot, browser, tmp_path):
     path = write_doc(tmp_path / "bad.json", [conversation(0), conversation(1, "oops\ud800")])
-    assert browser.import_file(str(path))
+    assert browser.transfers.import_file(str(path))
     qtbot.waitUntil(lambda: bool(browser.findChildren(QMessageBox, "browserWarning")), timeout=TIMEOUT)
     box = browser.findChildren(QMessageBox, "browserWarning")[-1]
     assert "Nothing was imported" in box.text() and "conversations[1].messages[0].content" in box.text()
