@@ -6,7 +6,8 @@ stream of typed events (``engine.types``), cancels them, forgets conversations, 
 saved contexts the browser shows. Front ends import this module, ``engine.types`` and
 ``engine.errors`` — nothing deeper.
 
-One turn rule everywhere (``Hearth.run_turn``):
+One turn rule everywhere (``Hearth.run_turn``; kept by the session layer's one turn path,
+engine/session/turn.py, which a server request bound to a conversation runs too):
 1. the conversation's turn lock is taken (another process's turn on it finishes first);
 2. the user's message is stored before any model work;
 3. the model reads what is stored (turns added elsewhere included) and writes its reply;
@@ -460,7 +461,7 @@ class Hearth:
         from engine.session.turn import Loaded, TurnLocks, Turns
 
         loaded = None if self._engine is None else Loaded(self._engine, self._sessions, self._planner, self._info)
-        return Turns(self.conversations, self.checkpoints, loaded, TurnLocks(self.paths.turn_locks, self.turn_wait_s),
+        return Turns(lambda: self.conversations, loaded, TurnLocks(self.paths.turn_locks, self.turn_wait_s),
                      self._chosen_tokens)
 
     def run_turn(self, request: TurnRequest, on_event: EventSink | None = None,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import conversation_file
 from engine.conversations import Conversation, ConversationStore, check_id
 from engine.errors import (
     ContextFullError,
@@ -132,12 +132,16 @@ def whole_context_progress(engine: Engine, conversation: str, emit: EventSink) -
 class Turns:
     """The turn path over one service's stores and (maybe) loaded model."""
 
-    conversations: ConversationStore
-    checkpoints: CheckpointStore
+    # the conversation store, opened on first use (a completion never opens it; a bad request fails first)
+    open_conversations: Callable[[], ConversationStore]
     loaded: Loaded | None
     locks: TurnLocks
     # chat → its token count after a version of its last reply was chosen (the API's context_states)
     chosen: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def conversations(self) -> ConversationStore:
+        return self.open_conversations()
 
     def require(self) -> Loaded:
         if self.loaded is None:
@@ -328,7 +332,7 @@ class Turns:
         if self.loaded is None:
             return
         try:  # only this model's file: another model's context of the chat is another view, kept for it
-            self.checkpoints.remove(conversation_file(cid, self.loaded.sessions.identity.model_fp),
+            self.loaded.sessions.store.remove(conversation_file(cid, self.loaded.sessions.identity.model_fp),
                                     "the chat dropped its oldest messages")
         except OSError as exc:  # the restore then finds it unusable and deletes it itself
             log.warning("could not delete the outdated saved context of %s: %s", cid, exc)
