@@ -7,7 +7,8 @@ backend of ``engine.backends.Backend``. The saved contexts the browser shows and
 over its stores (engine/services), built here by ``saved_contexts(hearth)`` and ``bundles(hearth)``.
 Front ends import this module, ``engine.types`` and ``engine.errors`` — nothing deeper.
 
-One turn rule everywhere (``Hearth.run_turn``):
+One turn rule everywhere (``Hearth.run_turn``; kept by the session layer's one turn path,
+engine/session/turn.py, which a server request bound to a conversation runs too):
 1. the conversation's turn lock is taken (another process's turn on it finishes first);
 2. the user's message is stored before any model work;
 3. the model reads what is stored (turns added elsewhere included) and writes its reply;
@@ -28,14 +29,13 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.backends.protocol import Backend
 from engine.chat_messages import validate_messages
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore, check_id
 from engine.database_files import (
     DbCheck,
@@ -51,12 +51,9 @@ from engine.db_recovery import RestoreResult, StartCheck
 from engine.db_salvage import SalvageResult
 from engine.errors import (
     ContextFullError,
-    ConversationError,
     HearthError,
     ModelNotLoadedError,
     ModelTooLargeError,
-    PromptError,
-    TurnCancelledError,
 )
 from engine.fsutil import open_regular
 from engine.import_dedupe import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates
@@ -98,48 +95,37 @@ from engine.search import fts_query, search, snippet_html
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
-from engine.turn_lock import DEFAULT_TURN_WAIT_S, TurnLock
+from engine.turn_lock import DEFAULT_TURN_WAIT_S
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
-    Accepted,
     CancelToken,
     Capabilities,
     ChatTokens,
     Completion,
-    ContextPolicy,
     ConversationSummary,
     EventSink,
     Finished,
     LibraryModel,
     LocalModelFacts,
-    LocalTurnFacts,
     MemoryFit,
     ModelInfo,
     ModelSource,
-    Progress,
-    ProgressPhase,
-    Rebuilt,
     ResponseFormat,
     Resume,
-    Resumed,
-    ResumeSource,
     SamplingParams,
     SaveResult,
     ServeRequest,
     ServeResult,
     SetupProgress,
     SetupStage,
-    StopReason,
-    Token,
     TurnRequest,
-    Waiting,
 )
 
 if TYPE_CHECKING:
     from engine.services.bundles import Bundles
     from engine.services.saved_contexts import SavedContexts
     from engine.session import ChatSessions
-    from engine.session.view_window import ViewWindow
+    from engine.session.turn import Turns
 
 log = logging.getLogger(__name__)
 
@@ -208,16 +194,6 @@ def salvage_database(paths: HearthPaths) -> SalvageResult:
     return db_recovery.salvage(paths.conversations_db)
 
 
-def _whole_context_progress(engine, conversation: str, emit: EventSink) -> Callable[[int, int], None]:
-    """A rebuild's progress over the whole context, as its ``Rebuilt`` counts it: the prefill reports only
-    the tokens it re-reads, after a prefix kept from the restore (the system prompt, a sound head)."""
-    def report(done: int, total: int) -> None:
-        kept = len(engine.tokens) - done  # the prefill extends the tokens before it reports
-        emit(Progress(conversation, ProgressPhase.REBUILD, kept + done, kept + total))
-
-    return report
-
-
 # the local backend's services (engine/services): what only a backend with saved context on disk offers ----
 def saved_contexts(backend: Backend) -> SavedContexts:
     """Saved-context administration over ``backend``'s checkpoint store (badges, checks, budget, reclaim,
@@ -278,10 +254,6 @@ def default_model_title() -> str:
     from engine.model.fetch import default_model
 
     return default_model().title
-
-
-def _noop(_event: object) -> None:
-    pass
 
 
 def model_key_for(model: str | None) -> str:
@@ -535,7 +507,15 @@ class Hearth:
                                     tokens.get(r["id"], 0), r["model_key"])
                 for r in self.conversations.summaries() if wanted is None or r["id"] in wanted]
 
-    # turns ----------------------------------------------------------------------------------------------
+    # turns (engine/session/turn.py: the one turn path; complete.py, serve.py) ----------------------------
+    def _turns(self) -> Turns:
+        """The turn path over this service's stores and loaded model (it keeps no state of its own)."""
+        from engine.session.turn import Loaded, TurnLocks, Turns
+
+        loaded = None if self._engine is None else Loaded(self._engine, self._sessions, self._planner, self._info)
+        return Turns(lambda: self.conversations, loaded, TurnLocks(self.paths.turn_locks, self.turn_wait_s),
+                     self._chosen_tokens)
+
     def run_turn(self, request: TurnRequest, on_event: EventSink | None = None,
                  cancel: CancelToken | None = None, *, create: bool = False) -> Finished:
         """One turn of a stored conversation, by the turn rule in this module's docstring.
@@ -550,188 +530,12 @@ class Hearth:
         system prompt and the newest messages that fit (``dropped_messages`` in Accepted and Finished
         says how many stored messages it did not read); the stored conversation is never changed.
         """
-        emit = on_event or _noop
-        cid = check_id(request.conversation)
-        request.params.validate()
-        if request.max_new_tokens < 1:
-            raise PromptError("the longest reply must be at least 1 token")
-        if request.user_message is not None and not request.user_message.strip():
-            raise PromptError("the message is empty: write something to say")
-        if request.context_policy is not None:
-            from engine.session.context_policy import check_policy
-
-            check_policy(request.context_policy, "the default for a chat longer than the context")
-        self._check_rewrite(request)
-        self._chosen_tokens.pop(cid, None)  # the turn's own figures say it from now on
-        with self._turn_lock(cid, emit, cancel):
-            set_aside = self._set_aside_reply(cid, request)
-            try:
-                user_seq, planned = self._store_message(request, create)  # checked, then stored
-                convs = self.conversations
-                chat = convs.chat_messages(cid)
-                if planned is not None and planned[0] == chat:
-                    view = planned[1]
-                else:  # no model to check with, or the stored chat is not what was checked
-                    view = self._plan_view(cid, chat, request, convs.require(cid).settings)
-                emit(Accepted(cid, user_seq, tuple(convs.messages(cid)), view.dropped))
-                return self._answer(cid, view, request, emit, cancel)
-            finally:
-                if set_aside is not None:
-                    self._restore_reply(cid, set_aside)
-
-    # regenerate and continue: turns that rewrite the last reply ----------------------------------------
-    @staticmethod
-    def _check_rewrite(request: TurnRequest) -> None:
-        if request.regenerate and request.continue_reply:
-            raise PromptError("a turn either writes the last reply again or continues it, not both")
-        if (request.regenerate or request.continue_reply) and request.user_message is not None:
-            raise PromptError("regenerating or continuing a reply answers what is stored: it takes no new message")
-
-    def _set_aside_reply(self, cid: str, request: TurnRequest) -> int | None:
-        """Regenerate: the last reply becomes an earlier version (kept, ``reply_versions``); its seq."""
-        if not request.regenerate:
-            return None
-        try:
-            return self.conversations.set_aside_reply(cid)
-        except ConversationError as exc:
-            raise PromptError(str(exc)) from None
-
-    def _restore_reply(self, cid: str, seq: int) -> None:
-        """A regenerate that wrote nothing (stopped at once, or failed) gives the chat its last reply back."""
-        try:
-            if self.conversations.restore_reply(cid, seq):
-                log.info("the regenerate of %s wrote nothing: its last reply is back", cid)
-        except ConversationError as exc:  # the reply stays kept as a version; the turn's own error matters more
-            log.warning("could not put the last reply of %s back: %s", cid, exc)
-
-    @staticmethod
-    def _continue_prompt(engine, messages: list[dict]) -> bytes:
-        """The prompt of a Continue: the chat up to the last reply as a turn would render it, then that
-        reply's text with no end-of-turn, so the model writes on where it stopped."""
-        return (engine.render(messages[:-1]) + messages[-1]["content"]).encode("utf-8")
+        return self._turns().run_turn(request, on_event, cancel, create=create)
 
     def store_message(self, request: TurnRequest, *, create: bool = False) -> int | None:
         """Only store the request's message (and system prompt), as a turn would before any model work:
         for a front end that cannot run the turn (no model), so nothing typed is lost."""
-        with self._turn_lock(check_id(request.conversation), _noop):
-            return self._store_message(request, create)[0]
-
-    def _turn_lock(self, cid: str, emit: EventSink, cancel: CancelToken | None = None):
-        def give_up() -> HearthError | None:
-            if cancel is not None and cancel.cancelled:
-                return TurnCancelledError(f"stopped while conversation {cid} was busy in another Hearth process; "
-                                          "nothing was stored")
-            return None
-
-        return TurnLock(self.paths.turn_locks, cid, self.turn_wait_s).held(lambda: emit(Waiting(cid)), give_up)
-
-    def _store_message(self, request: TurnRequest, create: bool) -> tuple[int | None, tuple[list[dict], ViewWindow] | None]:
-        """(the stored message's seq, (the chat it made, the view a turn reads of it)). Plan, then store,
-        as a bound server request does: the chat the turn would read (the new system prompt, the stored
-        messages, the new message) is checked and, with a model, rendered against the context first;
-        only a turn that passes creates the conversation or stores its system prompt and message. So a
-        refused turn (ContextFullError, a template that rejects the chat, nothing to answer) leaves no
-        empty conversation, no system prompt that makes every later turn too long, and no message no
-        turn can answer. Without a model only the shape is checked (the turn then stops at ``_answer``)."""
-        convs, cid = self.conversations, request.conversation
-        conv = convs.get(cid) if create else convs.require(cid)
-        stored_system = conv.system_prompt if conv is not None else ""
-        system = stored_system if request.system_prompt is None else request.system_prompt
-        new = [] if request.user_message is None else [{"role": "user", "content": request.user_message}]
-        stored = [m.as_chat() for m in convs.messages(cid)] if conv is not None else []
-        chat = ([{"role": "system", "content": system}] if system else []) + stored + new
-        if request.continue_reply and (not chat or chat[-1]["role"] != "assistant"):
-            raise PromptError("the conversation does not end in a reply, so there is none to continue")
-        if not any(m["role"] == "user" for m in chat):
-            raise PromptError("the conversation has no message to answer")
-        planned = None
-        if self._planner is not None:
-            planned = chat, self._plan_view(cid, chat, request, conv.settings if conv is not None else {})
-        if conv is None:
-            conv = convs.ensure(cid, system)  # created with its system prompt in one write
-        if system != conv.system_prompt:
-            convs.set_system_prompt(cid, system)
-        seq = None if request.user_message is None else convs.append(cid, "user", request.user_message).seq
-        return seq, planned
-
-    def _answer(self, cid: str, view: ViewWindow, request: TurnRequest, emit: EventSink,
-                cancel: CancelToken | None) -> Finished:
-        engine = self._require_engine()
-        info, key = self._info, self.model_key
-        stored: list[int] = []
-        continued = request.continue_reply
-        before = view.messages[-1]["content"] if continued else ""
-        continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
-
-        def ended(result) -> StopReason:  # a turn cancelled by Hearth closing is not one the person stopped
-            interrupted = result.stop_reason == StopReason.CANCELLED and cancel is not None and cancel.interrupted
-            return StopReason.INTERRUPTED if interrupted else StopReason(result.stop_reason)
-
-        def keep_reply(result) -> None:  # after decoding, before the save: the turn rule's step 5
-            try:
-                store_reply(result)
-            except ConversationError as exc:  # say which text was lost: the reply the person just saw
-                lost = type(exc)(f"the reply was written but could not be stored: {exc}")
-                lost.unstored_reply = before + result.text
-                raise lost from None
-
-        def store_reply(result) -> None:
-            finish = str(ended(result))  # stored with the reply: Continue outlives the session
-            if continued:  # the same message, written on
-                if result.text:
-                    self.conversations.extend_reply(cid, continued_seq, result.text, finish, info.label)
-                    self.conversations.set_model(cid, info.label, key)
-                elif result.stop_reason != StopReason.CANCELLED:  # it ended at once: the reply is whole now
-                    self.conversations.set_finish(cid, continued_seq, finish)
-                stored.append(continued_seq)
-            elif result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
-                stored.append(self.conversations.append(cid, "assistant", result.text, finish, info.label).seq)
-                self.conversations.set_model(cid, info.label, key)
-
-        if view.moved:
-            self._drop_saved_view(cid)
-        turn = self._sessions.generate(
-            cid, view.messages, request.params, request.max_new_tokens,
-            on_text=lambda piece: emit(Token(cid, piece, len(engine.tokens) + 1)),
-            progress=lambda d, t: emit(Progress(cid, ProgressPhase.PREFILL, d, t)), cancel=cancel,
-            on_ready=lambda report: emit(Resumed(cid, report.freeze(), view.dropped)), keep_reply=keep_reply,
-            prompt_text=self._continue_prompt(engine, view.messages) if continued else None)
-        result = turn.generation
-        finished = Finished(cid, before + result.text, tuple(result.tokens), ended(result),
-                            stored[0] if stored else None, turn.prompt_tokens, len(engine.tokens),
-                            engine.context_length, result.timings.freeze(info.load_ms), info,
-                            dropped_messages=view.dropped, continued=continued,
-                            local=LocalTurnFacts(turn.resume.freeze(), turn.save))
-        emit(finished)
-        return finished
-
-    # the model's view of a chat (engine/session/view_window.py) ------------------------------------------
-    def _plan_view(self, cid: str, chat: list[dict], request: TurnRequest, settings: Mapping) -> ViewWindow:
-        """What a turn on ``chat`` reads, by the chat's context policy; raises ContextFullError."""
-        return self._view_of(cid, chat, settings, request.context_policy, request.max_new_tokens)
-
-    def _view_of(self, cid: str, chat: list[dict], settings: Mapping, default_policy: str | None,
-                 max_new_tokens: int) -> ViewWindow:
-        from engine.session.context_policy import chat_policy
-        from engine.session.view_window import ViewWindow
-
-        policy = chat_policy(settings, default_policy)
-        if self._planner is None:  # no model: the turn stops at _answer with ModelNotLoadedError
-            return ViewWindow(list(chat))
-        live = list(self._engine.tokens) if self._sessions.active == cid else None
-        return self._planner.plan(chat, policy, max_new_tokens, live)
-
-    def _drop_saved_view(self, cid: str) -> None:
-        """This turn dropped messages: the chat's saved context holds the old view, which no longer
-        starts the prompt. Delete it now rather than have the restore try it and report it damaged;
-        the live KV (when it is this chat's) or the shared-prefix file serves the system prompt."""
-        if self._sessions is None:
-            return
-        try:  # only this model's file: another model's context of the chat is another view, kept for it
-            self.checkpoints.remove(conversation_file(cid, self._sessions.identity.model_fp),
-                                    "the chat dropped its oldest messages")
-        except OSError as exc:  # the restore then finds it unusable and deletes it itself
-            log.warning("could not delete the outdated saved context of %s: %s", cid, exc)
+        return self._turns().store_message(request, create=create)
 
     def view_window(self, conversation: str, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                     context_policy: str | None = None) -> int:
@@ -739,15 +543,7 @@ class Hearth:
         "stop"), for a chat opened again. The same number in every process for the same stored chat,
         settings, context length and ``max_new_tokens``; no model work. ContextFullError when even the
         newest message does not fit under "drop_oldest"."""
-        from engine.session.context_policy import chat_policy
-
-        self._require_engine()
-        settings = self.conversations.require(conversation).settings
-        if chat_policy(settings, context_policy) == ContextPolicy.STOP:
-            return 0  # nothing is left out under "stop": a turn that cannot fit is refused instead
-        chat = self.conversations.chat_messages(conversation)
-        upto = max((i for i, m in enumerate(chat) if m["role"] == "user"), default=-1) + 1
-        return self._view_of(conversation, chat[:upto], settings, context_policy, max_new_tokens).dropped
+        return self._turns().view_window(conversation, max_new_tokens, context_policy)
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
@@ -758,14 +554,11 @@ class Hearth:
         report every token's log-probability and that many alternatives (``TokenLogprob``). ``stop``,
         ``presence_penalty``, ``frequency_penalty``, ``response_format``: as ``Engine.generate`` takes them
         (a stop string ends it with ``StopReason.STOP``; a bad value or schema is a PromptError)."""
-        from engine.text.chat_template import validate_messages
+        from engine.session import complete
 
-        validate_messages(messages)
-        engine = self._require_engine()
-        return self._complete(engine.prompt_tokens(messages), params, max_new_tokens, on_text, cancel, top_logprobs,
-                              stop=stop,
-                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                              response_format=response_format)
+        return complete.complete(self._turns(), messages, params, max_new_tokens, on_text, cancel,
+                                 top_logprobs=top_logprobs, stop=stop, presence_penalty=presence_penalty,
+                                 frequency_penalty=frequency_penalty, response_format=response_format)
 
     def complete_raw(self, prompt: str, params: SamplingParams | None = None,
                      max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
@@ -774,24 +567,11 @@ class Hearth:
                      response_format: ResponseFormat | None = None) -> Completion:
         """A continuation of ``prompt`` read as it is, no chat template (BOS in front when the model
         asks for one): for base models (``hearth-cli generate --raw``). Options as ``complete``."""
-        if not prompt:
-            raise PromptError("the prompt is empty: write something to continue")
-        engine = self._require_engine()
-        return self._complete(engine.encode_prompt(prompt), params, max_new_tokens, on_text, cancel, top_logprobs,
-                              stop=stop,
-                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                              response_format=response_format)
+        from engine.session import complete
 
-    def _complete(self, prompt: list[int], params: SamplingParams | None, max_new_tokens: int,
-                  on_text: Callable[[str], None] | None, cancel: CancelToken | None,
-                  top_logprobs: int | None, **decoding) -> Completion:
-        engine = self._require_engine()
-        if self._sessions is not None and self._sessions.active is not None:
-            self._sessions.switch_away()  # the live KV belongs to a conversation: save it before reuse
-        result = engine.generate(prompt, params, max_new_tokens, on_text=on_text, cancel=cancel,
-                                 top_logprobs=top_logprobs, **decoding)
-        return Completion(tuple(result.prompt_tokens), tuple(result.tokens), result.text, StopReason(result.stop_reason),
-                          result.timings.freeze(self._info.load_ms), self._info, tuple(result.logprobs))
+        return complete.complete_raw(self._turns(), prompt, params, max_new_tokens, on_text, cancel,
+                                     top_logprobs=top_logprobs, stop=stop, presence_penalty=presence_penalty,
+                                     frequency_penalty=frequency_penalty, response_format=response_format)
 
     def token_text(self, token_id: int) -> str:
         """One token's text as the tokenizer spells it (special tokens included; a token holding part of a
@@ -807,35 +587,8 @@ class Hearth:
         What is restored is the model's view of the chat (``view_window``, with ``max_new_tokens`` and
         ``context_policy`` as its turns get them); ``Resumed.dropped_messages`` says how many stored
         messages are outside it."""
-        emit = on_event or _noop
-        sessions = self._sessions
-        if sessions is None:
-            raise ModelNotLoadedError("the model is not loaded yet")
-        self._chosen_tokens.pop(conversation, None)  # the restore checks the saved context against the chat as it is
-        messages = self.conversations.chat_messages(conversation)
-        if not any(m["role"] == "user" for m in messages):
-            sessions.switch_away()
-            return None
-        try:
-            dropped = self.view_window(conversation, max_new_tokens, context_policy)
-        except ContextFullError as exc:  # its next turn says so; there is no view to restore
-            log.info("not restoring %s: %s", conversation, exc)
-            sessions.switch_away()
-            return None
-        system = 1 if messages[0]["role"] == "system" else 0
-        messages = messages[:system] + messages[system + dropped:]
-        _, report = sessions.prepare(conversation, messages)
-        resume = report.freeze()
-        emit(Resumed(conversation, resume, dropped))
-        if resume.source == ResumeSource.REBUILT:
-            started = time.perf_counter()
-            logits, prompt, _ = sessions.sync(conversation, messages,
-                                              _whole_context_progress(self._engine, conversation, emit), cancel)
-            # Save now, so "saved again" is true when the banner says it (the second restore inside sync
-            # found the bad file gone and saw a cold start, which it does not save by itself).
-            saved = sessions.save("rebuild") if logits is not None else None
-            emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, saved))
-        return resume
+        return self._turns().open_conversation(conversation, on_event, cancel, max_new_tokens=max_new_tokens,
+                                               context_policy=context_policy)
 
     def forget(self, conversation: str) -> None:
         """The conversation was deleted or cleared: drop its live KV and its saved context."""
@@ -859,13 +612,15 @@ class Hearth:
         messages = chat
         if upto:
             try:
-                view = self._view_of(conversation, chat[:upto], convs.require(conversation).settings, context_policy,
-                                     max_new_tokens)
+                view = self._turns().view_of(conversation, chat[:upto], convs.require(conversation).settings,
+                                             context_policy, max_new_tokens)
                 messages = view.messages + chat[upto:]
             except ContextFullError:  # too long for any view: its next turn says so; count all of it
                 pass
         if messages and messages[-1]["role"] == "assistant":  # as a turn that wrote this reply leaves the context
-            text = self._continue_prompt(engine, messages).decode("utf-8")
+            from engine.session.turn import continue_prompt
+
+            text = continue_prompt(engine, messages).decode("utf-8")
         else:
             text = engine.render(messages) if messages else ""
         tokens = engine.encode_prompt(text) if text else []
@@ -883,81 +638,12 @@ class Hearth:
         """Answer one stateless server request (the whole conversation, or a raw prompt) from the longest
         verified prefix of its prompt among the live KV and the checkpoints of earlier requests, which
         survive restarts (kind "api" in the store); ``result.cache`` says where its context came from.
-        With ``request.conversation`` the messages are stored into that conversation (engine/serving.py).
-        Raises PromptError / ConversationError for a bad request, ModelNotLoadedError without a model."""
-        from engine import serving
+        With ``request.conversation`` the messages are stored into that conversation and the request runs
+        the window's turn path (engine/session/serve.py). Raises PromptError / ConversationError for a bad
+        request, ModelNotLoadedError without a model."""
+        from engine.session import serve
 
-        messages = serving.request_messages(request)
-        serving.check_options(request)  # what decoding would refuse, refused before anything is stored
-        self._require_engine()  # ModelNotLoadedError before anything is stored
-        options = serving.generation_options(request)
-        if request.conversation is not None:
-            cid = request.conversation
-            with self._turn_lock(cid, _noop, cancel):
-                return self._serve_bound(cid, messages, request, options, on_text, cancel)
-        return self._serve_cached(messages, request, options, on_text, cancel)
-
-    def _serve_cached(self, messages: list[dict] | None, request: ServeRequest, options: dict,
-                      on_text: Callable[[str], None] | None, cancel: CancelToken | None) -> ServeResult:
-        from engine import serving
-        from engine.session import prompt_cache
-
-        engine, started = self._engine, time.perf_counter()
-        if messages is None:
-            text = request.prompt.encode("utf-8")
-            key = prompt_cache.thread_key(prompt_cache.raw_first_block(text))
-        else:
-            text = engine.render(messages).encode("utf-8")
-            key = prompt_cache.thread_key(prompt_cache.chat_first_block(engine.template, messages))
-        cache = prompt_cache.PromptCache(self._sessions)
-        prepared = cache.prepare(key, text, messages, cancel)
-        result = self._serve_decode(prepared.prompt, prepared.logits, prepared.report, request, options, on_text,
-                                    cancel, started, prepared.owner, messages)
-        cache.finish(prepared, serving.history_text(engine, messages, text, result.text))
-        return self._served(result, prepared.report, len(prepared.prompt))
-
-    def _serve_bound(self, cid: str, messages: list[dict], request: ServeRequest, options: dict,
-                     on_text: Callable[[str], None] | None, cancel: CancelToken | None) -> ServeResult:
-        from engine import serving
-
-        started = time.perf_counter()
-        binding = serving.plan_binding(self.conversations, cid, messages)
-        self._sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
-        chat = serving.store_binding(self.conversations, binding)
-        try:
-            logits, prompt, report = self._sessions.sync(cid, chat, cancel=cancel)
-            result = self._serve_decode(prompt, logits, report, request, options, on_text, cancel, started, cid, chat)
-            if result.text or result.stop_reason != StopReason.CANCELLED:  # the turn rule: stored before the save
-                self.conversations.append(cid, "assistant", result.text, str(result.stop_reason), self._info.label)
-                self.conversations.set_model(cid, self._info.label, self.model_key)
-        finally:
-            if binding.retry is not None:  # a retry that wrote nothing leaves the cut reply shown, as it was
-                self._restore_reply(cid, binding.retry)
-        self._sessions.save("turn", boundaries=[len(prompt)])
-        return self._served(result, report, len(prompt))
-
-    def _serve_decode(self, prompt: list[int], logits, report, request: ServeRequest, options: dict,
-                      on_text: Callable[[str], None] | None, cancel: CancelToken | None, started: float,
-                      owner: str, messages: list[dict] | None):
-        from engine import serving
-        from engine.generation import GenerationResult
-
-        if logits is None:
-            result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
-        else:
-            result = self._engine.generate(prompt, request.params, request.max_tokens, on_text, cancel=cancel,
-                                           ready_logits=logits, top_logprobs=request.top_logprobs, **options)
-            if result.rebuilt:  # the cached context gave NaN: no later request starts from its files again
-                self._sessions.drop_sources(owner, messages, report, len(prompt))
-        serving.fold_prefill(result, report, (time.perf_counter() - started) * 1000)
-        return result
-
-    def _served(self, result, report, prompt_tokens: int) -> ServeResult:
-        from engine import serving
-
-        return ServeResult(result.text, tuple(result.tokens), serving.FINISH_REASONS.get(result.stop_reason, "stop"),
-                           prompt_tokens, serving.cache_report(report), tuple(result.logprobs),
-                           result.timings.freeze(self._info.load_ms), self._info)
+        return serve.serve(self._turns(), request, on_text, cancel)
 
     # shutting down --------------------------------------------------------------------------------------
     def close(self) -> SaveResult | None:

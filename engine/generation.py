@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 
@@ -53,6 +53,17 @@ class Timings(SimpleNamespace):
 
     def freeze(self, load_ms: float = 0.0) -> types.Timings:
         return types.Timings(**{**vars(self), "load_ms": load_ms})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One piece of a reply as ``Engine.decode`` shows it: ``text`` (never empty; never part of a stop
+    string), the ``token`` whose sampling released it (None for text flushed at the end), and ``context``:
+    the tokens the context holds with that token in it."""
+
+    text: str
+    token: int | None
+    context: int
 
 
 @dataclass
@@ -255,12 +266,34 @@ class Engine:
         frequency_penalty: float = 0.0,
         response_format: ResponseFormat | None = None,
     ) -> GenerationResult:
-        """Decode a reply to ``prompt``. ``ready_logits``: the cache already holds exactly ``prompt`` and
-        these are its last position's logits (a caller that prefilled it itself). ``top_logprobs``: also
-        report each token's log-probability (of the raw distribution, before penalties and masks) and that
-        many most likely tokens (None: not at all). ``stop``: the reply ends before the first of these
-        strings. ``presence_penalty``/``frequency_penalty``: OpenAI's, from -2 to 2, over the reply's tokens.
-        ``response_format``: constrain the reply to JSON (ConstraintError, a PromptError, for a bad schema)."""
+        """``decode`` run to its end: its text pieces go to ``on_text`` (a caller that only wants the result)."""
+        steps = self.decode(prompt, params, max_new_tokens, progress, cancel, ready_logits, top_logprobs, stop,
+                            presence_penalty, frequency_penalty, response_format)
+        return finish(steps, on_text)
+
+    def decode(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        progress: ProgressFn | None = None,
+        cancel: CancelToken | None = None,
+        ready_logits: np.ndarray | None = None,
+        top_logprobs: int | None = None,
+        stop: Sequence[str] = (),
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        response_format: ResponseFormat | None = None,
+    ) -> Iterator[Step | GenerationResult]:
+        """Decode a reply to ``prompt``, yielding a ``Step`` for every piece of text as it is shown, then
+        the ``GenerationResult`` last. The consumer runs at each step before the next forward pass (a
+        cancel set there stops the reply after that piece). ``ready_logits``: the cache already holds exactly
+        ``prompt`` and these are its last position's logits (a caller that prefilled it itself).
+        ``top_logprobs``: also report each token's log-probability (of the raw distribution, before penalties
+        and masks) and that many most likely tokens (None: not at all). ``stop``: the reply ends before the
+        first of these strings. ``presence_penalty``/``frequency_penalty``: OpenAI's, from -2 to 2, over the
+        reply's tokens. ``response_format``: constrain the reply to JSON (ConstraintError, a PromptError, for
+        a bad schema). Bad options raise at the first ``next``, before any model work."""
         params = params or SamplingParams()
         sampler = Sampler(params, presence_penalty, frequency_penalty)
         stops = StopStringFilter(stop)
@@ -285,7 +318,8 @@ class Engine:
             timings.prefill_tokens_per_s = timings.prefill_tokens / (timings.prefill_ms / 1000)
         result = GenerationResult(list(prompt), [], "", "cancelled", reused, timings)
         if logits is None:
-            return result
+            yield result
+            return
 
         stream = StreamDecoder(self.tokenizer)
         pieces: list[str] = []
@@ -293,11 +327,10 @@ class Engine:
         counts = np.zeros(logits.size, dtype=np.float32) if sampler.has_reply_penalties else None
         decode_start = None
 
-        def show(text: str) -> None:
-            if text:
+        def show(text: str, token: int | None) -> Iterator[Step]:
+            if text:  # the token is not in the cache yet: the context it makes is one more
                 pieces.append(text)
-                if on_text:
-                    on_text(text)
+                yield Step(text, token, len(self.tokens) + 1)
 
         while True:
             allowed = constraint.allowed() if constraint is not None else None
@@ -310,7 +343,8 @@ class Engine:
                     logits, reused = self.sync(prompt, progress, cancel)
                     result.reused_tokens, result.rebuilt = reused, True
                     if logits is None:
-                        return result
+                        yield result
+                        return
                     continue
                 self.reset()  # never leave a chat on a context that gives NaN: the next turn rebuilds it
                 raise NumericalError(f"{exc}: {self._numerical_advice()}") from None
@@ -328,7 +362,7 @@ class Engine:
             history.append(token)
             if counts is not None:
                 counts[token] += 1
-            show(stops.push(stream.push(token)))
+            yield from show(stops.push(stream.push(token)), token)
             if stops.stopped:
                 result.stop_reason = "stop"
                 break
@@ -347,8 +381,8 @@ class Engine:
             logits = self.runner.forward([token], self.cache)[-1]
             self.tokens.append(token)
         if not stops.stopped:
-            show(stops.push(stream.flush()))
-            show(stops.flush())
+            yield from show(stops.push(stream.flush()), None)
+            yield from show(stops.flush(), None)
             if stops.stopped:  # a stop string completed while a longer one it might begin was pending
                 result.stop_reason = "stop"
         result.text = "".join(pieces)
@@ -356,4 +390,14 @@ class Engine:
         timings.decode_ms = (time.perf_counter() - decode_start) * 1000
         if steps > 0 and timings.decode_ms > 0:
             timings.decode_tokens_per_s = steps / (timings.decode_ms / 1000)
-        return result
+        yield result
+
+
+def finish(steps: Iterable[Step | GenerationResult], on_text: TextFn | None = None) -> GenerationResult:
+    """Run a ``decode`` to its result, handing each piece of text to ``on_text``."""
+    for step in steps:
+        if isinstance(step, GenerationResult):
+            return step
+        if on_text is not None:
+            on_text(step.text)
+    raise RuntimeError("a decode ended without its result")

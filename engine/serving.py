@@ -1,6 +1,6 @@
 """The server's requests, engine side: checking a ``ServeRequest``, binding it to a stored conversation,
-passing its decoding options to the engine, and reporting the result (``Hearth.serve`` ties them up;
-the prompt cache itself is engine/session/prompt_cache.py).
+passing its decoding options to the engine, and reporting the result (engine/session/serve.py ties them up,
+running a bound request down the window's turn path; the prompt cache itself is engine/session/prompt_cache.py).
 
 Binding (``X-Hearth-Conversation`` / ``user``): the stored conversation must be a prefix of the request's
 messages (system prompt included); the messages past it are stored, the reply is stored after decoding,
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from engine.conversations import ConversationStore, check_id
 from engine.errors import PromptError
-from engine.generation import Engine, GenerationResult
+from engine.generation import Engine
 from engine.session.reports import ResumeReport
 from engine.text.chat_template import validate_messages
 from engine.types import CacheReport, Message, ResponseFormatKind, ServeRequest, StopReason
@@ -182,16 +182,6 @@ def store_binding(conversations: ConversationStore, binding: Binding) -> list[di
 def cache_report(report: ResumeReport) -> CacheReport:
     return CacheReport(report.source, str(report.reason) if report.reason else None, report.reused_tokens,
                        report.prefilled_tokens, report.restore_ms, report.restored_tokens)
-
-
-def fold_prefill(result: GenerationResult, report: ResumeReport, started_ms: float) -> None:
-    """Count the restore and prefill (done before ``Engine.generate``) in the result's timings, as a
-    chat turn does."""
-    t = result.timings
-    t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
-    t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
-    t.ttft_ms = t.ttft_ms + report.elapsed_ms if t.ttft_ms else started_ms
-    result.reused_tokens = report.reused_tokens
 
 
 def history_text(engine: Engine, messages: Sequence[dict] | None, prompt: bytes, reply: str) -> bytes | None:

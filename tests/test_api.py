@@ -152,6 +152,42 @@ def test_opening_a_damaged_context_reports_and_rebuilds_it(hearth):
     assert saved_contexts(hearth).context_states()["d"].badge == ContextBadge.LIVE
 
 
+def test_opening_a_chat_reads_it_once_and_a_rebuild_restores_once(hearth, monkeypatch):
+    from engine.session import sessions as sessions_module
+    from engine.session.restore import Restorer
+
+    hearth.run_turn(TurnRequest("d", "hello there", GREEDY, 6), create=True)
+    hearth.run_turn(TurnRequest("d", "and once more", GREEDY, 6))
+    hearth.conversations.create("other")
+    hearth.open_conversation("other")  # switch away, so the open below restores from the file
+    path = only_conv_path(hearth.paths.checkpoints, "d")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    restores = []
+
+    class CountingRestorer(Restorer):  # the real restorer, counted
+        def restore(self, conversation, *args, **kwargs):
+            restores.append(conversation)
+            return super().restore(conversation, *args, **kwargs)
+
+    monkeypatch.setattr(sessions_module, "Restorer", CountingRestorer)
+    statements = []
+    db = hearth.conversations._db  # the real store's own connection: every statement it runs is traced
+    db.set_trace_callback(statements.append)
+    try:  # drop_oldest: the view is planned from the stored chat, which the old code read a second time
+        resume = hearth.open_conversation("d", context_policy="drop_oldest")
+    finally:
+        db.set_trace_callback(None)
+    assert resume.source == ResumeSource.REBUILT
+    assert restores == ["d"]  # the rebuild prefills what the one restore left, it does not restore again
+    reads = [" ".join(s.split()).upper() for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert len([s for s in reads if "FROM CONVERSATIONS" in s]) == 1, reads
+    assert len([s for s in reads if "FROM MESSAGES" in s]) == 1, reads
+    assert hearth.context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
+
+
 def test_saved_context_administration(hearth):
     for cid in ("a", "b"):
         hearth.run_turn(TurnRequest(cid, f"hello {cid}", GREEDY, 4), create=True)

@@ -123,6 +123,31 @@ def test_max_new_tokens(tiny_engine):
     assert len(r.tokens) == 7 and r.stop_reason == "length"
 
 
+def test_decode_yields_typed_steps_then_the_result_generate_gives(tiny_engine):
+    from engine.generation import GenerationResult, Step
+
+    expected = tiny_engine.generate(PROMPT, GREEDY, 12)
+    tiny_engine.reset()
+    steps = list(tiny_engine.decode(PROMPT, GREEDY, 12))
+    *pieces, result = steps
+    assert all(isinstance(s, Step) and s.text for s in pieces) and isinstance(result, GenerationResult)
+    assert "".join(s.text for s in pieces) == result.text == expected.text and result.tokens == expected.tokens
+    contexts = [s.context for s in pieces if s.token is not None]
+    assert contexts == sorted(contexts) and contexts[-1] <= len(PROMPT) + len(result.tokens)
+    assert all(s.token in result.tokens for s in pieces if s.token is not None)
+
+
+def test_a_cancel_set_at_a_step_stops_the_decode_after_it(tiny_engine):
+    cancel = CancelToken()
+    steps = tiny_engine.decode(PROMPT, GREEDY, 50, cancel=cancel)
+    first = next(steps)
+    cancel.cancel()  # the consumer runs before the next forward pass
+    rest = list(steps)
+    result = rest[-1]
+    assert result.stop_reason == "cancelled" and result.text.startswith(first.text)
+    assert result.tokens[-1] == first.token  # no token was decoded after the step that saw the cancel
+
+
 def test_cancel_from_another_thread_stops_within_one_step(tiny_engine):
     cancel = CancelToken()
     reached, resume = threading.Event(), threading.Event()

@@ -12,7 +12,9 @@ One concern per module:
                file with fallback to its earlier records
   repair.py    deleting a damaged file or cutting it back to its last good record
   saving.py    append-only saves, the shared-prefix save, what each file holds
-  reports.py   the reports and constants
+  reports.py   the reports, a turn's typed steps, the timing fold and constants
+  turn.py      ``Turns``: the one turn path (turn rule, storing, the view, opening a chat)
+  serve.py     the server's requests (a bound one runs the turn path); complete.py: stored-nowhere replies
   context_policy.py, view_window.py   which stored messages a turn reads when the chat outgrows the context
 Rows move between the cache and the files through the cache's row protocol
 (engine/runtime/kv_protocol.py), so none of these knows the cache's layout.

@@ -1,9 +1,11 @@
 """What a request reports: where its KV came from (``ResumeReport``, filled in step by step, frozen
 into the API's ``Resume``), what a save wrote (``SaveReport``, the API's ``SaveResult``), a whole turn
-(``TurnResult``); the resume sources and the session constants."""
+(``TurnResult``) and the typed steps a turn's model work yields (``Ready``, then the decode's ``Step``s,
+``Decoded``, then the ``TurnResult``); the resume sources and the session constants."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import MISSING, dataclass, fields
 from types import SimpleNamespace
 
@@ -34,3 +36,29 @@ class TurnResult:
     resume: ResumeReport
     save: SaveReport | None
     prompt_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The prompt is in the KV (``report`` says where its context came from); decoding comes next."""
+
+    report: ResumeReport
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """The reply is decoded, its timings folded in; nothing is saved yet. The consumer stores the reply
+    before it asks for the next step (the save): an exception there skips the save."""
+
+    generation: GenerationResult
+    prompt_tokens: int
+
+
+def fold_prefill(result: GenerationResult, report: ResumeReport, started: float) -> None:
+    """Count the restore and prefill (done before decoding, since ``started``: a ``perf_counter``) in the
+    result's timings: the one place a turn's or a served request's timings are put together."""
+    t = result.timings
+    t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
+    t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
+    t.ttft_ms = t.ttft_ms + report.elapsed_ms if t.ttft_ms else (time.perf_counter() - started) * 1000
+    result.reused_tokens = report.reused_tokens

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -20,10 +20,20 @@ from engine.checkpoint.adaptive import Throughput
 from engine.checkpoint.format import CheckpointError, Identity, Reason, encoding_layout
 from engine.checkpoint.identity import engine_identity
 from engine.checkpoint.store import CheckpointStore, conversation_file, model_tag
-from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, TextFn
+from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, Step, TextFn
 from engine.sampling import SamplingParams
 from engine.session import prefix
-from engine.session.reports import COLD, REBUILT, SAVE_ALIGN, ResumeReport, SaveReport, TurnResult
+from engine.session.reports import (
+    COLD,
+    REBUILT,
+    SAVE_ALIGN,
+    Decoded,
+    Ready,
+    ResumeReport,
+    SaveReport,
+    TurnResult,
+    fold_prefill,
+)
 from engine.session.restore import Restorer
 from engine.session.saving import FileStates, Saver
 
@@ -118,6 +128,15 @@ class ChatSessions:
         """``sync`` for a rendered (or raw) prompt; ``messages``, when it has them, lets a cold start
         save the shared prefix (the system prompt) for other conversations."""
         prompt, report = self.prepare_text(conversation, text)
+        logits = self.fill(prompt, report, progress, cancel, messages)
+        if report.source == REBUILT:
+            self.save("rebuild")
+        return logits, prompt, report
+
+    def fill(self, prompt: list[int], report: ResumeReport, progress: ProgressFn | None = None,
+             cancel: CancelToken | None = None, messages: list[dict] | None = None) -> np.ndarray | None:
+        """Prefill what ``prepare`` left of ``prompt`` (no second restore); its last logits, None if cancelled.
+        ``report`` gets the prefill's counts and time."""
         self.engine.check_fits(prompt)
         started = time.perf_counter()
         self._dirty = True
@@ -130,47 +149,60 @@ class ChatSessions:
         self.throughput.record_prefill(report.prefilled_tokens, prefill_ms)
         if logits is not None and report.source in (COLD, REBUILT) and messages is not None:
             self._save_shared_prefix(messages)
-        if report.source == REBUILT:
-            self.save("rebuild")
-        return logits, prompt, report
+        return logits
 
     def generate(self, conversation: str, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = 256, on_text: TextFn | None = None, progress: ProgressFn | None = None,
-                 cancel: CancelToken | None = None, on_ready: Callable[[ResumeReport], None] | None = None,
-                 keep_reply: Callable[[GenerationResult], None] | None = None,
-                 prompt_text: bytes | None = None) -> TurnResult:
-        """One turn's model work: resume, prefill the rest, decode, save the turn (prompt and reply as
-        two records). ``on_ready`` gets the resume report once the prompt is in the KV, before decoding;
-        ``keep_reply`` runs after decoding and before the save (engine/api.py stores the reply there,
-        so a failed save never costs it; an exception from it skips the save). ``prompt_text``: the prompt
-        already rendered from ``messages`` (a Continue leaves the last reply open)."""
-        started = time.perf_counter()
+                 cancel: CancelToken | None = None, prompt_text: bytes | None = None) -> TurnResult:
+        """``run`` to its end (a caller that stores nothing between decoding and the save)."""
+        for step in self.run(conversation, messages, params, max_new_tokens, progress, cancel, prompt_text):
+            if isinstance(step, Step) and on_text is not None:
+                on_text(step.text)
+            elif isinstance(step, TurnResult):
+                return step
+        raise RuntimeError("a turn ended without its result")
+
+    def run(self, conversation: str, messages: list[dict], params: SamplingParams | None = None,
+            max_new_tokens: int = 256, progress: ProgressFn | None = None, cancel: CancelToken | None = None,
+            prompt_text: bytes | None = None, *, started: float | None = None, top_logprobs: int | None = None,
+            **decoding) -> Iterator[Ready | Step | Decoded | TurnResult]:
+        """One turn's model work as typed steps: resume and prefill the rest (``Ready``), decode (``Step``s),
+        ``Decoded`` (the consumer stores the reply then: a failed save never costs it, and an exception it
+        raises skips the save), save the turn (prompt and reply as two records) and end with the
+        ``TurnResult``. ``prompt_text``: the prompt already rendered from ``messages`` (a Continue leaves the
+        last reply open). ``started``: when the request began (``perf_counter``; its time to first token
+        counts from there; None: now). ``top_logprobs`` and ``decoding``: as ``Engine.decode`` takes them."""
+        started = time.perf_counter() if started is None else started
         rows_before, bytes_before, prefix_before = self._saved_rows, self._saved_bytes, self._prefix_bytes
         if prompt_text is None:
-            logits, prompt, report = self.sync(conversation, messages, progress, cancel)
-        else:
-            logits, prompt, report = self.sync_text(conversation, prompt_text, progress, cancel, messages)
-        if on_ready is not None:
-            on_ready(report)
+            prompt_text = self.engine.render(messages).encode("utf-8")
+        logits, prompt, report = self.sync_text(conversation, prompt_text, progress, cancel, messages)
+        yield Ready(report)
         if logits is None:
             result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
         else:
-            result = self.engine.generate(prompt, params, max_new_tokens, on_text, cancel=cancel, ready_logits=logits)
+            result = yield from self._decode(prompt, logits, params, max_new_tokens, cancel, top_logprobs, decoding)
             if result.rebuilt:  # the saved context it resumed from gave NaN: the save below starts afresh
                 self.drop_sources(conversation, messages, report, len(prompt))
-        t = result.timings
-        t.prefill_ms, t.prefill_tokens = report.elapsed_ms, report.prefilled_tokens
-        t.prefill_tokens_per_s = t.prefill_tokens / (t.prefill_ms / 1000) if t.prefill_ms > 0 else 0.0
-        t.ttft_ms = t.ttft_ms + report.elapsed_ms if logits is not None else (time.perf_counter() - started) * 1000
-        result.reused_tokens = report.reused_tokens
-        if keep_reply is not None:
-            keep_reply(result)
+        fold_prefill(result, report, started)
+        yield Decoded(result, len(prompt))
         save = self.save("turn", boundaries=[len(prompt)])
         if save is not None:  # a long prefill saved most of the rows already: count what the whole turn wrote
             save = replace(save, new_tokens=self._saved_rows - rows_before,
                            bytes_written=self._saved_bytes - bytes_before,
                            prefix_bytes_written=self._prefix_bytes - prefix_before)
-        return TurnResult(result, report, save, len(prompt))
+        yield TurnResult(result, report, save, len(prompt))
+
+    def _decode(self, prompt: list[int], logits: np.ndarray, params: SamplingParams | None, max_new_tokens: int,
+                cancel: CancelToken | None, top_logprobs: int | None, decoding: dict,
+                ) -> Generator[Step, None, GenerationResult]:
+        """The decode's steps passed on; its result returned (``yield from`` gives it)."""
+        for step in self.engine.decode(prompt, params, max_new_tokens, cancel=cancel, ready_logits=logits,
+                                       top_logprobs=top_logprobs, **decoding):
+            if isinstance(step, GenerationResult):
+                return step
+            yield step
+        raise RuntimeError("a decode ended without its result")
 
     def switch_away(self) -> SaveReport | None:
         """Save the active conversation (if it changed) and drop its live KV."""
