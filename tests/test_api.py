@@ -185,7 +185,7 @@ def test_opening_a_chat_reads_it_once_and_a_rebuild_restores_once(hearth, monkey
     reads = [" ".join(s.split()).upper() for s in statements if s.lstrip().upper().startswith("SELECT")]
     assert len([s for s in reads if "FROM CONVERSATIONS" in s]) == 1, reads
     assert len([s for s in reads if "FROM MESSAGES" in s]) == 1, reads
-    assert hearth.context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
+    assert saved_contexts(hearth).context_status("d", full=True).health == ContextHealth.VALID  # saved again after the rebuild
 
 
 def test_saved_context_administration(hearth):
