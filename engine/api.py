@@ -27,8 +27,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, conversation_key, is_api_owner
+from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, is_api_owner
 from engine.conversations import ConversationStore, check_id
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.db_salvage import SalvageResult
@@ -64,7 +62,6 @@ from engine.preferences import (
     effective_settings,
     recommended_values,
 )
-from engine.private_files import FILE_MODE
 from engine.reply_notes import reply_caption
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.search import fts_query, search, snippet_html
@@ -940,13 +937,7 @@ class Hearth:
         if entry is None:
             return False
         try:
-            with store.lock.held():
-                target_name = conversation_key(target) + entry.name[len(conversation_key(source)):]
-                target_path = store.path(target_name)
-                shutil.copyfile(store.path(entry.name), target_path)
-                os.chmod(target_path, FILE_MODE)  # copyfile makes it by the umask
-            store.reconcile()
-            return store.conversation_entry(target, entry.model_fp) is not None
+            return store.copy(entry.name, target) is not None  # the tier names and copies the record
         except OSError as exc:
             log.warning("could not copy the saved context of %s: %s", source, exc)
             return False
