@@ -30,7 +30,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +188,27 @@ def prefixes_of(entries: Iterable[Entry], model_fp: bytes, text: bytes) -> list[
 def copy_name(name: str, owner: str, model_fp: bytes) -> str:
     """The name of ``owner``'s copy of the conversation record ``name`` (a legacy name stays legacy)."""
     return legacy_conversation_file(owner) if LEGACY_NAME.fullmatch(name) else conversation_file(owner, model_fp)
+
+
+def unknown_entry(name: str, open_reader: Callable[[], CheckpointReader], size: int) -> Entry:
+    """The index row of a record the index did not know, from its header and record headers, without
+    judging it (a damaged one is reported and replaced when a session next tries it). Its owner is
+    found again by name (``conversation_entry``)."""
+    header, records = None, []
+    try:
+        with open_reader() as reader:
+            header = reader.read_header()
+            records, _ = reader.scan()
+    except CheckpointError as exc:
+        log.info("checkpoint %s does not verify (%s); a session will report and rebuild it", name, exc)
+    last = records[-1] if records else None
+    kind = ("prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-")
+            else "api" if name.startswith(API_NAME_PREFIX) else "orphan")
+    created = header.created_ms if header else int(time.time() * 1000)
+    return Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
+                 last.text_sha if last else b"", size, header.model_fp if header else b"",
+                 created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
+                 False, header.label if header else "")
 
 
 class CheckpointStore:
@@ -383,22 +404,7 @@ class CheckpointStore:
         """Index a file the index did not know, without judging it: a damaged one is reported (with
         its reason) and replaced when a session next tries it, not silently dropped here."""
         path = self.path(name)
-        header, records = None, []
-        try:
-            with CheckpointReader(path) as reader:
-                header = reader.read_header()
-                records, _ = reader.scan()
-        except CheckpointError as exc:
-            log.info("checkpoint %s does not verify (%s); a session will report and rebuild it", name, exc)
-        last = records[-1] if records else None
-        # A conversation file's owner is found again by name (see ``conversation_entry``).
-        kind = ("prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-")
-                else "api" if name.startswith(API_NAME_PREFIX) else "orphan")
-        created = header.created_ms if header else int(time.time() * 1000)
-        self.put(Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
-                       last.text_sha if last else b"", path.stat().st_size, header.model_fp if header else b"",
-                       created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
-                       False, header.label if header else ""))
+        self.put(unknown_entry(name, lambda: CheckpointReader(path), path.stat().st_size))
 
     # the index ---------------------------------------------------------------------------------------
     def put(self, e: Entry) -> None:
