@@ -4,14 +4,13 @@ A test names a store by its root directory, as the file tests always have; ``Tie
 ``root``" for one kind of tier. The file store is opened afresh each time (what a restart does: the
 index is reconciled with the directory); the memory tier is one per root for the test's life (RAM
 outlives a session, not a process). ``plant`` and ``read_bytes`` are what a file test does with
-``write_bytes`` / ``read_bytes`` in the store's directory.
+``write_bytes`` / ``read_bytes`` in the store's directory. A test module runs over both with a fixture
+``@pytest.fixture(params=TIER_KINDS) def tiers(request): return Tiers(request.param)``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from engine.checkpoint.store import CheckpointStore
 from engine.checkpoint.tier import StorageTier
@@ -54,7 +53,3 @@ class Tiers:
         """Drop the store at ``root`` (a fresh case in the same directory)."""
         self._memory.pop(Path(root), None)
 
-
-@pytest.fixture(params=TIER_KINDS)
-def tiers(request) -> Tiers:
-    return Tiers(request.param)
