@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,7 +40,7 @@ from engine.checkpoint.format import CheckpointError, FileHeader, Identity, Reco
 from engine.checkpoint.lock import StoreBusyError, StoreLock
 from engine.checkpoint.model_registry import KnownModel, ModelRegistry
 from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.tier import Stamp, TierUsage, Written
+from engine.checkpoint.tier import Entry, Stamp, TierUsage, Written  # Entry: the tier's record type, named here too
 from engine.errors import CheckpointStoreError
 from engine.fsutil import atomic_write, fsync_dir, read_json
 from engine.private_files import FILE_MODE, private_dir, private_file
@@ -54,7 +53,6 @@ SUFFIX = ".hkv"
 INDEX_NAME = "index.sqlite3"
 MAX_SETTINGS_BYTES = 64 << 10  # store.json holds two settings
 DAMAGED_SUFFIX = ".damaged"  # a damaged index is kept beside its rebuilt one, for a look
-HALF_LIFE_HOURS = 24 * 7
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     name TEXT PRIMARY KEY,
@@ -73,27 +71,6 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_by_conversation ON entries(conversation);
 """
-
-
-@dataclass
-class Entry:
-    name: str
-    conversation: str | None
-    kind: str
-    tokens: int
-    text_len: int
-    text_sha: bytes
-    bytes: int
-    model_fp: bytes
-    created_ms: int
-    last_used_ms: int
-    hits: int
-    pinned: bool
-    label: str = ""  # the model in words, e.g. "SmolLM2-135M-Instruct-Q4_1 int4"; "" for an unreadable file
-
-    def score(self, now_ms: int) -> float:
-        age_h = max(0.0, (now_ms - self.last_used_ms) / 3.6e6)
-        return (1 + self.hits) * 0.5 ** (age_h / HALF_LIFE_HOURS) * self.tokens / max(1, self.bytes)
 
 
 LEGACY_NAME = re.compile(r"(conv|prefix)-[0-9a-f]{32}\.hkv")  # before contexts were kept per model

@@ -3,7 +3,7 @@
 A tier keeps *records*: one conversation's context under one model, a shared prefix, a branch of the
 server's prompt cache, each in the checkpoint format (docs/checkpoint-format.md) and known by a name
 the tier gives it (``record_name`` / ``prefix_name``; nothing above a tier composes one). The index
-row of a record is an ``Entry`` (engine/checkpoint/store.py): owner, kind, frontier, size, use.
+row of a record is an ``Entry`` (below): owner, kind, frontier, size, use.
 
 Verification never belongs to a tier: ``open`` hands back a ``CheckpointReader`` over the record's
 bytes, and the reader checks the header, the fingerprints, every record header, the token ids and the
@@ -22,18 +22,40 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from engine.checkpoint.format import FileHeader, Identity, RecordInfo
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.writer import NewRecord
 
-if TYPE_CHECKING:  # the store implements this module's protocol: it imports us, not the other way
-    from engine.checkpoint.store import Entry
-
-__all__ = ["StorageTier", "TierLock", "TierUsage", "Written"]
+__all__ = ["Entry", "StorageTier", "TierLock", "TierUsage", "Written"]
 
 Stamp = tuple[int, int]  # what changes whenever a record's bytes change (a file: size and mtime)
+HALF_LIFE_HOURS = 24 * 7  # a record's hits count half after a week unused (``Entry.score``)
+
+
+@dataclass
+class Entry:
+    """A record's index row: its name, owner (None for shared prefixes and records found unindexed),
+    kind ("conversation", "api", "prefix", "orphan"), frontier, bytes, model and use."""
+
+    name: str
+    conversation: str | None
+    kind: str
+    tokens: int
+    text_len: int
+    text_sha: bytes
+    bytes: int
+    model_fp: bytes
+    created_ms: int
+    last_used_ms: int
+    hits: int
+    pinned: bool
+    label: str = ""  # the model in words, e.g. "SmolLM2-135M-Instruct-Q4_1 int4"; "" for an unreadable file
+
+    def score(self, now_ms: int) -> float:
+        age_h = max(0.0, (now_ms - self.last_used_ms) / 3.6e6)
+        return (1 + self.hits) * 0.5 ** (age_h / HALF_LIFE_HOURS) * self.tokens / max(1, self.bytes)
 
 
 @dataclass(frozen=True)
