@@ -12,6 +12,7 @@ import pytest
 from engine.bundle import write_bundle
 from engine.bundle_install import install_contexts
 from engine.checkpoint.format import Reason
+from engine.checkpoint.status import DAMAGED, VALID, record_status
 from engine.checkpoint.store import CheckpointStore
 from engine.checkpoint.tier import StorageTier
 from engine.generation import Engine
@@ -97,3 +98,18 @@ def test_the_restorer_walks_the_tiers_in_order(engine, tmp_path):
     report = restore([ram, files])
     assert report.source == REBUILT and report.reason == Reason.CHECKSUM  # the damage is reported
     assert report.restored_tokens == tokens and not ram.has(name)  # the RAM copy went; the file served
+
+
+def test_a_records_status_is_judged_by_the_same_reader_on_every_tier(engine, tmp_path, tiers):
+    s = ChatSessions(engine, tiers.open(tmp_path), adaptive=False)
+    s.generate("c", TURN1, GREEDY, 4)
+    s.close()
+    name = s.store.record_name("c", s.identity.model_fp)
+    status, problem, tokens = record_status(s.store, name, s.identity, engine.tokenizer.vocab_size, full=True)
+    assert status == VALID and problem is None and tokens == s.store.entry(name).tokens
+    data = bytearray(tiers.read_bytes(tmp_path, name))
+    data[-3] ^= 0x10  # a row of the last record
+    tiers.forget(tmp_path)
+    tiers.plant(tmp_path, name, bytes(data))
+    status, problem, _ = record_status(tiers.open(tmp_path), name, s.identity, engine.tokenizer.vocab_size, full=True)
+    assert status == DAMAGED and problem.reason == Reason.CHECKSUM
