@@ -64,7 +64,8 @@ class Restorer:
         report = ResumeReport(LIVE if live else COLD, reused_tokens=live)
         failure = None
         for tier in self.tiers:  # then the conversation's own record, tier by tier
-            loaded, problem = self._restore_conversation(tier, conversation, text, lead, live, live_is_ours, report)
+            have = len(engine.tokens)  # the live KV's, unless a damaged record in an earlier tier emptied it
+            loaded, problem = self._restore_conversation(tier, conversation, text, lead, have, live_is_ours, report)
             failure = failure or problem
             if loaded:
                 report.source, report.restored_tokens = DISK, loaded
