@@ -19,8 +19,10 @@ import re
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from engine.fsutil import NotRegularFileError, atomic_write, open_regular
 from engine.install_key import sign, verify
@@ -62,17 +64,24 @@ def zip_problem(name: str, what: str, exc: BaseException) -> TransferError:
 
 
 # writing -------------------------------------------------------------------------------------------------
-def write_bundle(path: Path, document: dict, contexts: dict[str, Path], key: bytes | None) -> int:
-    """Write ``document`` and the given checkpoint files (conversation id → path) atomically, with a
-    manifest signed by ``key`` (None: unsigned, for tests of what other installations send); return
-    how many contexts went in."""
+ContextSource = Path | Callable[[], BinaryIO]  # a checkpoint file, or a storage tier's ``read_stream`` for one
+
+
+def _open_context(src: ContextSource) -> BinaryIO:
+    return src() if callable(src) else open(src, "rb")
+
+
+def write_bundle(path: Path, document: dict, contexts: Mapping[str, ContextSource], key: bytes | None) -> int:
+    """Write ``document`` and the given checkpoints (conversation id → a file, or an opener of a tier's
+    record: ``functools.partial(tier.read_stream, name)``) atomically, with a manifest signed by ``key``
+    (None: unsigned, for tests of what other installations send); return how many contexts went in."""
     doc = json.dumps(document, ensure_ascii=False, indent=1).encode("utf-8")
     listed: dict[str, dict] = {}
     with atomic_write(Path(path)) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
         z.writestr(DOCUMENT, doc)
         for cid, src in contexts.items():
             try:
-                source = open(src, "rb")
+                source = _open_context(src)
             except OSError as exc:  # a context that vanished meanwhile is simply not bundled
                 log.info("context of %s not bundled: %s", cid, exc)
                 continue

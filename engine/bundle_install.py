@@ -32,9 +32,8 @@ from engine.checkpoint.format import (
 )
 from engine.checkpoint.reader import check_identity
 from engine.checkpoint.status import VALID, checkpoint_status
-from engine.checkpoint.store import CheckpointStore, conversation_file
+from engine.checkpoint.tier import StorageTier
 from engine.errors import TransferError
-from engine.fsutil import fsync_dir
 from engine.private_files import open_private
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ def size_bounds(header: FileHeader, context_length: int) -> tuple[int, int]:
     return smallest, largest
 
 
-def install_contexts(bundle: Path, entries: dict[str, str], owners: dict[str, str], store: CheckpointStore,
+def install_contexts(bundle: Path, entries: dict[str, str], owners: dict[str, str], store: StorageTier,
                      identity: Identity | None, vocab_size: int | None, key: bytes, trust: bool = False) -> InstallReport:
     """Install each context (original id → entry) for its new owner (original id → new id) when it is
     trusted (signed by ``key``'s installation, or ``trust``) and fully verifies against the local model."""
@@ -116,28 +115,22 @@ def _refuse(report: InstallReport, owner: str, reason: str, note: str) -> None:
     report.notes[owner] = note
 
 
-def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: CheckpointStore, identity: Identity,
+def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: StorageTier, identity: Identity,
              vocab_size: int | None, expected: tuple[str, int] | None) -> None:
-    final = store.path(conversation_file(owner, identity.model_fp))  # the header was checked to be this model's
-    tmp = final.with_name(f".{final.name}.import.tmp")  # the store's start-up clean-up removes strays
-    try:
-        digest = _extract(z, info, tmp, store.root, identity, expected)
+    # The tier stages the entry and installs it as the owner's record (the header was checked to be
+    # this model's); nothing here names or moves a checkpoint file.
+    with store.staging(owner, identity.model_fp) as tmp:
+        digest = _extract(z, info, tmp, store, identity, expected)
         if expected is not None and digest != expected[0]:
             raise _Refused(UNTRUSTED, "the saved context does not match the bundle's signed manifest")
         status, problem, _ = checkpoint_status(tmp, identity, vocab_size, full=True)
         if status != VALID:
             reason = problem.reason if problem else status
             raise _Refused(reason, f"{PLAIN_WORDS.get(reason, reason)} ({problem})")
-        with store.lock.held():
-            os.replace(tmp, final)
-            fsync_dir(final.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-    store.reconcile()
-    store.conversation_entry(owner, identity.model_fp)
+        store.install(tmp, owner, identity.model_fp)
 
 
-def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, root: Path, identity: Identity,
+def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, store: StorageTier, identity: Identity,
              expected: tuple[str, int] | None) -> str:
     """Stream ``info`` into ``tmp`` within the bounds its checkpoint header allows; its SHA-256 hex."""
     name, declared = info.filename, info.file_size
@@ -158,7 +151,8 @@ def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, root: Path, i
                                                  f"{smallest}")
             if expected is not None and declared != expected[1]:
                 raise _Refused(UNTRUSTED, f"{name} declares {declared} bytes; the signed manifest says {expected[1]}")
-            free = shutil.disk_usage(root).free
+            room = store.free_space()
+            free = room[0] if room is not None else shutil.disk_usage(tmp.parent).free
             if free < declared + SPACE_HEADROOM:
                 raise _Refused(NO_SPACE, f"not enough free disk space for {name}: it needs {declared >> 20} MiB "
                                          f"and {SPACE_HEADROOM >> 20} MiB to spare, {free >> 20} MiB are free")

@@ -1,6 +1,8 @@
 """Damage every region of a checkpoint and check that each case is caught with the right reason (or is
 harmless), the session is rebuilt, the reply equals a clean run's, nothing escapes, and a hostile
-header cannot make the reader allocate beyond the file."""
+header cannot make the reader allocate beyond the file. Every case runs on each storage tier (the file
+store and the in-memory tier, tests/tier_helpers.py): a record is verified where it is opened, whatever
+holds its bytes."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from engine.session import DISK, REBUILT, ChatSessions
 from engine.text.chat_template import ChatTemplate
 from tests.checkpoint_names import conv_path
 from tests.dialogues import GREEDY, SYSTEM, TURN1, TURN2, TURN3
+from tests.tier_helpers import TIER_KINDS, Tiers
 
 OTHER = [SYSTEM, {"role": "user", "content": "another chat entirely"}]
 OTHER2 = OTHER + [{"role": "assistant", "content": "sure"}, {"role": "user", "content": "more of it"}]
@@ -49,6 +52,12 @@ class Lab:
     prefix: bytes
     prefix_tokens: int
     clean: list[int]  # the reply to TURN3 with no checkpoint at all
+    tiers: Tiers  # the storage tier each case runs on
+
+    @property
+    def conv_name(self) -> str:
+        """The name of conversation "c"'s record under the lab's model."""
+        return conv_path(Path("."), self.engine).name
 
 
 def write_conversation(engine: Engine, root: Path, conv: str, *turns: list[dict]) -> bytes:
@@ -69,8 +78,8 @@ def scan(data: bytes, tmp: Path) -> list[RecordInfo]:
     return records
 
 
-@pytest.fixture(scope="module")
-def lab(tiny_converted, tmp_path_factory) -> Lab:
+@pytest.fixture(scope="module", params=TIER_KINDS)
+def lab(request, tiny_converted, tmp_path_factory) -> Lab:
     engine = Engine.load(tiny_converted("int4"), "cpu")
     tmp = tmp_path_factory.mktemp("golden")
     golden = write_conversation(engine, tmp, "c", TURN1, TURN2)
@@ -78,18 +87,24 @@ def lab(tiny_converted, tmp_path_factory) -> Lab:
     (prefix,) = CheckpointStore(tmp).entries(kind="prefix")
     clean = ChatSessions(engine, CheckpointStore(tmp / "clean")).generate("c", TURN3, GREEDY, 12)
     return Lab(engine, golden, other, scan(golden, tmp), scan(other, tmp), prefix.name,
-               (tmp / prefix.name).read_bytes(), prefix.tokens, clean.generation.tokens)
+               (tmp / prefix.name).read_bytes(), prefix.tokens, clean.generation.tokens, Tiers(request.param))
+
+
+def fresh_case(lab: Lab, tmp: Path, data: bytes | None, with_prefix: bool = False) -> tuple[ChatSessions, Path]:
+    """Sessions on a new store (of the lab's tier) holding ``data`` as conversation "c"'s record."""
+    root = tmp / "case"
+    shutil.rmtree(root, ignore_errors=True)
+    lab.tiers.forget(root)
+    root.mkdir()
+    if data is not None:
+        lab.tiers.plant(root, lab.conv_name, data)
+    if with_prefix:
+        lab.tiers.plant(root, lab.prefix_name, lab.prefix)
+    return ChatSessions(lab.engine, lab.tiers.open(root), adaptive=False), root
 
 
 def run_case(lab: Lab, tmp: Path, data: bytes | None, with_prefix: bool = False, measure: bool = False):
-    root = tmp / "case"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir()
-    if data is not None:
-        conv_path(root, lab.engine).write_bytes(data)
-    if with_prefix:
-        (root / lab.prefix_name).write_bytes(lab.prefix)
-    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
+    sessions, root = fresh_case(lab, tmp, data, with_prefix)
     if measure:
         tracemalloc.start()
     try:
@@ -157,21 +172,17 @@ def test_damage_everywhere_falls_back_to_the_shared_prefix(lab, tmp_path):
 
 
 def test_a_file_damaged_beyond_repair_is_deleted_and_rewritten(lab, tmp_path):
-    root = tmp_path / "case"
-    root.mkdir()
-    conv_path(root, lab.engine).write_bytes(flip(lab.golden, 20))
-    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
+    sessions, root = fresh_case(lab, tmp_path, flip(lab.golden, 20))
     _, report = sessions.prepare("c", TURN3)
-    assert report.reason == Reason.CHECKSUM and not conv_path(root, lab.engine).exists()
+    assert report.reason == Reason.CHECKSUM and not lab.tiers.has(root, lab.conv_name)
 
 
 def test_a_damaged_tail_is_cut_back_to_the_last_good_record(lab, tmp_path):
-    root = tmp_path / "case"
-    root.mkdir()
-    conv_path(root, lab.engine).write_bytes(flip(lab.golden, lab.records[-1].offset + 40))
-    _, report = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False).prepare("c", TURN3)
+    sessions, root = fresh_case(lab, tmp_path, flip(lab.golden, lab.records[-1].offset + 40))
+    _, report = sessions.prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM
-    assert conv_path(root, lab.engine).stat().st_size == lab.records[0].end_offset
+    assert len(lab.tiers.read_bytes(root, lab.conv_name)) == lab.records[0].end_offset
+    assert sessions.store.entry(lab.conv_name).bytes == lab.records[0].end_offset  # and the index says so
 
 
 # sweeps over the whole file ----------------------------------------------------------------------
@@ -306,10 +317,7 @@ def test_unreadable_and_foreign_files(lab, tmp_path):
 
 def test_rows_of_a_failed_record_do_not_linger_in_the_cache(lab, tmp_path):
     last = lab.records[-1]
-    root = tmp_path / "case"
-    root.mkdir()
-    conv_path(root, lab.engine).write_bytes(flip(lab.golden, last.end_offset - 3))
-    sessions = ChatSessions(lab.engine, CheckpointStore(root), adaptive=False)
+    sessions, _ = fresh_case(lab, tmp_path, flip(lab.golden, last.end_offset - 3))
     _, report = sessions.prepare("c", TURN3)
     assert report.reason == Reason.CHECKSUM and lab.engine.cache.length == lab.records[0].end
     for block in lab.engine.cache.host_blocks(last.start, last.end):
@@ -317,6 +325,8 @@ def test_rows_of_a_failed_record_do_not_linger_in_the_cache(lab, tmp_path):
 
 
 def test_a_checkpoint_that_cannot_be_read_is_an_io_error(lab, tmp_path):
+    if lab.tiers.kind != "file":
+        pytest.skip("a directory where the file should be: only the file tier can hold one")
     root = tmp_path / "case"
     root.mkdir()
     conv_path(root, lab.engine).mkdir()  # something unreadable where the file should be

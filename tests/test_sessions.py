@@ -1,5 +1,6 @@
 """Sessions over checkpoints: exact round trips, suffix-only prefill on edit and regenerate, switching,
-shared prefixes, aligned saves during a long prefill, adaptive resume, append-only saves."""
+shared prefixes, aligned saves during a long prefill, adaptive resume, append-only saves. The restore
+tests run on each storage tier (``tiers``: the file store and the in-memory one, tests/tier_helpers.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from engine.generation import CancelToken, Engine
 from engine.sampling import SamplingParams
 from engine.session import COLD, DISK, LIVE, REBUILT, ChatSessions
 from tests.arch_models import ARCH_SPECS
+from tests.tier_helpers import TIER_KINDS, Tiers
 
 GREEDY = SamplingParams.greedy_params()
 SEEDED = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234)
@@ -25,21 +27,28 @@ def chat(*turns: str) -> list[dict]:
     return [SYSTEM] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
 
 
-def new_sessions(converted, root, adaptive: bool = False, **kw) -> ChatSessions:
+@pytest.fixture(params=TIER_KINDS)
+def tiers(request) -> Tiers:
+    """The kind of storage tier a restore test runs on."""
+    return Tiers(request.param)
+
+
+def new_sessions(converted, root, adaptive: bool = False, tiers: Tiers | None = None, **kw) -> ChatSessions:
     """Sessions that always restore (the tiny model prefills faster than a file opens); the adaptive
-    choice has its own test."""
-    return ChatSessions(Engine.load(converted, "cpu"), CheckpointStore(root), adaptive=adaptive, **kw)
+    choice has its own test. ``tiers``: the kind of store at ``root`` (None: the file store)."""
+    store = tiers.open(root) if tiers is not None else CheckpointStore(root)
+    return ChatSessions(Engine.load(converted, "cpu"), store, adaptive=adaptive, **kw)
 
 
 @pytest.mark.parametrize("precision", ["int4", "fp32"])
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
-def test_round_trip_continuation_is_bit_identical(tiny_converted, tmp_path, precision, params):
+def test_round_trip_continuation_is_bit_identical(tiny_converted, tmp_path, tiers, precision, params):
     converted = tiny_converted(precision)
     first = chat("hello there", "hi! how can I help?", "tell me about rivers")
-    live = new_sessions(converted, tmp_path / "live")
+    live = new_sessions(converted, tmp_path / "live", tiers=tiers)
     live.generate("c", first, params, 12)
     # The same state, saved by the first process and restored by a second one.
-    restored = new_sessions(converted, tmp_path / "live")
+    restored = new_sessions(converted, tmp_path / "live", tiers=tiers)
     second = first + [{"role": "assistant", "content": "rivers flow"}, {"role": "user", "content": "and lakes?"}]
     logits_live, prompt_live, r_live = live.sync("c", second)
     logits_disk, prompt_disk, r_disk = restored.sync("c", second)
@@ -84,27 +93,27 @@ def test_each_architecture_resumes_its_own_saved_context_and_rejects_another_mod
     assert theirs.exists()  # the other model's own file is left alone
 
 
-def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_converted, tmp_path):
+def test_restart_resumes_from_disk_with_no_prefill_of_the_old_prefix(tiny_converted, tmp_path, tiers):
     converted = tiny_converted("int4")
     msgs = chat("first question")
-    s = new_sessions(converted, tmp_path)
+    s = new_sessions(converted, tmp_path, tiers=tiers)
     _, prompt, report = s.sync("c", msgs)
     assert report.source == COLD and report.prefilled_tokens == len(prompt)
     shutdown = s.close()  # nothing was saved yet: shutdown saves it
     assert shutdown.ok and shutdown.reason == "shutdown" and shutdown.tokens == len(prompt)
-    again = new_sessions(converted, tmp_path)
+    again = new_sessions(converted, tmp_path, tiers=tiers)
     _, prompt2, report2 = again.sync("c", msgs + [{"role": "assistant", "content": "an answer"},
                                                  {"role": "user", "content": "second"}])
     assert report2.source == DISK and report2.restored_tokens == len(prompt)
     assert report2.prefilled_tokens == len(prompt2) - len(prompt)
-    with CheckpointReader(again.store.path(conversation_file("c", again.identity.model_fp))) as r:
+    with again.store.open(again.store.record_name("c", again.identity.model_fp)) as r:
         header = r.read_header()
     assert header.hits == 1 and header.last_used_ms >= header.created_ms  # the usage slot counts restores
     assert again.store.conversation_entry("c", again.identity.model_fp).hits == 1
 
 
-def test_editing_an_earlier_message_prefills_only_the_suffix(tiny_converted, tmp_path):
-    s = new_sessions(tiny_converted("int4"), tmp_path)
+def test_editing_an_earlier_message_prefills_only_the_suffix(tiny_converted, tmp_path, tiers):
+    s = new_sessions(tiny_converted("int4"), tmp_path, tiers=tiers)
     original = chat("alpha question", "alpha answer", "beta question", "beta answer", "gamma question")
     _, before, _ = s.sync("c", original)
     edited = chat("alpha question", "alpha answer", "delta question")
@@ -128,8 +137,8 @@ def test_regenerating_the_last_reply_runs_one_token(tiny_converted, tmp_path):
     assert again.generation.tokens == first.generation.tokens  # same seed, same state
 
 
-def test_turn_saves_write_only_the_new_rows(tiny_converted, tmp_path):
-    s = new_sessions(tiny_converted("int4"), tmp_path)
+def test_turn_saves_write_only_the_new_rows(tiny_converted, tmp_path, tiers):
+    s = new_sessions(tiny_converted("int4"), tmp_path, tiers=tiers)
     msgs = chat("one")
     t1 = s.generate("c", msgs, GREEDY, 8)
     msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "two"}]
@@ -139,15 +148,15 @@ def test_turn_saves_write_only_the_new_rows(tiny_converted, tmp_path):
     assert t2.save.new_tokens == t2.save.tokens - t2.resume.reused_tokens - (t2.save.tokens - len(s.engine.tokens))
     assert t2.save.bytes_written < per_token * t2.save.new_tokens + 3 * 128  # record headers only on top
     assert t2.save.bytes_written < t2.save.tokens * per_token  # not a rewrite of the whole context
-    with CheckpointReader(s.store.path(conversation_file("c", s.identity.model_fp))) as r:
+    with s.store.open(s.store.record_name("c", s.identity.model_fp)) as r:
         r.read_header()
         records, problem = r.scan()
     assert problem is None and records[-1].end == t2.save.tokens
     assert [x.reason for x in records] == ["turn"] * len(records) and len(records) >= 3
 
 
-def test_switching_saves_the_conversation_left_and_restores_it(tiny_converted, tmp_path):
-    s = new_sessions(tiny_converted("int4"), tmp_path)
+def test_switching_saves_the_conversation_left_and_restores_it(tiny_converted, tmp_path, tiers):
+    s = new_sessions(tiny_converted("int4"), tmp_path, tiers=tiers)
     a, b = chat("chat A"), chat("chat B is different")
     _, prompt_a, _ = s.sync("a", a)
     s.sync("b", b)  # switching away saves "a"
@@ -156,29 +165,29 @@ def test_switching_saves_the_conversation_left_and_restores_it(tiny_converted, t
     assert back.source == DISK and back.restored_tokens == len(prompt_a) and back.prefilled_tokens == 1
 
 
-def test_a_new_conversation_reuses_the_saved_system_prompt(tiny_converted, tmp_path):
-    s = new_sessions(tiny_converted("int4"), tmp_path)
+def test_a_new_conversation_reuses_the_saved_system_prompt(tiny_converted, tmp_path, tiers):
+    s = new_sessions(tiny_converted("int4"), tmp_path, tiers=tiers)
     s.sync("a", chat("first conversation"))
     prefixes = s.store.entries(kind="prefix")
     assert len(prefixes) == 1
-    fresh = new_sessions(tiny_converted("int4"), tmp_path)
+    fresh = new_sessions(tiny_converted("int4"), tmp_path, tiers=tiers)
     _, prompt, report = fresh.sync("b", chat("a second, unrelated conversation"))
     assert report.source == DISK and report.restored_tokens == prefixes[0].tokens
     assert report.prefilled_tokens == len(prompt) - prefixes[0].tokens
 
 
-def test_forget_drops_live_state_and_checkpoints(tiny_converted, tmp_path):
-    s = new_sessions(tiny_converted("int4"), tmp_path)
+def test_forget_drops_live_state_and_checkpoints(tiny_converted, tmp_path, tiers):
+    s = new_sessions(tiny_converted("int4"), tmp_path, tiers=tiers)
     s.generate("c", chat("remember me"), GREEDY, 4)
-    path = s.store.path(conversation_file("c", s.identity.model_fp))
-    assert path.exists()
+    name = s.store.record_name("c", s.identity.model_fp)
+    assert tiers.has(tmp_path, name)
     assert s.forget("c") == 1
-    assert not path.exists() and s.engine.tokens == [] and s.store.entries(conversation="c") == []
+    assert not tiers.has(tmp_path, name) and s.engine.tokens == [] and s.store.entries(conversation="c") == []
 
 
-def test_interrupted_long_prefill_resumes_from_the_last_aligned_frontier(tiny_converted, tmp_path):
+def test_interrupted_long_prefill_resumes_from_the_last_aligned_frontier(tiny_converted, tmp_path, tiers):
     converted = tiny_converted("int4")
-    s = new_sessions(converted, tmp_path, save_align=64)
+    s = new_sessions(converted, tmp_path, save_align=64, tiers=tiers)
     s.engine.prefill_chunk = 32
     msgs = chat("word " * 52)  # about 231 tokens: frontiers at 64, 128, 192
     cancel = CancelToken()
@@ -191,25 +200,25 @@ def test_interrupted_long_prefill_resumes_from_the_last_aligned_frontier(tiny_co
     assert logits is None and len(prompt) > 192
     entry = s.store.conversation_entry("c", s.identity.model_fp)
     assert entry.tokens == 128  # saved at 64 and 128; the cancel came before 192
-    again = new_sessions(converted, tmp_path, save_align=64)
+    again = new_sessions(converted, tmp_path, save_align=64, tiers=tiers)
     _, prompt2, report2 = again.sync("c", msgs)
     assert prompt2 == prompt
     assert report2.source == DISK and report2.restored_tokens == 128
     assert report2.prefilled_tokens == len(prompt) - 128
 
 
-def test_adaptive_resume_prefills_when_that_is_faster(tiny_converted, tmp_path):
+def test_adaptive_resume_prefills_when_that_is_faster(tiny_converted, tmp_path, tiers):
     converted = tiny_converted("int4")
-    s = new_sessions(converted, tmp_path)
+    s = new_sessions(converted, tmp_path, tiers=tiers)
     msgs = chat("a question long enough to matter " * 3)
     s.generate("c", msgs, GREEDY, 4)
     s.close()
     follow = msgs + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
-    slow_disk = new_sessions(converted, tmp_path, adaptive=True)
+    slow_disk = new_sessions(converted, tmp_path, adaptive=True, tiers=tiers)
     slow_disk.throughput.read_bps, slow_disk.throughput.prefill_tps = 1e3, 1e6  # a slow disk, a fast model
     _, _, report = slow_disk.sync("c", follow)
     assert report.source == COLD and report.restore_estimate_ms > report.prefill_estimate_ms
-    fast_disk = new_sessions(converted, tmp_path, adaptive=True)
+    fast_disk = new_sessions(converted, tmp_path, adaptive=True, tiers=tiers)
     fast_disk.throughput.read_bps, fast_disk.throughput.prefill_tps = 1e12, 1.0
     _, _, report = fast_disk.sync("c", follow)
     assert report.source == DISK and report.restore_estimate_ms < report.prefill_estimate_ms
@@ -224,15 +233,15 @@ def test_throughput_is_measured_and_remembered(tiny_converted, tmp_path):
     assert new_sessions(converted, tmp_path).throughput.prefill_tps == pytest.approx(rate)
 
 
-def test_text_that_splits_a_character_across_tokens_resumes_cleanly(tiny_converted, tmp_path):
+def test_text_that_splits_a_character_across_tokens_resumes_cleanly(tiny_converted, tmp_path, tiers):
     # The tiny vocabulary spells most non-ASCII characters byte by byte, so a frontier can fall
     # inside a character; resuming must back off to a character boundary and still match a cold run.
     converted = tiny_converted("int4")
-    s = new_sessions(converted, tmp_path)
+    s = new_sessions(converted, tmp_path, tiers=tiers)
     msgs = chat("naïve café 日本語 ✓")
     s.sync("c", msgs)
     follow = msgs + [{"role": "assistant", "content": "日本"}, {"role": "user", "content": "語 ✓ ok"}]
-    _, prompt, report = new_sessions(converted, tmp_path).sync("c", follow)
+    _, prompt, report = new_sessions(converted, tmp_path, tiers=tiers).sync("c", follow)
     assert report.source == DISK
     text = s.engine.render(follow).encode()
     assert b"".join(s.engine.tokenizer.token_bytes(t) for t in prompt) == text

@@ -16,7 +16,8 @@ from engine.checkpoint.lock import StoreBusyError
 from engine.checkpoint.store import CheckpointStore, conversation_file
 from engine.generation import Engine
 from engine.sampling import SamplingParams
-from engine.session import DISK, ChatSessions
+from engine.session import DISK, LIVE, ChatSessions
+from tests.tier_helpers import TIER_KINDS, Tiers
 
 GREEDY = SamplingParams.greedy_params()
 
@@ -63,27 +64,48 @@ def test_stale_temp_files_are_removed_at_start(tmp_path):
     assert not list(root.glob(".*.tmp"))
 
 
-def test_budget_evicts_the_lowest_scores_and_protects_newest_and_pinned(sessions, tmp_path):
+@pytest.fixture(params=TIER_KINDS)
+def tiers(request) -> Tiers:
+    """The kind of storage tier an eviction test runs on (the file store, the in-memory one)."""
+    return Tiers(request.param)
+
+
+def test_budget_evicts_the_lowest_scores_and_protects_newest_and_pinned(tiny_converted, tmp_path, tiers):
+    sessions = ChatSessions(Engine.load(tiny_converted("int4"), "cpu"), tiers.open(tmp_path / "ck"), adaptive=False)
     for i, name in enumerate(["old", "pinned", "busy", "new"]):
         sessions.generate(name, chat(f"conversation {name} " * (i + 1)), GREEDY, 4)
     store = sessions.store
     store.set_pinned(file_of(sessions, "pinned"), True)
     for _ in range(5):
         store.touch(file_of(sessions, "busy"))
-    # Age "old" and "pinned" so they score low.
-    with store._sql() as db:
-        db.execute("UPDATE entries SET last_used_ms = last_used_ms - 30 * 86400000 WHERE name IN (?, ?)",
-                   (file_of(sessions, "old"), file_of(sessions, "pinned")))
-    with store._sql() as db:  # "new" is the most recent by a clear margin (touches share a millisecond)
-        db.execute("UPDATE entries SET last_used_ms = last_used_ms + 60000 WHERE name = ?", (file_of(sessions, "new"),))
+    # Age "old" and "pinned" so they score low; "new" is the most recent by a clear margin (touches
+    # share a millisecond).
+    for name, shift in (("old", -30 * 86400000), ("pinned", -30 * 86400000), ("new", 60000)):
+        e = store.entry(file_of(sessions, name))
+        e.last_used_ms += shift
+        store.put(e)
     keep = {e.name: e.bytes for e in store.entries()}
     store.budget_bytes = sum(keep.values()) - keep[file_of(sessions, "old")] // 2
     evicted = store.enforce_budget()
     assert evicted == [file_of(sessions, "old")]
+    assert not tiers.has(tmp_path / "ck", file_of(sessions, "old"))  # the bytes went with the entry
     store.budget_bytes = 1  # nothing but protected entries can go
     store.enforce_budget(protect={"busy"})
     left = {e.name for e in store.entries()}
     assert {file_of(sessions, "pinned"), file_of(sessions, "new"), file_of(sessions, "busy")} <= left
+    assert store.usage().bytes == sum(e.bytes for e in store.entries()) > store.budget_bytes
+
+
+def test_a_save_over_the_budget_evicts_others_never_the_conversation_saved(tiny_converted, tmp_path, tiers):
+    sessions = ChatSessions(Engine.load(tiny_converted("int4"), "cpu"), tiers.open(tmp_path / "ck"), adaptive=False)
+    sessions.generate("first", chat("the first conversation"), GREEDY, 4)
+    sessions.store.budget_bytes = sessions.store.usage().bytes + 1  # room for what is there, not for more
+    turn = sessions.generate("second", chat("the second conversation, a longer one"), GREEDY, 4)
+    assert turn.save.ok
+    names = {e.name for e in sessions.store.entries()}
+    assert file_of(sessions, "second") in names and file_of(sessions, "first") not in names
+    _, report = sessions.prepare("second", chat("the second conversation, a longer one"))
+    assert report.source == LIVE
 
 
 def test_budget_is_remembered(tmp_path):

@@ -61,17 +61,27 @@ def io_error(path: Path, exc: OSError) -> CheckpointError:
 
 
 class CheckpointReader:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, data: bytes | bytearray | None = None):
+        """Read the file at ``path``; or, given ``data``, those bytes (a record a tier keeps in memory,
+        ``path`` only naming it in messages): every check below is the same for both."""
         self.path = Path(path)
-        try:
-            self._fh = open_regular(self.path, buffering=0)  # raw: readinto goes straight to the destination; a FIFO would hang
-            self.size = os.fstat(self._fh.fileno()).st_size
-        except OSError as exc:
-            raise io_error(self.path, exc) from None
+        self._mem = memoryview(data) if data is not None else None
+        self._fh = None
+        if self._mem is not None:
+            self.size = self._mem.nbytes
+        else:
+            try:
+                self._fh = open_regular(self.path, buffering=0)  # raw: readinto goes straight to the destination; a FIFO would hang
+                self.size = os.fstat(self._fh.fileno()).st_size
+            except OSError as exc:
+                raise io_error(self.path, exc) from None
         self.header: FileHeader | None = None
 
     def close(self) -> None:
-        self._fh.close()
+        if self._fh is not None:
+            self._fh.close()
+        if self._mem is not None:
+            self._mem.release()
 
     def __enter__(self) -> CheckpointReader:
         return self
@@ -80,6 +90,8 @@ class CheckpointReader:
         self.close()
 
     def _read_at(self, offset: int, n: int) -> bytes:
+        if self._mem is not None:
+            return bytes(self._mem[offset : offset + n])
         try:
             self._fh.seek(offset)
             return self._fh.read(n)
@@ -208,11 +220,24 @@ class CheckpointReader:
                                "non-negative float16 scales)")
 
     def _read_into(self, offset: int, views: list[memoryview]) -> int:
+        if self._mem is not None:
+            return self._copy_into(offset, views)
         if hasattr(os, "preadv"):
             return os.preadv(self._fh.fileno(), views, offset)
         with open(self.path, "rb", buffering=0) as fh:  # one handle per call: threads share no position
             fh.seek(offset)
             return sum(fh.readinto(v) or 0 for v in views)
+
+    def _copy_into(self, offset: int, views: list[memoryview]) -> int:
+        """``_read_into`` for bytes in memory: as many bytes as the record holds, like a short read."""
+        got = 0
+        for view in views:
+            piece = self._mem[offset + got : offset + got + view.nbytes]
+            view[: piece.nbytes] = piece
+            got += piece.nbytes
+            if piece.nbytes < view.nbytes:
+                break
+        return got
 
     def _read_layer(self, offset: int, views: list[memoryview]) -> int | None:
         """Read one layer's rows at ``offset`` into ``views``; its digest, or None if the file ends early."""

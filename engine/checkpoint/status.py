@@ -3,22 +3,25 @@ tokenizer: it will be rebuilt) or damaged, from a quick header-and-records check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.checkpoint.format import CheckpointError, Identity, Reason
 from engine.checkpoint.reader import CheckpointReader
+from engine.checkpoint.tier import StorageTier
 
 STALE_REASONS = {Reason.MODEL_MISMATCH, Reason.TOKENIZER_MISMATCH}
 VALID, STALE, DAMAGED, NONE = "valid", "stale", "damaged", "none"
 
 
-def checkpoint_status(path: Path, identity: Identity | None, vocab_size: int | None = None,
-                      full: bool = False) -> tuple[str, CheckpointError | None, int]:
+def checkpoint_status(path: Path | Callable[[], CheckpointReader], identity: Identity | None,
+                      vocab_size: int | None = None, full: bool = False) -> tuple[str, CheckpointError | None, int]:
     """(status, the problem if any, tokens usable). Quick: header, identity and record headers only;
-    full: every checksum too. Without an identity only the file's own integrity is judged."""
+    full: every checksum too. Without an identity only the file's own integrity is judged. ``path``: a
+    checkpoint file, or an opener of a tier's record (``record_status``)."""
     tokens = 0
     try:
-        with CheckpointReader(path) as reader:
+        with (path() if callable(path) else CheckpointReader(path)) as reader:
             reader.read_header()
             if identity is not None:
                 reader.check_identity(identity)
@@ -32,3 +35,9 @@ def checkpoint_status(path: Path, identity: Identity | None, vocab_size: int | N
     if problem is None:
         return VALID, None, tokens
     return (STALE if problem.reason in STALE_REASONS else DAMAGED), problem, tokens
+
+
+def record_status(tier: StorageTier, name: str, identity: Identity | None, vocab_size: int | None = None,
+                  full: bool = False) -> tuple[str, CheckpointError | None, int]:
+    """``checkpoint_status`` of a record of ``tier``, opened (and so verified) by the tier's reader."""
+    return checkpoint_status(lambda: tier.open(name), identity, vocab_size, full)

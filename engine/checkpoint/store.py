@@ -10,6 +10,9 @@ answers "which checkpoints could serve this conversation" without listing or ope
 reconciled with the directory once when the store opens, so a lost or stale index heals itself.
 Files named by an older Hearth (no model part) are adopted then: renamed to the name their header gives.
 
+The store is the first storage tier (``engine/checkpoint/tier.py``): every name, copy, cut and removal
+of a checkpoint file happens here, so code above it works with any tier.
+
 Eviction keeps the store under its budget: first the files of models whose GGUF is gone (no one can
 use them again; ``model_registry.py``), then those with the lowest score: hits decayed by age
 (half-life one week) × tokens ÷ bytes. The entry used most recently, pinned entries and the caller's
@@ -23,21 +26,24 @@ import json
 import logging
 import os
 import re
+import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from engine.checkpoint.format import CheckpointError, encoding_layout
+from engine.checkpoint import writer
+from engine.checkpoint.format import CheckpointError, FileHeader, Identity, RecordInfo, encoding_layout
 from engine.checkpoint.lock import StoreBusyError, StoreLock
 from engine.checkpoint.model_registry import KnownModel, ModelRegistry
 from engine.checkpoint.reader import CheckpointReader
+from engine.checkpoint.tier import Entry, Stamp, TierUsage, Written  # Entry: the tier's record type, named here too
 from engine.errors import CheckpointStoreError
 from engine.fsutil import atomic_write, fsync_dir, read_json
-from engine.private_files import private_dir, private_file
+from engine.private_files import FILE_MODE, private_dir, private_file
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +53,6 @@ SUFFIX = ".hkv"
 INDEX_NAME = "index.sqlite3"
 MAX_SETTINGS_BYTES = 64 << 10  # store.json holds two settings
 DAMAGED_SUFFIX = ".damaged"  # a damaged index is kept beside its rebuilt one, for a look
-HALF_LIFE_HOURS = 24 * 7
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     name TEXT PRIMARY KEY,
@@ -66,27 +71,6 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_by_conversation ON entries(conversation);
 """
-
-
-@dataclass
-class Entry:
-    name: str
-    conversation: str | None
-    kind: str
-    tokens: int
-    text_len: int
-    text_sha: bytes
-    bytes: int
-    model_fp: bytes
-    created_ms: int
-    last_used_ms: int
-    hits: int
-    pinned: bool
-    label: str = ""  # the model in words, e.g. "SmolLM2-135M-Instruct-Q4_1 int4"; "" for an unreadable file
-
-    def score(self, now_ms: int) -> float:
-        age_h = max(0.0, (now_ms - self.last_used_ms) / 3.6e6)
-        return (1 + self.hits) * 0.5 ** (age_h / HALF_LIFE_HOURS) * self.tokens / max(1, self.bytes)
 
 
 LEGACY_NAME = re.compile(r"(conv|prefix)-[0-9a-f]{32}\.hkv")  # before contexts were kept per model
@@ -156,7 +140,59 @@ def _owner_key(name: str) -> str:
     return name[: len("conv-") + 32]
 
 
+def eviction_order(entries: list[Entry], protect: Iterable[str], gone: set[bytes]) -> list[tuple[Entry, str]]:
+    """The entries a tier may evict, in the order it evicts them, each with why: first those of models
+    whose GGUF is gone, then the lowest-scoring; never pinned ones, the most recently used one, or the
+    ``protect``ed names and owners. Every tier evicts by this one policy."""
+    if not entries:
+        return []
+    protected = set(protect)
+    newest = max(entries, key=lambda e: e.last_used_ms).name
+    now = int(time.time() * 1000)
+    candidates = [e for e in entries if not e.pinned and e.name != newest
+                  and e.name not in protected and e.conversation not in protected]
+    ordered = sorted(candidates, key=lambda e: (e.model_fp not in gone, e.score(now)))
+    return [(e, "its model is gone" if e.model_fp in gone else "lowest score") for e in ordered]
+
+
+def prefixes_of(entries: Iterable[Entry], model_fp: bytes, text: bytes) -> list[Entry]:
+    """The shared prefixes among ``entries`` of this model that spell a prefix of ``text``, longest first."""
+    fits = [e for e in entries if e.kind == "prefix" and e.model_fp == model_fp and e.text_len <= len(text)
+            and hashlib.sha256(text[: e.text_len]).digest() == e.text_sha]
+    return sorted(fits, key=lambda e: -e.text_len)
+
+
+def copy_name(name: str, owner: str, model_fp: bytes) -> str:
+    """The name of ``owner``'s copy of the conversation record ``name`` (a legacy name stays legacy)."""
+    return legacy_conversation_file(owner) if LEGACY_NAME.fullmatch(name) else conversation_file(owner, model_fp)
+
+
+def unknown_entry(name: str, open_reader: Callable[[], CheckpointReader], size: int) -> Entry:
+    """The index row of a record the index did not know, from its header and record headers, without
+    judging it (a damaged one is reported and replaced when a session next tries it). Its owner is
+    found again by name (``conversation_entry``)."""
+    header, records = None, []
+    try:
+        with open_reader() as reader:
+            header = reader.read_header()
+            records, _ = reader.scan()
+    except CheckpointError as exc:
+        log.info("checkpoint %s does not verify (%s); a session will report and rebuild it", name, exc)
+    last = records[-1] if records else None
+    kind = ("prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-")
+            else "api" if name.startswith(API_NAME_PREFIX) else "orphan")
+    created = header.created_ms if header else int(time.time() * 1000)
+    return Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
+                 last.text_sha if last else b"", size, header.model_fp if header else b"",
+                 created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
+                 False, header.label if header else "")
+
+
 class CheckpointStore:
+    """The file tier: one directory of checkpoint files (a ``StorageTier``, engine/checkpoint/tier.py)."""
+
+    tier_name = "file"
+
     def __init__(self, root: Path, budget_bytes: int | None = None, lock_timeout_s: float = 15.0):
         """``budget_bytes`` None: the budget saved in ``store.json`` (``set_budget``), else 2 GiB."""
         self.root = Path(root)
@@ -345,22 +381,7 @@ class CheckpointStore:
         """Index a file the index did not know, without judging it: a damaged one is reported (with
         its reason) and replaced when a session next tries it, not silently dropped here."""
         path = self.path(name)
-        header, records = None, []
-        try:
-            with CheckpointReader(path) as reader:
-                header = reader.read_header()
-                records, _ = reader.scan()
-        except CheckpointError as exc:
-            log.info("checkpoint %s does not verify (%s); a session will report and rebuild it", name, exc)
-        last = records[-1] if records else None
-        # A conversation file's owner is found again by name (see ``conversation_entry``).
-        kind = ("prefix" if name.startswith("prefix-") else "conversation" if name.startswith("conv-")
-                else "api" if name.startswith(API_NAME_PREFIX) else "orphan")
-        created = header.created_ms if header else int(time.time() * 1000)
-        self.put(Entry(name, None, kind, last.end if last else 0, last.text_len if last else 0,
-                       last.text_sha if last else b"", path.stat().st_size, header.model_fp if header else b"",
-                       created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
-                       False, header.label if header else ""))
+        self.put(unknown_entry(name, lambda: CheckpointReader(path), path.stat().st_size))
 
     # the index ---------------------------------------------------------------------------------------
     def put(self, e: Entry) -> None:
@@ -471,22 +492,15 @@ class CheckpointStore:
     def enforce_budget(self, protect: Iterable[str] = ()) -> list[str]:
         """Evict until the store fits its budget, every model's files counting: first those of models
         whose GGUF is gone, then the lowest-scoring; return the names evicted."""
-        protected = set(protect)
         evicted: list[str] = []
         with self.lock.held():
             entries = self.entries()
             total = sum(e.bytes for e in entries)
-            if total <= self.budget_bytes or not entries:
+            if total <= self.budget_bytes:
                 return evicted
-            newest = max(entries, key=lambda e: e.last_used_ms).name
-            now = int(time.time() * 1000)
-            gone = self.models.gone()
-            candidates = [e for e in entries if not e.pinned and e.name != newest
-                          and e.name not in protected and e.conversation not in protected]
-            for e in sorted(candidates, key=lambda e: (e.model_fp not in gone, e.score(now))):
+            for e, why in eviction_order(entries, protect, self.models.gone()):
                 if total <= self.budget_bytes:
                     break
-                why = "its model is gone" if e.model_fp in gone else "lowest score"
                 self.remove(e.name, f"over the {self.budget_bytes >> 20} MiB budget ({why})")
                 total -= e.bytes
                 evicted.append(e.name)
@@ -508,3 +522,84 @@ class CheckpointStore:
             evicted = self.enforce_budget()
         return {"temp_files": temp, "orphans": dropped, "evicted": evicted, "bytes": self.total_bytes(),
                 "budget": self.budget_bytes}
+
+    # the storage-tier interface (engine/checkpoint/tier.py) -------------------------------------------
+    def record_name(self, owner: str, model_fp: bytes) -> str:
+        return conversation_file(owner, model_fp)
+
+    def prefix_name(self, text_sha: bytes, model_fp: bytes) -> str:
+        return prefix_file(text_sha, model_fp)
+
+    def prefix_entries(self, model_fp: bytes, text: bytes) -> list[Entry]:
+        return prefixes_of(self.entries(kind="prefix"), model_fp, text)
+
+    def open(self, name: str) -> CheckpointReader:
+        return CheckpointReader(self.path(name))
+
+    def stamp(self, name: str) -> Stamp | None:
+        try:
+            st = os.stat(self.path(name))
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def note_use(self, name: str, header: FileHeader) -> None:
+        try:
+            writer.update_usage(self.path(name), header, writer.now_ms(), header.hits + 1)
+        except OSError:
+            pass  # statistics only
+        self.touch(name)
+
+    def create(self, name: str, identity: Identity, records: Sequence[writer.NewRecord], encoding: str) -> Written:
+        return Written(*writer.write_new(self.path(name), identity, records, encoding))
+
+    def append(self, name: str, header: FileHeader, keep: Sequence[RecordInfo],
+               rec: writer.NewRecord) -> tuple[RecordInfo, int]:
+        return writer.append(self.path(name), header, keep, rec)
+
+    def cut(self, name: str, keep: Sequence[RecordInfo]) -> None:
+        writer.cut(self.path(name), keep)
+
+    def copy(self, name: str, owner: str) -> Entry | None:
+        """Copy a conversation's file for ``owner`` (a branch), by the owner's own name; OSError if it fails."""
+        source = self.entry(name)
+        if source is None:
+            return None
+        with self.lock.held():
+            target = self.path(copy_name(name, owner, source.model_fp))
+            shutil.copyfile(self.path(name), target)
+            os.chmod(target, FILE_MODE)  # copyfile makes it by the umask
+        self.reconcile()
+        return self.conversation_entry(owner, source.model_fp)
+
+    def usage(self) -> TierUsage:
+        return TierUsage(self.tier_name, self.total_bytes(), self.budget_bytes, self.bytes_by_kind())
+
+    def free_space(self) -> tuple[int, str] | None:
+        try:
+            return shutil.disk_usage(self.root).free, f"the disk holding {self.root}"
+        except OSError:
+            return None
+
+    def side_file(self, name: str) -> Path:
+        return self.root / name
+
+    def read_stream(self, name: str) -> BinaryIO:
+        return open(self.path(name), "rb")
+
+    @contextmanager
+    def staging(self, owner: str, model_fp: bytes) -> Iterator[Path]:
+        final = self.path(conversation_file(owner, model_fp))
+        tmp = final.with_name(f".{final.name}.import.tmp")  # the start-up clean-up removes strays
+        try:
+            yield tmp
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def install(self, staged: Path, owner: str, model_fp: bytes) -> Entry | None:
+        final = self.path(conversation_file(owner, model_fp))
+        with self.lock.held():
+            os.replace(staged, final)
+            fsync_dir(final.parent)
+        self.reconcile()
+        return self.conversation_entry(owner, model_fp)

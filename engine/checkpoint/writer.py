@@ -15,6 +15,7 @@ at once, so the space it took is free again.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import secrets
@@ -107,21 +108,51 @@ def write_new(path: Path, identity: Identity, records: Sequence[NewRecord],
     """Create ``path`` atomically with ``records`` in ``encoding`` ("exact" or "int8"); return
     (header, record infos, bytes written)."""
     header = new_header(identity, encoding)
-    infos: list[RecordInfo] = []
     with atomic_write(path) as fh:
-        fh.write(pack_header(header))
-        offset, chain = HEADER_SIZE, header.seed
-        for rec in records:
-            info = _write_record(fh, header, len(infos), chain, offset, rec)
-            infos.append(info)
-            offset, chain = info.end_offset, info.header_xxh
+        infos, offset = _write_all(fh, header, records)
     return header, infos, offset
+
+
+def _write_all(fh: BinaryIO, header: FileHeader, records: Sequence[NewRecord]) -> tuple[list[RecordInfo], int]:
+    infos: list[RecordInfo] = []
+    fh.write(pack_header(header))
+    offset, chain = HEADER_SIZE, header.seed
+    for rec in records:
+        info = _write_record(fh, header, len(infos), chain, offset, rec)
+        infos.append(info)
+        offset, chain = info.end_offset, info.header_xxh
+    return infos, offset
+
+
+def encode_new(identity: Identity, records: Sequence[NewRecord],
+               encoding: str = "exact") -> tuple[FileHeader, list[RecordInfo], bytes]:
+    """``write_new`` into bytes (a tier that keeps records in memory): the same bytes a file holds."""
+    header = new_header(identity, encoding)
+    buf = io.BytesIO()
+    infos, _ = _write_all(buf, header, records)
+    return header, infos, buf.getvalue()
+
+
+def append_bytes(data: bytes, header: FileHeader, keep: Sequence[RecordInfo],
+                 rec: NewRecord) -> tuple[bytes, RecordInfo, int]:
+    """``append`` on bytes: (the new bytes, the record's info, bytes written)."""
+    offset = cut_offset(keep)
+    chain = keep[-1].header_xxh if keep else header.seed
+    buf = io.BytesIO()
+    buf.write(data[:offset])
+    info = _write_record(buf, header, len(keep), chain, offset, rec)
+    return buf.getvalue(), info, info.end_offset - offset
+
+
+def cut_offset(keep: Sequence[RecordInfo]) -> int:
+    """Where a checkpoint holding only the records in ``keep`` ends."""
+    return keep[-1].end_offset if keep else HEADER_SIZE
 
 
 def append(path: Path, header: FileHeader, keep: Sequence[RecordInfo], rec: NewRecord) -> tuple[RecordInfo, int]:
     """Cut ``path`` after the records in ``keep`` and append ``rec`` in the file's own encoding;
     return (its info, bytes written)."""
-    offset = keep[-1].end_offset if keep else HEADER_SIZE
+    offset = cut_offset(keep)
     chain = keep[-1].header_xxh if keep else header.seed
     fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
     try:
@@ -166,7 +197,7 @@ def _cut_back(fd: int, offset: int) -> None:
 def cut(path: Path, keep: Sequence[RecordInfo]) -> None:
     """Drop every record after ``keep`` (the live state is a prefix of what the file holds)."""
     with open(path, "r+b") as fh:
-        fh.truncate(keep[-1].end_offset if keep else HEADER_SIZE)
+        fh.truncate(cut_offset(keep))
         os.fsync(fh.fileno())
 
 
@@ -175,3 +206,9 @@ def update_usage(path: Path, header: FileHeader, last_used_ms: int, hits: int) -
     with open(path, "r+b") as fh:
         fh.seek(USAGE_OFFSET)
         fh.write(pack_usage(header.seed, last_used_ms, hits))
+
+
+def usage_patched(data: bytes, header: FileHeader, last_used_ms: int, hits: int) -> bytes:
+    """``update_usage`` on bytes."""
+    slot = pack_usage(header.seed, last_used_ms, hits)
+    return data[:USAGE_OFFSET] + slot + data[USAGE_OFFSET + len(slot):]

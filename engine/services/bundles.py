@@ -5,6 +5,7 @@ stores. Made for each use by ``engine.api.bundles``."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ class Bundles:
         for cid in conversations:
             entry = saved.context_entry(cid)  # a bundle holds one context per conversation: the loaded model's
             if entry is not None:
-                contexts[cid] = self.backend.checkpoints.path(entry.name)
+                contexts[cid] = functools.partial(self.backend.checkpoints.read_stream, entry.name)
         added = write_bundle(Path(path), document, contexts, install_key(self.backend.paths.data))
         return BundleExported(len(conversations), added)
 

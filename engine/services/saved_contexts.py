@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import Entry, conversation_key, is_api_owner
+from engine.checkpoint.status import record_status
+from engine.checkpoint.store import Entry, is_api_owner
 from engine.errors import ModelNotLoadedError
 from engine.model.precision import get_precision
-from engine.private_files import FILE_MODE
 from engine.services.local import LocalBackend
 from engine.types import (
     CancelToken,
@@ -107,7 +104,7 @@ class SavedContexts:
         sessions = self._sessions
         identity = sessions.identity if sessions is not None else None
         vocab = sessions.engine.tokenizer.vocab_size if sessions is not None else None
-        status, problem, tokens = checkpoint_status(store.path(entry.name), identity, vocab, full)
+        status, problem, tokens = record_status(store, entry.name, identity, vocab, full)
         return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
                              str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry),
                              self._kept_for_others(every, entry))
@@ -175,13 +172,7 @@ class SavedContexts:
         if entry is None:
             return False
         try:
-            with store.lock.held():
-                target_name = conversation_key(target) + entry.name[len(conversation_key(source)):]
-                target_path = store.path(target_name)
-                shutil.copyfile(store.path(entry.name), target_path)
-                os.chmod(target_path, FILE_MODE)  # copyfile makes it by the umask
-            store.reconcile()
-            return store.conversation_entry(target, entry.model_fp) is not None
+            return store.copy(entry.name, target) is not None  # the tier names and copies the record
         except OSError as exc:
             log.warning("could not copy the saved context of %s: %s", source, exc)
             return False

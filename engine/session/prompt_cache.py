@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.checkpoint.format import CheckpointError
-from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.store import API_NAME_PREFIX, API_OWNER_MARK, SUFFIX, Entry, is_api_owner, model_tag
 from engine.generation import CancelToken
 from engine.session import repair
@@ -232,7 +231,7 @@ class PromptCache:
         file, which is then deleted as chats' are): record headers only, the rows are checked on load."""
         store = self.sessions.store
         try:
-            with CheckpointReader(store.path(branch.entry.name)) as reader:
+            with store.open(branch.entry.name) as reader:
                 reader.read_header()
                 reader.check_identity(self.sessions.identity)
                 records, _ = reader.scan()

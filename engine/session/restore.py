@@ -1,31 +1,32 @@
 """Restore planning: fill the engine's KV for one request with the best verified prefix of its prompt.
 
-The sources, in order: the live KV if it is this conversation (``live``); else the conversation's
-checkpoint under this model (``disk``; other models' files of it are left alone), when the adaptive
-estimate says reading it beats re-reading its text; else this model's saved shared prefix (the
-template's preamble and system prompt); else nothing (``cold``). A
+The restorer walks an ordered list of sources: first the live KV, kept if it is this conversation
+(``live``); then each storage tier in turn (``engine/checkpoint/tier.py``: today the file store; later
+a RAM tier, a block store), asking it for the conversation's record under this model (``disk``; other
+models' records of it are left alone), tried when the adaptive estimate says reading it beats
+re-reading its text; then, through the tiers again, this model's saved shared prefix (the template's
+preamble and system prompt); else nothing (``cold``). A
 checkpoint that fails verification is reported (``rebuilt``, with its reason) and the next source is
 tried: first the same file's records before the damage (a shorter frontier), then a shared prefix,
 then a full prefill. A file whose header, identity or first record fails is deleted; a file damaged
 further in is cut back to its last good record (repair.py).
 
+Every record is verified where it is opened (the reader a tier's ``open`` gives), whatever the tier.
 Rows go into the cache through its row protocol (``write_rows``: only verified rows become visible),
 so nothing here knows whether the cache is on a CPU or a GPU, or in which element type.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
+from collections.abc import Sequence
 
 from engine.checkpoint.adaptive import Throughput
-from engine.checkpoint.format import CheckpointError, FileHeader, Identity, Reason, RecordInfo
+from engine.checkpoint.format import CheckpointError, Identity, Reason, RecordInfo
 from engine.checkpoint.lock import StoreBusyError
-from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_file
-from engine.checkpoint.writer import now_ms, update_usage
+from engine.checkpoint.store import Entry
+from engine.checkpoint.tier import StorageTier
 from engine.generation import Engine
 from engine.session import repair
 from engine.session.prefix import matching_records, reusable, spelled_len, token_text
@@ -35,14 +36,21 @@ from engine.session.saving import FileStates
 log = logging.getLogger(__name__)
 
 
+def tier_list(tiers: StorageTier | Sequence[StorageTier]) -> list[StorageTier]:
+    """The tiers in the order they are tried (one tier: a list of one); the first is written to."""
+    return list(tiers) if isinstance(tiers, (list, tuple)) else [tiers]
+
+
 class Restorer:
     """One request's restore. ``dirty`` afterwards: True when it cut the live KV (it then holds rows
     its file lacks), False when it loaded from a file (the KV then holds nothing unsaved), None when
-    it did neither."""
+    it did neither. ``tiers``: the storage tiers after the live KV, in the order they are tried."""
 
-    def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity, throughput: Throughput,
-                 files: FileStates, adaptive: bool):
-        self.engine, self.store, self.identity = engine, store, identity
+    def __init__(self, engine: Engine, tiers: StorageTier | Sequence[StorageTier], identity: Identity,
+                 throughput: Throughput, files: FileStates, adaptive: bool):
+        self.engine, self.identity = engine, identity
+        self.tiers = tier_list(tiers)
+        self.store = self.tiers[0]  # the tier saves write to: the one ``files`` describes
         self.throughput, self.files, self.adaptive = throughput, files, adaptive
         self.dirty: bool | None = None
         # The files whose rows the KV now holds, once this restore emptied it (None: it kept the live KV);
@@ -52,29 +60,22 @@ class Restorer:
     def restore(self, conversation: str, text: bytes, lead: list[int], live_is_ours: bool) -> ResumeReport:
         """``live_is_ours``: the live KV belongs to this conversation (else it is dropped)."""
         engine = self.engine
-        live = 0
-        if live_is_ours:
-            live, _ = reusable(engine.tokenizer, engine.tokens, lead, text)
-            if live < len(engine.tokens):
-                engine.truncate(live)
-                self.dirty = True
-        else:
-            engine.reset(keep_buffers=True)
-            self.origins = []
+        live = self._keep_live(text, lead, live_is_ours)  # the first source: the live KV
         report = ResumeReport(LIVE if live else COLD, reused_tokens=live)
-        entry = self.store.conversation_entry(conversation, self.identity.model_fp)
         failure = None
-        if entry is not None and (entry.tokens > live or entry.tokens == 0) and not (
-                live_is_ours and self._file_is_ours(conversation)):
-            # tokens == 0: a file the index could not read; trying it reports why and replaces it
-            if entry.tokens == 0 or self._worth_restoring(entry, live, report):
-                loaded, failure = self.load(entry, text, lead, conversation)
-                if loaded:
-                    report.source, report.restored_tokens = DISK, loaded
-        if len(engine.tokens) < MIN_PREFIX_TOKENS:
-            loaded = self._restore_shared_prefix(text, lead, report)
+        for tier in self.tiers:  # then the conversation's own record, tier by tier
+            have = len(engine.tokens)  # the live KV's, unless a damaged record in an earlier tier emptied it
+            loaded, problem = self._restore_conversation(tier, conversation, text, lead, have, live_is_ours, report)
+            failure = failure or problem
             if loaded:
-                report.source, report.restored_tokens, report.shared_prefix = DISK, loaded, True
+                report.source, report.restored_tokens = DISK, loaded
+                break
+        if len(engine.tokens) < MIN_PREFIX_TOKENS:  # then a shared prefix, tier by tier
+            for tier in self.tiers:
+                loaded = self._restore_shared_prefix(tier, text, lead, report)
+                if loaded:
+                    report.source, report.restored_tokens, report.shared_prefix = DISK, loaded, True
+                    break
         if not engine.tokens:
             engine.cache.shrink_to_fit()  # nothing restored: don't decode in an oversized buffer
         if failure is not None:
@@ -83,11 +84,37 @@ class Restorer:
         report.reused_tokens = len(engine.tokens)
         return report
 
-    def _file_is_ours(self, conversation: str) -> bool:
-        """True when the conversation's file is exactly what we last wrote or read: then, with the live
-        KV being this conversation, the file holds nothing the live KV lacks."""
-        path = self.store.path(conversation_file(conversation, self.identity.model_fp))
-        return self.files.unchanged(conversation, path)
+    def _keep_live(self, text: bytes, lead: list[int], live_is_ours: bool) -> int:
+        """Keep the live KV's longest prefix spelling ``text`` if it is this conversation's, else drop it."""
+        engine = self.engine
+        if not live_is_ours:
+            engine.reset(keep_buffers=True)
+            self.origins = []
+            return 0
+        live, _ = reusable(engine.tokenizer, engine.tokens, lead, text)
+        if live < len(engine.tokens):
+            engine.truncate(live)
+            self.dirty = True
+        return live
+
+    def _restore_conversation(self, tier: StorageTier, conversation: str, text: bytes, lead: list[int], live: int,
+                              live_is_ours: bool, report: ResumeReport) -> tuple[int, CheckpointError | None]:
+        """Load the conversation's record in ``tier`` when it may hold more than the live KV."""
+        entry = tier.conversation_entry(conversation, self.identity.model_fp)
+        if entry is None or not (entry.tokens > live or entry.tokens == 0) or (
+                live_is_ours and self._file_is_ours(tier, conversation)):
+            return 0, None
+        # tokens == 0: a record the index could not read; trying it reports why and replaces it
+        if entry.tokens == 0 or self._worth_restoring(entry, live, report):
+            return self.load(entry, text, lead, conversation, tier)
+        return 0, None
+
+    def _file_is_ours(self, tier: StorageTier, conversation: str) -> bool:
+        """True when the conversation's record is exactly what we last wrote or read: then, with the live
+        KV being this conversation, the record holds nothing the live KV lacks."""
+        if tier is not self.store:  # ``files`` knows only the tier saves write to
+            return False
+        return self.files.unchanged(conversation, tier.stamp(tier.record_name(conversation, self.identity.model_fp)))
 
     def _worth_restoring(self, entry: Entry, have: int, report: ResumeReport) -> bool:
         """Adaptive resume: compare the estimated restore time with re-reading the same tokens."""
@@ -100,16 +127,14 @@ class Restorer:
                      entry.tokens - have, est.prefill_ms, est.restore_ms)
         return est.restore_wins
 
-    def _restore_shared_prefix(self, text: bytes, lead: list[int], report: ResumeReport) -> int:
+    def _restore_shared_prefix(self, tier: StorageTier, text: bytes, lead: list[int], report: ResumeReport) -> int:
         have = len(self.engine.tokens)
-        candidates = [e for e in self.store.entries(kind="prefix")
-                      if e.model_fp == self.identity.model_fp and e.text_len <= len(text) and e.tokens > have]
-        for e in sorted(candidates, key=lambda e: -e.text_len):
-            if hashlib.sha256(text[: e.text_len]).digest() != e.text_sha:
+        for e in tier.prefix_entries(self.identity.model_fp, text):
+            if e.tokens <= have:
                 continue
             if not self._worth_restoring(e, have, report):
                 return 0
-            loaded, failure = self.load(e, text, lead, None)
+            loaded, failure = self.load(e, text, lead, None, tier)
             if loaded:
                 return loaded
             if failure is not None:
@@ -117,19 +142,22 @@ class Restorer:
         return 0
 
     # loading one file ------------------------------------------------------------------------------------
-    def load(self, entry: Entry, text: bytes, lead: list[int], conversation: str | None) -> tuple[int, CheckpointError | None]:
-        """Load the longest verified frontier of ``entry`` that spells a prefix of ``text``.
+    def load(self, entry: Entry, text: bytes, lead: list[int], conversation: str | None,
+             tier: StorageTier | None = None) -> tuple[int, CheckpointError | None]:
+        """Load the longest verified frontier of ``entry`` (a record of ``tier``, by default the first)
+        that spells a prefix of ``text``.
 
-        Returns (tokens now in the KV, the failure if the file was damaged or unusable). The KV is
+        Returns (tokens now in the KV, the failure if the record was damaged or unusable). The KV is
         emptied first, so on any failure nothing unverified survives in it.
         """
+        tier = tier or self.store
         self.engine.reset(keep_buffers=True)  # invalidate the live state; its buffers may take the rows
         self.dirty = False
         self.origins = []
         started = time.perf_counter()
         try:
-            with self.store.lock.held():
-                loaded, failure = self._load_locked(entry, text, lead, conversation, started)
+            with tier.lock.held():
+                loaded, failure = self._load_locked(tier, entry, text, lead, conversation, started)
         except StoreBusyError as exc:  # another process is writing: prefill instead of waiting longer
             log.warning("%s", exc)
             self.engine.reset()
@@ -138,41 +166,41 @@ class Restorer:
             self.origins = [entry.name]
         return loaded, failure
 
-    def _load_locked(self, entry: Entry, text: bytes, lead: list[int], conversation: str | None,
+    def _load_locked(self, tier: StorageTier, entry: Entry, text: bytes, lead: list[int], conversation: str | None,
                      started: float) -> tuple[int, CheckpointError | None]:
-        engine, path = self.engine, self.store.path(entry.name)
+        engine = self.engine
         try:
-            reader = CheckpointReader(path)
+            reader = tier.open(entry.name)  # verification is the reader's, whatever the tier
         except CheckpointError as exc:
-            return 0, self._discard(entry.name, conversation, exc)
+            return 0, self._discard(tier, entry.name, conversation, exc)
         with reader:
             try:
                 header = reader.read_header()
                 reader.check_identity(self.identity)
             except CheckpointError as exc:
-                return 0, self._discard(entry.name, conversation, exc)
+                return 0, self._discard(tier, entry.name, conversation, exc)
             records, scan_problem = reader.scan()
             usable = matching_records(records, text)
             if not usable:
                 exc = scan_problem if scan_problem is not None and not records else CheckpointError(
                     Reason.PREFIX_MISMATCH, "the saved context's text is not a prefix of the conversation "
                     "(it was edited before the first saved frontier)")
-                return 0, self._discard(entry.name, conversation, exc)
+                return 0, self._discard(tier, entry.name, conversation, exc)
             tokens: list[int] = []
             for i, r in enumerate(usable):
                 try:
                     tokens += reader.read_tokens(r, engine.tokenizer.vocab_size)
                 except CheckpointError as exc:
-                    self._cut_back(entry, records, i, conversation, exc)
+                    self._cut_back(tier, entry, records, i, conversation, exc)
                     if i == 0:
                         return 0, exc
                     reader.close()  # the file now ends before the damage: load what is left
-                    loaded, _ = self._load_locked(entry, text, lead, conversation, started)
+                    loaded, _ = self._load_locked(tier, entry, text, lead, conversation, started)
                     return loaded, exc
             if token_text(engine.tokenizer, tokens, len(lead)) != text[: usable[-1].text_len] \
                     or tokens[: len(lead)] != lead:
                 exc = CheckpointError(Reason.PREFIX_MISMATCH, "the saved token ids do not spell the saved text")
-                return 0, self._discard(entry.name, conversation, exc)
+                return 0, self._discard(tier, entry.name, conversation, exc)
             rows = reader.rows(usable)
             end = engine.cache.write_rows(0, usable[-1].end, rows)  # only verified rows become visible
             good, problem = rows.good, rows.problem
@@ -180,39 +208,32 @@ class Restorer:
             if problem is None and len(usable) == len(records):
                 problem = scan_problem  # the damage sits right after the frontier this text needed
             if problem is not None:
-                self._cut_back(entry, records, good, conversation, problem)
+                self._cut_back(tier, entry, records, good, conversation, problem)
             elif scan_problem is not None:  # damage beyond what this text needs: repair quietly
-                self._cut_back(entry, records, len(records), conversation, scan_problem)
+                self._cut_back(tier, entry, records, len(records), conversation, scan_problem)
             if good:
-                self._touch(entry, header, path)
+                tier.note_use(entry.name, header)
                 self.throughput.record_restore(usable[good - 1].end_offset, (time.perf_counter() - started) * 1000)
-            if problem is None and scan_problem is None and conversation is not None:
-                self.files.remember(conversation, header, usable[:good], tokens[:end], path)
+            if problem is None and scan_problem is None and conversation is not None and tier is self.store:
+                self.files.remember(conversation, header, usable[:good], tokens[:end], tier.stamp(entry.name))
         spelled = spelled_len(engine.tokenizer, engine.tokens, len(lead))
         if spelled < len(text) and (text[spelled] & 0xC0) == 0x80:  # back to a character boundary
             keep, _ = reusable(engine.tokenizer, engine.tokens, lead, text)
             engine.truncate(keep)
         return len(engine.tokens), problem
 
-    # what a damaged file costs --------------------------------------------------------------------------
-    def _discard(self, name: str, conversation: str | None, exc: CheckpointError) -> CheckpointError:
+    # what a damaged record costs ------------------------------------------------------------------------
+    def _discard(self, tier: StorageTier, name: str, conversation: str | None, exc: CheckpointError) -> CheckpointError:
         self.engine.reset()
         self.files.forget(conversation)
-        repair.discard(self.store, name, exc)
+        repair.discard(tier, name, exc)
         return exc
 
-    def _cut_back(self, entry: Entry, records: list[RecordInfo], good: int, conversation: str | None,
-                  exc: CheckpointError) -> CheckpointError:
-        """Keep the first ``good`` records of a damaged file (delete it when none are good)."""
+    def _cut_back(self, tier: StorageTier, entry: Entry, records: list[RecordInfo], good: int,
+                  conversation: str | None, exc: CheckpointError) -> CheckpointError:
+        """Keep the first ``good`` records of a damaged record (delete it when none are good)."""
         if good == 0:
-            return self._discard(entry.name, conversation, exc)
-        repair.cut_back(self.store, entry, records, good, exc)
+            return self._discard(tier, entry.name, conversation, exc)
+        repair.cut_back(tier, entry, records, good, exc)
         self.files.forget(conversation)
         return exc
-
-    def _touch(self, entry: Entry, header: FileHeader, path: os.PathLike) -> None:
-        try:
-            update_usage(path, header, now_ms(), header.hits + 1)
-        except OSError:
-            pass  # statistics only
-        self.store.touch(entry.name)

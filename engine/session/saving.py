@@ -12,8 +12,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
-import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -23,9 +21,9 @@ import numpy as np
 
 from engine.checkpoint.format import CheckpointError, FileHeader, Identity, RecordInfo
 from engine.checkpoint.lock import StoreBusyError
-from engine.checkpoint.reader import CheckpointReader
-from engine.checkpoint.store import CheckpointStore, Entry, conversation_file, owner_kind, prefix_file
-from engine.checkpoint.writer import NewRecord, append, cut, now_ms, write_new
+from engine.checkpoint.store import Entry, owner_kind
+from engine.checkpoint.tier import Stamp, StorageTier
+from engine.checkpoint.writer import NewRecord, now_ms
 from engine.generation import Engine
 from engine.session.prefix import frontier, reusable
 from engine.session.reports import MIN_PREFIX_TOKENS, SaveReport
@@ -33,57 +31,51 @@ from engine.session.reports import MIN_PREFIX_TOKENS, SaveReport
 log = logging.getLogger(__name__)
 
 
-def file_stamp(path: os.PathLike) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
-
-
 @dataclass
 class FileState:
-    """What this process knows a conversation's file holds (valid while its size and mtime hold)."""
+    """What this process knows a conversation's record holds (valid while its stamp holds)."""
 
     header: FileHeader
     records: list[RecordInfo]
     tokens: list[int]
-    stamp: tuple[int, int] = field(default=(0, 0))
+    stamp: Stamp | None = field(default=(0, 0))
 
 
 class FileStates:
-    """What each conversation's file holds, as last written or read by this process."""
+    """What each conversation's record (in the tier saves write to) holds, as last written or read by
+    this process; a record is known unchanged by its tier's ``stamp``."""
 
     def __init__(self) -> None:
         self._known: dict[str, FileState] = {}
 
     def remember(self, conversation: str, header: FileHeader, records: list[RecordInfo], tokens: list[int],
-                 path: os.PathLike) -> None:
-        self._known[conversation] = FileState(header, records, tokens, file_stamp(path))
+                 stamp: Stamp | None) -> None:
+        if stamp is None:  # the record is gone already: nothing to remember
+            self._known.pop(conversation, None)
+            return
+        self._known[conversation] = FileState(header, records, tokens, stamp)
 
     def forget(self, conversation: str | None) -> None:
         if conversation is not None:
             self._known.pop(conversation, None)
 
-    def unchanged(self, conversation: str, path: os.PathLike) -> bool:
-        """True when the file is exactly what this process last wrote or read."""
+    def unchanged(self, conversation: str, stamp: Stamp | None) -> bool:
+        """True when the record is exactly what this process last wrote or read."""
         state = self._known.get(conversation)
-        if state is None:
-            return False
-        try:
-            return file_stamp(path) == state.stamp
-        except OSError:
-            return False
+        return state is not None and stamp is not None and stamp == state.stamp
 
-    def current(self, conversation: str, path: os.PathLike, identity: Identity, vocab_size: int) -> FileState | None:
-        """What the file holds, from memory if it is unchanged since, else read; None when there is
-        no usable file (it is then written from scratch)."""
+    def current(self, conversation: str, tier: StorageTier, name: str, identity: Identity,
+                vocab_size: int) -> FileState | None:
+        """What the record holds, from memory if it is unchanged since, else read; None when there is
+        no usable record (it is then written from scratch)."""
         state = self._known.get(conversation)
-        try:
-            stamp = file_stamp(path)
-        except OSError:
+        stamp = tier.stamp(name)
+        if stamp is None:
             return None
         if state is not None and state.stamp == stamp:
             return state
         try:
-            with CheckpointReader(path) as reader:
+            with tier.open(name) as reader:
                 header = reader.read_header()
                 reader.check_identity(identity)
                 records, _ = reader.scan()
@@ -91,7 +83,7 @@ class FileStates:
                 for r in records:
                     tokens += reader.read_tokens(r, vocab_size)
         except CheckpointError as exc:
-            log.info("rewriting %s from scratch: %s", path, exc)
+            log.info("rewriting %s from scratch: %s", name, exc)
             return None
         return FileState(header, records, tokens, stamp)
 
@@ -100,7 +92,7 @@ class Saver:
     """Writes the engine's KV for one save request (``encoding`` for new files; ``lead_len``: the
     leading tokens that spell no text)."""
 
-    def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity, files: FileStates,
+    def __init__(self, engine: Engine, store: StorageTier, identity: Identity, files: FileStates,
                  encoding: str, lead_len: int):
         self.engine, self.store, self.identity, self.files = engine, store, identity, files
         self.encoding, self.lead_len = encoding, lead_len
@@ -127,17 +119,16 @@ class Saver:
                 or isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL)
         if full or isinstance(exc, OSError) and exc.errno == errno.EFBIG:
             what = "no space left on device" if full else "the file size limit was reached"
-            try:
-                free = shutil.disk_usage(self.store.root).free
-            except OSError:
+            room = self.store.free_space()
+            if room is None:
                 return what
-            return f"{what} ({free:,} bytes free on the disk holding {self.store.root})"
+            return f"{what} ({room[0]:,} bytes free on {room[1]})"
         return getattr(exc, "strerror", None) or str(exc)
 
     def _save_locked(self, conversation: str, tokens: list[int], reason: str, boundaries: Sequence[int]) -> SaveReport:
-        name = conversation_file(conversation, self.identity.model_fp)
-        path = self.store.path(name)
-        state = self.files.current(conversation, path, self.identity, self.engine.tokenizer.vocab_size)
+        store = self.store
+        name = store.record_name(conversation, self.identity.model_fp)
+        state = self.files.current(conversation, store, name, self.identity, self.engine.tokenizer.vocab_size)
         n = len(tokens)
         keep: list[RecordInfo] = []
         if state is not None:
@@ -149,8 +140,8 @@ class Saver:
                 return SaveReport(True, reason, n)
         start = keep[-1].end if keep else 0
         if state is not None and start == n:  # the live state is one of the file's frontiers
-            cut(path, keep)
-            return self._saved(conversation, path, state.header, list(keep), tokens, reason, 0, 0)
+            store.cut(name, keep)
+            return self._saved(conversation, name, state.header, list(keep), tokens, reason, 0, 0)
         cuts = [b for b in sorted(set(boundaries)) if start < b < n] + [n]
         pieces, s = [], start
         for e in cuts:
@@ -158,20 +149,20 @@ class Saver:
             pieces.append(NewRecord(s, tokens[s:e], self.engine.cache.read_rows(s, e), text_len, text_sha, reason))
             s = e
         if state is None:
-            header, records, written = write_new(path, self.identity, pieces, self.encoding)
+            made = store.create(name, self.identity, pieces, self.encoding)
+            header, records, written = made.header, made.records, made.bytes
         else:
             header, records, written = state.header, list(keep), 0
             for piece in pieces:
-                info, nbytes = append(path, header, records, piece)
+                info, nbytes = store.append(name, header, records, piece)
                 records.append(info)
                 written += nbytes
-        return self._saved(conversation, path, header, records, tokens, reason, n - start, written)
+        return self._saved(conversation, name, header, records, tokens, reason, n - start, written)
 
-    def _saved(self, conversation: str, path: os.PathLike, header: FileHeader, records: list[RecordInfo],
+    def _saved(self, conversation: str, name: str, header: FileHeader, records: list[RecordInfo],
                tokens: list[int], reason: str, new_tokens: int, written: int) -> SaveReport:
-        """Remember what the file now holds, in memory and in the index."""
-        self.files.remember(conversation, header, records, tokens, path)
-        name = conversation_file(conversation, self.identity.model_fp)
+        """Remember what the record now holds, in memory and in the index."""
+        self.files.remember(conversation, header, records, tokens, self.store.stamp(name))
         old = self.store.entry(name)
         last = records[-1]
         self.store.put(Entry(name, conversation, owner_kind(conversation), last.end, last.text_len, last.text_sha,
@@ -188,17 +179,18 @@ class Saver:
         if k < MIN_PREFIX_TOKENS:
             return 0
         text_sha = hashlib.sha256(shared[:spelled]).digest()
-        name = prefix_file(text_sha, self.identity.model_fp)
+        name = self.store.prefix_name(text_sha, self.identity.model_fp)
         if self.store.entry(name) is not None:
             return 0
         tokens = list(engine.tokens[:k])
         try:
             with self.store.lock.held():
-                header, records, written = write_new(
-                    self.store.path(name), self.identity,
+                made = self.store.create(
+                    name, self.identity,
                     [NewRecord(0, tokens, engine.cache.read_rows(0, k), spelled, text_sha, "prefix")], self.encoding)
+                written = made.bytes
                 self.store.put(Entry(name, None, "prefix", k, spelled, text_sha, written, self.identity.model_fp,
-                                     header.created_ms, now_ms(), 0, False, header.label))
+                                     made.header.created_ms, now_ms(), 0, False, made.header.label))
         except (OSError, StoreBusyError, sqlite3.Error) as exc:
             log.warning("could not save the shared prefix: %s", exc)
             return 0

@@ -19,7 +19,8 @@ import numpy as np
 from engine.checkpoint.adaptive import Throughput
 from engine.checkpoint.format import CheckpointError, Identity, Reason, encoding_layout
 from engine.checkpoint.identity import engine_identity
-from engine.checkpoint.store import CheckpointStore, conversation_file, model_tag
+from engine.checkpoint.store import model_tag
+from engine.checkpoint.tier import StorageTier
 from engine.generation import CancelToken, Engine, GenerationResult, ProgressFn, Step, TextFn
 from engine.sampling import SamplingParams
 from engine.session import prefix
@@ -41,12 +42,14 @@ log = logging.getLogger(__name__)
 
 
 class ChatSessions:
-    def __init__(self, engine: Engine, store: CheckpointStore, identity: Identity | None = None,
+    def __init__(self, engine: Engine, store: StorageTier, identity: Identity | None = None,
                  save_align: int = SAVE_ALIGN, adaptive: bool = True, kv_encoding: str | None = None):
         """``adaptive`` False: always restore a usable checkpoint, even when re-reading looks faster.
         ``kv_encoding``: how new checkpoint files store the KV, "exact" (lossless) or "int8" (a
         quarter of float32's bytes; see docs/checkpoint-format.md §4b); None takes the store's setting
-        (``store.json``, default "exact"). An existing file keeps its own encoding when appended to."""
+        (``store.json``, default "exact"). An existing file keeps its own encoding when appended to.
+        ``store``: the storage tier saved context lives in (the file store, ``CheckpointStore``, or any
+        other ``StorageTier``); restores try the live KV first, then it."""
         self.engine, self.store = engine, store
         self.adaptive = adaptive
         self.kv_encoding = store.kv_encoding if kv_encoding is None else kv_encoding
@@ -57,7 +60,7 @@ class ChatSessions:
                          engine.model.gguf_path if engine.model is not None else None)
         self.save_align = save_align
         self.active: str | None = None
-        self.throughput = Throughput(store.root / "throughput.json", engine.provider, model_tag(self.identity.model_fp))
+        self.throughput = Throughput(store.side_file("throughput.json"), engine.provider, model_tag(self.identity.model_fp))
         self._lead_len = 0
         self._dirty = False
         self._files = FileStates()
@@ -220,7 +223,7 @@ class ChatSessions:
         if origins is not None:
             self._origins = set(origins)
         elif self.active is not None and self.engine.tokens:
-            self._origins.add(conversation_file(self.active, self.identity.model_fp))
+            self._origins.add(self.store.record_name(self.active, self.identity.model_fp))
         self.active, self._dirty = owner, True
         self._files.forget(owner)
 
@@ -234,7 +237,7 @@ class ChatSessions:
         owner's file afresh; ``messages``: save the shared prefix again, from the rebuilt rows; ``report``:
         the turn's, now saying that its ``prompt_len`` tokens were rebuilt, and why (the client of the server
         was told ``disk`` and a cached-token count that no longer held)."""
-        gone = sorted(self._origins - {conversation_file(owner, self.identity.model_fp)})
+        gone = sorted(self._origins - {self.store.record_name(owner, self.identity.model_fp)})
         log.warning("%s: its saved context gave invalid numbers; deleting it%s", owner,
                     f" and {', '.join(gone)}" if gone else "")
         self._files.forget(owner)
@@ -296,7 +299,7 @@ class ChatSessions:
         if not report.ok:
             return report
         self._dirty = False
-        entry = self.store.entry(conversation_file(conversation, self.identity.model_fp))  # as the save left it
+        entry = self.store.entry(self.store.record_name(conversation, self.identity.model_fp))  # as the save left it
         return replace(report, file_bytes=entry.bytes if entry is not None else 0)
 
     def _saving_progress(self, prompt_len: int, progress: ProgressFn | None) -> ProgressFn:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.checkpoint.store import conversation_file
 from engine.conversations import Conversation, ConversationStore, check_id
 from engine.errors import (
     ContextFullError,
@@ -333,8 +332,9 @@ class Turns:
         if self.loaded is None:
             return
         try:  # only this model's file: another model's context of the chat is another view, kept for it
-            self.loaded.sessions.store.remove(conversation_file(cid, self.loaded.sessions.identity.model_fp),
-                                    "the chat dropped its oldest messages")
+            store = self.loaded.sessions.store
+            store.remove(store.record_name(cid, self.loaded.sessions.identity.model_fp),
+                         "the chat dropped its oldest messages")
         except OSError as exc:  # the restore then finds it unusable and deletes it itself
             log.warning("could not delete the outdated saved context of %s: %s", cid, exc)
 
