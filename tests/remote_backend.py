@@ -1,4 +1,4 @@
-"""A second backend (docs/backends.md): turns run on an OpenAI-compatible server over HTTP — in the tests,
+"""A second backend (docs/architecture.md, "Backends"): turns run on an OpenAI-compatible server over HTTP — in the tests,
 Hearth's own server on 127.0.0.1 (tests/server_helpers.py) — while the conversation text stays here, in
 this data dir's SQLite store, as the truth it is for every backend.
 

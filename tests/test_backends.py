@@ -1,6 +1,6 @@
 """The backend protocol (engine/backends/protocol.py), run over two real backends: the local engine
 (``engine.api.Hearth``) and a remote one (tests/remote_backend.py) that runs turns on Hearth's own
-OpenAI-compatible server over HTTP on 127.0.0.1 — the proof of docs/backends.md's "how to add a backend".
+OpenAI-compatible server over HTTP on 127.0.0.1 — the proof of docs/architecture.md's "How to add a backend".
 Then the front ends' text for records with no local part, as a remote backend gives them."""
 
 from __future__ import annotations

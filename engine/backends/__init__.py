@@ -1,5 +1,5 @@
 """Backends: what a front end runs turns on. ``Backend`` (protocol.py) is the seam; ``engine.api.Hearth``
-is the local one (ONNX Runtime in this process). docs/backends.md says how to add another."""
+is the local one (ONNX Runtime in this process). docs/architecture.md ("How to add a backend") says how to add another."""
 
 from engine.backends.protocol import Backend
 

@@ -1,4 +1,4 @@
-"""The storage-tier interface: where saved context lives, whatever holds it (docs/storage-tiers.md).
+"""The storage-tier interface: where saved context lives, whatever holds it (docs/architecture.md, "Storage tiers").
 
 A tier keeps *records*: one conversation's context under one model, a shared prefix, a branch of the
 server's prompt cache, each in the checkpoint format (docs/checkpoint-format.md) and known by a name
