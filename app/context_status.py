@@ -42,7 +42,7 @@ class ContextStatusRegistry(QObject):
             worker.checkpoint_report.connect(self.add_report)
             if events is None:
                 events = self._own_events = EventDispatcher()
-                worker.event.connect(self._on_event)
+                worker.conversation_event.connect(self._on_event)
         if events is not None:
             events.on_each({Rebuilding: lambda e: self.set_rebuilding(e.conversation),
                             Rebuilt: lambda e: self.end_rebuilding(e.conversation),

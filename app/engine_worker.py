@@ -59,8 +59,8 @@ class EngineWorker(QObject):
     # Every conversation event, in order, as one typed object: the engine's (``engine.types``: Waiting,
     # Accepted, Resumed, Progress, Token, Rebuilt, Finished; ChatTokens) or the worker's own records
     # (``app.conversation_events``: Rebuilding, TurnFailed, OpenFailed). ``TurnControl`` dispatches them.
-    # (A signal, not a method: it does not override QObject.event, which PySide calls only for functions.)
-    event = Signal(object)
+    # (Not named ``event``: that would shadow QObject.event, Qt's event handler.)
+    conversation_event = Signal(object)
     cache_states = Signal(object)  # dict[str, ContextState]: the sidebar's badges
     stopped = Signal()
     # saved-context management (the browser)
@@ -214,9 +214,9 @@ class EngineWorker(QObject):
         try:
             self.hearth.run_turn(request, self._event, cancel)
         except HearthError as exc:
-            self.event.emit(TurnFailed(conversation, exc))
+            self.conversation_event.emit(TurnFailed(conversation, exc))
         except Exception as exc:
-            self.event.emit(TurnFailed(conversation, _unexpected("the turn", exc)))
+            self.conversation_event.emit(TurnFailed(conversation, _unexpected("the turn", exc)))
         finally:
             self._turning = False
         self._emit_cache_states()
@@ -231,9 +231,9 @@ class EngineWorker(QObject):
             self.hearth.open_conversation(conversation, self._event, cancel, max_new_tokens=max_new_tokens,
                                           context_policy=policy)
         except HearthError as exc:
-            self.event.emit(OpenFailed(conversation, exc))
+            self.conversation_event.emit(OpenFailed(conversation, exc))
         except Exception as exc:
-            self.event.emit(OpenFailed(conversation, _unexpected("opening the conversation", exc)))
+            self.conversation_event.emit(OpenFailed(conversation, _unexpected("opening the conversation", exc)))
         self._emit_cache_states()
 
     def _view_settings(self, conversation: str) -> tuple[int, str | None]:
@@ -248,10 +248,10 @@ class EngineWorker(QObject):
 
     def _event(self, event: object) -> None:
         """An engine event, as it is, on the one event signal (emitted from this thread, delivered queued)."""
-        self.event.emit(event)
+        self.conversation_event.emit(event)
         if isinstance(event, Resumed):
             if event.resume.source == ResumeSource.REBUILT and not self._turning:  # a turn re-reads as it goes
-                self.event.emit(Rebuilding(event.conversation, event.resume))
+                self.conversation_event.emit(Rebuilding(event.conversation, event.resume))
             if self._turning:  # the chat is live now, as its reply is written: its badge says so at once
                 self._emit_cache_states()
 
@@ -261,7 +261,7 @@ class EngineWorker(QObject):
         try:
             self.hearth.forget(conversation)
         except HearthError as exc:
-            self.event.emit(OpenFailed(conversation, exc))
+            self.conversation_event.emit(OpenFailed(conversation, exc))
         self._emit_cache_states()
 
     # saved context, for the browser -------------------------------------------------------------------
@@ -335,7 +335,7 @@ class EngineWorker(QObject):
         except HearthError as exc:  # the meter keeps its figure until the next turn; nothing else depends on it
             log.warning("could not count the tokens of %s: %s", conversation, exc)
             return
-        self.event.emit(counted)
+        self.conversation_event.emit(counted)
         self._emit_cache_states()
 
     @Slot()

@@ -202,7 +202,7 @@ def window_turn(config, report: SelfTestReport) -> str:
     worker = window.worker
     worker.setup_failed.connect(seen.setup_failed)
     worker.needs_model.connect(seen.needs_model)
-    worker.event.connect(seen.on_event)
+    worker.conversation_event.connect(seen.on_event)
     try:
         window.show()
         _wait(lambda: window.isVisible() and window.windowHandle() is not None and window.windowHandle().isExposed(),

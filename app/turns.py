@@ -104,7 +104,7 @@ class TurnControl(QObject):
         # A turn's events update the bookkeeping here first, then reach the handlers (the pane draws from it).
         self._bookkeeping = {Waiting: self._on_waiting, Accepted: self._on_accepted, Progress: self._on_progress,
                              Token: self._on_token, Finished: self._on_finished, TurnFailed: self._on_failed}
-        host.worker.event.connect(self._on_event)
+        host.worker.conversation_event.connect(self._on_event)
 
     @Slot(object)
     def _on_event(self, event: object) -> None:

@@ -97,7 +97,7 @@ def main() -> None:
     window.show()
     probe = Probe()
     opened = Opened()  # conversations the engine reported live (restored or rebuilt), on the UI thread
-    window.worker.event.connect(opened.on_event)
+    window.worker.conversation_event.connect(opened.on_event)
 
     def wait_until(cond, timeout_s: float = 600) -> None:
         deadline = time.monotonic() + timeout_s

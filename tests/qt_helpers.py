@@ -56,7 +56,7 @@ def on_event(worker, kind: type, fn) -> None:
     """Call ``fn(event)`` on the UI thread for each of the worker's events of type ``kind``."""
     recorder = EventRecorder(kind, fn)
     _recorders.append(recorder)
-    worker.event.connect(recorder.record)
+    worker.conversation_event.connect(recorder.record)
 
 
 def collect_events(worker, kind: type) -> list:

@@ -85,20 +85,20 @@ def test_each_opening_event_reaches_its_handler_for_the_chat_shown_and_none_for_
     for event in (Rebuilding(other, DAMAGED), Progress(other, ProgressPhase.REBUILD, 5, 10),
                   Rebuilt(other, 10, 12.0, False, None), ChatTokens(other, 99, None),
                   OpenFailed(other, HearthError("not this chat's trouble"))):
-        w.worker.event.emit(event)  # from the UI thread: handled at once
+        w.worker.conversation_event.emit(event)  # from the UI thread: handled at once
     assert not w.banner.isVisible() and w.banner.conversation != other
     assert (w.status.resume.text(), w.status.context.text()) == (said, context)
 
-    w.worker.event.emit(Rebuilding(shown, DAMAGED))
+    w.worker.conversation_event.emit(Rebuilding(shown, DAMAGED))
     assert w.banner.isVisible() and w.banner.conversation == shown and "damaged (checksum)" in w.banner.message.text()
     assert w.sidebar.badge(shown) == "rebuilding"  # the window's handler of the same event
-    w.worker.event.emit(Progress(shown, ProgressPhase.REBUILD, 5, 10))
+    w.worker.conversation_event.emit(Progress(shown, ProgressPhase.REBUILD, 5, 10))
     assert w.banner.progress.value() == 5
-    w.worker.event.emit(Rebuilt(shown, 10, 12.0, False, None))
+    w.worker.conversation_event.emit(Rebuilt(shown, 10, 12.0, False, None))
     assert "Rebuilt" in w.banner.message.text() and w.status.context.text() == context_label(10, w.status.limit)
-    w.worker.event.emit(ChatTokens(shown, 99, None))
+    w.worker.conversation_event.emit(ChatTokens(shown, 99, None))
     assert w.status.context.text() == context_label(99, w.status.limit)
-    w.worker.event.emit(OpenFailed(shown, HearthError("this chat's trouble")))
+    w.worker.conversation_event.emit(OpenFailed(shown, HearthError("this chat's trouble")))
     assert w.status.resume.text() == "⚠ this chat's trouble"
 
 

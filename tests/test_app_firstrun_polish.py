@@ -155,7 +155,7 @@ def rebuild_after_truncation(qtbot, windows, config):
 
     w = windows(wait_ready=False)  # reopens the last chat, finds the file cut short, rebuilds
     said: dict[str, list] = {"rebuilding": [], "rebuilt": [], "progress": []}
-    w.worker.event.connect(lambda e: said["progress"].append((e.done, e.total))  # on the engine thread
+    w.worker.conversation_event.connect(lambda e: said["progress"].append((e.done, e.total))  # on the engine thread
                            if isinstance(e, Progress) and e.phase == ProgressPhase.REBUILD else None)
     on_event(w.worker, Rebuilding, lambda _e: said["rebuilding"].append(
         (w.banner.message.text(), w.status.resume.text())))
