@@ -48,7 +48,8 @@ def test_send_streams_the_reply_and_saves_the_turn(qtbot, windows):
     w.new_chat()
     use_settings(w, GREEDY)
     tokens: list = []
-    w.worker.conversation_event.connect(lambda e: tokens.append(e) if isinstance(e, Token) else None)  # counted on the engine thread
+    # counted on the engine thread
+    w.worker.conversation_event.connect(lambda e: tokens.append(e) if isinstance(e, Token) else None)
     send(qtbot, w, "hello there")
     assert w.composer.toPlainText() == ""  # Enter sent it
     wait_idle(qtbot, w)
