@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.checkpoint.block_store import BlockStore
 from engine.checkpoint.format import ENCODINGS, CheckpointError, Identity
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
@@ -18,7 +19,7 @@ __all__ = ["KV_ENCODINGS", "checkpoint_store", "describe_checkpoint", "model_ide
 
 def checkpoint_store(paths: HearthPaths) -> CheckpointStore:
     """The data dir's checkpoint store, opened on its own (it works while the conversation database is damaged)."""
-    return CheckpointStore(paths.checkpoints)
+    return BlockStore(paths.checkpoints)
 
 
 def describe_checkpoint(path: Path) -> dict:

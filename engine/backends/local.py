@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.checkpoint.block_store import BlockStore
 from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore
 from engine.errors import (
@@ -306,7 +307,7 @@ class Hearth:
     def checkpoints(self) -> CheckpointStore:
         if self._checkpoints is None:
             self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
-            self._checkpoints = CheckpointStore(self.paths.checkpoints)
+            self._checkpoints = BlockStore(self.paths.checkpoints)
         return self._checkpoints
 
     def conversation_summaries(self, ids: Sequence[str] | None = None) -> list[ConversationSummary]:

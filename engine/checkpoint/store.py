@@ -232,11 +232,15 @@ class CheckpointStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.executescript(_SCHEMA)
                 self._add_label_column()
+                self._extra_schema()
                 self.remove_stale_temp_files()
                 self.reconcile()
         except BaseException:
             self._db.close()
             raise
+
+    def _extra_schema(self) -> None:
+        """Tables a tier built on this one keeps in the same index (the block store's nodes)."""
 
     def _set_aside(self, index: Path) -> None:
         """Move a damaged index aside (one copy, replacing an older one) with its WAL files, under the lock."""
@@ -324,7 +328,7 @@ class CheckpointStore:
             self._adopt_legacy()
             on_disk = {p.name for p in self.root.glob(f"*{SUFFIX}") if not p.name.startswith(".")}
             with self._sql() as db:
-                known = {row[0] for row in db.execute("SELECT name FROM entries")}
+                known = {row[0] for row in db.execute("SELECT name FROM entries") if row[0].endswith(SUFFIX)}
                 for name in known - on_disk:
                     db.execute("DELETE FROM entries WHERE name = ?", (name,))
                 unlabelled = [row[0] for row in db.execute(

@@ -18,11 +18,14 @@ so nothing here knows whether the cache is on a CPU or a GPU, or in which elemen
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
 
 from engine.checkpoint.adaptive import Throughput
+from engine.checkpoint.block_store import BlockStore
+from engine.checkpoint.chain import Frontier
 from engine.checkpoint.format import CheckpointError, Identity, Reason, RecordInfo
 from engine.checkpoint.lock import StoreBusyError
 from engine.checkpoint.store import Entry
@@ -34,6 +37,9 @@ from engine.session.reports import COLD, DISK, LIVE, MIN_PREFIX_TOKENS, REBUILT,
 from engine.session.saving import FileStates
 
 log = logging.getLogger(__name__)
+# Below this many bytes of prompt left to read, looking for stored blocks (tokenizing the rest, walking
+# the index) costs about what it could save.
+MIN_MATCH_BYTES = 256
 
 
 def tier_list(tiers: StorageTier | Sequence[StorageTier]) -> list[StorageTier]:
@@ -70,6 +76,13 @@ class Restorer:
             if loaded:
                 report.source, report.restored_tokens = DISK, loaded
                 break
+        for tier in self.tiers:  # then the longest run of stored blocks, whoever saved them
+            if isinstance(tier, BlockStore):
+                loaded, problem = self._restore_blocks(tier, text, lead, report)
+                failure = failure or problem
+                if loaded:
+                    report.source, report.restored_tokens, report.shared_prefix = DISK, loaded, True
+                    break
         if len(engine.tokens) < MIN_PREFIX_TOKENS:  # then a shared prefix, tier by tier
             for tier in self.tiers:
                 loaded = self._restore_shared_prefix(tier, text, lead, report)
@@ -140,6 +153,70 @@ class Restorer:
             if failure is not None:
                 log.warning("shared prefix %s unusable (%s); trying the next", e.name, failure)
         return 0
+
+    def _restore_blocks(self, tier: BlockStore, text: bytes, lead: list[int],
+                        report: ResumeReport) -> tuple[int, CheckpointError | None]:
+        """Load the stored blocks spelling the longest start of the prompt, when they hold more than the
+        KV does (a new chat on a document another chat read, an API request, an edited branch)."""
+        engine = self.engine
+        tokenizer = engine.tokenizer
+        have = len(engine.tokens)
+        spelled = spelled_len(tokenizer, engine.tokens, len(lead))
+        if len(text) - spelled < MIN_MATCH_BYTES:
+            return 0, None
+        try:
+            rest = tokenizer.encode(text[spelled:].decode("utf-8"))
+        except UnicodeDecodeError:
+            return 0, None
+        tokens = (list(engine.tokens) if have else list(lead)) + rest
+        match = tier.match(self.identity, tier.kv_encoding, tokens)
+        if match is None or match.tokens < have + MIN_PREFIX_TOKENS:
+            return 0, None
+        if not self._worth_restoring_bytes(tier.match_bytes(match), match.tokens, have, report):
+            return 0, None
+        started = time.perf_counter()
+        engine.reset(keep_buffers=True)
+        self.dirty, self.origins = False, []
+        try:
+            with tier.lock.held():
+                problem = self._load_match(tier, match, tokens, lead)
+        except StoreBusyError as exc:
+            log.warning("%s", exc)
+            engine.reset()
+            return 0, None
+        loaded = len(engine.tokens)
+        if loaded:
+            self.throughput.record_restore(tier.match_bytes(match), (time.perf_counter() - started) * 1000)
+            log.info("restored %d tokens from %d stored blocks", loaded, len(match.nodes))
+        return loaded, problem
+
+    def _load_match(self, tier: BlockStore, match, tokens: list[int], lead: list[int]) -> CheckpointError | None:
+        engine = self.engine
+        m = match.tokens
+        spelled = token_text(engine.tokenizer, tokens[:m], len(lead))
+        frontier = Frontier(m, len(spelled), hashlib.sha256(spelled).digest(), 0, "prefix")
+        with tier.open_match(match, frontier) as reader:
+            records, problem = reader.scan()
+            if not records:
+                return problem
+            try:
+                stored = reader.read_tokens(records[0], engine.tokenizer.vocab_size)
+            except CheckpointError as exc:
+                return exc
+            if stored != tokens[:m]:
+                return CheckpointError(Reason.PREFIX_MISMATCH, "stored blocks do not hold the prompt's tokens")
+            rows = reader.rows(records)
+            end = engine.cache.write_rows(0, m, rows)
+            engine.tokens[:] = stored[:end]
+        keep, _ = reusable(engine.tokenizer, engine.tokens, lead, spelled)  # back to a character boundary
+        if keep < len(engine.tokens):
+            engine.truncate(keep)
+        return rows.problem
+
+    def _worth_restoring_bytes(self, nbytes: int, tokens: int, have: int, report: ResumeReport) -> bool:
+        est = self.throughput.estimate(nbytes, tokens - have)
+        report.restore_estimate_ms, report.prefill_estimate_ms = est.restore_ms, est.prefill_ms
+        return est.restore_wins or not self.adaptive
 
     # loading one file ------------------------------------------------------------------------------------
     def load(self, entry: Entry, text: bytes, lead: list[int], conversation: str | None,
