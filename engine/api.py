@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from engine.backends.local import Hearth, model_key_for, open_conversations
 from engine.backends.protocol import Backend
 from engine.chat_messages import validate_messages
+from engine.checkpoint.block_store import BlockStore
 from engine.checkpoint.store import CheckpointStore
 from engine.conversations import ConversationStore, check_id
 from engine.database_files import (
@@ -124,7 +125,8 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
 __all__ += [
     "MAX_CONTEXT_LENGTH", "ModelFileInfo", "catalog_entry", "convert_model_file", "fetch_catalog_model",
     "inspect_model_file", "resolve_model_file", "size_words", "tokenize_file", "tokenizer_file",
-    "KV_ENCODINGS", "CheckpointStore", "checkpoint_store", "describe_checkpoint", "model_identity", "verify_checkpoint",
+    "KV_ENCODINGS", "BlockStore", "CheckpointStore", "checkpoint_store",
+    "describe_checkpoint", "model_identity", "verify_checkpoint",
     "DbCheck", "SoundDatabaseError", "backup_database_file", "check_database_file", "database_file_problem",
     "database_way_out", "restore_database_file", "salvage_database_file",
     "open_regular", "validate_messages",

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.checkpoint.block_store import BlockStore
+from engine.checkpoint.chain import open_saved
 from engine.checkpoint.format import ENCODINGS, CheckpointError, Identity
-from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.status import checkpoint_status
-from engine.checkpoint.store import CheckpointStore
 from engine.paths import HearthPaths
 
 KV_ENCODINGS = ENCODINGS
@@ -17,7 +16,7 @@ KV_ENCODINGS = ENCODINGS
 __all__ = ["KV_ENCODINGS", "checkpoint_store", "describe_checkpoint", "model_identity", "verify_checkpoint"]
 
 
-def checkpoint_store(paths: HearthPaths) -> CheckpointStore:
+def checkpoint_store(paths: HearthPaths) -> BlockStore:
     """The data dir's checkpoint store, opened on its own (it works while the conversation database is damaged)."""
     return BlockStore(paths.checkpoints)
 
@@ -26,7 +25,7 @@ def describe_checkpoint(path: Path) -> dict:
     """Header and record headers of a checkpoint, as far as they can be read (no model needed)."""
     out: dict = {"path": str(path)}
     try:
-        with CheckpointReader(path) as reader:
+        with open_saved(path) as reader:
             h = reader.read_header()
             out["size"] = reader.size
             out["header"] = {"version": h.version, "layout": h.layout, "encoding": h.encoding, "dtype": h.shape.dtype,

@@ -533,6 +533,10 @@ class StoreUsage:
     # ``bytes`` per kind of file: "conversation" (what the browser's rows show, for each chat's model),
     # "prefix" (shared system prompts), "api" (the local server's prompt cache), "orphan" (leftovers)
     by_kind: Mapping[str, int] = field(default_factory=dict)
+    # the block store: bytes of blocks more than one saved context uses (counted once in ``bytes``), and
+    # bytes it has written since it was made (a save writes only blocks no record held yet)
+    shared: int = 0
+    written: int = 0
 
 
 @dataclass(frozen=True)

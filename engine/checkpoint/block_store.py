@@ -51,6 +51,7 @@ from engine.checkpoint.store import (
     SUFFIX,
     CheckpointStore,
     Entry,
+    Share,
     conversation_file,
     conversation_key,
     eviction_order,
@@ -120,15 +121,6 @@ class Match:
         return self.nodes[-1].end if self.nodes else 0
 
 
-@dataclass(frozen=True)
-class Share:
-    """A record's part of the store: ``bytes`` its share (each block divided among its users, so the
-    shares add up to the total), ``shared`` the bytes of its blocks other records use too."""
-
-    bytes: int
-    shared: int
-
-
 def _common(a: np.ndarray, b: np.ndarray) -> int:
     n = min(a.size, b.size)
     diff = np.flatnonzero(a[:n] != b[:n])
@@ -145,6 +137,7 @@ class BlockStore(CheckpointStore):
         if block_tokens < 1:
             raise ValueError("a block holds at least one token")
         self.block_tokens = block_tokens
+        self.min_shared = max(1, min(MIN_SHARED_TOKENS, block_tokens // 4))
         self.blocks_root = Path(root) / BLOCKS_DIR
         super().__init__(root, budget_bytes, lock_timeout_s)
 
@@ -208,12 +201,12 @@ class BlockStore(CheckpointStore):
             if node is None or n == 0:
                 break
             if n < node.n_tokens:  # they part inside this block: its first rows
-                if n >= MIN_SHARED_TOKENS or not nodes:
+                if n >= self.min_shared or not nodes:
                     nodes.append(Node(node_id(parent, pos, want[pos : pos + n]), parent, pos, pos + n, node.physical))
                 break
             nodes.append(node)
             parent, pos = node.id, node.end
-        if not nodes or nodes[-1].end < MIN_SHARED_TOKENS:
+        if not nodes or nodes[-1].end < self.min_shared:
             return None
         header = writer.new_header(identity, encoding)
         return Match(nodes, header)
@@ -260,7 +253,7 @@ class BlockStore(CheckpointStore):
                 if stored is not None and n == stored.n_tokens:
                     node = stored  # the same tokens after the same blocks: the same rows
                     reused += stored.n_tokens
-                elif stored is not None and n >= MIN_SHARED_TOKENS:
+                elif stored is not None and n >= self.min_shared:
                     node = Node(node_id(parent, pos, rest[:n]), parent, pos, pos + n, stored.physical)
                     self._insert_node(node, rest[:n])
                     reused += n
@@ -438,6 +431,10 @@ class BlockStore(CheckpointStore):
             return int(db.execute(
                 "SELECT COALESCE(SUM(bytes), 0) FROM blocks WHERE id IN (SELECT n.physical FROM chain_nodes c "
                 "JOIN nodes n ON n.id = c.node GROUP BY n.physical HAVING COUNT(DISTINCT c.name) > 1)").fetchone()[0])
+
+    def block_count(self) -> int:
+        with self._sql() as db:
+            return int(db.execute("SELECT COUNT(*) FROM blocks").fetchone()[0])
 
     def bytes_by_kind(self) -> dict[str, int]:
         shares = self.shares()

@@ -37,7 +37,7 @@ from engine.checkpoint.format import (
     unpack_header,
     xxh,
 )
-from engine.checkpoint.reader import check_identity, io_error
+from engine.checkpoint.reader import CheckpointReader, check_identity, io_error
 from engine.fsutil import open_regular
 from engine.runtime.kv_protocol import BlocksFn
 
@@ -144,6 +144,15 @@ def read_chain(path: Path, max_bytes: int) -> Chain:
     if len(data) > max_bytes:
         raise CheckpointError(Reason.TOO_LARGE, f"{path.name} is larger than any chain file")
     return unpack_chain(data, path.name)
+
+
+def open_saved(path: Path) -> ChainReader | CheckpointReader:
+    """A reader over a saved-context file given by path: a chain file (its blocks beside it, in the
+    store's ``blocks`` folder) or a checkpoint file."""
+    path = Path(path)
+    if path.name.endswith(CHAIN_SUFFIX):
+        return ChainReader(path.parent / "blocks", path)
+    return CheckpointReader(path)
 
 
 class ChainReader:

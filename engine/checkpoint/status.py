@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.checkpoint.chain import open_saved
 from engine.checkpoint.format import CheckpointError, Identity, Reason
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.tier import StorageTier
@@ -21,7 +22,7 @@ def checkpoint_status(path: Path | Callable[[], CheckpointReader], identity: Ide
     checkpoint file, or an opener of a tier's record (``record_status``)."""
     tokens = 0
     try:
-        with (path() if callable(path) else CheckpointReader(path)) as reader:
+        with (path() if callable(path) else open_saved(path)) as reader:
             reader.read_header()
             if identity is not None:
                 reader.check_identity(identity)

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -186,6 +187,16 @@ def unknown_entry(name: str, open_reader: Callable[[], CheckpointReader], size: 
                  last.text_sha if last else b"", size, header.model_fp if header else b"",
                  created, (header.last_used_ms if header else 0) or created, header.hits if header else 0,
                  False, header.label if header else "")
+
+
+@dataclass(frozen=True)
+class Share:
+    """A record's part of a store: ``bytes`` its share (the block store divides each block among the
+    records that use it, so the shares add up to the total), ``shared`` the bytes of its blocks other
+    records use too."""
+
+    bytes: int
+    shared: int
 
 
 class CheckpointStore:
@@ -472,6 +483,20 @@ class CheckpointStore:
         server's prompt cache), "orphan" (leftovers Reclaim removes)."""
         with self._sql() as db:
             return {kind: int(n) for kind, n in db.execute("SELECT kind, SUM(bytes) FROM entries GROUP BY kind")}
+
+    def shares(self) -> dict[str, Share]:
+        """Each record's part of the total (here: its file) and the bytes it shares (none: files share nothing)."""
+        return {e.name: Share(e.bytes, 0) for e in self.entries()}
+
+    def shared_bytes(self) -> int:
+        return 0
+
+    def block_count(self) -> int:
+        return 0
+
+    def stats(self) -> dict[str, int]:
+        """Counters of what the store wrote (the block store keeps them; files keep none)."""
+        return {}
 
     # removal ------------------------------------------------------------------------------------------
     def remove(self, name: str, why: str = "") -> None:

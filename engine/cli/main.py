@@ -282,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")
     ls = ksub.add_parser("ls", parents=[common], help="checkpoints in the store")
     ls.set_defaults(func=cli_store.cmd_kv_ls)
+    usage = ksub.add_parser("usage", parents=[common], help="unique, shared and written bytes of the saved context")
+    usage.set_defaults(func=cli_store.cmd_kv_usage)
     inspect = ksub.add_parser("inspect", parents=[common], help="header and records of one checkpoint file")
     inspect.add_argument("path")
     inspect.set_defaults(func=cli_store.cmd_kv_inspect)

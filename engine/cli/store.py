@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine.api import (
     KV_ENCODINGS,
-    CheckpointStore,
+    BlockStore,
     ConversationStore,
     DuplicatePolicy,
     Hearth,
@@ -53,13 +53,13 @@ from engine.types import ContextPolicy, ConversationSummary, Finished, Token, Tu
 log = logging.getLogger(__name__)
 
 
-def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, CheckpointStore]:
+def open_stores(args: argparse.Namespace) -> tuple[ConversationStore, BlockStore]:
     """(The conversation store, the checkpoint store) of the data dir."""
     paths = data_paths(args)
     return open_conversations(paths, backup=True), checkpoint_store(paths)
 
 
-def open_checkpoints(args: argparse.Namespace) -> CheckpointStore:
+def open_checkpoints(args: argparse.Namespace) -> BlockStore:
     """The checkpoint store alone: the kv commands keep working while the conversation database is damaged."""
     return checkpoint_store(data_paths(args))
 
@@ -265,17 +265,47 @@ def cmd_conversations_import(args: argparse.Namespace) -> int:
 def cmd_kv_ls(args: argparse.Namespace) -> int:
     store = open_checkpoints(args)
     gone = store.models.gone()
-    entries = [{"name": e.name, "path": str(store.path(e.name)), "conversation": e.conversation, "kind": e.kind,
-                "tokens": e.tokens, "bytes": e.bytes, "hits": e.hits, "created_ms": e.created_ms,
-                "last_used_ms": e.last_used_ms, "pinned": e.pinned, "model": store.model_label(e) or None,
-                "model_fingerprint": e.model_fp.hex() or None, "model_gone": e.model_fp in gone}
-               for e in store.entries()]
-    payload = {"store": str(store.root), "bytes": store.total_bytes(), "budget": store.budget_bytes, "entries": entries}
-    lines = [f"{e['name']}  {e['kind']:<12} {e['tokens']:>7} tok {e['bytes'] / 2**20:>8.1f} MiB  "
+    shares = store.shares()
+    entries = []
+    for e in store.entries():
+        share = shares.get(e.name)
+        entries.append({"name": e.name, "path": str(store.path(e.name)), "conversation": e.conversation, "kind": e.kind,
+                        "tokens": e.tokens, "bytes": share.bytes if share else e.bytes,
+                        "shared_bytes": share.shared if share else 0, "read_bytes": e.bytes, "hits": e.hits,
+                        "created_ms": e.created_ms, "last_used_ms": e.last_used_ms, "pinned": e.pinned,
+                        "model": store.model_label(e) or None, "model_fingerprint": e.model_fp.hex() or None,
+                        "model_gone": e.model_fp in gone})
+    payload = {"store": str(store.root), **usage_numbers(store), "entries": entries}
+    lines = [f"{e['name']}  {e['kind']:<12} {e['tokens']:>7} tok {e['bytes'] / 2**20:>8.1f} MiB"
+             f"{' (' + format(e['shared_bytes'] / 2**20, '.1f') + ' MiB shared)' if e['shared_bytes'] else '':<20}  "
              f"{(e['model'] or 'unknown model') + (' (gone)' if e['model_gone'] else ''):<36} {e['conversation'] or ''}"
              for e in entries]
-    lines.append(f"{len(entries)} checkpoint(s), {payload['bytes'] / 2**20:.1f} MiB of {store.budget_bytes / 2**20:.0f} MiB")
+    lines.append(f"{len(entries)} saved context(s), {payload['bytes'] / 2**20:.1f} MiB of {store.budget_bytes / 2**20:.0f} MiB"
+                 f" ({payload['shared_bytes'] / 2**20:.1f} MiB of it shared between contexts)")
     emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def usage_numbers(store: BlockStore) -> dict:
+    """What the store holds: unique bytes (each block once), shared bytes (blocks more than one saved
+    context uses), bytes written since the store was made, the budget, by kind and block counts."""
+    stats = store.stats()
+    return {"bytes": store.total_bytes(), "unique_bytes": store.total_bytes(), "shared_bytes": store.shared_bytes(),
+            "written_bytes": stats.get("bytes_written", 0), "reused_tokens": stats.get("tokens_reused", 0),
+            "budget": store.budget_bytes, "by_kind": store.bytes_by_kind(), "blocks": store.block_count()}
+
+
+def cmd_kv_usage(args: argparse.Namespace) -> int:
+    store = open_checkpoints(args)
+    u = usage_numbers(store)
+    mib = 2 ** 20
+    lines = [f"saved context: {u['unique_bytes'] / mib:.1f} MiB of {u['budget'] / mib:.0f} MiB "
+             f"({u['blocks']} blocks, each stored once)",
+             f"  shared between contexts: {u['shared_bytes'] / mib:.1f} MiB",
+             f"  written since the store was made: {u['written_bytes'] / mib:.1f} MiB "
+             f"({u['reused_tokens']:,} tokens reused instead of written)"]
+    lines += [f"  {kind}: {n / mib:.1f} MiB" for kind, n in sorted(u["by_kind"].items())]
+    emit(args, u, "\n".join(lines))
     return 0
 
 

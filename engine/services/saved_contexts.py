@@ -43,6 +43,16 @@ class SavedContexts:
 
     def __init__(self, backend: LocalBackend):
         self.backend = backend
+        self._shares: dict | None = None
+
+    def _bytes(self, entry: Entry) -> int:
+        """The entry's part of the store's total: its share of each block it uses (the block store divides a
+        shared block among its users), so the browser's rows add up to the total it shows."""
+        store = self.backend.checkpoints
+        if self._shares is None:
+            self._shares = store.shares()
+        share = self._shares.get(entry.name)
+        return share.bytes if share is not None else entry.bytes
 
     @property
     def _sessions(self):
@@ -100,19 +110,19 @@ class SavedContexts:
             label = store.model_label(entry) or "another model"
             return ContextStatus(conversation, ContextHealth.STALE, "model_mismatch",
                                  f"saved by {label}, not the loaded model: kept for when {label} runs it again",
-                                 entry.tokens, entry.bytes, label, self._kept_for_others(every, entry))
+                                 entry.tokens, self._bytes(entry), label, self._kept_for_others(every, entry))
         sessions = self._sessions
         identity = sessions.identity if sessions is not None else None
         vocab = sessions.engine.tokenizer.vocab_size if sessions is not None else None
         status, problem, tokens = record_status(store, entry.name, identity, vocab, full)
         return ContextStatus(conversation, ContextHealth(status), problem.reason if problem else None,
-                             str(problem) if problem else "", tokens, entry.bytes, store.model_label(entry),
+                             str(problem) if problem else "", tokens, self._bytes(entry), store.model_label(entry),
                              self._kept_for_others(every, entry))
 
     def _kept_for_others(self, every: Sequence[Entry], checked: Entry) -> tuple[tuple[str, int], ...]:
         """(model in words, bytes) of the chat's saved contexts besides the one checked: kept for when those
         models run it again, and on disk all the same (the browser's row counts them, so rows and total agree)."""
-        return tuple((self.backend.checkpoints.model_label(e) or "another model", e.bytes) for e in every
+        return tuple((self.backend.checkpoints.model_label(e) or "another model", self._bytes(e)) for e in every
                      if e.name != checked.name)
 
     def inspect_contexts(self, conversations: Sequence[str], full: bool = False, cancel: CancelToken | None = None,
@@ -154,7 +164,9 @@ class SavedContexts:
     # the store's size, budget and leftovers -----------------------------------------------------------------
     def usage(self) -> StoreUsage:
         store = self.backend.checkpoints
-        return StoreUsage(store.total_bytes(), store.budget_bytes, store.bytes_by_kind())
+        self._shares = None  # the usage is read after changes: shares too
+        return StoreUsage(store.total_bytes(), store.budget_bytes, store.bytes_by_kind(), store.shared_bytes(),
+                          store.stats().get("bytes_written", 0))
 
     def drop_contexts(self, conversations: Iterable[str]) -> StoreUsage:
         """Delete saved context but keep the chats (their context is rebuilt when next used)."""

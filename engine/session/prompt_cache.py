@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.checkpoint.chain import CHAIN_SUFFIX
 from engine.checkpoint.format import CheckpointError
 from engine.checkpoint.store import API_NAME_PREFIX, API_OWNER_MARK, SUFFIX, Entry, is_api_owner, model_tag
 from engine.generation import CancelToken
@@ -115,13 +116,14 @@ class PromptCache:
         """The thread's branches under the loaded model, by the index (file names, not owners: the index
         may have lost the owner)."""
         tag = model_tag(self.sessions.identity.model_fp)
-        head, tail = f"{API_NAME_PREFIX}{key}-", f"-{tag}{SUFFIX}"
-        found = []
-        for e in self.sessions.store.entries(kind="api"):
-            middle = e.name[len(head): -len(tail)]
-            if e.name.startswith(head) and e.name.endswith(tail) and _BRANCH.fullmatch(middle):
-                found.append(Branch(branch_owner(key, int(middle)), int(middle), e))
-        return found
+        head = f"{API_NAME_PREFIX}{key}-"
+        found: dict[int, Branch] = {}
+        for tail in (f"-{tag}{SUFFIX}", f"-{tag}{CHAIN_SUFFIX}"):  # a checkpoint file, then its chain if both
+            for e in self.sessions.store.entries(kind="api"):
+                middle = e.name[len(head): -len(tail)]
+                if e.name.startswith(head) and e.name.endswith(tail) and _BRANCH.fullmatch(middle):
+                    found[int(middle)] = Branch(branch_owner(key, int(middle)), int(middle), e)
+        return list(found.values())
 
     def prepare(self, key: str, text: bytes, messages: list[dict] | None,
                 cancel: CancelToken | None = None) -> Prepared:

@@ -39,7 +39,7 @@ from engine.session.saving import FileStates
 log = logging.getLogger(__name__)
 # Below this many bytes of prompt left to read, looking for stored blocks (tokenizing the rest, walking
 # the index) costs about what it could save.
-MIN_MATCH_BYTES = 256
+MIN_MATCH_BYTES = 64
 
 
 def tier_list(tiers: StorageTier | Sequence[StorageTier]) -> list[StorageTier]:
