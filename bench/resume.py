@@ -2,6 +2,11 @@
 a cold prefill, save cost per turn, and checkpoint bytes per token, on the default model.
 
     python bench/resume.py [--data-dir DIR] [--sizes 512,2048,8000] [--weights int4] [--provider cpu]
+                           [--store blocks|file|both]
+
+``--store``: the block store Hearth saves to (content-addressed blocks, docs/checkpoint-format.md §11),
+the file store of one checkpoint file per record, or both side by side in one run (alternating, each
+size measured on both) with the ratios block store ÷ files.
 
 For each size a conversation of about that many tokens is built from fixed text, in one process, in
 one run, so the ratios are fair:
@@ -58,13 +63,27 @@ def drop_page_cache() -> bool:
         return False
 
 
-def measure(engine, size: int, workdir: Path) -> dict:
-    from engine.checkpoint.store import CheckpointStore, conversation_file
+def store_kind(kind: str):
+    from engine.checkpoint.block_store import BlockStore
+    from engine.checkpoint.store import CheckpointStore
+
+    return BlockStore if kind == "blocks" else CheckpointStore
+
+
+def record_bytes(store, name: str) -> int:
+    """What the record takes on disk: its file, or (block store) its blocks and chain file."""
+    if hasattr(store, "blocks_root") and name.endswith(".hkc"):
+        return store.total_bytes() + store.path(name).stat().st_size
+    return store.path(name).stat().st_size
+
+
+def measure(engine, size: int, workdir: Path, kind: str = "blocks") -> dict:
     from engine.session import ChatSessions
 
+    CheckpointStore = store_kind(kind)  # noqa: N806 - the store class under test
     msgs = conversation_of(engine, size)
-    store_dir = workdir / f"store-{size}"
-    out: dict = {"target_tokens": size}
+    store_dir = workdir / f"store-{kind}-{size}"
+    out: dict = {"target_tokens": size, "store": kind}
 
     # cold: nothing on disk
     s = ChatSessions(engine, CheckpointStore(store_dir), adaptive=False)
@@ -77,7 +96,8 @@ def measure(engine, size: int, workdir: Path) -> dict:
     # a save of the whole context into a new file (the cold prefill above already saved at every
     # 2,048-token frontier, so drop that file first), then one turn appended: its own rows only
     s.save("turn")
-    s.store.remove(conversation_file("c", s.identity.model_fp))
+    name = s.store.record_name("c", s.identity.model_fp)
+    s.store.remove(name)
     full = s.save("turn")
     out["full_save_ms"], out["full_save_bytes"] = full.elapsed_ms, full.bytes_written
     follow = msgs + [{"role": "assistant", "content": paragraph(99, 40)},
@@ -85,11 +105,13 @@ def measure(engine, size: int, workdir: Path) -> dict:
     _, follow_prompt, _ = s.sync("c", follow)
     append = s.save("turn")
     out["append_tokens"], out["append_bytes"], out["append_ms"] = append.new_tokens, append.bytes_written, append.elapsed_ms
-    path = store_dir / conversation_file("c", s.identity.model_fp)
-    out["file_bytes"] = path.stat().st_size
+    out["file_bytes"] = record_bytes(s.store, name)
     shape = s.identity.shape
     out["bytes_per_token"] = out["file_bytes"] / len(follow_prompt)
     out["minimum_bytes_per_token"] = shape.bytes_per_token
+    # bytes a save wrote per new token against the KV's own size per token (the goal: within 5%)
+    out["append_write_ratio"] = append.bytes_written / max(1, append.new_tokens) / shape.bytes_per_token
+    out["full_save_write_ratio"] = full.bytes_written / max(1, out["tokens"]) / shape.bytes_per_token
     out["overhead_pct"] = (out["bytes_per_token"] / shape.bytes_per_token - 1) * 100
 
     # resume: a new session on a warm page cache, then the new message. The first time into fresh
@@ -118,7 +140,7 @@ def measure(engine, size: int, workdir: Path) -> dict:
 
     # cold prefill of the same final prompt, for a like-for-like ratio
     engine.reset()
-    cold = ChatSessions(engine, CheckpointStore(workdir / f"cold-{size}"), adaptive=False)
+    cold = ChatSessions(engine, CheckpointStore(workdir / f"cold-{kind}-{size}"), adaptive=False)
     t = time.perf_counter()
     cold.sync("c", again)
     out["cold_ttft_same_prompt_ms"] = (time.perf_counter() - t) * 1000
@@ -139,6 +161,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="512,2048,8000")
     ap.add_argument("--weights", default="int4")
     ap.add_argument("--provider", default="cpu")
+    ap.add_argument("--store", choices=("blocks", "file", "both"), default="blocks")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "resume.json"))
     args = ap.parse_args()
 
@@ -151,24 +174,41 @@ def main() -> None:
     engine.reset()
     rows = []
     with tempfile.TemporaryDirectory(prefix="hearth-resume-") as tmp:
+        kinds = ("file", "blocks") if args.store == "both" else (args.store,)
         for size in (int(x) for x in args.sizes.split(",")):
-            rows.append(measure(engine, size, Path(tmp)))
-            print(f"measured {size}", file=sys.stderr)
+            for kind in kinds:
+                rows.append(measure(engine, size, Path(tmp), kind))
+                print(f"measured {size} ({kind})", file=sys.stderr)
 
-    header = ("tokens", "cold TTFT ms", "resume TTFT ms", "TTFT ratio", "restore+verify ms", "vs prefill",
+    header = ("store", "tokens", "cold TTFT ms", "resume TTFT ms", "TTFT ratio", "restore+verify ms", "vs prefill",
               "after restart ms", "cold-cache ms", "GB/s", "append tok", "append bytes", "append ms", "full save ms",
               "B/token", "overhead")
     print(" | ".join(header))
     for r in rows:
         print(" | ".join([
-            f"{r['tokens']}", f"{r['cold_ttft_same_prompt_ms']:.0f}", f"{r['resume_ttft_ms']:.1f}",
+            r["store"], f"{r['tokens']}", f"{r['cold_ttft_same_prompt_ms']:.0f}", f"{r['resume_ttft_ms']:.1f}",
             f"{r['speedup']:.0f}×", f"{r['restore_verify_ms']:.1f}", f"{r['restore_vs_prefill']:.0f}×",
             f"{r['restart_restore_verify_ms']:.1f}",
             f"{r.get('restore_verify_cold_cache_ms', float('nan')):.1f}", f"{r['restore_gb_s']:.2f}",
             f"{r['append_tokens']}", f"{r['append_bytes']}", f"{r['append_ms']:.1f}", f"{r['full_save_ms']:.1f}",
             f"{r['bytes_per_token']:.0f}", f"{r['overhead_pct']:.2f}%"]))
+    ratios = []
+    for b in (r for r in rows if r["store"] == "blocks"):
+        f = next((r for r in rows if r["store"] == "file" and r["target_tokens"] == b["target_tokens"]), None)
+        if f is None:
+            continue
+        ratio = {"tokens": b["tokens"], "restore_verify": b["restore_verify_ms"] / f["restore_verify_ms"],
+                 "restart_restore_verify": b["restart_restore_verify_ms"] / f["restart_restore_verify_ms"],
+                 "resume_ttft": b["resume_ttft_ms"] / f["resume_ttft_ms"],
+                 "append_bytes": b["append_bytes"] / max(1, f["append_bytes"])}
+        if "restore_verify_cold_cache_ms" in b and "restore_verify_cold_cache_ms" in f:
+            ratio["restore_verify_cold_cache"] = b["restore_verify_cold_cache_ms"] / f["restore_verify_cold_cache_ms"]
+        ratios.append(ratio)
+        print(f"block store ÷ files at {b['tokens']} tokens: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in ratio.items() if k != "tokens"))
     result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-              "weights": converted.precision, "provider": engine.provider, "rows": rows}
+              "weights": converted.precision, "provider": engine.provider, "rows": rows,
+              "ratios": ratios}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -127,7 +127,8 @@ def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: Stora
         if status != VALID:
             reason = problem.reason if problem else status
             raise _Refused(reason, f"{PLAIN_WORDS.get(reason, reason)} ({problem})")
-        store.install(tmp, owner, identity.model_fp)
+        # a context this installation signed may be shared with other chats; one the user trusts may not
+        store.install(tmp, owner, identity.model_fp, isolated=expected is None)
 
 
 def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, store: StorageTier, identity: Identity,

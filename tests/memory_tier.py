@@ -166,6 +166,9 @@ class MemoryTier:
             self._index.pop(name, None)
             self._version.pop(name, None)
 
+    def discard(self, name: str, why: str) -> None:
+        self.remove(name, why)
+
     def delete_conversation(self, conversation: str) -> int:
         key = conversation_key(conversation)
         names = {n for n in self._data if n.startswith(key)} | {
@@ -220,6 +223,6 @@ class MemoryTier:
         with tempfile.TemporaryDirectory(dir=self.side_dir) as tmp:
             yield Path(tmp) / conversation_file(owner, model_fp)
 
-    def install(self, staged: Path, owner: str, model_fp: bytes) -> Entry | None:
+    def install(self, staged: Path, owner: str, model_fp: bytes, isolated: bool = False) -> Entry | None:
         self.plant(conversation_file(owner, model_fp), Path(staged).read_bytes())
         return self.conversation_entry(owner, model_fp)

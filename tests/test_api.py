@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from engine.api import Hearth, open_conversations, resolve_paths, saved_contexts
-from engine.checkpoint.store import CheckpointStore
+from engine.checkpoint.block_store import BlockStore
 from engine.conversations import ConversationStore
 from engine.errors import (
     ConversationBusyError,
@@ -397,7 +397,7 @@ def test_a_full_disk_says_so_and_keeps_what_was_stored(tiny_home, tiny_gguf):
     store.append("full", "user", "an earlier message")
     # Both indexes stay open here, so their shared-memory files exist and the limit bites on the first
     # real write: storing the new message.
-    index = CheckpointStore(tiny_home / "checkpoints")
+    index = BlockStore(tiny_home / "checkpoints")  # the store Hearth opens: its tables exist
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--conversation", "full", "--message", "hello there",
                            "--max-new-tokens", "4", "--provider", "cpu", "--model", str(tiny_gguf)],
                           capture_output=True, text=True, env={**os.environ, "HEARTH_HOME": str(tiny_home)},

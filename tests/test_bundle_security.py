@@ -32,7 +32,7 @@ from engine.paths import resolve_paths
 from engine.transfer import to_document
 from engine.types import ReplyFacts, SamplingParams, TurnRequest
 
-from .checkpoint_names import conv_paths
+from .checkpoint_names import as_checkpoint_file, conv_paths
 from .test_cli import assert_clean_error, run_cli
 
 A, B = "conv-a", "conv-b"
@@ -71,11 +71,11 @@ def target(tmp_path, tiny_dir):
 
 
 def store_path(home: Path, cid: str) -> Path:
-    """The conversation's one checkpoint (every home here runs the tiny model); with none, a path that
-    does not exist."""
+    """The conversation's one saved context as a checkpoint file (every home here runs the tiny model; a
+    chain of the block store is exported as a bundle carries it); with none, a path that does not exist."""
     found = conv_paths(home / "checkpoints", cid)
     assert len(found) <= 1, found
-    return found[0] if found else home / "checkpoints" / "absent.hkv"
+    return as_checkpoint_file(found[0]) if found else home / "checkpoints" / "absent.hkv"
 
 
 def document(home: Path, ids: list[str]) -> dict:
@@ -188,7 +188,9 @@ def test_a_bundle_exported_here_has_its_contexts_used(source, target, tiny_gguf,
     shutil.copy(source / KEY_FILE, target / KEY_FILE)  # the same installation's key
     result = imported(target, tiny_gguf, bundle)
     assert set(result.used) == {A, B} and result.rebuilt == {}
-    assert store_path(target, A).read_bytes() == store_path(source, A).read_bytes()
+    # the same tokens and rows arrived (a chain is exported afresh each time: its ids and times differ)
+    got, sent = read_rows(store_path(target, A)), read_rows(store_path(source, A))
+    assert got[3] == sent[3] and np.array_equal(got[2], sent[2])
     # Another installation gets the same bundle's contexts rebuilt.
     other = imported(make_home(tmp_path / "other", tiny_dir), tiny_gguf, bundle)
     assert other.used == () and set(other.rebuilt.values()) == {"untrusted"}

@@ -10,6 +10,7 @@ import pytest
 from engine.api import resolve_paths
 from engine.model.fetch import default_model
 
+from .checkpoint_names import chain_block_paths
 from .server_helpers import LiveServer
 
 MODEL = default_model().key
@@ -75,9 +76,10 @@ def test_a_damaged_saved_context_is_reported_and_rebuilt_with_the_same_reply(pat
         messages, _ = conversation(server, 2)
     finally:
         server.close()
-    files = sorted(paths.checkpoints.glob("api-*.hkv"))
-    assert files, "the server saved nothing"
-    for f in files:  # flip a byte inside every saved record's KV
+    chains = sorted(paths.checkpoints.glob("api-*.hkc"))
+    assert chains, "the server saved nothing"
+    files = sorted({b for c in chains for b in chain_block_paths(paths.checkpoints, c)})
+    for f in files:  # flip a byte inside every block the saved records use
         data = bytearray(f.read_bytes())
         data[len(data) // 2] ^= 0x40
         f.write_bytes(bytes(data))

@@ -26,6 +26,7 @@ reader) until the record is next saved: the save writes the chain and the old fi
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,6 +71,7 @@ BLOCK_TOKENS = 256
 MIN_SHARED_TOKENS = 16
 MAX_CHAIN_FILE_BYTES = 64 << 20
 BLOCKS_DIR = "blocks"
+BLOCK_ORIGIN = "#block-"  # a restore's origin that is a block (``block_origin``), not a record
 
 _BLOCK_SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -237,10 +239,12 @@ class BlockStore(CheckpointStore):
             db.execute("INSERT OR IGNORE INTO nodes (id, parent, start, end, physical, tokens) VALUES (?,?,?,?,?,?)",
                        (node.id, node.parent, node.start, node.end, node.physical, tokens.astype("<u4").tobytes()))
 
-    def _extend(self, chain: Chain, identity: Identity, records: Sequence[writer.NewRecord]) -> int:
-        """Append ``records`` to ``chain``, reusing stored blocks; return the bytes written."""
+    def _extend(self, chain: Chain, identity: Identity, records: Sequence[writer.NewRecord],
+                root: bytes | None = None) -> int:
+        """Append ``records`` to ``chain``, reusing stored blocks; return the bytes written. ``root``: the
+        parent of a new chain's first block (by default the model's root, shared by every chain)."""
         layout = chain.header.layout
-        parent = chain.nodes[-1].id if chain.nodes else root_id(identity, layout)
+        parent = chain.nodes[-1].id if chain.nodes else (root or root_id(identity, layout))
         pos = chain.nodes[-1].end if chain.nodes else 0
         written = reused = 0
         for rec in records:
@@ -366,6 +370,25 @@ class BlockStore(CheckpointStore):
             self.collect()
         if why:
             log.info("removed saved context %s: %s", name, why)
+
+    @staticmethod
+    def block_origin(physical: bytes) -> str:
+        """The name a restore's origin takes when its rows came from a block rather than a record."""
+        return BLOCK_ORIGIN + physical.hex()
+
+    def discard(self, name: str, why: str) -> None:
+        """Rows that verified but gave NaN: every block they came from goes (whoever else used it: those
+        chains are cut back when next read), then the record."""
+        if name.startswith(BLOCK_ORIGIN):
+            self.drop_block(bytes.fromhex(name[len(BLOCK_ORIGIN):]), why)
+            return
+        if is_chain(name):
+            try:
+                for physical in {n.physical for n in self._chain(name).nodes}:
+                    self.drop_block(physical, why)
+            except CheckpointError:
+                pass  # an unreadable chain: removing it is all there is to do
+        self.remove(name, why)
 
     def delete_conversation(self, conversation: str) -> int:
         gone = super().delete_conversation(conversation)
@@ -565,15 +588,24 @@ class BlockStore(CheckpointStore):
         with super().staging(owner, model_fp) as tmp:
             yield tmp
 
-    def install(self, staged: Path, owner: str, model_fp: bytes) -> Entry | None:
-        """Store a staged, verified checkpoint file as ``owner``'s chain (its blocks deduplicated)."""
+    def install(self, staged: Path, owner: str, model_fp: bytes, isolated: bool = False) -> Entry | None:
+        """Store a staged, verified checkpoint file as ``owner``'s chain, its blocks deduplicated against
+        every stored one. ``isolated`` (a bundle from another installation the user chose to trust): its
+        blocks hang from a root of their own, so they serve this chat (and its branches) and never a
+        prompt of another: checksums cannot tell rows forged under another chat's tokens."""
         with CheckpointReader(staged) as reader:
             h = reader.read_header()
             records = _records_of(reader)
         identity = Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label)
         name = self.record_name(owner, model_fp)
+        root = hashlib.sha256(b"hearth-kv-import-v1" + root_id(identity, h.layout) + owner.encode()).digest() \
+            if isolated else None
         with self.lock.held():
-            made = self.create(name, identity, records, h.encoding)
+            chain = Chain(writer.new_header(identity, h.encoding), [], [])
+            written = self._extend(chain, identity, records, root)
+            self._write_chain(name, chain)
+            self._retire_file(name)
+            made = Written(chain.header, self._infos(chain), written)
             last = made.records[-1]
             self.put(Entry(name, owner, "conversation", last.end, last.text_len, last.text_sha, last.end_offset,
                            model_fp, h.created_ms, writer.now_ms(), 0, False, h.label))

@@ -507,6 +507,9 @@ class CheckpointStore:
         if why:
             log.info("removed checkpoint %s: %s", name, why)
 
+    def discard(self, name: str, why: str) -> None:
+        self.remove(name, why)
+
     def delete_conversation(self, conversation: str) -> int:
         """Delete every checkpoint of ``conversation``, under every model; return how many files went."""
         names = ({e.name for e in self.entries(conversation=conversation)}
@@ -625,7 +628,8 @@ class CheckpointStore:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def install(self, staged: Path, owner: str, model_fp: bytes) -> Entry | None:
+    def install(self, staged: Path, owner: str, model_fp: bytes, isolated: bool = False) -> Entry | None:
+        """``isolated``: ignored here (a file serves only its owner anyway)."""
         final = self.path(conversation_file(owner, model_fp))
         with self.lock.held():
             os.replace(staged, final)

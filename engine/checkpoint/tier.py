@@ -152,6 +152,11 @@ class StorageTier(Protocol):
 
     def remove(self, name: str, why: str = "") -> None: ...
 
+    def discard(self, name: str, why: str) -> None:
+        """Remove a record whose rows proved unusable although they verified (they gave NaN), and with it
+        any rows it shares with other records (a tier that shares none: ``remove``)."""
+        ...
+
     def delete_conversation(self, conversation: str) -> int:
         """Remove every record of ``conversation`` (every model's); return how many went."""
         ...
@@ -185,6 +190,7 @@ class StorageTier(Protocol):
         unless ``install`` took it."""
         ...
 
-    def install(self, staged: Path, owner: str, model_fp: bytes) -> Entry | None:
-        """Make a staged (fully verified) file ``owner``'s record under the model."""
+    def install(self, staged: Path, owner: str, model_fp: bytes, isolated: bool = False) -> Entry | None:
+        """Make a staged (fully verified) file ``owner``'s record under the model. ``isolated``: its rows
+        came from another installation (trusted by the user): they may serve only this record."""
         ...

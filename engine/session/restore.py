@@ -185,7 +185,8 @@ class Restorer:
             engine.reset()
             return 0, None
         loaded = len(engine.tokens)
-        if loaded:
+        if loaded:  # where these rows came from, should the model find them unusable (NaN)
+            self.origins = sorted({tier.block_origin(n.physical) for n in match.nodes})
             self.throughput.record_restore(tier.match_bytes(match), (time.perf_counter() - started) * 1000)
             log.info("restored %d tokens from %d stored blocks", loaded, len(match.nodes))
         return loaded, problem

@@ -241,12 +241,12 @@ class ChatSessions:
         log.warning("%s: its saved context gave invalid numbers; deleting it%s", owner,
                     f" and {', '.join(gone)}" if gone else "")
         self._files.forget(owner)
-        self.store.delete_conversation(owner)
-        for name in gone:
-            try:
-                self.store.remove(name, "its rows gave invalid numbers (NaN)")
+        for name in sorted(self._origins):  # the owner's own record too, when its rows were used
+            try:  # with the rows it shares with other records (the block store's blocks)
+                self.store.discard(name, "its rows gave invalid numbers (NaN)")
             except OSError as exc:  # the next turn that loads it rebuilds again, and tries again
                 log.warning("cannot delete %s: %s", name, exc)
+        self.store.delete_conversation(owner)
         self._origins = set()
         self._dirty = True
         if report is not None:
