@@ -1,9 +1,11 @@
 """Portable bundles: conversations together with their saved context, as one file.
 
 A bundle is a zip archive (stored, not compressed: KV rows barely compress) holding
-``conversations.json`` (the export format of ``engine/transfer.py``), ``context/<id>.hkv`` (a
-checkpoint per conversation that had one), ``manifest.json`` (the SHA-256 of the document and of each
-context file) and ``manifest.mac`` (an HMAC-SHA256 of the manifest under the exporting installation's
+``conversations.json`` (the export format of ``engine/transfer.py``), for each conversation that had
+saved context either ``context/<id>.hkv`` (a checkpoint file) or ``context/<id>.hkc`` (a chain of the
+block store, docs/checkpoint-format.md §11) whose blocks are ``blocks/<id>.hkb``, each block once however
+many chains use it, ``manifest.json`` (the SHA-256 of the document, of each context file and of each
+block) and ``manifest.mac`` (an HMAC-SHA256 of the manifest under the exporting installation's
 key, ``engine/install_key.py``). Reading checks the archive's structure before anything is imported:
 only those names, no duplicates, no encryption, stored or deflate only, sizes within bounds; every
 zip or zlib failure becomes a TransferError naming the problem. Installing the contexts (trust,
@@ -13,6 +15,7 @@ bounded extraction, full verification) is ``engine/bundle_install.py``.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import re
@@ -20,7 +23,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -33,7 +36,9 @@ DOCUMENT = "conversations.json"
 MANIFEST = "manifest.json"
 MAC = "manifest.mac"
 MANIFEST_FORMAT, MANIFEST_VERSION = "hearth.bundle-manifest", 1
-_CONTEXT = re.compile(r"context/([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\.hkv")
+_CONTEXT = re.compile(r"context/([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\.(?:hkv|hkc)")
+_BLOCK = re.compile(r"blocks/([0-9a-f]{64})\.hkb")
+CHAIN_ENTRY_SUFFIX = ".hkc"
 MAX_CONTEXT_BYTES = 64 << 30  # larger than any context a model here can hold; a bigger claim is hostile
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_MAC_BYTES = 256
@@ -64,11 +69,33 @@ def zip_problem(name: str, what: str, exc: BaseException) -> TransferError:
 
 
 # writing -------------------------------------------------------------------------------------------------
-ContextSource = Path | Callable[[], BinaryIO]  # a checkpoint file, or a storage tier's ``read_stream`` for one
+@dataclass(frozen=True)
+class ChainContext:
+    """A block-store record for a bundle: its chain file's bytes and the block files it reads (hex id →
+    path). The bundle carries each block once, whichever chains use it."""
+
+    chain: bytes
+    blocks: Mapping[str, Path]
 
 
-def _open_context(src: ContextSource) -> BinaryIO:
+# a checkpoint file, a storage tier's ``read_stream`` for one, or a chain with its blocks
+ContextSource = Path | Callable[[], BinaryIO] | ChainContext
+
+
+def _open_context(src: Path | Callable[[], BinaryIO]) -> BinaryIO:
     return src() if callable(src) else open(src, "rb")
+
+
+def _copy_in(z: zipfile.ZipFile, entry: str, source: BinaryIO) -> dict:
+    """Copy ``source`` into the archive as ``entry``; its manifest line. Hashed as copied: the manifest
+    names exactly the bytes in the bundle, even if the store moves on."""
+    digest, size = hashlib.sha256(), 0
+    with source, z.open(zipfile.ZipInfo(entry, (1980, 1, 1, 0, 0, 0)), "w", force_zip64=True) as dst:
+        while block := source.read(1 << 20):
+            digest.update(block)
+            dst.write(block)
+            size += len(block)
+    return {"entry": entry, "sha256": digest.hexdigest(), "bytes": size}
 
 
 def write_bundle(path: Path, document: dict, contexts: Mapping[str, ContextSource], key: bytes | None) -> int:
@@ -79,24 +106,27 @@ def write_bundle(path: Path, document: dict, contexts: Mapping[str, ContextSourc
     listed: dict[str, dict] = {}
     with atomic_write(Path(path)) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
         z.writestr(DOCUMENT, doc)
+        blocks: dict[str, dict] = {}
         for cid, src in contexts.items():
+            if isinstance(src, ChainContext):
+                try:
+                    for hex_id, path in src.blocks.items():  # each block once, before the chain naming it
+                        if hex_id not in blocks:
+                            blocks[hex_id] = _copy_in(z, f"blocks/{hex_id}.hkb", open(path, "rb"))
+                except OSError as exc:  # a block collected meanwhile: the chain would be unusable
+                    log.info("context of %s not bundled: %s", cid, exc)
+                    continue
+                listed[cid] = _copy_in(z, f"context/{cid}{CHAIN_ENTRY_SUFFIX}", io.BytesIO(src.chain))
+                continue
             try:
                 source = _open_context(src)
             except OSError as exc:  # a context that vanished meanwhile is simply not bundled
                 log.info("context of %s not bundled: %s", cid, exc)
                 continue
-            entry = f"context/{cid}.hkv"
-            digest, size = hashlib.sha256(), 0
-            # Hashed as copied: the manifest names exactly the bytes in the bundle, even if the store moves on.
-            with source, z.open(zipfile.ZipInfo(entry, (1980, 1, 1, 0, 0, 0)), "w", force_zip64=True) as dst:
-                while block := source.read(1 << 20):
-                    digest.update(block)
-                    dst.write(block)
-                    size += len(block)
-            listed[cid] = {"entry": entry, "sha256": digest.hexdigest(), "bytes": size}
+            listed[cid] = _copy_in(z, f"context/{cid}.hkv", source)
         manifest = json.dumps({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
-                               "document_sha256": hashlib.sha256(doc).hexdigest(), "contexts": listed},
-                              sort_keys=True).encode("utf-8")
+                               "document_sha256": hashlib.sha256(doc).hexdigest(), "contexts": listed,
+                               "blocks": blocks}, sort_keys=True).encode("utf-8")
         z.writestr(MANIFEST, manifest)
         if key is not None:
             z.writestr(MAC, sign(key, manifest))
@@ -141,7 +171,8 @@ def check_structure(z: zipfile.ZipFile, name: str) -> dict[str, zipfile.ZipInfo]
         entry = info.filename
         if entry in seen:
             raise TransferError(f"{name} holds {entry!r} twice")
-        if entry not in (DOCUMENT, MANIFEST, MAC) and _CONTEXT.fullmatch(entry) is None:
+        if entry not in (DOCUMENT, MANIFEST, MAC) and _CONTEXT.fullmatch(entry) is None \
+                and _BLOCK.fullmatch(entry) is None:
             raise TransferError(f"{name} holds an unexpected entry {entry!r}")
         if info.flag_bits & 0x1:
             raise TransferError(f"{name}: {entry} is encrypted; Hearth bundles are never encrypted")
@@ -177,6 +208,8 @@ def read_bundle(path: Path) -> tuple[list[dict], dict[str, str]]:
             continue
         if m.group(1) not in ids:
             raise TransferError(f"{path.name}: {entry} belongs to no conversation in the bundle")
+        if m.group(1) in contexts:
+            raise TransferError(f"{path.name} holds two saved contexts for conversation {m.group(1)}")
         contexts[m.group(1)] = entry
     return convs, contexts
 
@@ -194,9 +227,11 @@ def read_mac(z: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> str:
 
 @dataclass(frozen=True)
 class Signed:
-    """A manifest whose MAC verified under this installation's key: context id → (sha256 hex, bytes)."""
+    """A manifest whose MAC verified under this installation's key: context id → (sha256 hex, bytes); the
+    same for each block (hex id) the chains in it read."""
 
     contexts: dict[str, tuple[str, int]]
+    blocks: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 def signed_manifest(z: zipfile.ZipFile, name: str, key: bytes) -> tuple[Signed | None, str]:
@@ -214,12 +249,13 @@ def signed_manifest(z: zipfile.ZipFile, name: str, key: bytes) -> tuple[Signed |
         m = json.loads(manifest.decode("utf-8"))
         listed = m["contexts"]
         contexts = {cid: (str(v["sha256"]), int(v["bytes"])) for cid, v in listed.items()}
+        blocks = {str(b): (str(v["sha256"]), int(v["bytes"])) for b, v in m.get("blocks", {}).items()}
         doc_sha = str(m["document_sha256"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return None, f"the signed manifest is malformed ({exc})"
-    if not all(_HEX64.fullmatch(sha) for sha, _ in contexts.values()):
+    if not all(_HEX64.fullmatch(sha) for sha, _ in [*contexts.values(), *blocks.values()]):
         return None, "the signed manifest is malformed (a digest is not SHA-256 hex)"
     document = read_entry(z, infos[DOCUMENT], MAX_IMPORT_BYTES, name) if DOCUMENT in infos else b""
     if hashlib.sha256(document).hexdigest() != doc_sha:
         return None, "the conversations do not match the signed manifest"
-    return Signed(contexts), ""
+    return Signed(contexts, blocks), ""

@@ -15,11 +15,15 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bundle import ZIP_ERRORS, open_zip, signed_manifest, zip_problem
+from engine.bundle import CHAIN_ENTRY_SUFFIX, ZIP_ERRORS, open_zip, signed_manifest, zip_problem
+from engine.checkpoint.block_store import BLOCKS_DIR, IMPORT_DIR_PREFIX, MAX_CHAIN_FILE_BYTES
+from engine.checkpoint.blocks import block_path
+from engine.checkpoint.chain import ChainReader, records_of, unpack_chain
 from engine.checkpoint.format import (
     HEADER_SIZE,
     PLAIN_WORDS,
@@ -33,6 +37,7 @@ from engine.checkpoint.format import (
 from engine.checkpoint.reader import check_identity
 from engine.checkpoint.status import VALID, checkpoint_status
 from engine.checkpoint.tier import StorageTier
+from engine.checkpoint.writer import write_new
 from engine.errors import TransferError
 from engine.private_files import open_private
 
@@ -94,7 +99,11 @@ def install_contexts(bundle: Path, entries: dict[str, str], owners: dict[str, st
                     _refuse(report, owner, UNTRUSTED, FOREIGN)
                     continue
             try:
-                _install(z, _info(z, entry), owner, store, identity, vocab_size, expected)
+                if entry.endswith(CHAIN_ENTRY_SUFFIX):
+                    _install_chain(z, _info(z, entry), owner, store, identity, vocab_size, expected,
+                                   signed.blocks if signed is not None and not trust else None)
+                else:
+                    _install(z, _info(z, entry), owner, store, identity, vocab_size, expected)
             except _Refused as exc:
                 _refuse(report, owner, exc.reason, f"{exc}: rebuilt")
                 continue
@@ -129,6 +138,75 @@ def _install(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: Stora
             raise _Refused(reason, f"{PLAIN_WORDS.get(reason, reason)} ({problem})")
         # a context this installation signed may be shared with other chats; one the user trusts may not
         store.install(tmp, owner, identity.model_fp, isolated=expected is None)
+
+
+def _install_chain(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store: StorageTier, identity: Identity,
+                   vocab_size: int | None, expected: tuple[str, int] | None,
+                   signed_blocks: dict[str, tuple[str, int]] | None) -> None:
+    """A chain and the blocks it reads that the store lacks, extracted (each bounded as a checkpoint file
+    is) into a private folder, verified whole (every block's checksums, its identity re-derived from its
+    parent and tokens, the chain against the model) and stored; the folder goes in every case."""
+    data = _read_small(z, info, MAX_CHAIN_FILE_BYTES)
+    if expected is not None and (hashlib.sha256(data).hexdigest(), len(data)) != expected:
+        raise _Refused(UNTRUSTED, "the saved context does not match the bundle's signed manifest")
+    try:
+        chain = unpack_chain(data, info.filename)
+        check_identity(chain.header, identity)
+    except CheckpointError as exc:
+        raise _Refused(exc.reason, f"{exc.plain} ({exc})") from None
+    have = getattr(store, "has_block", lambda physical: False)
+    stage = Path(tempfile.mkdtemp(prefix=IMPORT_DIR_PREFIX, dir=store.side_file("import").parent))
+    try:
+        for physical in dict.fromkeys(n.physical for n in chain.nodes):
+            if have(physical):
+                continue  # stored here already: the store's own copy serves (and is checked on every read)
+            hex_id = physical.hex()
+            block = _info(z, f"blocks/{hex_id}.hkb")
+            want = signed_blocks.get(hex_id) if signed_blocks is not None else None
+            if signed_blocks is not None and want is None:
+                raise _Refused(UNTRUSTED, f"block {hex_id[:16]} is not in the bundle's signed manifest")
+            target = block_path(stage / BLOCKS_DIR, physical)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            digest = _extract(z, block, target, store, identity, want)
+            if want is not None and digest != want[0]:
+                raise _Refused(UNTRUSTED, f"block {hex_id[:16]} does not match the bundle's signed manifest")
+        staged = stage / f"context{CHAIN_ENTRY_SUFFIX}"
+        staged.write_bytes(data)
+        roots = [stage / BLOCKS_DIR, *([store.blocks_root] if hasattr(store, "blocks_root") else [])]
+        status, problem, _ = checkpoint_status(lambda: ChainReader(roots, staged, chain), identity, vocab_size,
+                                               full=True)
+        if status != VALID:
+            reason = problem.reason if problem else status
+            raise _Refused(reason, f"{PLAIN_WORDS.get(reason, reason)} ({problem})")
+        with ChainReader(roots, staged, chain) as reader:
+            records = records_of(reader)
+        if hasattr(store, "install_records"):
+            store.install_records(records, chain.header, owner, identity.model_fp, isolated=expected is None)
+        else:  # a tier of checkpoint files: the chain becomes one
+            with store.staging(owner, identity.model_fp) as tmp:
+                h = chain.header
+                write_new(tmp, Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label), records, h.encoding)
+                store.install(tmp, owner, identity.model_fp, isolated=expected is None)
+    except CheckpointError as exc:
+        raise _Refused(exc.reason, f"{exc.plain} ({exc})") from None
+    except OSError as exc:
+        raise _Refused(Reason.IO_ERROR, f"{info.filename} could not be stored: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _read_small(z: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    if info.file_size > limit:
+        raise _Refused(Reason.TOO_LARGE, f"{info.filename} declares {info.file_size} bytes; a chain file holds "
+                                         f"at most {limit}")
+    try:
+        with z.open(info) as src:
+            data = src.read(limit + 1)
+    except ZIP_ERRORS as exc:
+        raise _Refused(BUNDLE_DAMAGED, str(zip_problem(Path(z.filename or "bundle").name, info.filename, exc))) from None
+    if len(data) > limit:
+        raise _Refused(Reason.TOO_LARGE, f"{info.filename} holds more than {limit} bytes")
+    return data
 
 
 def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, store: StorageTier, identity: Identity,

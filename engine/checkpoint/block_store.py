@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,9 +39,19 @@ from typing import BinaryIO
 
 import numpy as np
 
+from engine.bundle import ChainContext
 from engine.checkpoint import writer
 from engine.checkpoint.blocks import BLOCK_SUFFIX, Node, block_path, node_id, root_id, write_block
-from engine.checkpoint.chain import CHAIN_SUFFIX, Chain, ChainReader, Frontier, pack_chain, read_chain
+from engine.checkpoint.chain import (
+    CHAIN_SUFFIX,
+    Chain,
+    ChainReader,
+    Frontier,
+    pack_chain,
+    read_chain,
+    records_of,
+    unpack_chain,
+)
 from engine.checkpoint.format import (
     CheckpointError,
     FileHeader,
@@ -71,6 +83,8 @@ BLOCK_TOKENS = 256
 MIN_SHARED_TOKENS = 16
 MAX_CHAIN_FILE_BYTES = 64 << 20
 BLOCKS_DIR = "blocks"
+IMPORT_DIR_PREFIX = ".import-"  # a bundle's import stages its chain and blocks in such a folder
+STALE_IMPORT_S = 3600  # one older than this was left by a crash
 BLOCK_ORIGIN = "#block-"  # a restore's origin that is a block (``block_origin``), not a record
 
 _BLOCK_SCHEMA = """
@@ -503,6 +517,7 @@ class BlockStore(CheckpointStore):
             self._index_block_files()
             self.collect()
             self._sweep_block_files()
+            self._sweep_imports()
 
     def _index_chain(self, name: str, needs_entry: bool) -> None:
         try:
@@ -545,6 +560,22 @@ class BlockStore(CheckpointStore):
             with self._sql() as db:
                 db.execute("INSERT OR REPLACE INTO blocks (id, bytes) VALUES (?, ?)", (bid, size))
 
+    def _sweep_imports(self) -> None:
+        """Folders a bundle import left when it crashed (a running import's is younger)."""
+        now = time.time()
+        for p in self.root.glob(IMPORT_DIR_PREFIX + "*"):
+            try:
+                if p.is_dir() and now - p.stat().st_mtime > STALE_IMPORT_S:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                continue
+
+    def chain_context(self, name: str) -> ChainContext:
+        """A chain for a bundle: its file's bytes and the block files it reads."""
+        data = self.path(name).read_bytes()
+        chain = unpack_chain(data, name)
+        return ChainContext(data, {n.physical.hex(): block_path(self.blocks_root, n.physical) for n in chain.nodes})
+
     def _sweep_block_files(self) -> None:
         """Block files no node reads (and stray temp files of interrupted block writes)."""
         if not self.blocks_root.is_dir():
@@ -573,7 +604,7 @@ class BlockStore(CheckpointStore):
         out = tempfile.TemporaryFile(dir=self.root)
         try:
             with reader:
-                records = _records_of(reader)
+                records = records_of(reader)
                 h = reader.header
                 header = writer.new_header(Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label), h.encoding)
                 writer._write_all(out, header, records)
@@ -588,47 +619,37 @@ class BlockStore(CheckpointStore):
         with super().staging(owner, model_fp) as tmp:
             yield tmp
 
+    def has_block(self, physical: bytes) -> bool:
+        """The block is indexed and its file is there (a bundle's import then need not carry it in)."""
+        with self._sql() as db:
+            known = db.execute("SELECT 1 FROM blocks WHERE id = ?", (physical,)).fetchone() is not None
+        return known and block_path(self.blocks_root, physical).exists()
+
     def install(self, staged: Path, owner: str, model_fp: bytes, isolated: bool = False) -> Entry | None:
-        """Store a staged, verified checkpoint file as ``owner``'s chain, its blocks deduplicated against
-        every stored one. ``isolated`` (a bundle from another installation the user chose to trust): its
-        blocks hang from a root of their own, so they serve this chat (and its branches) and never a
-        prompt of another: checksums cannot tell rows forged under another chat's tokens."""
+        """Store a staged, verified checkpoint file as ``owner``'s chain (see ``install_records``)."""
         with CheckpointReader(staged) as reader:
             h = reader.read_header()
-            records = _records_of(reader)
+            records = records_of(reader)
+        entry = self.install_records(records, h, owner, model_fp, isolated)
+        staged.unlink(missing_ok=True)
+        return entry
+
+    def install_records(self, records: Sequence[writer.NewRecord], h: FileHeader, owner: str, model_fp: bytes,
+                        isolated: bool = False) -> Entry | None:
+        """Store verified records (a bundle's) as ``owner``'s chain, their blocks deduplicated against every
+        stored one. ``isolated`` (a bundle from another installation the user chose to trust): its blocks
+        hang from a root of their own, so they serve this chat (and its branches) and never a prompt of
+        another: checksums cannot tell rows forged under another chat's tokens."""
         identity = Identity(h.model_fp, h.tokenizer_fp, h.shape, h.label)
         name = self.record_name(owner, model_fp)
         root = hashlib.sha256(b"hearth-kv-import-v1" + root_id(identity, h.layout) + owner.encode()).digest() \
             if isolated else None
         with self.lock.held():
             chain = Chain(writer.new_header(identity, h.encoding), [], [])
-            written = self._extend(chain, identity, records, root)
+            self._extend(chain, identity, records, root)
             self._write_chain(name, chain)
             self._retire_file(name)
-            made = Written(chain.header, self._infos(chain), written)
-            last = made.records[-1]
+            last = self._infos(chain)[-1]
             self.put(Entry(name, owner, "conversation", last.end, last.text_len, last.text_sha, last.end_offset,
                            model_fp, h.created_ms, writer.now_ms(), 0, False, h.label))
-        staged.unlink(missing_ok=True)
         return self.conversation_entry(owner, model_fp)
-
-
-def _records_of(reader: CheckpointReader | ChainReader) -> list[writer.NewRecord]:
-    """Every verified record of a checkpoint or chain with its rows in memory (float for int8 files),
-    as records to write again; CheckpointError at the first damage."""
-    records, problem = reader.scan()
-    if problem is not None:
-        raise problem
-    shape = reader.header.shape
-    dtype = np.dtype(shape.dtype)
-    out = []
-    for r in records:
-        tokens = reader.read_tokens(r, 1 << 32)
-        blocks = [np.empty((r.n_tokens, shape.head_dim), dtype=dtype) for _ in range(2 * shape.n_layers * shape.n_kv_heads)]
-        rows = reader.rows([r])
-        rows.fill(lambda s, e, blocks=blocks, base=r.start: [b[s - base : e - base] for b in blocks])
-        if rows.problem is not None:
-            raise rows.problem
-        out.append(writer.NewRecord(r.start, tokens, blocks, r.text_len, r.text_sha, r.reason))
-    return out
-

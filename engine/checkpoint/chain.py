@@ -38,6 +38,7 @@ from engine.checkpoint.format import (
     xxh,
 )
 from engine.checkpoint.reader import CheckpointReader, check_identity, io_error
+from engine.checkpoint.writer import NewRecord
 from engine.fsutil import open_regular
 from engine.runtime.kv_protocol import BlocksFn
 
@@ -159,11 +160,14 @@ class ChainReader:
     """The checkpoint reader's interface over a chain: verifies as it reads (see the module docstring).
     ``chain`` None: the chain file at ``path`` is read (and checked) first."""
 
-    def __init__(self, blocks_root: Path, path: Path, chain: Chain | None = None, max_bytes: int = 64 << 20,
-                 on_damage: Callable[[Node, CheckpointError], None] | None = None):
-        """``on_damage``: told of a block that fails verification (not of a missing one), so the store
-        stops offering it to other chains."""
-        self.blocks_root, self.path = Path(blocks_root), Path(path)
+    def __init__(self, blocks_root: Path | Sequence[Path], path: Path, chain: Chain | None = None,
+                 max_bytes: int = 64 << 20, on_damage: Callable[[Node, CheckpointError], None] | None = None):
+        """``blocks_root``: where the block files are (several: searched in order; a bundle's import reads
+        its own blocks, then the store's). ``on_damage``: told of a block that fails verification (not
+        of a missing one), so the store stops offering it to other chains."""
+        roots = [blocks_root] if isinstance(blocks_root, (str, Path)) else list(blocks_root)
+        self.blocks_roots = [Path(r) for r in roots]
+        self.path = Path(path)
         self.on_damage = on_damage
         self.chain = chain if chain is not None else read_chain(self.path, max_bytes)
         self.header: FileHeader = self.chain.header
@@ -194,8 +198,16 @@ class ChainReader:
         return sum(self._sizes.values())
 
     # the blocks -------------------------------------------------------------------------------------------
+    def block_file(self, physical: bytes) -> Path:
+        """Where a block file is: the first of the roots holding it (the first root when none does)."""
+        for root in self.blocks_roots:
+            path = block_path(root, physical)
+            if path.exists():
+                return path
+        return block_path(self.blocks_roots[0], physical)
+
     def _damaged(self, i: int, exc: CheckpointError) -> CheckpointError:
-        missing = not block_path(self.blocks_root, self.chain.nodes[i].physical).exists()
+        missing = not self.block_file(self.chain.nodes[i].physical).exists()
         if self.on_damage is not None and not missing:
             self.on_damage(self.chain.nodes[i], exc)
         return exc
@@ -209,7 +221,7 @@ class ChainReader:
 
     def _open_node_checked(self, i: int) -> None:
         node = self.chain.nodes[i]
-        path = block_path(self.blocks_root, node.physical)
+        path = self.block_file(node.physical)
         try:
             reader = BlockFileReader(path, node.physical, node.start)
         except CheckpointError as exc:
@@ -342,3 +354,24 @@ class ChainRows:
                     return self.records[k - 1].end if k else self.records[0].start
         self.good = len(self.records)
         return self.records[-1].end if self.records else 0
+
+
+def records_of(reader: CheckpointReader | ChainReader) -> list[NewRecord]:
+    """Every verified record of a checkpoint or chain with its rows in memory (float for int8 files), as
+    records to write again (a bundle's import, a checkpoint file stored as a chain); CheckpointError at
+    the first damage."""
+    records, problem = reader.scan()
+    if problem is not None:
+        raise problem
+    shape = reader.header.shape
+    dtype = np.dtype(shape.dtype)
+    out = []
+    for r in records:
+        tokens = reader.read_tokens(r, 1 << 32)
+        blocks = [np.empty((r.n_tokens, shape.head_dim), dtype=dtype) for _ in range(2 * shape.n_layers * shape.n_kv_heads)]
+        rows = reader.rows([r])
+        rows.fill(lambda s, e, blocks=blocks, base=r.start: [b[s - base : e - base] for b in blocks])
+        if rows.problem is not None:
+            raise rows.problem
+        out.append(NewRecord(r.start, tokens, blocks, r.text_len, r.text_sha, r.reason))
+    return out

@@ -10,6 +10,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.checkpoint.chain import CHAIN_SUFFIX
+from engine.checkpoint.format import CheckpointError
 from engine.errors import HearthError
 from engine.import_dedupe import DuplicatePolicy, apply_duplicates, find_duplicates
 from engine.services.local import LocalBackend
@@ -36,8 +38,17 @@ class Bundles:
         contexts = {}
         for cid in conversations:
             entry = saved.context_entry(cid)  # a bundle holds one context per conversation: the loaded model's
-            if entry is not None:
-                contexts[cid] = functools.partial(self.backend.checkpoints.read_stream, entry.name)
+            if entry is None:
+                continue
+            store = self.backend.checkpoints
+            if entry.name.endswith(CHAIN_SUFFIX):  # a chain travels with its blocks, each block once
+                try:
+                    contexts[cid] = store.chain_context(entry.name)
+                    continue
+                except (OSError, CheckpointError) as exc:
+                    log.info("context of %s not bundled: %s", cid, exc)
+                    continue
+            contexts[cid] = functools.partial(store.read_stream, entry.name)
         added = write_bundle(Path(path), document, contexts, install_key(self.backend.paths.data))
         return BundleExported(len(conversations), added)
 
