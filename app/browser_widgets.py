@@ -39,6 +39,8 @@ def usage_text(usage: StoreUsage) -> str:
     """The disk line: the total against the budget and, apart, what no row shows (the local server's
     prompt cache, shared system prompts, leftovers), so the rows and the total agree."""
     text = f"Saved context: {usage.bytes / 2**20:,.1f} MiB of {usage.budget / 2**20:,.0f} MiB"
+    if usage.shared:  # blocks several chats start with, stored once (each row counts its share)
+        text += f" ({usage.shared / 2**20:,.1f} MiB of it shared by several chats, stored once)"
     apart = [(name, usage.by_kind.get(kind, 0)) for kind, name in UNLISTED_KINDS if usage.by_kind.get(kind, 0)]
     if apart:
         chats = usage.bytes - sum(n for _, n in apart)
@@ -184,7 +186,8 @@ class DiskBar(QWidget):
         self.usage_label.setWordWrap(True)  # the server's share makes it long: wrapped, never cut at 1,100 px
         self.usage_label.setAccessibleName("Disk used by saved context")
         self.usage_label.setToolTip("A chat's Size counts every saved context it keeps, for the model it uses and "
-                                    "for others (the cell's tooltip says which); the rows add up to “chats”")
+                                    "for others (the cell's tooltip says which); context several chats share is "
+                                    "stored once and each counts its share, so the rows add up to “chats”")
         disk.addWidget(self.usage_label, 1)
         disk.addWidget(QLabel("Budget (MiB):"))
         self.budget = QSpinBox()

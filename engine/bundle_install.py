@@ -39,7 +39,7 @@ from engine.checkpoint.status import VALID, checkpoint_status
 from engine.checkpoint.tier import StorageTier
 from engine.checkpoint.writer import write_new
 from engine.errors import TransferError
-from engine.private_files import open_private
+from engine.private_files import open_private, private_dir
 
 log = logging.getLogger(__name__)
 UNTRUSTED, NO_SPACE, BUNDLE_DAMAGED, NO_MODEL = "untrusted", "no_space", "bundle_damaged", "no_model"
@@ -166,7 +166,7 @@ def _install_chain(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store:
             if signed_blocks is not None and want is None:
                 raise _Refused(UNTRUSTED, f"block {hex_id[:16]} is not in the bundle's signed manifest")
             target = block_path(stage / BLOCKS_DIR, physical)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(target.parent)
             digest = _extract(z, block, target, store, identity, want)
             if want is not None and digest != want[0]:
                 raise _Refused(UNTRUSTED, f"block {hex_id[:16]} does not match the bundle's signed manifest")

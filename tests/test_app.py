@@ -26,7 +26,7 @@ from engine.conversations import ConversationStore
 from engine.paths import resolve_paths
 from engine.types import Finished, Rebuilt, Resumed, Token, Waiting
 
-from .checkpoint_names import conv_paths, only_conv_path
+from .checkpoint_names import chain_block_paths, conv_paths, only_conv_path
 from .qt_helpers import (
     TIMEOUT,
     collect_events,
@@ -541,7 +541,10 @@ def test_window_uses_no_files_outside_its_data_dir(tmp_path, tiny_gguf, tiny_dir
     lock = TurnLock(data / "locks", conv).path.name
     backups = {f for f in files(data) if f.startswith("backups/")}  # the day's, once a conversation exists
     assert len(backups) == 1 and next(iter(backups)).endswith(".sqlite3")
-    assert files(data) - backups == {
+    chain = only_conv_path(data / "checkpoints", conv)
+    blocks = {str(p.relative_to(data)) for p in chain_block_paths(data / "checkpoints", chain)}
+    blocks |= {str(Path(b).parent) for b in blocks} | {"checkpoints/blocks"}  # the block files and their folders
+    assert files(data) - backups - blocks == {
         "conversations.sqlite3", "conversations.sqlite3.lock", "window.ini", "models", "locks", f"locks/{lock}",
         "converted", "backups",
         "checkpoints", f"checkpoints/{only_conv_path(data / 'checkpoints', conv).name}", "checkpoints/index.sqlite3",

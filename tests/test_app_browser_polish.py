@@ -15,7 +15,7 @@ from app.browser_widgets import NOTHING_SELECTED
 from app.sidebar import BADGE_ROLE, TOKENS_ROLE
 from engine.api import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates, read_document
 
-from .checkpoint_names import only_conv_path
+from .checkpoint_names import chain_block_paths, only_conv_path
 from .qt_helpers import TIMEOUT, new_chat_with_turn
 from .test_cli import assert_clean_error, run_cli
 
@@ -239,7 +239,8 @@ def test_defect6_verify_all_damaged_shows_the_same_everywhere(qtbot, two_saved):
     w, saved, live = two_saved
     w.new_chat()  # the owls chat is saved to disk too
     qtbot.waitUntil(lambda: w.sidebar.badge(live) == "saved", timeout=TIMEOUT)
-    damaged = only_conv_path(w.config.paths.checkpoints, saved)
+    chain = only_conv_path(w.config.paths.checkpoints, saved)
+    damaged = chain_block_paths(w.config.paths.checkpoints, chain)[-1]  # a row of its last block
     data = bytearray(damaged.read_bytes())
     data[-7] ^= 0x01
     damaged.write_bytes(bytes(data))

@@ -198,7 +198,7 @@ def test_the_browser_shows_the_servers_prompt_cache_apart_so_rows_and_total_agre
     w.new_chat()
     send(qtbot, w, "hello")  # the window's own chat has a saved context too; the server's is saved as it leaves
     wait_idle(qtbot, w)
-    assert list(w.config.paths.checkpoints.glob("api-*.hkv"))
+    assert list(w.config.paths.checkpoints.glob("api-*.hkc"))
     w.show_browser()
     b = w.browser
     qtbot.waitUntil(lambda: "local server" in b.usage_label.text(), timeout=TIMEOUT)

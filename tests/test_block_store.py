@@ -304,3 +304,12 @@ def test_identities_chain_to_everything_before(engine, tmp_path):
     assert a != node_id(b"\1" + b"\0" * 31, 0, [1, 2, 3])
     assert a != node_id(b"\0" * 32, 16, [1, 2, 3])
     assert a != node_id(b"\0" * 32, 0, [1, 2, 4])
+
+
+def test_the_browsers_disk_line_says_what_is_stored_once():
+    from app.browser_widgets import usage_text
+    from engine.types import StoreUsage
+
+    line = usage_text(StoreUsage(300 << 20, 2 << 30, {"conversation": 300 << 20}, shared=120 << 20, written=300 << 20))
+    assert line.startswith("Saved context: 300.0 MiB of 2,048 MiB") and "120.0 MiB of it shared by several chats" in line
+    assert "shared" not in usage_text(StoreUsage(300 << 20, 2 << 30, {"conversation": 300 << 20}))

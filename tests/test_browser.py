@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 from engine.checkpoint.store import conversation_file
 from engine.types import BundleExported, BundleImported, Resumed
 
-from .checkpoint_names import conv_paths, only_conv_path
+from .checkpoint_names import as_checkpoint_file, conv_paths, only_conv_path
 from .qt_helpers import TIMEOUT, new_chat_with_turn, on_event, send, wait_idle
 
 TOPICS = ["river delta sediment", "crème brûlée caramel", "C++ templates (SFINAE)", "東京 天気 予報",
@@ -371,7 +371,7 @@ def test_context_from_another_installation_is_rebuilt_unless_trusted(qtbot, brow
     qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT)
     import os
 
-    write_bundle(bundle, to_document(w.store, [conv]), {conv: only_conv_path(w.config.paths.checkpoints, conv)},
+    write_bundle(bundle, to_document(w.store, [conv]), {conv: as_checkpoint_file(only_conv_path(w.config.paths.checkpoints, conv))},
                  os.urandom(32))  # another installation's key
     new_ids = import_bundle(qtbot, browser, bundle, trust)
     qtbot.waitUntil(lambda: len(done) == 2, timeout=TIMEOUT)

@@ -12,6 +12,7 @@ import pytest
 from engine.conversations import ConversationStore
 from engine.text.terminal_safe import terminal_safe
 
+from .checkpoint_names import chain_block_paths
 from .test_cli import assert_clean_error, run_cli
 
 PLANTED = "\x1b]0;pwned\x07\x1b[31m"  # retitles the terminal window, then turns its text red
@@ -166,6 +167,11 @@ def test_issue27_kv_of_an_unknown_name_is_one_clear_error(home, command):
 
 
 # item 18: what a turn's save wrote ---------------------------------------------------------------------
+def chain_bytes(store: Path, chain: Path) -> int:
+    """What a record of the block store reads: its blocks, each once."""
+    return sum(p.stat().st_size for p in set(chain_block_paths(store, chain)))
+
+
 def test_issue27_a_long_turn_reports_every_byte_its_saves_wrote(home, tiny_dir):
     """A prompt past SAVE_ALIGN is saved during the prefill too; the turn's bytes_written counted only
     its last append (9.4 MB of a 104 MB file in the issue)."""
@@ -177,12 +183,15 @@ def test_issue27_a_long_turn_reports_every_byte_its_saves_wrote(home, tiny_dir):
     save = out["save"]
     path = home / "checkpoints" / json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"][0]["name"]
     assert out["context"]["tokens"] > SAVE_ALIGN and save["ok"]
-    assert save["bytes_written"] == path.stat().st_size  # a new file: the turn wrote all of it
-    assert save["file_bytes"] == path.stat().st_size
+    store = home / "checkpoints"
+    usage = json.loads(run_cli("kv", "usage", "--json", home=home).stdout)
+    # a new store: the turn wrote every block (its own and the shared prefix's), each once
+    assert save["bytes_written"] + save["prefix_bytes_written"] == usage["unique_bytes"] == usage["written_bytes"]
+    assert save["file_bytes"] == chain_bytes(store, path)  # what a restore of it reads
     assert save["new_tokens"] == save["tokens"] == out["context"]["tokens"]
     second = chat_json(home, model, "long", "and again")["save"]  # a short turn appends (past a cut frontier)
-    assert second["file_bytes"] == path.stat().st_size > save["file_bytes"]
-    assert path.stat().st_size - save["file_bytes"] <= second["bytes_written"] < save["bytes_written"] // 10
+    assert second["file_bytes"] == chain_bytes(store, path) > save["file_bytes"]
+    assert 0 < second["bytes_written"] < save["bytes_written"] // 10
 
 
 def test_issue27_a_turn_reports_the_shared_prefix_file_it_wrote(home, tiny_gguf):
@@ -199,8 +208,10 @@ def test_issue27_a_turn_reports_the_shared_prefix_file_it_wrote(home, tiny_gguf)
     entries = json.loads(run_cli("kv", "ls", "--json", home=home).stdout)["entries"]
     prefixes = [home / "checkpoints" / e["name"] for e in entries if e["kind"] == "prefix"]
     assert len(prefixes) == 1 and first["ok"]
-    assert first["prefix_bytes_written"] == prefixes[0].stat().st_size > 0
-    assert first["bytes_written"] == first["file_bytes"]  # the conversation's own file, as before
+    store = home / "checkpoints"
+    assert first["prefix_bytes_written"] == chain_bytes(store, prefixes[0]) > 0
+    usage = json.loads(run_cli("kv", "usage", "--json", home=home).stdout)
+    assert first["bytes_written"] + first["prefix_bytes_written"] == usage["unique_bytes"]  # every block once
     assert turn("two")["prefix_bytes_written"] == 0  # the second chat starts from that file and writes none
 
 

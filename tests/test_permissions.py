@@ -45,7 +45,8 @@ def test_a_chat_leaves_only_private_files_whatever_the_umask(tmp_path, tiny_gguf
     assert export.returncode == 0, export.stderr  # makes the installation key too
     modes = _modes(home)
     assert {"conversations.sqlite3", "install.key", "checkpoints", "converted", "models"} <= set(modes)
-    assert any(name.endswith(".hkv") for name in modes) and any(name.endswith("index.sqlite3") for name in modes)
+    assert any(name.endswith(".hkc") for name in modes) and any(name.endswith(".hkb") for name in modes)
+    assert any(name.endswith("index.sqlite3") for name in modes)
     assert any(name.endswith("model.onnx.data") for name in modes)
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     wrong = {name: oct(mode) for name, mode in modes.items()

@@ -678,8 +678,15 @@ def test_a_resealed_prompt_cache_entry_is_rebuilt_and_replaced_over_http(tiny_pa
     """Issue 27, item 9, for the server's prompt cache: its saved thread resealed with NaN rows, or with
     finite rows that overflow the attention. The next request of the thread gets its reply, says
     ``rebuilt`` (and serves no cached tokens it did not use), and the files are replaced by finite ones."""
-    from tests.test_bundle_security import reseal
-    from tests.test_sessions import huge_rows, nan_rows, saved_rows
+    from engine.checkpoint.chain import read_chain
+    from tests.checkpoint_names import as_checkpoint_file, reseal_chain
+    from tests.test_sessions import saved_rows
+
+    def chain_nan_rows(rows):  # a block's rows as [2 × layers × KV heads, n, dim]
+        rows[0, 0, 0], rows[-1, -1, -1] = np.nan, np.inf
+
+    def chain_huge_rows(rows):
+        rows[:, 0, :] = np.finfo(rows.dtype).max
 
     messages = [{"role": "system", "content": "Rule one: be brief. Rule two: be kind."},
                 {"role": "user", "content": "hello"}]
@@ -690,12 +697,13 @@ def test_a_resealed_prompt_cache_entry_is_rebuilt_and_replaced_over_http(tiny_pa
         assert reply.status_code == 200, reply.text
     finally:
         first.close()  # the thread's rows are saved at shutdown
-    [prefix] = tiny_paths.checkpoints.glob("prefix-*.hkv")  # the system prompt's, left sound
-    files = sorted(tiny_paths.checkpoints.glob("api-*.hkv"))
+    store = tiny_paths.checkpoints
+    [prefix] = store.glob("prefix-*.hkc")  # the system prompt's chain: its blocks are the thread's first
+    prefix_tokens = read_chain(prefix, 1 << 20).frontiers[-1].end
+    files = sorted(store.glob("api-*.hkc"))
     assert files, "the server saved nothing"
-    for f in files:
-        reseal(f, tmp_path / "poisoned.hkv", nan_rows if poison == "nan_rows" else huge_rows)
-        (tmp_path / "poisoned.hkv").replace(f)
+    for f in files:  # every block the thread reads, resealed (the system prompt's too: they are shared)
+        reseal_chain(store, f, chain_nan_rows if poison == "nan_rows" else chain_huge_rows)
     messages += [reply.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
     again = LiveServer(tiny_paths, TINY)
     try:
@@ -704,10 +712,10 @@ def test_a_resealed_prompt_cache_entry_is_rebuilt_and_replaced_over_http(tiny_pa
         assert r.headers["X-Hearth-Cache"] == "rebuilt" and r.json()["hearth"]["reason"] == "non_finite"
         # nothing cached from the thread's file: at most the sound system prompt's rows (NaN rows: the
         # restore fell back to it; finite rows giving NaN: the whole prompt was prefilled again)
-        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] <= len(saved_rows(prefix)[0, 0])
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] <= prefix_tokens
     finally:
         again.close()
-    saved = sorted(tiny_paths.checkpoints.glob("*.hkv"))
+    saved = sorted(store.glob("*.hkc"))
     assert {p.name.split("-")[0] for p in saved} == {"api", "prefix"}
-    for path in saved:  # the thread's file and the shared prefix: every one verifies, and holds sane rows
-        assert np.abs(saved_rows(path)).max() < 1e6, path.name
+    for path in saved:  # the thread's chain and the shared prefix: every one verifies, and holds sane rows
+        assert np.abs(saved_rows(as_checkpoint_file(path))).max() < 1e6, path.name

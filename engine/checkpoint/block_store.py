@@ -26,6 +26,7 @@ reader) until the record is next saved: the save writes the chain and the old fi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import shutil
@@ -423,14 +424,40 @@ class BlockStore(CheckpointStore):
         return sum(int(row[1]) for row in dead)
 
     def drop_block(self, physical: bytes, why: str) -> None:
-        """A block that failed verification: no chain may use it again (records using it are cut back
-        when they are next read)."""
+        """A block that failed verification (or whose rows gave NaN): no chain may use it again. Every
+        chain using it is cut back to before it (removed when nothing is left), so the store stays whole
+        and a shared prefix that lost it is saved again by the next chat that starts with it."""
         with self.lock.held():
-            block_path(self.blocks_root, physical).unlink(missing_ok=True)
             with self._sql() as db:
+                users = [row[0] for row in db.execute(
+                    "SELECT DISTINCT c.name FROM chain_nodes c JOIN nodes n ON n.id = c.node WHERE n.physical = ?",
+                    (physical,))]
                 db.execute("DELETE FROM nodes WHERE physical = ?", (physical,))
                 db.execute("DELETE FROM blocks WHERE id = ?", (physical,))
+            block_path(self.blocks_root, physical).unlink(missing_ok=True)
+            for name in users:
+                self._cut_before(name, physical, why)
         log.warning("dropped block %s: %s", physical.hex()[:16], why)
+
+    def _cut_before(self, name: str, physical: bytes, why: str) -> None:
+        try:
+            chain = self._chain(name)
+        except CheckpointError:
+            self.remove(name, why)
+            return
+        first = next((n.start for n in chain.nodes if n.physical == physical), None)
+        if first is None:
+            return
+        kept = chain.cut(max((f.end for f in chain.frontiers if f.end <= first), default=0))
+        old = self.entry(name)
+        if not kept.frontiers or old is None:
+            self.remove(name, why)
+            return
+        self._write_chain(name, kept)
+        last = self._infos(kept)[-1]
+        self.put(dataclasses.replace(old, tokens=last.end, text_len=last.text_len, text_sha=last.text_sha,
+                                     bytes=last.end_offset))
+        log.info("cut %s back to %d tokens: %s", name, last.end, why)
 
     # usage ----------------------------------------------------------------------------------------------
     def _legacy_bytes(self) -> dict[str, int]:

@@ -37,6 +37,7 @@ from engine.checkpoint.format import (
 from engine.checkpoint.reader import CheckpointReader
 from engine.checkpoint.writer import NewRecord, _write_all, now_ms
 from engine.fsutil import atomic_write
+from engine.private_files import private_dir
 
 ID_BYTES = 32
 BLOCK_SUFFIX = ".hkb"
@@ -88,7 +89,7 @@ def write_block(path: Path, identity: Identity, layout: int, physical: bytes, st
                 rows: Sequence[np.ndarray]) -> int:
     """Write one block file atomically; return its size in bytes."""
     header = block_header(identity, layout, physical)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)  # the store's folders are the user's alone, whatever the umask
     rec = NewRecord(start, list(tokens), rows, 0, b"\0" * 32, "turn")
     with atomic_write(path) as fh:
         _, size = _write_all(fh, header, [rec])
