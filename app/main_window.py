@@ -103,7 +103,7 @@ class MainWindow(ShellMixin, QMainWindow):
         lv.addWidget(self.sidebar, 1)
         self.splitter.addWidget(left)
         self.status = StatusLine(self.statusBar())
-        self.chat = ChatPane(self.store, self.turns, self.status, self.new_chat)
+        self.chat = ChatPane(self.store, self.turns, self.status, self.new_chat, settings=self.settings)
         self.splitter.addWidget(self.chat)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
@@ -114,6 +114,7 @@ class MainWindow(ShellMixin, QMainWindow):
         self.banner, self.transcript, self.composer, self.find_bar = c.banner, c.transcript, c.composer, c.find_bar
         self.prefill_bar, self.edit_note, self.send_button, self.stop_button = (c.prefill_bar, c.edit_note,
                                                                                 c.send_button, c.stop_button)
+        self.attach_button, self.tray = c.attach_button, c.tray
         self.resize(1100, 720)
 
     def _action(self, text: str, shortcut: QKeySequence | str | None, slot: Callable[[], object], menu) -> QAction:
@@ -467,6 +468,7 @@ class MainWindow(ShellMixin, QMainWindow):
             self.browser.close()  # ends its undo window: trashed chats are deleted for good
             self.browser.shutdown()  # a running import is cancelled and removes what it added
         self.turns.interrupt_all()
+        self.chat.shutdown()
         self.server.stop()  # before the engine thread stops: requests in flight end at their next token
         self.models.stop()
         if not self.host.stop():
