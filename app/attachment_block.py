@@ -33,7 +33,7 @@ class AttachmentBlock(QFrame):
         self.toggle.setAutoRaise(True)
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.toggle.setText(f"📄 {label}")
+        self.toggle.setText(label)
         self.toggle.setToolTip("Show the text Hearth read from this file")
         self.toggle.setAccessibleName(f"Attachment {label}: show its text")
         self.toggle.toggled.connect(self.set_expanded)
@@ -64,6 +64,7 @@ class AttachmentBlock(QFrame):
         view = self.text_view = QPlainTextEdit(self)
         view.setReadOnly(True)
         view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # it wraps: nothing to the side
         view.setAccessibleName(f"Text of {self.attachment.name}")
         text = self.attachment.text
         view.setPlainText(text[:DISPLAY_CHARS])
@@ -81,7 +82,7 @@ class AttachmentBlock(QFrame):
         """A short text gets a short box: about its lines' height, wrapped at ~90 characters (the box never
         passes TEXT_HEIGHT_PX, so only the start of a long text is looked at)."""
         lines = sum(max(1, -(-len(line) // 90)) for line in self.attachment.text[:4000].split("\n"))
-        return min(lines, 40) * view.fontMetrics().lineSpacing() + 2 * view.frameWidth() + 12
+        return (min(lines, 40) + 1) * view.fontMetrics().lineSpacing() + 2 * view.frameWidth() + 12
 
     def _show_everything(self) -> None:
         if self.text_view is None:

@@ -25,7 +25,7 @@ class AttachmentReader(QObject):
         name = Path(path).name
         try:
             attachment = read_attachment(Path(path))
-        except AttachmentError as exc:
+        except AttachmentError as exc:  # its message names the file and says why (and the cap, for a cap)
             self.read_failed.emit(key, name, str(exc))
         except OSError as exc:
             self.read_failed.emit(key, name, f"{name} could not be read: {exc.strerror or exc}")

@@ -39,7 +39,7 @@ class AttachmentChip(QFrame):
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 2, 2, 2)
         row.setSpacing(6)
-        self.label = QLabel(f"📄 {short_name(name)}")
+        self.label = QLabel(short_name(name))
         self.label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is anyone's: never markup
         row.addWidget(self.label)
         self.tokens = QLabel("reading…")

@@ -62,6 +62,7 @@ ACTIONS = (
     ("open", "Open", "Return", ("open_selected",)),
     ("rename", "Rename…", "F2", ("rename_selected",)),
     ("duplicate", "Duplicate as branch", "Ctrl+D", ("duplicate_selected",)),
+    ("documents", "New chat with these documents", "Ctrl+Shift+D", ("documents_selected",)),
     ("delete", "Delete", "Delete", ("delete_selected",)),
     (None, "", "", ()),
     ("md", "Export Markdown…", "Ctrl+Shift+M", ("transfers.export_selected", (None, "md"))),
@@ -74,7 +75,7 @@ ACTIONS = (
     ("drop", "Drop saved context", "Ctrl+Shift+Delete", ("drop_selected_context",)),
 )
 ROW_ACTIONS = ("open", "rename", "delete")
-MENU_ACTIONS = ("open", "rename", "duplicate", None, "md", "json", "bundle", None, "drop", None, "delete")
+MENU_ACTIONS = ("open", "rename", "duplicate", "documents", None, "md", "json", "bundle", None, "drop", None, "delete")
 
 
 class SortArrowStyle(QProxyStyle):
@@ -143,6 +144,7 @@ class BrowserWindow(QWidget):
 
     open_requested = Signal(str)
     conversations_changed = Signal()
+    documents_requested = Signal(str)  # a new chat in the window whose message box holds this chat's files
 
     def __init__(self, store: ConversationStore, host: EngineHost, parent: QWidget | None = None,
                  contexts: ContextStatusRegistry | None = None):
@@ -370,6 +372,13 @@ class BrowserWindow(QWidget):
         ids = self.selected_ids()
         if ids:
             self.open_requested.emit(ids[0])
+
+    def documents_selected(self) -> None:
+        """A new chat in the window with the selected chat's system prompt, its files waiting in the message box
+        (the window says so when the chat has none)."""
+        ids = self.selected_ids()
+        if len(ids) == 1:
+            self.documents_requested.emit(ids[0])
 
     def rename_selected(self) -> RenameDialog | None:
         """The same rename dialog as the window's (wide, prefilled, refuses a blank title); not modal-blocking."""

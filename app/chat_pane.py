@@ -44,7 +44,7 @@ from app.text import duration, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
-from engine.errors import ConversationError
+from engine.errors import ConversationError, HearthError
 from engine.types import Accepted, Finished, Resumed, Token, Waiting
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class ChatPane(QWidget):
         self.stop_button.setAccessibleName("Stop the reply")
         self.stop_button.setToolTip("Stop the reply (Esc)")
         self.stop_button.setEnabled(False)
-        self.attach_button = QPushButton("📎 Attach…")
+        self.attach_button = QPushButton("Attach…")
         self.attach_button.setAccessibleName("Attach files to the message")
         self.attach_button.setToolTip("Attach text, code, Markdown, CSV, JSON, HTML, PDF or Word files: their "
                                       "text goes into the message (you can also drop or paste files here)")
@@ -234,7 +234,7 @@ class ChatPane(QWidget):
         self.sending.emit()
         if self.editing is not None:
             try:
-                self.model.save_edit(conv, text)
+                self.model.save_edit(conv, text, self.attachments.attachments())
             except ConversationError as exc:
                 QMessageBox.warning(self, "Hearth", f"The message could not be saved: {exc}")
                 return
@@ -326,7 +326,9 @@ class ChatPane(QWidget):
         if message is None:
             return
         self.model.editing = seq
-        self.composer.setPlainText(message.content)
+        self.composer.setPlainText(message.typed_text if message.attachments else message.content)
+        self.attachments.clear()
+        self.attachments.add(message.attachments)  # its files, as stored: removing a chip takes the file off
         self._focus_composer_at_end()
         self.transcript.set_editing(seq)
         hl = self.palette().color(QPalette.ColorRole.Highlight)
@@ -345,11 +347,12 @@ class ChatPane(QWidget):
         if self.editing is not None:
             self.model.editing = None
             self.composer.clear()
+            self.attachments.clear()
         self.transcript.set_editing(None)
         self.edit_note.hide()
 
     def edit_unanswered(self) -> None:
-        last = self.transcript.entries()[-1:]
+        last = self.transcript.entries()[-1:]  # (seq, role, text)
         if last and last[0][1] == "user":
             self.begin_edit(last[0][0])
 
@@ -552,9 +555,12 @@ class ChatPane(QWidget):
     def _context_facts(self) -> tuple[int | None, int, str | None]:
         """The model's context length, what the chat shown holds now and its context policy (for the total)."""
         policy = None
-        conv = self.model.store.get(self.conversation) if self.conversation else None
-        if conv is not None:
-            policy = self.turns.effective(conv.id, conv.settings).get("context_policy")
+        try:
+            conv = self.model.store.get(self.conversation) if self.conversation else None
+            if conv is not None:
+                policy = self.turns.effective(conv.id, conv.settings).get("context_policy")
+        except HearthError as exc:  # the total leaves the policy out; its turn says what is wrong
+            log.warning("could not read the chat's context policy: %s", exc)
         return self.status.limit, self.status.used, policy
 
     def new_chat_with_documents(self, seq: int | None = None, source: str | None = None) -> str | None:
@@ -582,8 +588,8 @@ class ChatPane(QWidget):
         return target
 
     def shutdown(self) -> None:
-        """The window is closing: end the attachment reader's thread."""
-        self.attachments.reader.stop()
+        """The window is closing: end the attachment reader's thread; nothing is counted any more."""
+        self.attachments.shutdown()
 
     def _problem(self, conversation: str | None, message: str) -> None:
         if self.model.shows(conversation) or not conversation:

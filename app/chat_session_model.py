@@ -66,7 +66,7 @@ class ChatSessionModel:
         return messages
 
     def _note_files(self, messages: list[Message]) -> None:
-        self._files = {m.seq: (tuple(m.attachments), m.typed_text) for m in messages if getattr(m, "attachments", ())}
+        self._files = {m.seq: (tuple(m.attachments), m.typed_text) for m in messages if m.attachments}
 
     def files(self) -> dict[int, tuple[tuple, str]]:
         """seq → (its attachments, the typed text) of each message of the chat shown that carries files."""
@@ -78,7 +78,7 @@ class ChatSessionModel:
         seen: dict[str, object] = {}
         for m in self.store.messages(conversation):
             if seq is None or m.seq == seq:
-                for a in getattr(m, "attachments", ()):
+                for a in m.attachments:
                     seen.setdefault(a.sha256, a)
         return tuple(seen.values())
 
@@ -170,9 +170,10 @@ class ChatSessionModel:
         return NextStep("")
 
     # what the person does (the store's small writes) ------------------------------------------------------
-    def save_edit(self, conversation: str, text: str) -> None:
-        """The edited message replaces the one being edited (the replies after it go); ConversationError."""
-        self.store.edit(conversation, self.editing, text)
+    def save_edit(self, conversation: str, text: str, attachments: tuple = ()) -> None:
+        """The edited message (its typed text and the files it now carries) replaces the one being edited (the
+        replies after it go); ConversationError."""
+        self.store.edit(conversation, self.editing, text, attachments=tuple(attachments))
 
     def choose_version(self, seq: int, index: int) -> str:
         """The chat continues with version ``index`` of its last reply: its text. ConversationError."""

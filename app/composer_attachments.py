@@ -17,7 +17,7 @@ from app.attachment_text import Total, total_text
 from app.attachment_tray import AttachmentTray
 from app.engine_worker import EngineHost
 from app.text import display_safe
-from engine.api import MAX_ATTACHMENTS, Attachment, compose_message
+from engine.api import MAX_ATTACHMENTS, Attachment, attachment_block
 
 log = logging.getLogger(__name__)
 TYPED_COUNT_MS = 300  # the typed text is counted this long after the last keystroke, not on each one
@@ -57,6 +57,7 @@ class ComposerAttachments(QObject):
         self._typed_timer.setSingleShot(True)
         self._typed_timer.setInterval(TYPED_COUNT_MS)
         self._typed_timer.timeout.connect(self._count_typed)
+        self._closed = False  # the window closed: late answers (a count, a read) change nothing
 
     # what the composer holds ---------------------------------------------------------------------------
     def attachments(self) -> tuple[Attachment, ...]:
@@ -124,6 +125,12 @@ class ComposerAttachments(QObject):
                 self._count(draft.key, draft.attachment)
         self.set_typed(self._typed)
 
+    def shutdown(self) -> None:
+        """The window is closing: no more counting, and the reader's thread ends."""
+        self._closed = True
+        self._typed_timer.stop()
+        self.reader.stop()
+
     # the reader's and the engine's answers -----------------------------------------------------------------
     @Slot(int, object)
     def _on_read(self, key: int, attachment: Attachment) -> None:
@@ -141,7 +148,8 @@ class ComposerAttachments(QObject):
         if self.drafts.pop(key, None) is None:
             return
         self.tray.remove_chip(key)
-        self.tray.say_problem(f"{display_safe(name)} was not attached: {display_safe(reason)}")
+        reason = display_safe(reason).rstrip(".")
+        self.tray.say_problem(f"⚠ {reason}. Nothing was attached.")
         log.info("attachment %s refused: %s", name, reason)
         self._changed()
 
@@ -160,8 +168,8 @@ class ComposerAttachments(QObject):
 
     # counting -------------------------------------------------------------------------------------------------
     def _count(self, key: int, attachment: Attachment) -> None:
-        """Tokens of the attachment as the message carries it (its name line and text)."""
-        self.host.request_count_tokens.emit(key, compose_message("", (attachment,)))
+        """Tokens of the attachment as the message carries it (its name lines and text)."""
+        self.host.request_count_tokens.emit(key, attachment_block(attachment))
 
     def set_typed(self, text: str) -> None:
         """The typed text changed: count it a moment after the typing stops (only while there are attachments)."""
@@ -184,6 +192,8 @@ class ComposerAttachments(QObject):
             chip.set_read(a.kind, a.size, a.pages, draft.tokens)
 
     def _changed(self) -> None:
+        if self._closed:
+            return
         if self.drafts and self._typed.strip() and self._typed_key == 0:
             self._typed_timer.start()  # the first attachment: the text typed before it counts too
         self.refresh_total()

@@ -388,9 +388,18 @@ class MainWindow(ShellMixin, QMainWindow):
             self.browser = BrowserWindow(self.store, self.host, self, contexts=self.contexts)
             self.browser.open_requested.connect(self.open_conversation)
             self.browser.conversations_changed.connect(self._sync_list)
+            self.browser.documents_requested.connect(self.new_chat_with_documents)
         self.browser.show()
         self.browser.raise_()
         self.browser.activateWindow()
+
+    def new_chat_with_documents(self, source: str) -> None:
+        """From the browser: a new chat whose message box holds every file of ``source``, once each."""
+        if self.chat.new_chat_with_documents(None, source=source) is None:
+            self.status.say("That chat has no attached documents.")
+            return
+        self.raise_()
+        self.activateWindow()
 
     def open_conversation(self, conversation: str) -> None:
         if self.sidebar.item_for(conversation) is None:
