@@ -294,6 +294,7 @@ def test_new_chat_with_these_documents_fills_a_new_chats_message_box_from_the_st
     rows = b.ids_shown()
     b.table.selectRow(rows.index(source))
     assert b.selected_ids() == [source]
+    qtbot.waitUntil(lambda: not b.preview.loading, timeout=TIMEOUT)  # the newest messages are drawn first
     preview = b.preview.messages[0]
     assert [blk.attachment for blk in preview.attachment_blocks] == list(stored)
     assert preview.documents_button is None  # the preview is read only: the browser's action does it
