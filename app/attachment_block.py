@@ -58,7 +58,7 @@ class AttachmentBlock(QFrame):
         if self.text_view is not None:
             self.text_view.setVisible(expanded)
         if self.show_all is not None:
-            self.show_all.setVisible(expanded and self.shown_chars < len(self.attachment.text))
+            self.show_all.setVisible(expanded and self.shown_chars < len(self.attachment.text.rstrip("\n")))
 
     def _build_text(self) -> None:
         view = self.text_view = QPlainTextEdit(self)
@@ -66,7 +66,7 @@ class AttachmentBlock(QFrame):
         view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # it wraps: nothing to the side
         view.setAccessibleName(f"Text of {self.attachment.name}")
-        text = self.attachment.text
+        text = self.attachment.text.rstrip("\n")  # a final newline only adds an empty line (and a scrollbar)
         view.setPlainText(text[:DISPLAY_CHARS])
         self.shown_chars = min(len(text), DISPLAY_CHARS)
         view.setFixedHeight(min(TEXT_HEIGHT_PX, self._natural_height(view)))
@@ -87,8 +87,8 @@ class AttachmentBlock(QFrame):
     def _show_everything(self) -> None:
         if self.text_view is None:
             return
-        self.text_view.setPlainText(self.attachment.text)
-        self.shown_chars = len(self.attachment.text)
+        self.text_view.setPlainText(self.attachment.text.rstrip("\n"))
+        self.shown_chars = len(self.attachment.text.rstrip("\n"))
         self.text_view.setFixedHeight(TEXT_HEIGHT_PX)
         if self.show_all is not None:
             self.show_all.hide()

@@ -222,7 +222,7 @@ def test_sending_stores_the_file_and_the_transcript_shows_a_collapsed_block_that
     assert not block.expanded and block.text_view is None  # collapsed: its text not even laid out
     assert block.toggle.text() == "heron notes.txt · text · 57 B"
     qtbot.mouseClick(block.toggle, Qt.MouseButton.LeftButton)
-    assert block.expanded and block.text_view.isVisible() and block.shown_text() == attachment.text
+    assert block.expanded and block.text_view.isVisible() and block.shown_text() == attachment.text.rstrip("\n")
     assert block.text_view.isReadOnly()
     w.grab().save(str(SHOTS / "transcript-expanded-block.png"))
     qtbot.mouseClick(block.toggle, Qt.MouseButton.LeftButton)
