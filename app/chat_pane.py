@@ -71,7 +71,7 @@ class ChatPane(QWidget):
             TurnStarted: self._on_started, Waiting: self._on_waiting, Accepted: self._on_accepted,
             PrefillProgress: self._on_prefill_progress, Token: self._on_token, Finished: self._on_finished,
             ReplyFailed: self._on_failed, MessageRefused: self._on_refused, ContextLimitHit: self._on_context_full,
-            Resumed: lambda e: self._note_dropped(e.conversation, e.dropped_messages),
+            Resumed: self._on_resumed,
             OpenFailed: lambda e: self._problem(e.conversation, str(e.error))})
 
     @property
@@ -219,6 +219,7 @@ class ChatPane(QWidget):
     def update_buttons(self) -> None:
         self.send_button.setEnabled(not self.busy)
         self.stop_button.setEnabled(self.busy)
+        self.attachments.refresh_total()  # another chat, or a turn ended: what the context holds changed
         self.update_reply_tools()
         self.state_changed.emit()
 
@@ -413,6 +414,11 @@ class ChatPane(QWidget):
             elif stored != shown:
                 self.render(stored)
         self._note_dropped(accepted.conversation, accepted.dropped_messages)
+
+    def _on_resumed(self, resumed: Resumed) -> None:
+        self._note_dropped(resumed.conversation, resumed.dropped_messages)
+        if self.model.shows(resumed.conversation):
+            self.attachments.refresh_total()  # the chat holds what the status bar now says
 
     def _on_prefill_progress(self, progress: PrefillProgress) -> None:
         if not self.model.shows(progress.conversation):

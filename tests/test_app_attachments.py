@@ -317,3 +317,29 @@ def test_a_refused_message_gives_its_files_back(qtbot, windows, tmp_path):
     wait_idle(qtbot, w)
     assert w.store.messages(conv) == []  # too long for the model: not stored
     assert w.composer.toPlainText() == "Summarise it" and w.chat.attachments.attachments() == (attachment,)
+
+
+def test_the_total_counts_what_the_chat_already_holds(qtbot, windows, tmp_path):
+    w = windows()
+    w.new_chat()
+    use_settings(w, QUICK)
+    w.composer.setPlainText("Tell me about herons and the pond where they nest in the spring.")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_idle(qtbot, w)
+    used = w.status.used
+    assert 0 < used < 200
+    lines: list[str] = []
+    while counted(w, attachment_block(attachment_from_text("pond.txt", "\n".join(lines) or "x"))) <= 256 - used + 4:
+        lines.append(f"Line {len(lines)} about the pond.")
+    path = tmp_path / "pond.txt"
+    path.write_text("\n".join(lines))
+    drop_files(w, [path])
+    qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
+    tokens = next(iter(w.chat.attachments.drafts.values())).tokens
+    assert tokens < 256 < tokens + used  # fits alone, not beside what the chat holds
+    assert w.tray.total.text() == total_text(tokens, 256, used, None).text
+    assert f"the context holds 256, {used:,} already used" in w.tray.total.text() and "will not fit" in w.tray.total.text()
+    # the chat drops its oldest messages from now on: the total says what will happen then
+    use_settings(w, {**QUICK, "context_policy": "drop_oldest"})
+    w.chat.attachments.refresh_total()
+    assert "older messages will leave the model's view" in w.tray.total.text()
