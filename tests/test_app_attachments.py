@@ -343,3 +343,35 @@ def test_the_total_counts_what_the_chat_already_holds(qtbot, windows, tmp_path):
     use_settings(w, {**QUICK, "context_policy": "drop_oldest"})
     w.chat.attachments.refresh_total()
     assert "older messages will leave the model's view" in w.tray.total.text()
+
+
+def test_editing_a_message_with_files_edits_its_words_and_its_files(qtbot, windows, note, tmp_path):
+    w = windows()
+    conv = w.new_chat()
+    use_settings(w, QUICK)
+    drop_files(w, [note])
+    qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
+    w.composer.setPlainText("Where?")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_idle(qtbot, w)
+    seq = w.store.messages(conv)[0].seq
+    w.chat.begin_edit(seq)
+    assert w.composer.toPlainText() == "Where?"  # the words, not the files' text
+    assert [a.name for a in w.chat.attachments.attachments()] == ["heron notes.txt"]
+    other = tmp_path / "other.csv"
+    other.write_text("bird,eggs\nheron,4\n")
+    drop_files(w, [other])
+    qtbot.waitUntil(chips_ready(w, 2), timeout=TIMEOUT)
+    first = next(iter(w.tray.chips.values()))
+    qtbot.mouseClick(first.remove_button, Qt.MouseButton.LeftButton)
+    w.composer.setPlainText("How many eggs?")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_idle(qtbot, w)
+    edited = w.store.messages(conv)[0]
+    assert [a.name for a in edited.attachments] == ["other.csv"] and edited.typed_text == "How many eggs?"
+    assert edited.content.startswith("[File: other.csv]\nbird,eggs")
+    assert [b.attachment.name for b in w.transcript.messages[0].attachment_blocks] == ["other.csv"]
+    # Esc on an edit puts nothing back: no chips are left over
+    w.chat.begin_edit(seq)
+    w.chat.cancel_edit()
+    assert not w.tray.chips and w.composer.toPlainText() == ""
