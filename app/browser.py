@@ -62,7 +62,6 @@ ACTIONS = (
     ("open", "Open", "Return", ("open_selected",)),
     ("rename", "Rename…", "F2", ("rename_selected",)),
     ("duplicate", "Duplicate as branch", "Ctrl+D", ("duplicate_selected",)),
-    ("documents", "New chat with these documents", "Ctrl+Shift+D", ("documents_selected",)),
     ("delete", "Delete", "Delete", ("delete_selected",)),
     (None, "", "", ()),
     ("md", "Export Markdown…", "Ctrl+Shift+M", ("transfers.export_selected", (None, "md"))),
@@ -299,7 +298,18 @@ class BrowserWindow(QWidget):
             bar.addAction(act)
             bar.widgetForAction(act).setAccessibleName(label.rstrip("…"))
             self.buttons[key] = act
+        self._add_documents_action()
         return bar
+
+    def _add_documents_action(self) -> None:
+        """New chat with these documents: in the rows' menu and on its shortcut, not on the toolbar (it is full)."""
+        act = QAction("New chat with these documents", self)
+        act.setShortcut(QKeySequence("Ctrl+Shift+D"))
+        act.setToolTip("A new chat with this chat's system prompt whose message box holds its files (Ctrl+Shift+D)")
+        act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        act.triggered.connect(lambda _=False: self.documents_selected())
+        self.addAction(act)
+        self.buttons["documents"] = act
 
     def _slot(self, name: str):
         """An action's method by its name in ACTIONS ("delete_selected", "transfers.import_file")."""

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.attachment_block import DISPLAY_CHARS
 from app.attachment_text import total_text
+from app.browser import MENU_ACTIONS
 from app.main_window import MainWindow
 from engine.api import MAX_ATTACHMENTS, MAX_FILE_BYTES, attachment_block, attachment_from_text
 
@@ -298,6 +299,11 @@ def test_new_chat_with_these_documents_fills_a_new_chats_message_box_from_the_st
     preview = b.preview.messages[0]
     assert [blk.attachment for blk in preview.attachment_blocks] == list(stored)
     assert preview.documents_button is None  # the preview is read only: the browser's action does it
+    qtbot.wait(200)  # the preview's messages settle to their heights
+    b.grab().save(str(SHOTS / "browser-preview-with-attachment.png"))
+    assert "documents" in [k for k in MENU_ACTIONS if k]
+    assert b.buttons["documents"] in b.context_menu(b.table.visualRect(b.model.index(rows.index(source), 0))
+                                                    .center()).actions()
     b.buttons["documents"].trigger()
     assert w.current not in (source, target) and w.chat.attachments.attachments() == stored
 
