@@ -209,6 +209,8 @@ def test_sending_stores_the_file_and_the_transcript_shows_a_collapsed_block_that
     qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
     (attachment,) = w.chat.attachments.attachments()
     w.composer.setPlainText("Where does the heron nest?")
+    both = counted(w, attachment_block(attachment)) + counted(w, "Where does the heron nest?")
+    qtbot.waitUntil(lambda: w.tray.total.text().startswith(f"≈{both:,} tokens"), timeout=TIMEOUT)  # typed words count
     SHOTS.mkdir(exist_ok=True)
     w.chat.grab().save(str(SHOTS / "composer-with-chips.png"))
     qtbot.keyClick(w.composer, Qt.Key.Key_Return)
@@ -381,3 +383,17 @@ def test_editing_a_message_with_files_edits_its_words_and_its_files(qtbot, windo
     w.chat.begin_edit(seq)
     w.chat.cancel_edit()
     assert not w.tray.chips and w.composer.toPlainText() == ""
+
+
+def test_send_waits_for_a_file_still_being_read(qtbot, windows, note):
+    w = windows()
+    conv = w.new_chat()
+    use_settings(w, QUICK)
+    drop_files(w, [note])
+    w.chat.send("Hi")  # before the event loop ran: the reader's answer cannot have arrived
+    assert "heron notes.txt is still being read" in w.status.resume.text()
+    assert not w.turns.running() and w.store.messages(conv) == []
+    qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
+    w.chat.send("Hi")
+    wait_idle(qtbot, w)
+    assert [a.name for a in w.store.messages(conv)[0].attachments] == ["heron notes.txt"]
