@@ -319,3 +319,25 @@ def test_pdf_bytes_in_memory_are_not_needed_later(tmp_path):
     a = read_attachment(path)
     path.write_bytes(b"changed")
     assert a.text == "kept text" and a.size == len(text_pdf_bytes([["kept text"]]))
+
+
+def test_a_bundle_carries_the_attachments_and_import_keeps_them(hearth, tmp_path, tiny_dir, tiny_gguf):
+    from engine.api import Hearth, bundles, resolve_paths
+    from engine.transfer import to_document
+
+    doc = read_attachment(write_docx(tmp_path / "brief.docx", ["The brief.", "Two lines."]))
+    hearth.run_turn(TurnRequest("b1", "summarise", GREEDY, 4, attachments=(doc,)), create=True)
+    path = tmp_path / "out.hearth"
+    bundles(hearth).export_bundle(path, to_document(hearth.conversations, ["b1"]), ["b1"])
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    other = Hearth(resolve_paths(home).ensure(), model=str(tiny_gguf), provider="cpu")
+    try:
+        imported = bundles(other).import_bundle(path)
+        (new,) = imported.conversations
+        user = other.conversations.messages(new)[0]
+        assert (user.attachments, user.typed_text) == ((doc,), "summarise")
+        assert user.content == hearth.conversations.messages("b1")[0].content
+    finally:
+        other.close()
