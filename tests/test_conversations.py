@@ -201,3 +201,16 @@ def test_a_schema_8_database_is_upgraded_to_keep_attachments(tmp_path):
     assert (m.content, m.typed_text, m.attachments) == ("hi", "hi", ())
     _with_file(store, "new")
     assert store.messages("new")[0].attachments
+
+
+def test_documents_lists_every_file_of_a_chat_once(tmp_path):
+    from engine.documents import attachment_from_text, compose_message
+
+    store = ConversationStore(tmp_path / "c.db")
+    doc = _with_file(store, "docs")
+    other = attachment_from_text("second.txt", "more")
+    store.append("docs", "user", compose_message("and", [other, doc]), attachments=(other, doc), typed_text="and")
+    assert store.documents("docs") == (doc, other)
+    store.create("none")
+    store.append("none", "user", "no files")
+    assert store.documents("none") == ()
