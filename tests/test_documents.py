@@ -119,6 +119,13 @@ def test_a_file_over_the_size_cap_is_refused_before_it_is_read(tmp_path):
     assert read_attachment(path, max_bytes=2000).size == 2000
 
 
+def test_html_over_its_own_cap_is_refused(tmp_path):
+    path = tmp_path / "huge.html"
+    path.write_text("<p>" + "x" * 3000 + "</p>")
+    assert "HTML" in str(refused(path, "too_large", max_html=2000))
+    assert read_attachment(path, max_html=4000).text == "x" * 3000
+
+
 def test_text_over_the_character_cap_is_refused(tmp_path):
     path = tmp_path / "long.md"
     path.write_text("y" * 501)
