@@ -420,6 +420,15 @@ class ConversationStore:
                               "ORDER BY a.position", (conversation_id, seq)).fetchall()
         return tuple(Attachment(*r) for r in rows)
 
+    def documents(self, conversation_id: str) -> tuple[Attachment, ...]:
+        """Every file attached anywhere in the chat, once each (the same name and bytes attached twice is one),
+        in the order they were first attached: what the browser's "New chat with these documents" carries."""
+        seen: dict[tuple[str, str], Attachment] = {}
+        for m in self.messages(conversation_id):
+            for a in m.attachments:
+                seen.setdefault((a.name, a.sha256), a)
+        return tuple(seen.values())
+
     def chat_messages(self, conversation_id: str) -> list[dict]:
         """What the model sees: the system prompt (if any), then the messages in order."""
         conv = self.require(conversation_id)

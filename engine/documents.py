@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Attachment", "AttachmentError", "KINDS", "MAX_ATTACHMENTS", "MAX_DOCX_MEMBERS", "MAX_DOCX_UNPACKED_BYTES",
-    "MAX_FILE_BYTES", "MAX_NAME_CHARS", "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
+    "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
     "attachment_from_text", "check_attachments", "compose_message", "kind_for", "read_attachment",
 ]
 
@@ -38,6 +38,7 @@ __all__ = [
 MAX_FILE_BYTES = 32 << 20  # the file as it is on disk
 MAX_TEXT_CHARS = 2_000_000  # the extracted text of one file (~500k tokens: more than any context holds)
 MAX_PDF_PAGES = 2_000
+MAX_HTML_BYTES = 8 << 20  # the stdlib parser reads tag-dense markup at ~1 MB/s: this bounds a page to seconds
 MAX_DOCX_UNPACKED_BYTES = 256 << 20  # a DOCX's members as the zip declares them, unpacked (a zip bomb stops here)
 MAX_DOCX_MEMBERS = 10_000
 MAX_ATTACHMENTS = 16  # files on one message
@@ -80,7 +81,8 @@ def _refuse(name: str, reason: str, why: str) -> AttachmentError:
 
 
 def _size_words(n: int) -> str:
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+    """A cap in words: whole MiB as MiB, else bytes (so a figure just over a cap never reads as equal to it)."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
 
 
 def clean_name(name: str) -> str:
@@ -117,7 +119,8 @@ def kind_for(name: str) -> str | None:
 
 # reading a file ------------------------------------------------------------------------------------------------
 def read_attachment(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, max_chars: int = MAX_TEXT_CHARS,
-                    max_pages: int = MAX_PDF_PAGES, max_unpacked: int = MAX_DOCX_UNPACKED_BYTES) -> Attachment:
+                    max_pages: int = MAX_PDF_PAGES, max_unpacked: int = MAX_DOCX_UNPACKED_BYTES,
+                    max_html: int = MAX_HTML_BYTES) -> Attachment:
     """The file at ``path`` as an attachment (its text extracted); AttachmentError when it cannot be read.
     The caps are parameters so tests need not write 32 MiB; front ends use the defaults."""
     path = Path(path)
@@ -136,6 +139,9 @@ def read_attachment(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, max_ch
     elif kind == "docx":
         text = _docx_text(data, name, max_chars, max_unpacked)
     else:
+        if kind == "html" and len(data) > max_html:
+            raise _refuse(name, "too_large", f"it is {len(data):,} bytes of HTML, more than the "
+                          f"{_size_words(max_html)} of HTML Hearth reads")
         text = _decode(data, name)
         if kind == "html":
             text = html_text(text)
@@ -174,7 +180,7 @@ def _read_bounded(path: Path, name: str, max_bytes: int) -> bytes:
             if not stat.S_ISREG(st.st_mode):
                 raise _refuse(name, "unreadable", "it is not a regular file")
             if st.st_size > max_bytes:
-                raise _refuse(name, "too_large", f"it is {_size_words(st.st_size)}, more than the "
+                raise _refuse(name, "too_large", f"it is {st.st_size:,} bytes, more than the "
                               f"{_size_words(max_bytes)} a file may be")
             data = f.read(max_bytes + 1)
     except IsADirectoryError:
@@ -319,7 +325,7 @@ def _docx_text(data: bytes, name: str, max_chars: int, max_unpacked: int) -> str
                               f"{MAX_DOCX_MEMBERS:,} Hearth reads")
             unpacked = sum(m.file_size for m in members)
             if unpacked > max_unpacked:
-                raise _refuse(name, "too_large", f"the DOCX unpacks to {_size_words(unpacked)}, more than the "
+                raise _refuse(name, "too_large", f"the DOCX unpacks to {unpacked:,} bytes, more than the "
                               f"{_size_words(max_unpacked)} Hearth reads")
     except zipfile.BadZipFile:
         raise _refuse(name, "unreadable", "it is not a DOCX Hearth can read (not a zip package)") from None
