@@ -73,14 +73,11 @@ class ChatSessionModel:
         return dict(self._files)
 
     def documents_of(self, conversation: str, seq: int | None = None) -> tuple:
-        """The attachments of message ``seq`` of ``conversation``; None: of the whole chat, each file once
-        (by its SHA-256), in the order they first appear."""
-        seen: dict[str, object] = {}
-        for m in self.store.messages(conversation):
-            if seq is None or m.seq == seq:
-                for a in m.attachments:
-                    seen.setdefault(a.sha256, a)
-        return tuple(seen.values())
+        """The attachments of message ``seq`` of ``conversation``; None: every file of the chat, once each, in
+        the order they were first attached (``ConversationStore.documents``)."""
+        if seq is None:
+            return self.store.documents(conversation)
+        return next((m.attachments for m in self.store.messages(conversation) if m.seq == seq), ())
 
     def stored(self, conversation: str | None = None) -> Stored:
         return [(m.seq, m.role, m.content) for m in self.messages(conversation)]
