@@ -62,6 +62,7 @@ ACTIONS = (
     ("open", "Open", "Return", ("open_selected",)),
     ("rename", "Rename…", "F2", ("rename_selected",)),
     ("duplicate", "Duplicate as branch", "Ctrl+D", ("duplicate_selected",)),
+    ("documents", "New chat with these documents", "Ctrl+Shift+D", ("documents_selected",)),
     ("delete", "Delete", "Delete", ("delete_selected",)),
     (None, "", "", ()),
     ("md", "Export Markdown…", "Ctrl+Shift+M", ("transfers.export_selected", (None, "md"))),
@@ -74,6 +75,7 @@ ACTIONS = (
     ("drop", "Drop saved context", "Ctrl+Shift+Delete", ("drop_selected_context",)),
 )
 ROW_ACTIONS = ("open", "rename", "delete")
+TOOLBAR_TEXT = {"documents": "New chat with files"}  # shorter on the toolbar, so every action fits on it
 MENU_ACTIONS = ("open", "rename", "duplicate", "documents", None, "md", "json", "bundle", None, "drop", None, "delete")
 
 
@@ -286,6 +288,8 @@ class BrowserWindow(QWidget):
                 bar.addSeparator()
                 continue
             act = QAction(label, self)
+            if key in TOOLBAR_TEXT:
+                act.setIconText(TOOLBAR_TEXT[key])  # what a text-only tool button shows; menus show the label
             act.setShortcut(QKeySequence(shortcut))
             act.setToolTip(f"{label.rstrip('…')} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})")
             act.triggered.connect(self._slot(slot[0]) if len(slot) == 1 else
@@ -298,18 +302,7 @@ class BrowserWindow(QWidget):
             bar.addAction(act)
             bar.widgetForAction(act).setAccessibleName(label.rstrip("…"))
             self.buttons[key] = act
-        self._add_documents_action()
         return bar
-
-    def _add_documents_action(self) -> None:
-        """New chat with these documents: in the rows' menu and on its shortcut, not on the toolbar (it is full)."""
-        act = QAction("New chat with these documents", self)
-        act.setShortcut(QKeySequence("Ctrl+Shift+D"))
-        act.setToolTip("A new chat with this chat's system prompt whose message box holds its files (Ctrl+Shift+D)")
-        act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        act.triggered.connect(lambda _=False: self.documents_selected())
-        self.addAction(act)
-        self.buttons["documents"] = act
 
     def _slot(self, name: str):
         """An action's method by its name in ACTIONS ("delete_selected", "transfers.import_file")."""

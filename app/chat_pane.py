@@ -530,24 +530,8 @@ class ChatPane(QWidget):
 
     # attachments ------------------------------------------------------------------------------------------------
     def choose_files(self) -> QFileDialog:
-        """The paperclip: a file dialog (window-modal, opened without a nested loop) in the folder last used."""
-        folder = str(self.settings.value("attach_folder", "")) if self.settings is not None else ""
-        dialog = QFileDialog(self, "Attach files", folder)
-        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
-        dialog.setNameFilters(["Documents (*.txt *.md *.markdown *.csv *.json *.html *.htm *.pdf *.docx *.py *.js "
-                               "*.ts *.c *.h *.cpp *.rs *.go *.java *.rb *.sh *.toml *.yaml *.yml *.xml *.log)",
-                               "All files (*)"])
-        dialog.setObjectName("attachDialog")
-
-        def chosen(paths: list[str]) -> None:
-            if paths and self.settings is not None:
-                self.settings.setValue("attach_folder", dialog.directory().absolutePath())
-            self.attachments.offer_paths(paths)
-
-        dialog.filesSelected.connect(chosen)
-        dialog.finished.connect(dialog.deleteLater)
-        dialog.open()
-        return dialog
+        """The paperclip: a file dialog in the folder last used (window-modal, no nested loop)."""
+        return self.attachments.choose_files(self, self.settings)
 
     def _on_typed(self) -> None:
         if self.attachments.drafts:  # only then is the typed text counted (a long paste alone costs nothing)

@@ -10,7 +10,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QSettings, QTimer, Signal, Slot
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.attachment_reader import AttachmentReaderHost
 from app.attachment_text import Total, total_text
@@ -20,6 +21,9 @@ from app.text import display_safe
 from engine.api import MAX_ATTACHMENTS, Attachment, attachment_block
 
 log = logging.getLogger(__name__)
+FOLDER_KEY = "attach_folder"  # where the paperclip's dialog opens: the folder files were last chosen from
+NAME_FILTERS = ["Documents (*.txt *.md *.markdown *.csv *.tsv *.json *.html *.htm *.pdf *.docx *.py *.js *.ts *.c "
+                "*.h *.cpp *.rs *.go *.java *.rb *.sh *.toml *.yaml *.yml *.xml *.log)", "All files (*)"]
 TYPED_COUNT_MS = 300  # the typed text is counted this long after the last keystroke, not on each one
 
 # (the model's context length or None, tokens the chat already holds, its context policy or None)
@@ -88,6 +92,25 @@ class ComposerAttachments(QObject):
             self.tray.add_chip(key, name)
             self.reader.request_read.emit(key, path)
         self._changed()
+
+    def choose_files(self, parent: QWidget, settings: QSettings | None) -> QFileDialog:
+        """The paperclip's dialog (window-modal, opened without a nested loop), in the folder last used; the
+        files chosen are offered, and their folder remembered in ``settings``."""
+        folder = str(settings.value(FOLDER_KEY, "")) if settings is not None else ""
+        dialog = QFileDialog(parent, "Attach files", folder)
+        dialog.setObjectName("attachDialog")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.setNameFilters(NAME_FILTERS)
+
+        def chosen(paths: list[str]) -> None:
+            if paths and settings is not None:
+                settings.setValue(FOLDER_KEY, dialog.directory().absolutePath())
+            self.offer_paths(paths)
+
+        dialog.filesSelected.connect(chosen)
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
 
     def add(self, attachments: Iterable[Attachment]) -> None:
         """Attachments already read (stored with a message): shown at once, counted on the engine thread."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QToolButton
 
 from app.attachment_block import DISPLAY_CHARS
 from app.attachment_text import total_text
@@ -303,6 +303,9 @@ def test_new_chat_with_these_documents_fills_a_new_chats_message_box_from_the_st
     assert preview.documents_button is None  # the preview is read only: the browser's action does it
     qtbot.wait(200)  # the preview's messages settle to their heights
     b.grab().save(str(SHOTS / "browser-preview-with-attachment.png"))
+    ext = b.toolbar.findChild(QToolButton, "qt_toolbar_ext_button")
+    assert ext is None or not ext.isVisible()  # every action fits on the toolbar (its short text there)
+    assert b.toolbar.widgetForAction(b.buttons["documents"]).text() == "New chat with files"
     assert "documents" in [k for k in MENU_ACTIONS if k]
     assert b.buttons["documents"] in b.context_menu(b.table.visualRect(b.model.index(rows.index(source), 0))
                                                     .center()).actions()
