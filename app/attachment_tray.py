@@ -127,6 +127,10 @@ class AttachmentTray(QWidget):
         self.problem.setText(text)
         self._update_visibility()
 
+    def add_problem(self, text: str) -> None:
+        """Another file of the same drop was refused: its reason on a line of its own."""
+        self.say_problem("\n".join(filter(None, (self.problem.text(), text))))
+
     def _update_visibility(self) -> None:
         self.chip_area.setVisible(bool(self.chips))
         self.total.setVisible(bool(self.chips) and bool(self.total.text()))

@@ -172,7 +172,7 @@ class ComposerAttachments(QObject):
             return
         self.tray.remove_chip(key)
         reason = display_safe(reason).rstrip(".")
-        self.tray.say_problem(f"⚠ {reason}. Nothing was attached.")
+        self.tray.add_problem(f"⚠ {reason}. It was not attached.")
         log.info("attachment %s refused: %s", name, reason)
         self._changed()
 

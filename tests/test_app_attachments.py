@@ -142,7 +142,7 @@ def test_a_file_that_cannot_be_read_is_refused_with_its_reason_and_nothing_is_se
     drop_files(w, [binary])
     qtbot.waitUntil(lambda: w.tray.problem.text() != "", timeout=TIMEOUT)
     assert not w.tray.chips and not w.chat.attachments.attachments()
-    assert "data.txt cannot be attached" in w.tray.problem.text() and "Nothing was attached" in w.tray.problem.text()
+    assert "data.txt cannot be attached" in w.tray.problem.text() and "It was not attached" in w.tray.problem.text()
     assert w.tray.problem.isVisible()
     huge = tmp_path / "huge.log"
     with huge.open("wb") as f:  # sparse: larger than the cap without writing it
@@ -150,6 +150,8 @@ def test_a_file_that_cannot_be_read_is_refused_with_its_reason_and_nothing_is_se
     drop_files(w, [huge])
     qtbot.waitUntil(lambda: "huge.log" in w.tray.problem.text(), timeout=TIMEOUT)
     assert "32 MiB" in w.tray.problem.text() and not w.tray.chips
+    SHOTS.mkdir(exist_ok=True)
+    w.chat.grab().save(str(SHOTS / "composer-refused-file.png"))
     # Enter with nothing typed and nothing attached sends nothing
     w.composer.setFocus()
     qtbot.keyClick(w.composer, Qt.Key.Key_Return)
@@ -163,8 +165,10 @@ def test_a_file_that_cannot_be_read_is_refused_with_its_reason_and_nothing_is_se
     blank.write(buf)
     pdf = tmp_path / "scan.pdf"
     pdf.write_bytes(buf.getvalue())
-    drop_files(w, [pdf])
-    qtbot.waitUntil(lambda: "scan.pdf" in w.tray.problem.text(), timeout=TIMEOUT)
+    drop_files(w, [pdf, binary])  # both refused: each reason on its own line
+    qtbot.waitUntil(lambda: w.tray.problem.text().count("\n") == 1, timeout=TIMEOUT)
+    assert w.tray.problem.text().startswith("⚠ scan.pdf cannot be attached")
+    assert w.tray.problem.text().split("\n")[1].startswith("⚠ data.txt cannot be attached")
     assert not w.tray.chips and w.store.messages(conv) == []
 
 
@@ -191,6 +195,8 @@ def test_the_total_warns_when_the_message_will_not_fit(qtbot, windows, tmp_path)
     total = w.tray.total.text()
     assert total.startswith("⚠ ≈") and "more than the model reads at once (256)" in total
     assert "font-weight: bold" in w.tray.total.styleSheet()
+    SHOTS.mkdir(exist_ok=True)
+    w.chat.grab().save(str(SHOTS / "composer-too-long-warning.png"))
     # the words for a message that fits alone but not beside what the chat holds, under each policy
     assert total_text(100, 256, 200, None).text == ("⚠ ≈100 tokens with your message will not fit: the context "
                                                     "holds 256, 200 already used. If sent, it will be refused: "
