@@ -160,6 +160,10 @@ class ComposerAttachments(QObject):
         draft = self.drafts.get(key)
         if draft is None:
             return  # removed while it was being read
+        if any(d.attachment == attachment for d in self.drafts.values()):  # the same file twice: once is enough
+            self.remove(key)
+            self.tray.add_problem(f"{display_safe(attachment.name)} is attached already.")
+            return
         draft.attachment = attachment
         self._show_read(draft)
         self._count(key, attachment)

@@ -92,6 +92,9 @@ def test_a_dropped_file_is_a_chip_with_its_name_and_tokens_and_the_x_removes_it(
     qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
     again = next(iter(w.tray.chips.values()))
     assert again.remove_button.accessibleName() == "Remove the attachment heron notes.txt"
+    drop_files(w, [note])  # the same file again: attached once
+    qtbot.waitUntil(lambda: "heron notes.txt is attached already." in w.tray.problem.text(), timeout=TIMEOUT)
+    assert list(w.tray.chips.values()) == [again] and len(w.chat.attachments.attachments()) == 1
     again.setFocus()
     qtbot.keyClick(again, Qt.Key.Key_Delete)
     assert not w.tray.chips
