@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Attachment", "AttachmentError", "KINDS", "MAX_ATTACHMENTS", "MAX_DOCX_MEMBERS", "MAX_DOCX_UNPACKED_BYTES",
-    "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
+    "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_CONTENT_BYTES", "MAX_PDF_PAGE_CONTENT_BYTES",
+    "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
     "attachment_from_text", "check_attachments", "compose_message", "kind_for", "read_attachment",
 ]
 
@@ -38,6 +39,9 @@ __all__ = [
 MAX_FILE_BYTES = 32 << 20  # the file as it is on disk
 MAX_TEXT_CHARS = 2_000_000  # the extracted text of one file (~500k tokens: more than any context holds)
 MAX_PDF_PAGES = 2_000
+# pypdf reads a page's drawing instructions at ~0.5 MB/s and worse on one huge page (5 MB: 24 s): bound both
+MAX_PDF_PAGE_CONTENT_BYTES = 2 << 20  # one page's content streams and the forms it draws, decoded
+MAX_PDF_CONTENT_BYTES = 16 << 20  # the whole document's
 MAX_HTML_BYTES = 8 << 20  # the stdlib parser reads tag-dense markup at ~1 MB/s: this bounds a page to seconds
 MAX_DOCX_UNPACKED_BYTES = 256 << 20  # a DOCX's members as the zip declares them, unpacked (a zip bomb stops here)
 MAX_DOCX_MEMBERS = 10_000
@@ -278,7 +282,7 @@ def html_text(html: str) -> str:
 def _pdf_text(data: bytes, name: str, max_chars: int, max_pages: int) -> tuple[str, int]:
     try:
         import pypdf
-        from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
+        from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError, PyPdfError
     except ImportError:  # pragma: no cover - a dependency of Hearth
         raise _refuse(name, "unsupported", "reading PDF files needs the pypdf package") from None
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files are not the person's
@@ -294,6 +298,16 @@ def _pdf_text(data: bytes, name: str, max_chars: int, max_pages: int) -> tuple[s
         count = len(reader.pages)
         if count > max_pages:
             raise _refuse(name, "too_large", f"the PDF has {count:,} pages, more than the {max_pages:,} Hearth reads")
+        content = 0  # sized first (decoding is fast), so a refusal comes before any slow extraction
+        for number, page in enumerate(reader.pages, start=1):
+            drawn = _page_content_bytes(page)
+            if drawn > MAX_PDF_PAGE_CONTENT_BYTES:
+                raise _refuse(name, "too_large", f"page {number} holds {drawn:,} bytes of drawing instructions, more "
+                              f"than the {_size_words(MAX_PDF_PAGE_CONTENT_BYTES)} Hearth reads from one page")
+            content += drawn
+            if content > MAX_PDF_CONTENT_BYTES:
+                raise _refuse(name, "too_large", f"its pages hold more than the {_size_words(MAX_PDF_CONTENT_BYTES)} "
+                              "of drawing instructions Hearth reads from one PDF")
         texts, total = [], 0
         for page in reader.pages:
             text = page.extract_text() or ""
@@ -305,11 +319,41 @@ def _pdf_text(data: bytes, name: str, max_chars: int, max_pages: int) -> tuple[s
         raise
     except FileNotDecryptedError:
         raise _refuse(name, "encrypted", "the PDF is protected by a password") from None
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError,
-            OSError, AssertionError, ZeroDivisionError) as exc:
+    except LimitReachedError:  # a compressed stream that unpacks to more than pypdf allows (a bomb)
+        raise _refuse(name, "too_large", "a stream in the PDF unpacks to more than pypdf's limit "
+                      f"({pypdf.filters.ZLIB_MAX_OUTPUT_LENGTH:,} bytes)") from None
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError,
+            OSError, AssertionError, ZeroDivisionError) as exc:  # pypdf's own limits (LimitReachedError) too
         log.info("pypdf could not read %s: %r", name, exc)
         raise _refuse(name, "unreadable", f"it is not a PDF Hearth can read ({type(exc).__name__})") from None
     return "\n\n".join(t for t in texts if t), count
+
+
+def _page_content_bytes(page: object) -> int:
+    """The decoded size of what pypdf's text extraction walks on a page: its content streams and the form
+    XObjects it draws (nested ones too, each once). Decoding is fast (and pypdf caps each stream's output);
+    walking the operators is what is slow."""
+    contents = page.get_contents()  # type: ignore[attr-defined]
+    total = len(contents.get_data()) if contents is not None else 0
+    seen: set[int] = set()
+    stack = [(page.get("/Resources"), 0)]  # type: ignore[attr-defined]
+    while stack and total <= MAX_PDF_PAGE_CONTENT_BYTES:
+        resources, depth = stack.pop()
+        resources = resources.get_object() if resources is not None else None
+        if not hasattr(resources, "get") or depth > 8:
+            continue
+        xobjects = resources.get("/XObject")
+        xobjects = xobjects.get_object() if xobjects is not None else None
+        if not hasattr(xobjects, "values"):
+            continue
+        for ref in xobjects.values():
+            obj = ref.get_object()
+            if id(obj) in seen or not hasattr(obj, "get_data") or obj.get("/Subtype") != "/Form":
+                continue
+            seen.add(id(obj))
+            total += len(obj.get_data())
+            stack.append((obj.get("/Resources"), depth + 1))
+    return total
 
 
 # DOCX (python-docx) ---------------------------------------------------------------------------------------------

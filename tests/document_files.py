@@ -10,24 +10,32 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def text_pdf_bytes(pages: list[list[str]]) -> bytes:
-    """A valid PDF (with its xref table) whose page i shows the lines pages[i] in Helvetica."""
+def text_pdf_bytes(pages: list[list[str]], form_bytes: int = 0) -> bytes:
+    """A valid PDF (with its xref table) whose page i shows the lines pages[i] in Helvetica; with
+    ``form_bytes``, every page also draws one form XObject whose own content stream is that long."""
     n = len(pages)
-    font = 3 + 2 * n  # object numbers: 1 catalog, 2 pages, then (page, contents) pairs, then the font
+    font = 3 + 2 * n  # object numbers: 1 catalog, 2 pages, then (page, contents) pairs, the font, the form
+    form = f" /XObject << /Fm1 {font + 1} 0 R >>" if form_bytes else ""
     objects: list[bytes] = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         (f"<< /Type /Pages /Kids [{' '.join(f'{3 + 2 * i} 0 R' for i in range(n))}] /Count {n} >>").encode(),
     ]
     for i, lines in enumerate(pages):
         objects.append((f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
-                        f"/Resources << /Font << /F1 {font} 0 R >> >> >>").encode())
+                        f"/Resources << /Font << /F1 {font} 0 R >>{form} >> >>").encode())
         ops = ["BT", "/F1 11 Tf", "14 TL", "50 740 Td"]
         for line in lines:
             ops += [f"({_escape(line)}) Tj", "T*"]
         ops.append("ET")
+        if form_bytes:
+            ops.append("/Fm1 Do")
         stream = "\n".join(ops).encode("latin-1")
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
+    if form_bytes:
+        body = (b"0 0 m 1 1 l S\n" * (form_bytes // 14 + 1))[:form_bytes]
+        objects.append(b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Length %d >>\nstream\n" % len(body)
+                       + body + b"\nendstream")
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -37,6 +45,25 @@ def text_pdf_bytes(pages: list[list[str]]) -> bytes:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def flate_bomb_pdf_bytes(unpacked: int) -> bytes:
+    """A one-page PDF whose content stream is ``unpacked`` bytes of spaces, deflated (a few KiB on disk)."""
+    import zlib
+
+    stream = zlib.compress(b" " * unpacked, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream"]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 5\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size 5 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
     return bytes(out)
 
 

@@ -22,7 +22,7 @@ from engine.documents import REASONS, clean_name, html_text, kind_for
 from engine.errors import HearthError, PromptError
 from engine.types import SamplingParams, TurnRequest
 
-from .document_files import text_pdf_bytes, write_blank_pdf, write_docx, write_encrypted_pdf, write_text_pdf
+from .document_files import flate_bomb_pdf_bytes, text_pdf_bytes, write_blank_pdf, write_docx, write_encrypted_pdf, write_text_pdf
 
 GREEDY = SamplingParams.greedy_params()
 
@@ -141,6 +141,44 @@ def test_a_pdf_over_the_page_cap_is_refused(tmp_path):
 def test_a_pdf_whose_text_runs_past_the_cap_stops_there(tmp_path):
     path = write_text_pdf(tmp_path / "wordy.pdf", [["w" * 80] * 10] * 3)
     refused(path, "too_large", max_chars=1000)
+
+
+def test_a_pdf_page_with_too_many_drawing_instructions_is_refused_before_extraction(tmp_path):
+    from engine.documents import MAX_PDF_PAGE_CONTENT_BYTES
+
+    lines = ["x" * 90] * (MAX_PDF_PAGE_CONTENT_BYTES // 96 + 100)  # one page of text past the cap
+    err = refused(write_text_pdf(tmp_path / "dense.pdf", [["page one"], lines]), "too_large")
+    assert "page 2 holds" in str(err) and "2 MiB" in str(err)
+    # the same through a form XObject the page draws (what extraction walks too)
+    form = tmp_path / "form.pdf"
+    form.write_bytes(text_pdf_bytes([["text"]], form_bytes=MAX_PDF_PAGE_CONTENT_BYTES + 10))
+    assert "page 1 holds" in str(refused(form, "too_large"))
+    small = tmp_path / "small-form.pdf"
+    small.write_bytes(text_pdf_bytes([["drawn beside a form"]], form_bytes=1000))
+    assert read_attachment(small).text == "drawn beside a form"
+
+
+def test_a_pdf_whose_pages_together_draw_too_much_is_refused_before_extraction(tmp_path):
+    import time
+
+    from engine.documents import MAX_PDF_CONTENT_BYTES, MAX_PDF_PAGE_CONTENT_BYTES
+
+    per_page = MAX_PDF_PAGE_CONTENT_BYTES - 4096
+    path = tmp_path / "heavy.pdf"
+    path.write_bytes(text_pdf_bytes([["p"]] * (MAX_PDF_CONTENT_BYTES // per_page + 1), form_bytes=per_page))
+    started = time.perf_counter()
+    err = refused(path, "too_large")
+    assert "16 MiB" in str(err)
+    assert time.perf_counter() - started < 5  # sized, not extracted: extraction would take a minute
+
+
+def test_a_pdf_stream_that_unpacks_past_pypdfs_limit_is_refused(tmp_path):
+    import pypdf
+
+    path = tmp_path / "bomb.pdf"
+    path.write_bytes(flate_bomb_pdf_bytes(pypdf.filters.ZLIB_MAX_OUTPUT_LENGTH + (1 << 20)))
+    assert path.stat().st_size < 1 << 20
+    assert "unpacks to more than" in str(refused(path, "too_large"))
 
 
 def test_a_docx_that_unpacks_past_the_cap_is_refused_before_it_is_opened(tmp_path):
