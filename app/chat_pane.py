@@ -40,7 +40,7 @@ from app.conversation_events import (
 )
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, turn_note, version_chosen_note
+from app.text import display_safe, duration, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
@@ -227,7 +227,9 @@ class ChatPane(QWidget):
     def send(self, text: str) -> None:
         """Send the message with its attachments (attachments and no typed text: the documents alone)."""
         if self.attachments.reading:
-            self.status.say(f"Wait a moment: {', '.join(self.attachments.reading)} is still being read.")
+            reading = self.attachments.reading
+            self.status.say(f"Wait a moment: {display_safe(', '.join(reading))} "
+                            f"{'is' if len(reading) == 1 else 'are'} still being read.")
             return
         conv = self.conversation or self._new_chat()
         if self.turns.running(conv):
