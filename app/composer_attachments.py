@@ -175,8 +175,7 @@ class ComposerAttachments(QObject):
         if self.drafts.pop(key, None) is None:
             return
         self.tray.remove_chip(key)
-        reason = display_safe(reason).rstrip(".")
-        self.tray.add_problem(f"⚠ {reason}. It was not attached.")
+        self.tray.add_problem(f"⚠ {display_safe(reason)}")  # "X cannot be attached: why" (engine/documents.py)
         log.info("attachment %s refused: %s", name, reason)
         self._changed()
 

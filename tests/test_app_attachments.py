@@ -145,7 +145,7 @@ def test_a_file_that_cannot_be_read_is_refused_with_its_reason_and_nothing_is_se
     drop_files(w, [binary])
     qtbot.waitUntil(lambda: w.tray.problem.text() != "", timeout=TIMEOUT)
     assert not w.tray.chips and not w.chat.attachments.attachments()
-    assert "data.txt cannot be attached" in w.tray.problem.text() and "It was not attached" in w.tray.problem.text()
+    assert w.tray.problem.text().startswith("⚠ data.txt cannot be attached: ")
     assert w.tray.problem.isVisible()
     huge = tmp_path / "huge.log"
     with huge.open("wb") as f:  # sparse: larger than the cap without writing it
@@ -172,6 +172,13 @@ def test_a_file_that_cannot_be_read_is_refused_with_its_reason_and_nothing_is_se
     qtbot.waitUntil(lambda: w.tray.problem.text().count("\n") == 1, timeout=TIMEOUT)
     assert w.tray.problem.text().startswith("⚠ scan.pdf cannot be attached")
     assert w.tray.problem.text().split("\n")[1].startswith("⚠ data.txt cannot be attached")
+    assert not w.tray.chips and w.store.messages(conv) == []
+    # a folder, and a file gone before it was read
+    folder = tmp_path / "a folder"
+    folder.mkdir()
+    drop_files(w, [folder, tmp_path / "gone.txt"])
+    qtbot.waitUntil(lambda: w.tray.problem.text().count("\n") == 1, timeout=TIMEOUT)
+    assert "a folder" in w.tray.problem.text().split("\n")[0] and "gone.txt" in w.tray.problem.text().split("\n")[1]
     assert not w.tray.chips and w.store.messages(conv) == []
 
 
