@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Attachment", "AttachmentError", "KINDS", "MAX_ATTACHMENTS", "MAX_DOCX_MEMBERS", "MAX_DOCX_UNPACKED_BYTES",
-    "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_CONTENT_BYTES", "MAX_PDF_PAGE_CONTENT_BYTES",
-    "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
+    "MAX_DOCX_XML_BYTES", "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_CONTENT_BYTES",
+    "MAX_PDF_PAGE_CONTENT_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
     "attachment_from_text", "check_attachments", "compose_message", "kind_for", "read_attachment",
 ]
 
@@ -44,6 +44,7 @@ MAX_PDF_PAGE_CONTENT_BYTES = 2 << 20  # one page's content streams and the forms
 MAX_PDF_CONTENT_BYTES = 16 << 20  # the whole document's
 MAX_HTML_BYTES = 8 << 20  # the stdlib parser reads tag-dense markup at ~1 MB/s: this bounds a page to seconds
 MAX_DOCX_UNPACKED_BYTES = 256 << 20  # a DOCX's members as the zip declares them, unpacked (a zip bomb stops here)
+MAX_DOCX_XML_BYTES = 32 << 20  # its XML parts, unpacked: what lxml parses into memory (~10x) and python-docx walks
 MAX_DOCX_MEMBERS = 10_000
 MAX_ATTACHMENTS = 16  # files on one message
 MAX_NAME_CHARS = 255
@@ -371,6 +372,10 @@ def _docx_text(data: bytes, name: str, max_chars: int, max_unpacked: int) -> str
             if unpacked > max_unpacked:
                 raise _refuse(name, "too_large", f"the DOCX unpacks to {unpacked:,} bytes, more than the "
                               f"{_size_words(max_unpacked)} Hearth reads")
+            xml = sum(m.file_size for m in members if m.filename.lower().endswith((".xml", ".rels")))
+            if xml > MAX_DOCX_XML_BYTES:
+                raise _refuse(name, "too_large", f"the DOCX holds {xml:,} bytes of XML, more than the "
+                              f"{_size_words(MAX_DOCX_XML_BYTES)} Hearth reads")
     except zipfile.BadZipFile:
         raise _refuse(name, "unreadable", "it is not a DOCX Hearth can read (not a zip package)") from None
     try:

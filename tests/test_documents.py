@@ -190,6 +190,25 @@ def test_a_docx_that_unpacks_past_the_cap_is_refused_before_it_is_opened(tmp_pat
     assert "2 MiB" in str(err)
 
 
+def test_a_docx_with_too_much_xml_is_refused_before_it_is_parsed(tmp_path):
+    from engine.documents import MAX_DOCX_XML_BYTES
+
+    path = write_docx(tmp_path / "bloated.docx", ["tiny"])
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("word/bloat.xml", b" " * (MAX_DOCX_XML_BYTES + 1))
+    assert "bytes of XML" in str(refused(path, "too_large"))
+
+
+def test_a_docx_with_too_many_parts_is_refused(tmp_path):
+    from engine.documents import MAX_DOCX_MEMBERS
+
+    path = write_docx(tmp_path / "parts.docx", ["tiny"])
+    with zipfile.ZipFile(path, "a") as z:
+        for i in range(MAX_DOCX_MEMBERS):
+            z.writestr(f"customXml/p{i}.bin", b"")
+    assert f"{MAX_DOCX_MEMBERS:,}" in str(refused(path, "too_large"))
+
+
 def test_an_encrypted_pdf_is_refused(tmp_path):
     err = refused(write_encrypted_pdf(tmp_path / "locked.pdf", ["secret"]), "encrypted")
     assert "password" in str(err)
