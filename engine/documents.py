@@ -76,8 +76,9 @@ _UNSUPPORTED = {
     ".gguf", ".onnx", ".safetensors", ".sqlite", ".db", ".hkv",
 }
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # an encrypted DOCX is kept in an OLE compound file
-# control characters that do not occur in text (tab, newline, form feed and carriage return do)
-_CONTROL = {c for c in range(32) if c not in (9, 10, 12, 13)} | {127}
+# control characters that do not occur in text (tab, newline, form feed, carriage return do; so does escape,
+# in logs with terminal colours)
+_CONTROL = {c for c in range(32) if c not in (9, 10, 12, 13, 27)} | {127}
 _CONTROL_SHARE = 0.01  # more than this share of them in the first 64 KiB: not text
 
 

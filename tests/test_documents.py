@@ -234,6 +234,12 @@ def test_binary_data_is_refused(tmp_path):
     refused(controls, "binary")
 
 
+def test_a_log_with_terminal_colours_is_text(tmp_path):
+    path = tmp_path / "build.log"
+    path.write_bytes(b"\x1b[32mok\x1b[0m step\n" * 200)
+    assert read_attachment(path).text.startswith("\x1b[32mok")
+
+
 def test_text_in_another_encoding_is_refused_not_guessed(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("café crème, déjà vu\n".encode("latin-1"))
