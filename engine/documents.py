@@ -293,8 +293,9 @@ def _pdf_text(data: bytes, name: str, max_chars: int, max_pages: int) -> tuple[s
         if reader.is_encrypted:
             try:  # many PDFs are encrypted with an empty password only to restrict printing: those open
                 opened = reader.decrypt("")
-            except (DependencyError, NotImplementedError):
-                opened = 0
+            except (DependencyError, NotImplementedError):  # AES needs the optional 'cryptography' package
+                raise _refuse(name, "encrypted", "the PDF is encrypted with AES, which Hearth can open only with "
+                              "the 'cryptography' package installed") from None
             if not opened:
                 raise _refuse(name, "encrypted", "the PDF is protected by a password")
         count = len(reader.pages)
