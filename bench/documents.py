@@ -1,10 +1,12 @@
 """Attachment benchmark (not a test): how fast each kind of document is read into text
 (engine/documents.py), and what hitting each cap costs, on files generated here.
 
-    python bench/documents.py [--repeat 3]
+    python bench/documents.py [--repeat 3] [--tokenizer MODEL.gguf]
 
 Prints one line per case (the best of --repeat runs) and writes bench/results/documents.json.
 Text kinds are measured in MB/s of file, PDF and DOCX in pages (paragraphs) per second too.
+With ``--tokenizer``: how many prompt tokens chats on the same ~5,600-token document share with the first
+(the model's own chat template and tokenizer; no model is run), i.e. what a block store can reuse.
 """
 
 from __future__ import annotations
@@ -89,6 +91,35 @@ def make_caps(d: Path) -> dict[str, tuple[Path, dict]]:
     return out
 
 
+def prefix_sharing(gguf_path: Path) -> dict:
+    """Prompt tokens of four chats on one document (system prompt, then the files and a question), and how
+    many each shares with the first."""
+    from engine.model.gguf_file import GGUFModel
+    from engine.text.builtin_templates import template_for
+    from engine.text.tokenizer import Tokenizer
+
+    gguf = GGUFModel(gguf_path)
+    tokenizer = Tokenizer.from_gguf(gguf)
+    template = template_for(gguf, tokenizer)
+    para = LINE * 2
+    doc = documents.attachment_from_text("report.md", "\n\n".join(f"## Section {i}\n{para}" for i in range(150)),
+                                         "markdown")
+    questions = ("What does section 3 say?", "Summarise the report in one line.", "Is anything repeated?",
+                 "1. List the headings")
+    ids = [tokenizer.encode(template.render([{"role": "system", "content": "You are a helpful assistant."},
+                                             {"role": "user", "content": documents.compose_message(q, [doc])}]))
+           for q in questions]
+
+    def common(a: list[int], b: list[int]) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    return {"model": gguf_path.name, "document_tokens": len(tokenizer.encode(documents.attachment_block(doc))),
+            "prompt_tokens": [len(i) for i in ids], "shared_with_first": [common(ids[0], i) for i in ids[1:]]}
+
+
 def best_of(repeat: int, fn) -> tuple[float, object]:
     best, result = float("inf"), None
     for _ in range(repeat):
@@ -104,6 +135,7 @@ def best_of(repeat: int, fn) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tokenizer", type=Path, metavar="MODEL.gguf", help="also measure prompt-prefix sharing")
     args = parser.parse_args()
     results: dict[str, dict] = {"reading": {}, "caps": {}}
     with tempfile.TemporaryDirectory(prefix="hearth-docs-") as tmp:
@@ -125,6 +157,10 @@ def main() -> None:
             reason = err.reason if isinstance(err, AttachmentError) else "read"
             results["caps"][name] = {"reason": reason, "s": round(seconds, 4), "message": str(err)}
             print(f"refused: {name:<60} {seconds * 1000:8.1f} ms  ({reason}: {err})")
+    if args.tokenizer is not None:
+        shared = results["prefix"] = prefix_sharing(args.tokenizer)
+        print(f"prefix sharing ({shared['model']}): document block {shared['document_tokens']:,} tokens; prompts "
+              f"{shared['prompt_tokens']}; shared with chat 1: {shared['shared_with_first']}")
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     (out / "documents.json").write_text(json.dumps(results, indent=1))

@@ -490,9 +490,9 @@ class ConversationStore:
         ``attachments`` (``()``: none), and the stored content is composed again."""
         from engine.documents import compose_message
 
-        before = self.attachments(conversation_id, seq)
-        current = before if attachments is None else tuple(attachments)
-        with self._write() as db:
+        with self._write() as db:  # the files read in the same transaction that rewrites them
+            before = self.attachments(conversation_id, seq)
+            current = before if attachments is None else tuple(attachments)
             old = db.execute("SELECT content, role, id, typed_text FROM messages WHERE conversation_id = ? AND seq = ?",
                              (conversation_id, seq)).fetchone()
             if old is None:

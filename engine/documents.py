@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Attachment", "AttachmentError", "KINDS", "MAX_ATTACHMENTS", "MAX_DOCX_MEMBERS", "MAX_DOCX_UNPACKED_BYTES",
-    "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_CONTENT_BYTES", "MAX_PDF_PAGE_CONTENT_BYTES",
-    "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
+    "MAX_DOCX_XML_BYTES", "MAX_FILE_BYTES", "MAX_HTML_BYTES", "MAX_NAME_CHARS", "MAX_PDF_CONTENT_BYTES",
+    "MAX_PDF_PAGE_CONTENT_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_CHARS", "REASONS", "attachment_block",
     "attachment_from_text", "check_attachments", "compose_message", "kind_for", "read_attachment",
 ]
 
@@ -44,6 +44,7 @@ MAX_PDF_PAGE_CONTENT_BYTES = 2 << 20  # one page's content streams and the forms
 MAX_PDF_CONTENT_BYTES = 16 << 20  # the whole document's
 MAX_HTML_BYTES = 8 << 20  # the stdlib parser reads tag-dense markup at ~1 MB/s: this bounds a page to seconds
 MAX_DOCX_UNPACKED_BYTES = 256 << 20  # a DOCX's members as the zip declares them, unpacked (a zip bomb stops here)
+MAX_DOCX_XML_BYTES = 32 << 20  # its XML parts, unpacked: what lxml parses into memory (~10x) and python-docx walks
 MAX_DOCX_MEMBERS = 10_000
 MAX_ATTACHMENTS = 16  # files on one message
 MAX_NAME_CHARS = 255
@@ -75,8 +76,9 @@ _UNSUPPORTED = {
     ".gguf", ".onnx", ".safetensors", ".sqlite", ".db", ".hkv",
 }
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # an encrypted DOCX is kept in an OLE compound file
-# control characters that do not occur in text (tab, newline, form feed and carriage return do)
-_CONTROL = {c for c in range(32) if c not in (9, 10, 12, 13)} | {127}
+# control characters that do not occur in text (tab, newline, form feed, carriage return do; so does escape,
+# in logs with terminal colours)
+_CONTROL = {c for c in range(32) if c not in (9, 10, 12, 13, 27)} | {127}
 _CONTROL_SHARE = 0.01  # more than this share of them in the first 64 KiB: not text
 
 
@@ -291,8 +293,9 @@ def _pdf_text(data: bytes, name: str, max_chars: int, max_pages: int) -> tuple[s
         if reader.is_encrypted:
             try:  # many PDFs are encrypted with an empty password only to restrict printing: those open
                 opened = reader.decrypt("")
-            except (DependencyError, NotImplementedError):
-                opened = 0
+            except (DependencyError, NotImplementedError):  # AES needs the optional 'cryptography' package
+                raise _refuse(name, "encrypted", "the PDF is encrypted with AES, which Hearth can open only with "
+                              "the 'cryptography' package installed") from None
             if not opened:
                 raise _refuse(name, "encrypted", "the PDF is protected by a password")
         count = len(reader.pages)
@@ -371,6 +374,10 @@ def _docx_text(data: bytes, name: str, max_chars: int, max_unpacked: int) -> str
             if unpacked > max_unpacked:
                 raise _refuse(name, "too_large", f"the DOCX unpacks to {unpacked:,} bytes, more than the "
                               f"{_size_words(max_unpacked)} Hearth reads")
+            xml = sum(m.file_size for m in members if m.filename.lower().endswith((".xml", ".rels")))
+            if xml > MAX_DOCX_XML_BYTES:
+                raise _refuse(name, "too_large", f"the DOCX holds {xml:,} bytes of XML, more than the "
+                              f"{_size_words(MAX_DOCX_XML_BYTES)} Hearth reads")
     except zipfile.BadZipFile:
         raise _refuse(name, "unreadable", "it is not a DOCX Hearth can read (not a zip package)") from None
     try:

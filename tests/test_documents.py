@@ -190,6 +190,25 @@ def test_a_docx_that_unpacks_past_the_cap_is_refused_before_it_is_opened(tmp_pat
     assert "2 MiB" in str(err)
 
 
+def test_a_docx_with_too_much_xml_is_refused_before_it_is_parsed(tmp_path):
+    from engine.documents import MAX_DOCX_XML_BYTES
+
+    path = write_docx(tmp_path / "bloated.docx", ["tiny"])
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("word/bloat.xml", b" " * (MAX_DOCX_XML_BYTES + 1))
+    assert "bytes of XML" in str(refused(path, "too_large"))
+
+
+def test_a_docx_with_too_many_parts_is_refused(tmp_path):
+    from engine.documents import MAX_DOCX_MEMBERS
+
+    path = write_docx(tmp_path / "parts.docx", ["tiny"])
+    with zipfile.ZipFile(path, "a") as z:
+        for i in range(MAX_DOCX_MEMBERS):
+            z.writestr(f"customXml/p{i}.bin", b"")
+    assert f"{MAX_DOCX_MEMBERS:,}" in str(refused(path, "too_large"))
+
+
 def test_an_encrypted_pdf_is_refused(tmp_path):
     err = refused(write_encrypted_pdf(tmp_path / "locked.pdf", ["secret"]), "encrypted")
     assert "password" in str(err)
@@ -213,6 +232,12 @@ def test_binary_data_is_refused(tmp_path):
     controls = tmp_path / "controls.txt"  # no NUL, but control characters no text has
     controls.write_bytes(b"ab\x01\x02\x03\x04\x05\x06cd" * 50)
     refused(controls, "binary")
+
+
+def test_a_log_with_terminal_colours_is_text(tmp_path):
+    path = tmp_path / "build.log"
+    path.write_bytes(b"\x1b[32mok\x1b[0m step\n" * 200)
+    assert read_attachment(path).text.startswith("\x1b[32mok")
 
 
 def test_text_in_another_encoding_is_refused_not_guessed(tmp_path):
