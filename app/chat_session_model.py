@@ -70,7 +70,7 @@ class ChatSessionModel:
 
     def files(self) -> dict[int, tuple[tuple, str]]:
         """seq → (its attachments, the typed text) of each message of the chat shown that carries files."""
-        return dict(self._files)
+        return dict(self._files) if self.conversation is not None else {}
 
     def documents_of(self, conversation: str, seq: int | None = None) -> tuple:
         """The attachments of message ``seq`` of ``conversation``; None: every file of the chat, once each, in

@@ -143,6 +143,8 @@ class MainWindow(ShellMixin, QMainWindow):
         self.act_stop = self._action("&Stop", "Esc", self.chat.escape, chat_menu)
         self.act_regenerate = self._action("&Regenerate reply", "Ctrl+R", self.regenerate, chat_menu)
         self._build_reply_actions(chat_menu)
+        self.act_documents = self._action("New chat with these &documents", "Ctrl+Shift+D",
+                                          lambda: self.chat.new_chat_with_documents(None), chat_menu)
         chat_menu.addSeparator()
         self.act_rename = self._action("Re&name…", "F2", self.rename_current, chat_menu)
         self.act_settings = self._action("Chat &settings…", "Ctrl+Shift+S", self.open_settings, chat_menu)
@@ -248,6 +250,7 @@ class MainWindow(ShellMixin, QMainWindow):
         for act in (self.act_rename, self.act_settings, self.act_delete):
             act.setEnabled(self.current is not None)
         self.act_regenerate.setEnabled(self.chat.can_regenerate())
+        self.act_documents.setEnabled(bool(self.chat.model.files()))  # the chat shown has attached files
         self.act_continue.setEnabled(self.chat.can_continue())
 
     # conversations ----------------------------------------------------------------------------------------

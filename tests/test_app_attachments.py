@@ -291,11 +291,13 @@ def test_new_chat_with_these_documents_fills_a_new_chats_message_box_from_the_st
     qtbot.keyClick(w.composer, Qt.Key.Key_Return)
     wait_idle(qtbot, w)
     stored = w.store.messages(source)[0].attachments
+    assert w.act_documents.isEnabled()  # Chat → New chat with these documents, for the chat shown
     os.remove(note)  # nothing is read again: the new chat takes the stored text
     button = w.transcript.messages[0].documents_button
     assert button is not None and button.isVisible()
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     target = w.current
+    assert not w.act_documents.isEnabled()  # the new chat has no files of its own yet
     assert target != source and w.store.get(target).system_prompt == "You answer about birds."
     assert w.store.get(target).settings == w.store.get(source).settings
     assert w.chat.attachments.attachments() == stored and not w.tray.problem.text()
