@@ -62,6 +62,7 @@ ACTIONS = (
     ("open", "Open", "Return", ("open_selected",)),
     ("rename", "Rename…", "F2", ("rename_selected",)),
     ("duplicate", "Duplicate as branch", "Ctrl+D", ("duplicate_selected",)),
+    ("documents", "New chat with these documents", "Ctrl+Shift+D", ("documents_selected",)),
     ("delete", "Delete", "Delete", ("delete_selected",)),
     (None, "", "", ()),
     ("md", "Export Markdown…", "Ctrl+Shift+M", ("transfers.export_selected", (None, "md"))),
@@ -74,7 +75,8 @@ ACTIONS = (
     ("drop", "Drop saved context", "Ctrl+Shift+Delete", ("drop_selected_context",)),
 )
 ROW_ACTIONS = ("open", "rename", "delete")
-MENU_ACTIONS = ("open", "rename", "duplicate", None, "md", "json", "bundle", None, "drop", None, "delete")
+TOOLBAR_TEXT = {"documents": "New chat with files"}  # shorter on the toolbar, so every action fits on it
+MENU_ACTIONS = ("open", "rename", "duplicate", "documents", None, "md", "json", "bundle", None, "drop", None, "delete")
 
 
 class SortArrowStyle(QProxyStyle):
@@ -143,6 +145,7 @@ class BrowserWindow(QWidget):
 
     open_requested = Signal(str)
     conversations_changed = Signal()
+    documents_requested = Signal(str)  # a new chat in the window whose message box holds this chat's files
 
     def __init__(self, store: ConversationStore, host: EngineHost, parent: QWidget | None = None,
                  contexts: ContextStatusRegistry | None = None):
@@ -285,6 +288,8 @@ class BrowserWindow(QWidget):
                 bar.addSeparator()
                 continue
             act = QAction(label, self)
+            if key in TOOLBAR_TEXT:
+                act.setIconText(TOOLBAR_TEXT[key])  # what a text-only tool button shows; menus show the label
             act.setShortcut(QKeySequence(shortcut))
             act.setToolTip(f"{label.rstrip('…')} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})")
             act.triggered.connect(self._slot(slot[0]) if len(slot) == 1 else
@@ -370,6 +375,13 @@ class BrowserWindow(QWidget):
         ids = self.selected_ids()
         if ids:
             self.open_requested.emit(ids[0])
+
+    def documents_selected(self) -> None:
+        """A new chat in the window with the selected chat's system prompt, its files waiting in the message box
+        (the window says so when the chat has none)."""
+        ids = self.selected_ids()
+        if len(ids) == 1:
+            self.documents_requested.emit(ids[0])
 
     def rename_selected(self) -> RenameDialog | None:
         """The same rename dialog as the window's (wide, prefilled, refuses a blank title); not modal-blocking."""

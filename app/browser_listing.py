@@ -46,6 +46,7 @@ class Preview:
     context: str  # its saved context, described
     messages: list[tuple[int, str, str]] = field(default_factory=list)
     notes: dict[int, str] = field(default_factory=dict)  # seq → the caption under each reply
+    files: dict[int, tuple[tuple, str]] = field(default_factory=dict)  # seq → (attachments, typed text)
 
 
 class BrowserListing:
@@ -89,5 +90,7 @@ class BrowserListing:
         except ConversationError as exc:  # the replies show without them; the database's trouble shows elsewhere
             log.warning("could not read how the replies of %s ended: %s", conv.id, exc)
             notes = {}
-        messages = [(m.seq, m.role, m.content) for m in self.store.messages(conv.id)]
-        return Preview(conv, self.contexts.describe(conv.id), messages, notes)
+        stored = self.store.messages(conv.id)
+        messages = [(m.seq, m.role, m.content) for m in stored]
+        files = {m.seq: (m.attachments, m.typed_text) for m in stored if m.attachments}
+        return Preview(conv, self.contexts.describe(conv.id), messages, notes, files)

@@ -12,14 +12,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSettings, Signal
 from PySide6.QtGui import QPalette, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.attachment_tray import AttachmentTray
 from app.banner import CacheBanner
 from app.chat_session_model import ChatSessionModel
 from app.chat_status_view import ChatStatusView
 from app.composer import Composer
+from app.composer_attachments import ComposerAttachments
 from app.conversation_events import (
     MessageRefused,
     OpenFailed,
@@ -29,11 +40,11 @@ from app.conversation_events import (
 )
 from app.find_bar import FindBar
 from app.status import StatusLine
-from app.text import duration, turn_note, version_chosen_note
+from app.text import display_safe, duration, turn_note, version_chosen_note
 from app.transcript import MessageWidget, TranscriptView, copy_to_clipboard
 from app.turns import ContextLimitHit, TurnControl
 from engine.api import ConversationStore
-from engine.errors import ConversationError
+from engine.errors import ConversationError, HearthError
 from engine.types import Accepted, Finished, Resumed, Token, Waiting
 
 log = logging.getLogger(__name__)
@@ -46,10 +57,11 @@ class ChatPane(QWidget):
     retitled = Signal(str)  # an edit of the first message gave the chat a new title (direct)
 
     def __init__(self, store: ConversationStore, turns: TurnControl, status: StatusLine,
-                 new_chat: Callable[[], str], parent: QWidget | None = None):
+                 new_chat: Callable[[], str], parent: QWidget | None = None, settings: QSettings | None = None):
+        """``settings``: the window's settings, where the paperclip remembers the folder it last opened."""
         super().__init__(parent)
         self.model = ChatSessionModel(store, turns)
-        self.turns, self.status, self._new_chat = turns, status, new_chat
+        self.turns, self.status, self._new_chat, self.settings = turns, status, new_chat, settings
         self.model_ready = False
         self._tooled: MessageWidget | None = None  # the reply showing ‹ 2/3 › and Continue
         self._build()
@@ -59,7 +71,7 @@ class ChatPane(QWidget):
             TurnStarted: self._on_started, Waiting: self._on_waiting, Accepted: self._on_accepted,
             PrefillProgress: self._on_prefill_progress, Token: self._on_token, Finished: self._on_finished,
             ReplyFailed: self._on_failed, MessageRefused: self._on_refused, ContextLimitHit: self._on_context_full,
-            Resumed: lambda e: self._note_dropped(e.conversation, e.dropped_messages),
+            Resumed: self._on_resumed,
             OpenFailed: lambda e: self._problem(e.conversation, str(e.error))})
 
     @property
@@ -93,7 +105,14 @@ class ChatPane(QWidget):
         self.edit_note.setAccessibleName("Editing a message: Enter saves and sends it again, Esc cancels")
         self.edit_note.hide()
         rv.addWidget(self.edit_note)
+        self.tray = AttachmentTray()
+        rv.addWidget(self.tray)
         rv.addLayout(self._build_composer_row())
+        self.attachments = ComposerAttachments(self.tray, self.turns.host, self._context_facts, self)
+        self.attachments.changed.connect(self._on_attachments_changed)
+        self.composer.files_offered.connect(self.attachments.offer_paths)
+        self.composer.textChanged.connect(self._on_typed)
+        self.turns.host.worker.ready.connect(lambda _info: self.attachments.recount())  # another tokenizer
         self._connect_transcript()
 
     def _build_composer_row(self) -> QHBoxLayout:
@@ -108,8 +127,14 @@ class ChatPane(QWidget):
         self.stop_button.setAccessibleName("Stop the reply")
         self.stop_button.setToolTip("Stop the reply (Esc)")
         self.stop_button.setEnabled(False)
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setAccessibleName("Attach files to the message")
+        self.attach_button.setToolTip("Attach text, code, Markdown, CSV, JSON, HTML, PDF or Word files: their "
+                                      "text goes into the message (you can also drop or paste files here)")
+        self.attach_button.clicked.connect(self.choose_files)
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         row.addLayout(buttons)
         self.send_button.clicked.connect(self.composer.submit)
@@ -130,6 +155,7 @@ class ChatPane(QWidget):
         t.context_limit.edit_requested.connect(self._focus_composer_at_end)  # the refused message is back there
         t.unanswered.answer_requested.connect(self.answer_unanswered)
         t.unanswered.edit_requested.connect(self.edit_unanswered)
+        t.documents_requested.connect(self.new_chat_with_documents)
 
     # what is shown ------------------------------------------------------------------------------------------
     def show_chat(self, conversation: str | None) -> None:
@@ -148,14 +174,14 @@ class ChatPane(QWidget):
     def render(self, stored: list[tuple[int, str, str]]) -> None:
         """The stored messages, then a turn's message not stored yet and its reply so far."""
         turn = self.model.turn()
-        self.transcript.load(self.model.without_continued(stored), self.model.reply_notes())
+        self.transcript.load(self.model.without_continued(stored), self.model.reply_notes(), self.model.files())
         self.transcript.set_dropped(self.model.dropped())
         self._tooled = None
         self.update_reply_tools()
         if turn is not None:
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "waiting for another Hearth process…" if turn.waiting
-                                            else "sending…")
+                                            else "sending…", turn.pending_files)
             self.transcript.begin_stream(turn.reply)
         else:
             self._offer_next_step()
@@ -193,18 +219,25 @@ class ChatPane(QWidget):
     def update_buttons(self) -> None:
         self.send_button.setEnabled(not self.busy)
         self.stop_button.setEnabled(self.busy)
+        self.attachments.refresh_total()  # another chat, or a turn ended: what the context holds changed
         self.update_reply_tools()
         self.state_changed.emit()
 
     # what you do ----------------------------------------------------------------------------------------------
     def send(self, text: str) -> None:
+        """Send the message with its attachments (attachments and no typed text: the documents alone)."""
+        if self.attachments.reading:
+            reading = self.attachments.reading
+            self.status.say(f"Wait a moment: {display_safe(', '.join(reading))} "
+                            f"{'is' if len(reading) == 1 else 'are'} still being read.")
+            return
         conv = self.conversation or self._new_chat()
         if self.turns.running(conv):
             return  # one reply at a time per chat; Send is disabled meanwhile
         self.sending.emit()
         if self.editing is not None:
             try:
-                self.model.save_edit(conv, text)
+                self.model.save_edit(conv, text, self.attachments.attachments())
             except ConversationError as exc:
                 QMessageBox.warning(self, "Hearth", f"The message could not be saved: {exc}")
                 return
@@ -213,8 +246,10 @@ class ChatPane(QWidget):
             self.retitled.emit(conv)  # a title made from the first message follows its edit
             self.turns.answer(conv)
         else:
+            files = self.attachments.attachments()
             self.composer.clear()
-            self.turns.send(conv, text)
+            self.attachments.clear()
+            self.turns.send(conv, text, files)
 
     def regenerate(self) -> None:
         conv = self.conversation
@@ -294,7 +329,9 @@ class ChatPane(QWidget):
         if message is None:
             return
         self.model.editing = seq
-        self.composer.setPlainText(message.content)
+        self.composer.setPlainText(message.typed_text if message.attachments else message.content)
+        self.attachments.clear()
+        self.attachments.add(message.attachments)  # its files, as stored: removing a chip takes the file off
         self._focus_composer_at_end()
         self.transcript.set_editing(seq)
         hl = self.palette().color(QPalette.ColorRole.Highlight)
@@ -313,11 +350,12 @@ class ChatPane(QWidget):
         if self.editing is not None:
             self.model.editing = None
             self.composer.clear()
+            self.attachments.clear()
         self.transcript.set_editing(None)
         self.edit_note.hide()
 
     def edit_unanswered(self) -> None:
-        last = self.transcript.entries()[-1:]
+        last = self.transcript.entries()[-1:]  # (seq, role, text)
         if last and last[0][1] == "user":
             self.begin_edit(last[0][0])
 
@@ -354,7 +392,7 @@ class ChatPane(QWidget):
             self.transcript.hide_unanswered()
             turn = self.model.turn()
             if turn.pending is not None:
-                self.transcript.add_pending(turn.pending, "sending…")
+                self.transcript.add_pending(turn.pending, "sending…", turn.pending_files)
             self.transcript.begin_stream(turn.reply)  # a Continue starts from the reply it writes on
             self.status.say("Thinking…" if self.model_ready else "Waiting for the model…")
             self.status.speed.setText("")
@@ -378,6 +416,11 @@ class ChatPane(QWidget):
             elif stored != shown:
                 self.render(stored)
         self._note_dropped(accepted.conversation, accepted.dropped_messages)
+
+    def _on_resumed(self, resumed: Resumed) -> None:
+        self._note_dropped(resumed.conversation, resumed.dropped_messages)
+        if self.model.shows(resumed.conversation):
+            self.attachments.refresh_total()  # the chat holds what the status bar now says
 
     def _on_prefill_progress(self, progress: PrefillProgress) -> None:
         if not self.model.shows(progress.conversation):
@@ -418,10 +461,10 @@ class ChatPane(QWidget):
 
     def _on_refused(self, refused: MessageRefused) -> None:
         """The engine did not store the message: take it off the transcript and give it back to edit."""
-        self._give_back(refused.conversation, refused.text)
+        self._give_back(refused.conversation, refused.text, refused.attachments)
         self._problem(self.conversation, refused.message)
 
-    def _give_back(self, conversation: str, text: str | None) -> None:
+    def _give_back(self, conversation: str, text: str | None, attachments: tuple = ()) -> None:
         """Show the chat a refused turn was in, without its message and reply; the message goes back to
         the composer (before anything typed since), so nothing typed is lost."""
         if not self.model.shows(conversation):
@@ -431,6 +474,10 @@ class ChatPane(QWidget):
         if text is not None:
             typed = self.composer.toPlainText()
             self.composer.setPlainText(text + ("\n" + typed if typed.strip() else ""))
+        if attachments:  # its files come back as chips, before any attached since
+            kept = self.attachments.attachments()
+            self.attachments.clear()
+            self.attachments.add(tuple(attachments) + tuple(a for a in kept if a not in attachments))
 
     # a chat longer than the model's context --------------------------------------------------------------
     def _note_dropped(self, conversation: str, count: int) -> None:
@@ -440,7 +487,7 @@ class ChatPane(QWidget):
 
     def _on_context_full(self, hit: ContextLimitHit) -> None:
         """A turn was refused because the chat is too long: an error block with the ways on, not a status line."""
-        self._give_back(hit.conversation, hit.message)
+        self._give_back(hit.conversation, hit.message, hit.attachments)
         self.model.note_limit(hit)
         self.prefill_bar.hide()
         self.status.say("")
@@ -478,8 +525,63 @@ class ChatPane(QWidget):
         typed = self.composer.toPlainText()  # the message was given back in front of anything typed since
         if typed == hit.message or typed.startswith(hit.message + "\n"):
             self.composer.setPlainText(typed[len(hit.message) + 1:])
+        for draft in [d for d in self.attachments.drafts.values() if d.attachment in hit.attachments]:
+            self.attachments.remove(draft.key)  # its files go with it again
         self.sending.emit()
-        self.turns.send(conv.id, hit.message)
+        self.turns.send(conv.id, hit.message, hit.attachments)
+
+    # attachments ------------------------------------------------------------------------------------------------
+    def choose_files(self) -> QFileDialog:
+        """The paperclip: a file dialog in the folder last used (window-modal, no nested loop)."""
+        return self.attachments.choose_files(self, self.settings)
+
+    def _on_typed(self) -> None:
+        if self.attachments.drafts:  # only then is the typed text counted (a long paste alone costs nothing)
+            self.attachments.set_typed(self.composer.toPlainText())
+
+    def _on_attachments_changed(self) -> None:
+        self.composer.has_attachments = bool(self.attachments.drafts)
+        if self.attachments.drafts:
+            self.attachments.set_typed(self.composer.toPlainText())
+
+    def _context_facts(self) -> tuple[int | None, int, str | None]:
+        """The model's context length, what the chat shown holds now and its context policy (for the total)."""
+        policy = None
+        try:
+            conv = self.model.store.get(self.conversation) if self.conversation else None
+            if conv is not None:
+                policy = self.turns.effective(conv.id, conv.settings).get("context_policy")
+        except HearthError as exc:  # the total leaves the policy out; its turn says what is wrong
+            log.warning("could not read the chat's context policy: %s", exc)
+        return self.status.limit, self.status.used, policy
+
+    def new_chat_with_documents(self, seq: int | None = None, source: str | None = None) -> str | None:
+        """A new chat with the source chat's system prompt and settings whose message box holds the files of
+        message ``seq`` (None: every file of the chat, once each), as stored: no file is read again. Its first
+        message then starts as the source's did, so its saved context is restored, not read again."""
+        source = source or self.conversation
+        if source is None:
+            return None
+        documents = self.model.documents_of(source, seq)
+        conv = self.model.store.get(source)
+        if not documents or conv is None:
+            return None
+        self.cancel_edit()
+        target = self._new_chat()
+        if target != source:
+            try:
+                self.model.copy_prompt_and_settings(conv, target)
+            except ConversationError as exc:
+                QMessageBox.warning(self, "Hearth", f"The new chat could not take the system prompt: {exc}")
+        self.attachments.clear()
+        self.attachments.add(documents)
+        self._focus_composer_at_end()
+        self.status.say("A new chat with the same documents: type your question and send it.")
+        return target
+
+    def shutdown(self) -> None:
+        """The window is closing: end the attachment reader's thread; nothing is counted any more."""
+        self.attachments.shutdown()
 
     def _problem(self, conversation: str | None, message: str) -> None:
         if self.model.shows(conversation) or not conversation:

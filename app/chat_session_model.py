@@ -45,6 +45,7 @@ class ChatSessionModel:
         self._dropped: dict[str, int] = {}  # chat → stored messages outside the model's view, as last reported
         self._limits: dict[str, ContextLimitHit] = {}  # chat → its last refusal, shown again on coming back
         self._no_reply_reasons: dict[str, str] = {}  # chat → why its last message has no reply, when known
+        self._files: dict[int, tuple[tuple, str]] = {}  # seq → (attachments, typed text), as last read of the chat shown
 
     # the chat shown and its turn ------------------------------------------------------------------------
     def shows(self, conversation: str | None) -> bool:
@@ -59,7 +60,24 @@ class ChatSessionModel:
 
     # the store's answers ----------------------------------------------------------------------------------
     def messages(self, conversation: str | None = None) -> list[Message]:
-        return self.store.messages(conversation or self.conversation)
+        messages = self.store.messages(conversation or self.conversation)
+        if self.shows(conversation or self.conversation):
+            self._note_files(messages)
+        return messages
+
+    def _note_files(self, messages: list[Message]) -> None:
+        self._files = {m.seq: (tuple(m.attachments), m.typed_text) for m in messages if m.attachments}
+
+    def files(self) -> dict[int, tuple[tuple, str]]:
+        """seq → (its attachments, the typed text) of each message of the chat shown that carries files."""
+        return dict(self._files) if self.conversation is not None else {}
+
+    def documents_of(self, conversation: str, seq: int | None = None) -> tuple:
+        """The attachments of message ``seq`` of ``conversation``; None: every file of the chat, once each, in
+        the order they were first attached (``ConversationStore.documents``)."""
+        if seq is None:
+            return self.store.documents(conversation)
+        return next((m.attachments for m in self.store.messages(conversation) if m.seq == seq), ())
 
     def stored(self, conversation: str | None = None) -> Stored:
         return [(m.seq, m.role, m.content) for m in self.messages(conversation)]
@@ -72,6 +90,8 @@ class ChatSessionModel:
         return stored
 
     def accepted_stored(self, accepted: Accepted) -> Stored:
+        if self.shows(accepted.conversation):
+            self._note_files(list(accepted.messages))
         return self.without_continued([(m.seq, m.role, m.content) for m in accepted.messages])
 
     def reply_notes(self) -> dict[int, str]:
@@ -147,9 +167,10 @@ class ChatSessionModel:
         return NextStep("")
 
     # what the person does (the store's small writes) ------------------------------------------------------
-    def save_edit(self, conversation: str, text: str) -> None:
-        """The edited message replaces the one being edited (the replies after it go); ConversationError."""
-        self.store.edit(conversation, self.editing, text)
+    def save_edit(self, conversation: str, text: str, attachments: tuple = ()) -> None:
+        """The edited message (its typed text and the files it now carries) replaces the one being edited (the
+        replies after it go); ConversationError."""
+        self.store.edit(conversation, self.editing, text, attachments=tuple(attachments))
 
     def choose_version(self, seq: int, index: int) -> str:
         """The chat continues with version ``index`` of its last reply: its text. ConversationError."""
@@ -162,7 +183,8 @@ class ChatSessionModel:
         return self.store.get(self.limit_hit.conversation) if self.limit_hit is not None else None
 
     def copy_prompt_and_settings(self, source: Conversation, target: str) -> None:
-        """A new chat takes the refused chat's system prompt and settings. ConversationError."""
+        """A new chat takes another chat's system prompt and settings (the refused chat's, or the one whose
+        documents start it). ConversationError."""
         self.store.set_system_prompt(target, source.system_prompt)
         self.store.set_settings(target, dict(source.settings))
 

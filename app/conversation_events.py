@@ -78,11 +78,12 @@ class ReplyFailed:
 
 @dataclass(frozen=True)
 class MessageRefused:
-    """The engine did not store the message: it goes back to the composer."""
+    """The engine did not store the message: it goes back to the composer, with its attachments."""
 
     conversation: str
     text: str
     message: str
+    attachments: tuple = ()  # engine.api.Attachment: the files it carried
 
 
 Handler = Callable[[object], object]

@@ -69,6 +69,7 @@ class EngineWorker(QObject):
     usage = Signal(object)  # StoreUsage, after a drop, a budget change or a reclaim
     reclaimed = Signal(object)  # GcReport
     bundle_done = Signal(object)  # BundleExported | BundleImported | HearthError
+    tokens_counted = Signal(int, object)  # key, tokens of the text (None: no model loaded, or it failed)
 
     def __init__(self, config: AppConfig):
         super().__init__()
@@ -338,6 +339,17 @@ class EngineWorker(QObject):
         self.conversation_event.emit(counted)
         self._emit_cache_states()
 
+    @Slot(int, str)
+    def count_tokens(self, key: int, text: str) -> None:
+        """Tokens of ``text`` on the loaded model (an attachment, the message being typed): tokenizing only."""
+        tokens = None
+        if self._loaded():
+            try:
+                tokens = self.hearth.count_tokens(text)
+            except HearthError as exc:  # the chip says "counting…" until the next model is ready
+                log.warning("could not count the tokens of an attachment: %s", exc)
+        self.tokens_counted.emit(key, tokens)
+
     @Slot()
     def report_states(self) -> None:
         """Say again which conversations have saved or live context (after an import or another bulk change
@@ -374,6 +386,7 @@ class EngineHost(QObject):
     request_import_bundle = Signal(str, object, object, bool)  # path, entries, owners, trust their contexts
     request_states = Signal()  # emit cache_states again
     request_chat_tokens = Signal(str)  # a version of the chat's last reply was chosen: count its tokens again
+    request_count_tokens = Signal(int, str)  # key, text: the worker answers with tokens_counted
 
     def __init__(self, config: AppConfig, parent: QObject | None = None):
         super().__init__(parent)
@@ -395,6 +408,7 @@ class EngineHost(QObject):
             request.connect(slot)
         self.request_states.connect(w.report_states)
         self.request_chat_tokens.connect(w.count_chat_tokens)
+        self.request_count_tokens.connect(w.count_tokens)
         self.thread.start()
 
     def cancel_load(self) -> None:

@@ -103,7 +103,7 @@ class MainWindow(ShellMixin, QMainWindow):
         lv.addWidget(self.sidebar, 1)
         self.splitter.addWidget(left)
         self.status = StatusLine(self.statusBar())
-        self.chat = ChatPane(self.store, self.turns, self.status, self.new_chat)
+        self.chat = ChatPane(self.store, self.turns, self.status, self.new_chat, settings=self.settings)
         self.splitter.addWidget(self.chat)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
@@ -114,6 +114,7 @@ class MainWindow(ShellMixin, QMainWindow):
         self.banner, self.transcript, self.composer, self.find_bar = c.banner, c.transcript, c.composer, c.find_bar
         self.prefill_bar, self.edit_note, self.send_button, self.stop_button = (c.prefill_bar, c.edit_note,
                                                                                 c.send_button, c.stop_button)
+        self.attach_button, self.tray = c.attach_button, c.tray
         self.resize(1100, 720)
 
     def _action(self, text: str, shortcut: QKeySequence | str | None, slot: Callable[[], object], menu) -> QAction:
@@ -142,6 +143,8 @@ class MainWindow(ShellMixin, QMainWindow):
         self.act_stop = self._action("&Stop", "Esc", self.chat.escape, chat_menu)
         self.act_regenerate = self._action("&Regenerate reply", "Ctrl+R", self.regenerate, chat_menu)
         self._build_reply_actions(chat_menu)
+        self.act_documents = self._action("New chat with these &documents", "Ctrl+Shift+D",
+                                          lambda: self.chat.new_chat_with_documents(None), chat_menu)
         chat_menu.addSeparator()
         self.act_rename = self._action("Re&name…", "F2", self.rename_current, chat_menu)
         self.act_settings = self._action("Chat &settings…", "Ctrl+Shift+S", self.open_settings, chat_menu)
@@ -247,6 +250,7 @@ class MainWindow(ShellMixin, QMainWindow):
         for act in (self.act_rename, self.act_settings, self.act_delete):
             act.setEnabled(self.current is not None)
         self.act_regenerate.setEnabled(self.chat.can_regenerate())
+        self.act_documents.setEnabled(bool(self.chat.model.files()))  # the chat shown has attached files
         self.act_continue.setEnabled(self.chat.can_continue())
 
     # conversations ----------------------------------------------------------------------------------------
@@ -387,9 +391,18 @@ class MainWindow(ShellMixin, QMainWindow):
             self.browser = BrowserWindow(self.store, self.host, self, contexts=self.contexts)
             self.browser.open_requested.connect(self.open_conversation)
             self.browser.conversations_changed.connect(self._sync_list)
+            self.browser.documents_requested.connect(self.new_chat_with_documents)
         self.browser.show()
         self.browser.raise_()
         self.browser.activateWindow()
+
+    def new_chat_with_documents(self, source: str) -> None:
+        """From the browser: a new chat whose message box holds every file of ``source``, once each."""
+        if self.chat.new_chat_with_documents(None, source=source) is None:
+            self.status.say("That chat has no attached documents.")
+            return
+        self.raise_()
+        self.activateWindow()
 
     def open_conversation(self, conversation: str) -> None:
         if self.sidebar.item_for(conversation) is None:
@@ -467,6 +480,7 @@ class MainWindow(ShellMixin, QMainWindow):
             self.browser.close()  # ends its undo window: trashed chats are deleted for good
             self.browser.shutdown()  # a running import is cancelled and removes what it added
         self.turns.interrupt_all()
+        self.chat.shutdown()
         self.server.stop()  # before the engine thread stops: requests in flight end at their next token
         self.models.stop()
         if not self.host.stop():

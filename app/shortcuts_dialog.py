@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 WIDGET_KEYS = [
     ("Message box", "Send the message", "Enter"),
     ("Message box", "New line", "Shift+Enter"),
+    ("Attachment chip", "Remove the attachment", "Delete or Backspace"),
     ("Conversations", "Previous / next chat", "Up / Down"),
     ("Conversation filter", "Clear the filter", "Esc"),
     ("Conversation filter", "Go to the list", "Down"),

@@ -46,6 +46,7 @@ class StatusLine:
         bar.addPermanentWidget(self.context)
         bar.addPermanentWidget(self.model, 1)
         self.limit: int | None = None  # the model's context window, once loaded
+        self.used = 0  # tokens the chat shown holds, as the meter last said
         self._model_key: str | None = None  # the model those figures are of
 
     def model_ready(self, info: ModelInfo) -> None:
@@ -59,6 +60,7 @@ class StatusLine:
         self.context.setText(context_label(0, info.context_length))
 
     def tokens_in_context(self, used: int) -> None:
+        self.used = used
         if self.limit is not None:
             self.context.setText(context_label(used, self.limit))
 

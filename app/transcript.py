@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.alternatives import VersionSwitcher
+from app.attachment_block import AttachmentBlock
 from app.context_blocks import ContextLimitBlock, UnansweredBlock, ViewMarker
 from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, prepare, render
 
@@ -102,12 +103,19 @@ class MessageWidget(QFrame):
     regenerate_requested = Signal()
     version_requested = Signal(int, int)  # message seq, the version (from 0) to show and continue with
     continue_requested = Signal()  # write on at the end of this reply
+    documents_requested = Signal(int)  # message seq: a new chat whose first message carries its attachments
 
-    def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None, read_only: bool = False):
+    def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None, read_only: bool = False,
+                 files: tuple[tuple, str] | None = None):
+        """``files``: (the attachments, the typed text) of a user message that carries files."""
         super().__init__(parent)
         self.read_only = read_only
         self.seq, self.role, self.text = seq, role, text
         self.codes: list[str] = []  # the exact text of each code block shown, for its Copy link
+        self.attachments: tuple = ()  # the files this message carries (engine.api.Attachment)
+        self.attachment_blocks: list[AttachmentBlock] = []
+        self.typed_text: str | None = None  # with attachments: what was typed (``text`` is the whole message)
+        self.documents_button: QToolButton | None = None
         self.editing = False
         self._colours = self._palette_key()  # the palette its text and frame were drawn with
         self.setObjectName(f"message-{role}")
@@ -141,7 +149,11 @@ class MessageWidget(QFrame):
         self.body.setAccessibleName(f"{ROLE_NAMES.get(role, role)} message")
         self.body.code_copy_requested.connect(self._copy_code)
         layout.addWidget(self.body)
-        self.set_text(text)
+        if files is not None and files[0]:
+            self.text = text  # never laid out whole: the documents are collapsed blocks
+            self.set_attachments(*files)
+        else:
+            self.set_text(text)
 
     def _tool(self, label: str, tip: str, slot) -> QToolButton:
         b = QToolButton(self)
@@ -152,11 +164,34 @@ class MessageWidget(QFrame):
         b.clicked.connect(slot)
         return b
 
+    def set_attachments(self, attachments: tuple, typed_text: str) -> None:
+        """A user message with files: the body shows what was typed, and each file is a collapsed block
+        under it; ``text`` stays the whole message as stored (what Copy copies and the store compares)."""
+        for block in self.attachment_blocks:
+            block.hide()
+            block.deleteLater()
+        self.attachments, self.typed_text = tuple(attachments), typed_text
+        self.attachment_blocks = [AttachmentBlock(a, self) for a in self.attachments]
+        layout = self.layout()
+        for block in self.attachment_blocks:
+            layout.insertWidget(layout.indexOf(self.body), block)  # the documents come first, as the model reads them
+        self.body.setPlainText(typed_text)
+        self.body.setVisible(bool(typed_text))
+        if self.attachments and not self.read_only and self.documents_button is None:
+            self.documents_button = self._tool("New chat with these documents",
+                                               "Start a new chat whose first message carries these files",
+                                               lambda: self.documents_requested.emit(self.seq))
+            self._put_in_head(self.documents_button)
+        if self.documents_button is not None:
+            self.documents_button.setVisible(bool(self.attachments))
+
     def set_text(self, text: str) -> None:
         """Replies are Markdown; what the person typed is shown exactly as typed (and lays out ~5×
         faster, which matters for pasted pages of text)."""
         self.text = text
         self.codes = []
+        if self.attachments and self.typed_text is not None:
+            return  # the body shows the typed text (set_attachments); the files are their own blocks
         if not text:
             self.body.setHtml("<i>…</i>")
         elif self.role == "assistant":
@@ -280,6 +315,7 @@ class TranscriptView(QScrollArea):
     regenerate_requested = Signal()
     version_requested = Signal(int, int)  # seq, version
     continue_requested = Signal()
+    documents_requested = Signal(int)  # seq of a message whose attachments start a new chat
 
     def __init__(self, parent: QWidget | None = None, read_only: bool = False):
         super().__init__(parent)
@@ -305,6 +341,7 @@ class TranscriptView(QScrollArea):
         self._find_index = 0
         self._backlog: list[tuple[int, str, str]] = []  # older messages still to render, oldest first
         self._notes: dict[int, str] = {}  # seq → the note a stored message is drawn with (a reply's caption)
+        self._files: dict[int, tuple[tuple, str]] = {}  # seq → (its attachments, the typed text) for messages with files
         self._prepared: tuple[int, str] | None = None  # the backlog message whose code is already highlighted
         self._graveyard: list[MessageWidget] = []  # widgets of the previous chat, deleted a few at a time
         self._chores = QTimer(self)
@@ -337,15 +374,19 @@ class TranscriptView(QScrollArea):
         self.messages.clear()
         self._backlog.clear()
         self._notes = {}
+        self._files = {}
         self.empty_hint.setVisible(True)
         self._chores.start()
 
-    def load(self, messages: list[tuple[int, str, str]], notes: Mapping[int, str] | None = None) -> None:
+    def load(self, messages: list[tuple[int, str, str]], notes: Mapping[int, str] | None = None,
+             files: Mapping[int, tuple[tuple, str]] | None = None) -> None:
         """Show a whole conversation: the newest messages at once, older ones a few per event-loop
         turn (within a frame's budget), so opening a long chat never freezes the window. ``notes``: seq →
-        the small note beside that message (why a reply stopped, the model that wrote it)."""
+        the small note beside that message (why a reply stopped, the model that wrote it); ``files``: seq →
+        (the attachments, the typed text) of each message that carries files."""
         self.clear()
         self._notes = dict(notes or {})
+        self._files = dict(files or {})
         self._stick = True
         self._backlog = list(messages)
         self._render_backlog(RENDER_BUDGET_MS, split=False)  # the newest messages are shown at once
@@ -415,8 +456,8 @@ class TranscriptView(QScrollArea):
         if not self._graveyard and not self._backlog:
             self._chores.stop()
 
-    def _make(self, seq: int, role: str, text: str) -> MessageWidget:
-        w = MessageWidget(seq, role, text, self.widget(), self.read_only)
+    def _make(self, seq: int, role: str, text: str, files: tuple[tuple, str] | None = None) -> MessageWidget:
+        w = MessageWidget(seq, role, text, self.widget(), self.read_only, files or self._files.get(seq))
         if self._notes.get(seq):
             w.set_note(self._notes[seq])
         w.copy_requested.connect(self.copy_requested)
@@ -424,11 +465,12 @@ class TranscriptView(QScrollArea):
         w.regenerate_requested.connect(self.regenerate_requested)
         w.version_requested.connect(self.version_requested)
         w.continue_requested.connect(self.continue_requested)
+        w.documents_requested.connect(self.documents_requested)
         return w
 
-    def add(self, seq: int, role: str, text: str) -> MessageWidget:
+    def add(self, seq: int, role: str, text: str, files: tuple[tuple, str] | None = None) -> MessageWidget:
         at_bottom = self._at_bottom()
-        w = self._make(seq, role, text)
+        w = self._make(seq, role, text, files)
         self._layout.insertWidget(self._layout.count() - 1, w)
         self.messages.append(w)
         self.empty_hint.setVisible(False)
@@ -504,9 +546,10 @@ class TranscriptView(QScrollArea):
         last = self.messages[-1] if self.messages else None  # the newest are drawn first: never in the backlog
         return last if last is not None and last.role == "assistant" and last.seq != UNSTORED else None
 
-    def add_pending(self, text: str, note: str) -> MessageWidget:
-        """The user's message, shown at once while the engine has not stored it yet."""
-        self.pending_message = self.add(UNSTORED, "user", text)
+    def add_pending(self, text: str, note: str, files: tuple[tuple, str] | None = None) -> MessageWidget:
+        """The user's message, shown at once while the engine has not stored it yet (``files``: its
+        attachments and the typed text, when it carries files; ``text`` is then the whole message)."""
+        self.pending_message = self.add(UNSTORED, "user", text, files)
         self.pending_message.set_note(note)
         return self.pending_message
 
@@ -514,6 +557,8 @@ class TranscriptView(QScrollArea):
         """The engine stored the pending message as ``seq``."""
         if self.pending_message is not None:
             self.pending_message.seq = seq
+            if self.pending_message.attachments:
+                self._files[seq] = (self.pending_message.attachments, self.pending_message.typed_text or "")
             self.pending_message.set_note("")
             self.pending_message = None
 

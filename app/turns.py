@@ -28,7 +28,7 @@ from app.conversation_events import (
 )
 from app.engine_worker import EngineHost
 from app.settings_dialog import turn_settings
-from engine.api import ConversationStore
+from engine.api import Attachment, ConversationStore, compose_message
 from engine.errors import ContextFullError, HearthError
 from engine.types import Accepted, CancelToken, Finished, Progress, ProgressPhase, Token, TurnRequest, Waiting
 
@@ -47,11 +47,19 @@ class Turn:
     prefill_started: float | None = None
     kind: str = "send"  # "send", "answer", "regenerate" or "continue"
     live: LiveFigures | None = None  # the reply's speed so far, once the engine has the turn
+    attachments: tuple[Attachment, ...] = ()  # the files the message carries (stored with it)
 
     @property
     def pending(self) -> str | None:
-        """The message to show as not yet stored, if any."""
-        return None if self.accepted else self.message
+        """The message to show as not yet stored, if any: the whole message, as the engine stores it."""
+        if self.accepted or self.message is None:
+            return None
+        return compose_message(self.message, self.attachments) if self.attachments else self.message
+
+    @property
+    def pending_files(self) -> tuple[tuple[Attachment, ...], str] | None:
+        """(The attachments, the typed text) of the pending message when it carries files."""
+        return (self.attachments, self.message or "") if self.attachments and self.pending is not None else None
 
 
 @dataclass
@@ -83,6 +91,7 @@ class ContextLimitHit:
     conversation: str
     message: str | None  # the message that was not stored (given back to be sent again); None: an answer
     error: ContextFullError
+    attachments: tuple[Attachment, ...] = ()  # its files, given back with it
 
 
 class TurnControl(QObject):
@@ -124,9 +133,9 @@ class TurnControl(QObject):
         return bool(self._turns) if conversation is None else conversation in self._turns
 
     # requests -------------------------------------------------------------------------------------------
-    def send(self, conversation: str, message: str) -> None:
-        """Ask the engine to store ``message`` and answer it."""
-        self._request(conversation, message)
+    def send(self, conversation: str, message: str, attachments: tuple[Attachment, ...] = ()) -> None:
+        """Ask the engine to store ``message`` (with ``attachments``: the files it carries) and answer it."""
+        self._request(conversation, message, attachments=tuple(attachments))
 
     def answer(self, conversation: str) -> None:
         """Ask the engine to answer what is stored (after an edit, or to regenerate the last reply)."""
@@ -140,7 +149,8 @@ class TurnControl(QObject):
         """Write on at the end of the last reply (``text_so_far``), in the same message."""
         self._request(conversation, None, "continue", text_so_far)
 
-    def _request(self, conversation: str, message: str | None, kind: str = "", reply: str = "") -> None:
+    def _request(self, conversation: str, message: str | None, kind: str = "", reply: str = "",
+                 attachments: tuple[Attachment, ...] = ()) -> None:
         if conversation in self._turns:
             return  # one reply at a time per chat
         try:
@@ -151,14 +161,16 @@ class TurnControl(QObject):
             if message is None:
                 self.events.dispatch(ReplyFailed(conversation, str(exc)))
             else:
-                self.events.dispatch(MessageRefused(conversation, message, str(exc)))
+                self.events.dispatch(MessageRefused(conversation, message, str(exc), attachments))
             return
         kind = kind or ("send" if message is not None else "answer")
-        turn = self._turns[conversation] = Turn(conversation, CancelToken(), message, reply=reply, kind=kind)
+        turn = self._turns[conversation] = Turn(conversation, CancelToken(), message, reply=reply, kind=kind,
+                                                attachments=attachments)
         self.events.dispatch(TurnStarted(conversation))
         request = TurnRequest(conversation, message, params, max_new_tokens,
                               context_policy=effective.get("context_policy"),  # the chat's own, else the default
-                              regenerate=kind == "regenerate", continue_reply=kind == "continue")
+                              regenerate=kind == "regenerate", continue_reply=kind == "continue",
+                              attachments=attachments)
         self.host.request_turn.emit(request, turn.cancel)
 
     def open(self, conversation: str) -> None:
@@ -246,8 +258,8 @@ class TurnControl(QObject):
         if turn is None:
             return
         if isinstance(error, ContextFullError):  # refused before anything was stored, either way
-            self.events.dispatch(ContextLimitHit(conversation, turn.message, error))
+            self.events.dispatch(ContextLimitHit(conversation, turn.message, error, turn.attachments))
         elif turn.accepted or turn.message is None:
             self.events.dispatch(ReplyFailed(conversation, str(error)))
         else:  # refused before it was stored: nothing typed may be lost
-            self.events.dispatch(MessageRefused(conversation, turn.message, str(error)))
+            self.events.dispatch(MessageRefused(conversation, turn.message, str(error), turn.attachments))

@@ -48,7 +48,18 @@ from engine.database_files import (
 )
 from engine.db_recovery import RestoreResult, StartCheck
 from engine.db_salvage import SalvageResult
+from engine.documents import (
+    MAX_ATTACHMENTS,
+    MAX_FILE_BYTES,
+    MAX_PDF_PAGES,
+    MAX_TEXT_CHARS,
+    attachment_block,
+    attachment_from_text,
+    compose_message,
+    read_attachment,
+)
 from engine.errors import (
+    AttachmentError,
     HearthError,
 )
 from engine.fsutil import open_regular
@@ -94,6 +105,7 @@ from engine.transfer import export_json, export_markdown, import_json, read_docu
 from engine.turn_lock import DEFAULT_TURN_WAIT_S
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
+    Attachment,
     Capabilities,
 )
 
@@ -130,6 +142,11 @@ __all__ += [
     "DbCheck", "SoundDatabaseError", "backup_database_file", "check_database_file", "database_file_problem",
     "database_way_out", "restore_database_file", "salvage_database_file",
     "open_regular", "validate_messages",
+]
+# documents attached to a message (engine/documents.py; docs/documents.md): read a file off the UI thread
+__all__ += [
+    "Attachment", "AttachmentError", "MAX_ATTACHMENTS", "MAX_FILE_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_CHARS",
+    "attachment_block", "attachment_from_text", "compose_message", "read_attachment",
 ]
 
 

@@ -22,7 +22,7 @@ from engine import db_lock
 from engine.db_schema import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
 from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
-from engine.types import Conversation, Message, ReplyFacts, ReplyVersions
+from engine.types import Attachment, Conversation, Message, ReplyFacts, ReplyVersions
 
 COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
 LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
@@ -33,6 +33,7 @@ try:
 except ImportError:  # Windows
     resource = None
 
+ATTACHMENT_COLUMNS = "name, size, sha256, kind, text, pages"  # what an Attachment is made of, in its order
 MODEL_CHARS = 200  # a model's name in words, as stored with a reply (a GGUF stem and its weights)
 # StopReason.LENGTH and INTERRUPTED (cut off by Hearth closing): the reply can be continued.
 CONTINUABLE_FINISHES = ("length", "interrupted")
@@ -293,10 +294,13 @@ class ConversationStore:
                        "updated_ms, import_id) VALUES (?,?,?,?,?,?,?,?)",
                        (cid, c["title"], c["system_prompt"], json.dumps(c["settings"]), c["model"],
                         c["created_ms"], c["updated_ms"], import_id))
-            db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model) "
-                           "VALUES (?,?,?,?,?,?,?)",
-                           [(cid, i, m["role"], m["content"], m["created_ms"], m.get("finish_reason"),
-                             m.get("model") or None) for i, m in enumerate(c["messages"])])
+            for i, m in enumerate(c["messages"]):
+                attachments = tuple(m.get("attachments") or ())
+                cur = db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model, "
+                                 "typed_text) VALUES (?,?,?,?,?,?,?,?)",
+                                 (cid, i, m["role"], m["content"], m["created_ms"], m.get("finish_reason"),
+                                  m.get("model") or None, m.get("typed_text") if attachments else None))
+                _store_attachments(db, cur.lastrowid, attachments)
             used.append(cid)
         return used
 
@@ -353,8 +357,11 @@ class ConversationStore:
         with self._write() as db:
             db.execute("UPDATE conversations SET model_key = (SELECT model_key FROM conversations WHERE id = ?) "
                        "WHERE id = ?", (conversation_id, copy.id))
-            db.executemany("INSERT INTO messages (conversation_id, seq, role, content, created_ms) VALUES (?,?,?,?,?)",
-                           [(copy.id, i, m.role, m.content, m.created_ms) for i, m in enumerate(msgs)])
+            for i, m in enumerate(msgs):  # a message's attachments come with it
+                cur = db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, typed_text) "
+                                 "VALUES (?,?,?,?,?,?)", (copy.id, i, m.role, m.content, m.created_ms,
+                                                          m.typed_text if m.attachments else None))
+                _store_attachments(db, cur.lastrowid, m.attachments)
         return copy
 
     @staticmethod
@@ -393,9 +400,34 @@ class ConversationStore:
     # messages ------------------------------------------------------------------------------------------
     def messages(self, conversation_id: str) -> list[Message]:
         with self._tx() as db:
-            rows = db.execute("SELECT seq, role, content, created_ms FROM messages WHERE conversation_id = ? "
-                              "ORDER BY seq", (conversation_id,)).fetchall()
-        return [Message(*r) for r in rows]
+            rows = db.execute("SELECT seq, role, content, created_ms, typed_text, id FROM messages WHERE "
+                              "conversation_id = ? ORDER BY seq", (conversation_id,)).fetchall()
+            files: dict[int, list[Attachment]] = {}
+            for r in db.execute(f"SELECT a.message_id, {', '.join('a.' + c for c in ATTACHMENT_COLUMNS.split(', '))} "
+                                "FROM attachments a JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ? "
+                                "ORDER BY a.message_id, a.position", (conversation_id,)):
+                files.setdefault(r[0], []).append(Attachment(*r[1:]))
+        # typed_text only means something beside attachments (a salvaged database may have lost them: then the
+        # content, which holds the files' text, is what the person sees)
+        return [Message(seq, role, content, ms, tuple(files[mid]), typed if typed is not None else None)
+                if mid in files else Message(seq, role, content, ms) for seq, role, content, ms, typed, mid in rows]
+
+    def attachments(self, conversation_id: str, seq: int) -> tuple[Attachment, ...]:
+        """The files attached to message ``seq`` (none: an empty tuple)."""
+        with self._tx() as db:
+            rows = db.execute(f"SELECT {', '.join('a.' + c for c in ATTACHMENT_COLUMNS.split(', '))} FROM attachments a "
+                              "JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ? AND m.seq = ? "
+                              "ORDER BY a.position", (conversation_id, seq)).fetchall()
+        return tuple(Attachment(*r) for r in rows)
+
+    def documents(self, conversation_id: str) -> tuple[Attachment, ...]:
+        """Every file attached anywhere in the chat, once each (the same name and bytes attached twice is one),
+        in the order they were first attached: what the browser's "New chat with these documents" carries."""
+        seen: dict[tuple[str, str], Attachment] = {}
+        for m in self.messages(conversation_id):
+            for a in m.attachments:
+                seen.setdefault((a.name, a.sha256), a)
+        return tuple(seen.values())
 
     def chat_messages(self, conversation_id: str) -> list[dict]:
         """What the model sees: the system prompt (if any), then the messages in order."""
@@ -404,13 +436,20 @@ class ConversationStore:
         return head + [m.as_chat() for m in self.messages(conversation_id)]
 
     def append(self, conversation_id: str, role: str, content: str, finish: str | None = None,
-               model: str | None = None) -> Message:
+               model: str | None = None, *, attachments: tuple[Attachment, ...] = (),
+               typed_text: str | None = None) -> Message:
         """Add a message at the end; ``finish``: why a reply ended (a StopReason value) and ``model``: the model
-        that wrote it, in words, kept for replies only."""
+        that wrote it, in words, kept for replies only. ``attachments`` (a user message's files) are stored with
+        it in the same transaction; ``content`` is then the composed text the model reads
+        (``engine.documents.compose_message``) and ``typed_text`` the person's own words."""
         if role not in ROLES:
             raise ConversationError(f"role {role!r} is not one of {', '.join(ROLES)}")
         if not isinstance(content, str):
             raise ConversationError("message content must be text")
+        attachments = tuple(attachments)
+        if attachments and role != "user":
+            raise ConversationError("only a user message can carry attachments")
+        typed = (typed_text if typed_text is not None else content) if attachments else None
         t = now_ms()
         with self._write() as db:
             conv = db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
@@ -421,13 +460,14 @@ class ConversationStore:
             if role != "assistant":  # versions of a reply that was set aside and never came back
                 db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
             reply = role == "assistant"
-            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model) "
-                       "VALUES (?,?,?,?,?,?,?)",
-                       (conversation_id, seq, role, content, t, finish if reply else None,
-                        model[:MODEL_CHARS] if reply and model else None))
-            title = conv[0] or (title_from(content) if role == "user" else "")
+            cur = db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model, "
+                             "typed_text) VALUES (?,?,?,?,?,?,?,?)",
+                             (conversation_id, seq, role, content, t, finish if reply else None,
+                              model[:MODEL_CHARS] if reply and model else None, typed))
+            _store_attachments(db, cur.lastrowid, attachments)
+            title = conv[0] or (message_title(content, typed, attachments) if role == "user" else "")
             db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
-        return Message(seq, role, content, t)
+        return Message(seq, role, content, t, attachments, typed)
 
     def truncate(self, conversation_id: str, seq: int) -> int:
         """Delete messages from ``seq`` on (editing or regenerating); return how many went."""
@@ -442,22 +482,36 @@ class ConversationStore:
         db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
         return n
 
-    def edit(self, conversation_id: str, seq: int, content: str) -> None:
+    def edit(self, conversation_id: str, seq: int, content: str,
+             attachments: tuple[Attachment, ...] | None = None) -> None:
         """Replace message ``seq`` and drop everything after it (the replies no longer follow), at once.
-        A title still the one the first message gave follows that message's new text."""
-        with self._write() as db:
-            old = db.execute("SELECT content, role FROM messages WHERE conversation_id = ? AND seq = ?",
+        A title still the one the first message gave follows that message's new text. For a message with
+        attachments, ``content`` is the new typed text: the files stay (``attachments=None``) or are replaced by
+        ``attachments`` (``()``: none), and the stored content is composed again."""
+        from engine.documents import compose_message
+
+        with self._write() as db:  # the files read in the same transaction that rewrites them
+            before = self.attachments(conversation_id, seq)
+            current = before if attachments is None else tuple(attachments)
+            old = db.execute("SELECT content, role, id, typed_text FROM messages WHERE conversation_id = ? AND seq = ?",
                              (conversation_id, seq)).fetchone()
             if old is None:
                 raise ConversationError(f"conversation {conversation_id!r} has no message {seq}")
+            if current and old[1] != "user":
+                raise ConversationError("only a user message can carry attachments")
+            composed = compose_message(content, current)
             # A reply the person rewrote no longer ends where the model stopped: nothing to continue.
-            db.execute("UPDATE messages SET content = ?, finish = NULL, model = NULL WHERE conversation_id = ? AND seq = ?",
-                       (content, conversation_id, seq))
-            self._retitle(db, conversation_id, seq, old[0], old[1], content)
+            db.execute("UPDATE messages SET content = ?, finish = NULL, model = NULL, typed_text = ? WHERE id = ?",
+                       (composed, content if current else None, old[2]))
+            db.execute("DELETE FROM attachments WHERE message_id = ?", (old[2],))
+            _store_attachments(db, old[2], current)
+            self._retitle(db, conversation_id, seq, old[1], message_title(old[0], old[3], before),
+                          message_title(composed, content, current))
             self._truncate(db, conversation_id, seq + 1)
 
     @staticmethod
-    def _retitle(db: sqlite3.Connection, conversation_id: str, seq: int, old: str, role: str, new: str) -> None:
+    def _retitle(db: sqlite3.Connection, conversation_id: str, seq: int, role: str, old_title: str,
+                 new_title: str) -> None:
         """The first user message was edited: a title that was made from it (not one the person chose)
         is made again from the new text."""
         first = db.execute("SELECT MIN(seq) FROM messages WHERE conversation_id = ? AND role = 'user'",
@@ -465,7 +519,7 @@ class ConversationStore:
         if role != "user" or first != seq:
             return
         db.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ?",
-                   (title_from(new), conversation_id, title_from(old)))
+                   (new_title, conversation_id, old_title))
 
     # pins: chats kept at the top of the sidebar -----------------------------------------------------------
     def set_pinned(self, conversation_id: str, pinned: bool) -> None:
@@ -619,3 +673,17 @@ class ConversationStore:
             last = db.execute("SELECT seq, role, finish FROM messages WHERE conversation_id = ? ORDER BY seq DESC "
                               "LIMIT 1", (conversation_id,)).fetchone()
         return last[0] if last is not None and last[1] == "assistant" and last[2] in CONTINUABLE_FINISHES else None
+
+
+def message_title(content: str, typed_text: str | None, attachments: tuple[Attachment, ...]) -> str:
+    """A chat's title from its first message: the typed words, else the first file's name (never the
+    ``[File: …]`` line a composed message begins with)."""
+    if not attachments:
+        return title_from(content)
+    return title_from(typed_text or "") or title_from(attachments[0].name)
+
+
+def _store_attachments(db: sqlite3.Connection, message_id: int, attachments: tuple[Attachment, ...]) -> None:
+    db.executemany(f"INSERT INTO attachments (message_id, position, {ATTACHMENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
+                   [(message_id, i, a.name, a.size, a.sha256, a.kind, a.text, a.pages)
+                    for i, a in enumerate(attachments)])

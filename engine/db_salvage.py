@@ -329,9 +329,10 @@ def _shape(v: list) -> str | None:
         return all(isinstance(x, t) and not (t is int and isinstance(x, bool)) for x, t in zip(v, types, strict=False))
 
     n = len(v)
-    # messages and alternatives: six columns, then the optional finish (migration 7) and model (8), text or
-    # NULL; a migration that adds a column to either must widen this (the salvage tests fail if it does not)
-    if (6 <= n <= 8 and v[0] is None and kinds(type(None), str, int) and ID_PATTERN.fullmatch(v[1])
+    # messages and alternatives: six columns, then the optional finish (migration 7), model (8) and the
+    # messages' typed_text (9), text or NULL; a migration that adds a column to either must widen this (the
+    # salvage tests fail if it does not)
+    if (6 <= n <= 9 and v[0] is None and kinds(type(None), str, int) and ID_PATTERN.fullmatch(v[1])
             and all(x is None or isinstance(x, str) for x in v[6:])):
         if v[3] in ROLES and kinds(type(None), str, int, str, str, int):
             return "messages"

@@ -108,6 +108,26 @@ MIGRATIONS: list[str] = [
     ALTER TABLE messages ADD COLUMN model TEXT;
     ALTER TABLE alternatives ADD COLUMN model TEXT;
     """,
+    # 9: files attached to a user message (engine/documents.py), kept with it: the name, size, SHA-256, kind,
+    # pages and extracted text, so nothing depends on the original file. They go with their message (a
+    # truncate, an edit that drops it, the conversation's purge: ON DELETE CASCADE). ``typed_text`` is the
+    # person's own words when the message has attachments (``content`` is the composed text the model reads);
+    # NULL: the content is the typed text.
+    """
+    CREATE TABLE attachments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        pages INTEGER,
+        text TEXT NOT NULL,
+        UNIQUE (message_id, position)
+    );
+    ALTER TABLE messages ADD COLUMN typed_text TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

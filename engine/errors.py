@@ -134,3 +134,14 @@ class ContextLengthError(PromptError):
     def __init__(self, message: str, tokens: int, limit: int):
         super().__init__(message)
         self.tokens, self.limit = tokens, limit
+
+
+class AttachmentError(HearthError):
+    """A file that cannot be attached to a message (engine/documents.py); nothing is sent.
+
+    ``reason`` is one of a stable set a front end can rely on: "too_large", "binary", "encoding", "encrypted",
+    "image_only", "unreadable", "unsupported", "empty", "too_many"; ``name`` is the file's name ("" for none)."""
+
+    def __init__(self, message: str, reason: str, name: str = ""):
+        super().__init__(message)
+        self.reason, self.name = reason, name

@@ -5,6 +5,11 @@ conversation exactly: ids, titles, system prompts, settings, model label, timest
 reply also carries the model that wrote it (``"model"``, "" when not known) and why it ended
 (``"finish_reason"``, a StopReason value or null). Both are optional: documents from before them import
 with neither, and readers from before ignore them (so the version stays 1).
+A user message with attached files (engine/documents.py) also carries ``"typed_text"`` (the person's words)
+and ``"attachments"``: a list of ``{"name", "size", "sha256", "kind", "pages", "text"}``; its ``"content"`` is
+the composed text the model read, and an import checks that it is exactly ``compose_message(typed_text,
+attachments)`` (so what the chat shows and what the model reads cannot differ), within the caps of
+engine/documents.py. Optional too: older readers import the composed content alone.
 A regenerated reply is exported as the version the chat continues with; its earlier versions (the
 ``alternatives`` table) stay behind, so documents and bundles keep this format and old ones import as before.
 Exporting, importing into an empty store and exporting again gives the same document. An import is
@@ -27,19 +32,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from engine import documents
 from engine.conversations import MODEL_CHARS, ConversationStore
 from engine.db_schema import ID_PATTERN, ROLES
-from engine.errors import TransferError
+from engine.errors import AttachmentError, TransferError
 from engine.fsutil import atomic_write, open_regular
 from engine.importer import import_conversations
 from engine.reply_notes import reply_caption
-from engine.types import CancelToken, Message, ReplyFacts, StopReason
+from engine.types import Attachment, CancelToken, Message, ReplyFacts, StopReason
 
 FORMAT, VERSION = "hearth.conversations", 1
 MAX_IMPORT_BYTES = 256 << 20  # a bigger file is refused before it is read (1,000,000 small chats are ~115 MB)
 MAX_CONVERSATIONS = 1_000_000
 MAX_SETTINGS_DEPTH = 32  # a conversation's settings are a flat dict in practice
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SHA256 = re.compile("[0-9a-f]{64}")
 _MD_SPECIAL = re.compile(r"[\\`*_\[\]<>#]")
 FINISHES = frozenset(str(r) for r in StopReason)
 
@@ -60,6 +67,10 @@ def _message(m: Message, facts: ReplyFacts | None) -> dict:
     (a StopReason value, null when not known): optional fields, so version 1 readers before them ignore
     them and documents without them import as before."""
     out = {"role": m.role, "content": m.content, "created_ms": m.created_ms}
+    if m.attachments:
+        out |= {"typed_text": m.typed_text,
+                "attachments": [{"name": a.name, "size": a.size, "sha256": a.sha256, "kind": a.kind, "pages": a.pages,
+                                 "text": a.text} for a in m.attachments]}
     if facts is not None:
         out |= {"model": facts.model, "finish_reason": facts.finish}
     return out
@@ -83,10 +94,26 @@ def to_markdown(store: ConversationStore, ids: list[str]) -> str:
             parts.append(f"> **System prompt:** {c.system_prompt}\n")
         facts = store.reply_facts(cid)
         for m in store.messages(cid):
-            parts.append(f"## {names.get(m.role, m.role)}\n\n{m.content}\n")
+            if m.attachments:
+                files = "".join(_md_attachment(a) for a in m.attachments)
+                parts.append(f"## {names.get(m.role, m.role)}\n\n{files}{m.typed_text}\n")
+            else:
+                parts.append(f"## {names.get(m.role, m.role)}\n\n{m.content}\n")
             if m.seq in facts and (caption := reply_caption(facts[m.seq].finish, facts[m.seq].model)):
                 parts.append(f"_{_md_escaped(caption)}_\n")
     return "\n".join(parts)
+
+
+def _md_attachment(a: Attachment) -> str:
+    """An attached file as a readable section: its name, what it is, then its text in a fence no line of
+    the text can close."""
+    facts = [a.kind.upper() if a.kind in ("pdf", "docx", "csv", "json", "html") else a.kind, f"{a.size:,} bytes"]
+    if a.pages is not None:
+        facts.insert(1, f"{a.pages:,} page{'s' if a.pages != 1 else ''}")
+    longest = max((len(run) for run in re.findall("`+", a.text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return (f"### Attached: {_md_escaped(a.name)}\n\n*{' · '.join(facts)} · SHA-256 {a.sha256}*\n\n"
+            f"{fence}text\n{a.text.rstrip(chr(10))}\n{fence}\n\n")
 
 
 def _md_escaped(text: str) -> str:
@@ -207,9 +234,59 @@ def _conversation(c: object, where: str, seen: set[str]) -> dict:
         role = _need(m, "role", str, mw)
         if role not in ROLES:
             raise TransferError(f"{mw}.role: {role!r} is not one of {', '.join(ROLES)}")
-        out["messages"].append({"role": role, "content": _need(m, "content", str, mw),
-                                "created_ms": _time(m, "created_ms", mw), **_reply_facts(m, role, mw)})
+        content = _need(m, "content", str, mw)
+        out["messages"].append({"role": role, "content": content, "created_ms": _time(m, "created_ms", mw),
+                                **_reply_facts(m, role, mw), **_attachments(m, role, content, mw)})
     return out
+
+
+def _attachments(m: dict, role: str, content: str, where: str) -> dict:
+    """A user message's optional "typed_text" and "attachments", bounded as a file read here would be, and
+    the content exactly what they compose (older exports have neither)."""
+    if "attachments" not in m and "typed_text" not in m:
+        return {}
+    if role != "user":
+        raise TransferError(f"{where}: only a user message has attachments, not a {role!r} message")
+    listed = _need(m, "attachments", list, where)
+    if len(listed) > documents.MAX_ATTACHMENTS:
+        raise TransferError(f"{where}.attachments: {len(listed)} files; a message can carry at most "
+                            f"{documents.MAX_ATTACHMENTS}")
+    typed = _need(m, "typed_text", str, where)
+    files = []
+    for k, a in enumerate(listed):
+        aw = f"{where}.attachments[{k}]"
+        if not isinstance(a, dict):
+            raise TransferError(f"{aw}: expected an object")
+        name = _need(a, "name", str, aw)
+        if name != documents.clean_name(name):
+            raise TransferError(f"{aw}.name: {name[:80]!r} is not a file name (no folders or control characters, "
+                                f"at most {documents.MAX_NAME_CHARS} characters)")
+        size = _need(a, "size", int, aw)
+        if not 0 <= size <= documents.MAX_FILE_BYTES:
+            raise TransferError(f"{aw}.size: {size} is not a size up to {documents.MAX_FILE_BYTES:,} bytes")
+        sha = _need(a, "sha256", str, aw)
+        if not _SHA256.fullmatch(sha):
+            raise TransferError(f"{aw}.sha256: expected 64 lowercase hex digits")
+        kind = _need(a, "kind", str, aw)
+        if kind not in documents.KINDS:
+            raise TransferError(f"{aw}.kind: {kind!r} is not one of {', '.join(documents.KINDS)}")
+        pages = a.get("pages")
+        if pages is not None and (not isinstance(pages, int) or isinstance(pages, bool)
+                                  or not 0 <= pages <= documents.MAX_PDF_PAGES):
+            raise TransferError(f"{aw}.pages: expected null or a page count up to {documents.MAX_PDF_PAGES:,}")
+        text = _need(a, "text", str, aw)
+        if len(text) > documents.MAX_TEXT_CHARS:
+            raise TransferError(f"{aw}.text: {len(text):,} characters; a file may hold at most "
+                                f"{documents.MAX_TEXT_CHARS:,}")
+        files.append(Attachment(name, size, sha, kind, text, pages))
+    try:
+        composed = documents.compose_message(typed, files)
+    except AttachmentError as exc:
+        raise TransferError(f"{where}: {exc}") from None
+    if composed != content:
+        raise TransferError(f"{where}.content: is not the attached files' text and typed_text as Hearth composes "
+                            "them (docs/documents.md), so what the chat shows would differ from what the model reads")
+    return {"typed_text": typed, "attachments": tuple(files)} if files else {}
 
 
 def _reply_facts(m: dict, role: str, where: str) -> dict:

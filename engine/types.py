@@ -239,11 +239,34 @@ class Conversation:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file attached to a user message (engine/documents.py reads one): what is kept of it, so nothing
+    depends on the original file staying where it was."""
+
+    name: str  # the file's name, without its folder
+    size: int  # bytes of the original file
+    sha256: str  # hex of the original file's bytes
+    kind: str  # "text", "markdown", "code", "csv", "json", "html", "pdf", "docx"
+    text: str  # the extracted text, as the model reads it
+    pages: int | None = None  # a PDF's pages; None for the other kinds
+
+
+@dataclass(frozen=True)
 class Message:
+    """A stored message. ``content`` is what the model reads: for a user message with attachments, the files'
+    text then the typed words (``engine.documents.compose_message``); ``typed_text`` is the words alone (the
+    content itself when there are no attachments)."""
+
     seq: int
     role: str
     content: str
     created_ms: int = 0
+    attachments: tuple[Attachment, ...] = ()
+    typed_text: str | None = None  # None: the same as content (filled in by __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.typed_text is None:
+            object.__setattr__(self, "typed_text", self.content)
 
     def as_chat(self) -> dict:
         return {"role": self.role, "content": self.content}
@@ -359,6 +382,9 @@ class TurnRequest:
     regenerate: bool = False
     # Continue: write on at the end of the last reply (one stopped by the length limit), the same message.
     continue_reply: bool = False
+    # Files attached to ``user_message`` (engine.documents.read_attachment): the stored content is
+    # compose_message(user_message, attachments), and the attachments are stored with the message.
+    attachments: tuple[Attachment, ...] = ()
 
 
 # the events a turn (or opening a conversation) reports, in order -----------------------------------------

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from engine.api import DEFAULT_MAX_NEW_TOKENS, HearthPaths, check_id, open_conversations
+from engine.api import DEFAULT_MAX_NEW_TOKENS, HearthPaths, check_id, compose_message, open_conversations
 from engine.errors import HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.types import (
     Accepted,
@@ -127,8 +127,11 @@ class RemoteBackend:
         emit = on_event or _noop
         cid = check_id(request.conversation)
         request.params.validate()
-        if request.user_message is not None and not request.user_message.strip():
+        if request.attachments and request.user_message is None:
+            raise PromptError("attached files go with a new message: this turn has none")
+        if request.user_message is not None and not request.user_message.strip() and not request.attachments:
             raise PromptError("the message is empty: write something to say")
+        content = None if request.user_message is None else compose_message(request.user_message, request.attachments)
         if request.regenerate or request.continue_reply:
             raise PromptError("this backend neither regenerates nor continues a reply")
         with self._turn_lock(cid, emit, cancel):
@@ -138,8 +141,9 @@ class RemoteBackend:
             if request.system_prompt is not None:
                 convs.set_system_prompt(cid, request.system_prompt)
             user_seq = None
-            if request.user_message is not None:
-                user_seq = convs.append(cid, "user", request.user_message).seq
+            if content is not None:  # the files' text, then the words, as the local backend stores them
+                user_seq = convs.append(cid, "user", content, attachments=tuple(request.attachments),
+                                        typed_text=request.user_message).seq
             emit(Accepted(cid, user_seq, tuple(convs.messages(cid))))
             info = self._require_model()  # after storing, as the local backend: nothing typed is lost
             body = {"messages": convs.chat_messages(cid), "max_tokens": request.max_new_tokens,
@@ -155,6 +159,11 @@ class RemoteBackend:
                             info.context_length, timings, info)
         emit(finished)
         return finished
+
+    def count_tokens(self, text: str) -> int:
+        """An estimate (the server has no tokenize endpoint): ~4 UTF-8 bytes a token, as English text runs."""
+        self._require_model()
+        return -(-len(text.encode("utf-8", errors="surrogatepass")) // 4)
 
     def complete(self, messages: list[dict], params: SamplingParams | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,

@@ -130,6 +130,21 @@ def test_complete_raw_and_complete_store_nothing(backend):
     assert backend.conversations.ids() == set()  # stored nowhere
 
 
+def test_a_turn_with_attachments_stores_them_and_count_tokens_sizes_them(backend):
+    from engine.api import attachment_block, attachment_from_text, compose_message
+
+    with pytest.raises(ModelNotLoadedError):
+        backend.count_tokens("a word")
+    backend.load()
+    doc = attachment_from_text("owls.md", "# Owls\nThey hunt at night.", "markdown")
+    block, whole = backend.count_tokens(attachment_block(doc)), backend.count_tokens(compose_message("why?", [doc]))
+    assert 0 < block < whole
+    done = backend.run_turn(TurnRequest("f", "why?", GREEDY, 4, attachments=(doc,)), create=True)
+    user, reply = backend.conversations.messages("f")
+    assert (user.content, user.typed_text, user.attachments) == (compose_message("why?", [doc]), "why?", (doc,))
+    assert reply.content == done.reply
+
+
 def test_both_backends_write_the_same_greedy_reply(tiny_home, tiny_gguf, tmp_path):
     """The remote backend runs the same model through the server: same chat, same greedy reply."""
     paths = resolve_paths(tiny_home).ensure()

@@ -196,6 +196,26 @@ def test_terminal_chat_session(tmp_path, tiny_gguf):
     assert shown["system_prompt"] == "be brief"
 
 
+def test_terminal_chat_attaches_files_to_the_next_message(tmp_path, tiny_gguf):
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\nowls fly\n")
+    blob = tmp_path / "blob.bin.txt"
+    blob.write_bytes(b"\x00\x01" * 50)
+    script = f"/attach {notes}\n/attach {blob}\n/attach\nsummarise\nthanks\n/quit\n"
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "talk", "--model", str(tiny_gguf), "--data-dir",
+                           str(tmp_path / "home"), "--max-new-tokens", "4"], input=script, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "(attached notes.md: " in proc.stdout and "(!) blob.bin.txt cannot be attached: it is binary" in proc.stdout
+    assert "(attached for your next message: notes.md)" in proc.stdout
+    listed = json.loads(run_cli("conversations", "ls", "--data-dir", str(tmp_path / "home"), "--json").stdout)
+    shown = json.loads(run_cli("conversations", "show", listed["conversations"][0]["id"], "--data-dir",
+                               str(tmp_path / "home"), "--json").stdout)
+    first, second = (m for m in shown["messages"] if m["role"] == "user")
+    assert [a["name"] for a in first["attachments"]] == ["notes.md"] and first["typed_text"] == "summarise"
+    assert "attachments" not in second and second["content"] == "thanks"  # the files went with one message
+
+
 def test_model_convert_json(tmp_path, tiny_gguf):
     proc = run_cli("model", "convert", "--model", str(tiny_gguf), "--weights", "fp16", "--data-dir", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr

@@ -344,3 +344,67 @@ def test_a_full_disk_is_not_blamed_on_the_database(small_disk):
         assert "db restore" not in proc.stderr and "I/O error" not in proc.stderr, proc.stderr
         (small_disk / "filler").unlink()
     assert [m.content for m in ConversationStore(home / "conversations.sqlite3").messages("c")][0] == "an earlier message"
+
+
+# chat --attach: files read before anything is stored -------------------------------------------------------------
+def test_chat_attach_sends_the_files_and_stores_them(home, tiny_gguf, tmp_path):
+    from engine.documents import compose_message, read_attachment
+
+    from .document_files import write_docx, write_text_pdf
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Owls\nThey fly at night.\n")
+    pdf = write_text_pdf(tmp_path / "paper.pdf", [["Barn owls nest in barns."]])
+    docx = write_docx(tmp_path / "memo.docx", ["A memo about owls."])
+    proc = chat(home, "--conversation", "att", "--message", "what do they say?", "--attach", str(notes),
+                "--attach", str(pdf), "--attach", str(docx), model=tiny_gguf)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(a["name"], a["kind"]) for a in out["attachments"]] == [("notes.md", "markdown"), ("paper.pdf", "pdf"),
+                                                                    ("memo.docx", "docx")]
+    user = ConversationStore(home / "conversations.sqlite3").messages("att")[0]
+    files = [read_attachment(p) for p in (notes, pdf, docx)]
+    assert user.attachments == tuple(files) and user.typed_text == "what do they say?"
+    assert user.content == compose_message("what do they say?", files)
+    shown = json.loads(run_cli("conversations", "show", "att", "--json", home=home).stdout)["messages"][0]
+    assert [a["name"] for a in shown["attachments"]] == ["notes.md", "paper.pdf", "memo.docx"]
+    alone = chat(home, "--conversation", "att2", "--message", "", "--attach", str(notes), model=tiny_gguf)
+    assert alone.returncode == 0, alone.stderr  # a message of files alone
+
+
+@pytest.mark.parametrize("name,data,needle", [
+    ("missing.txt", None, "could not be read"),
+    ("blob.txt", b"\x00\x01\x02" * 100, "binary data"),
+    ("l1.txt", "déjà".encode("latin-1"), "not valid UTF-8"),
+    ("e.txt", b"", "the file is empty"),
+    ("p.png", b"\x89PNG", "does not read .png files"),
+])
+def test_chat_attach_of_a_bad_file_says_why_and_stores_nothing(home, tiny_gguf, tmp_path, name, data, needle):
+    path = tmp_path / name
+    if data is not None:
+        path.write_bytes(data)
+    proc = chat(home, "--conversation", "bad", "--message", "read this", "--attach", str(path), model=tiny_gguf)
+    assert_clean_error(proc, name, needle)
+    assert "bad" not in stored_ids(home)
+
+
+def test_chat_attach_of_an_encrypted_or_scanned_pdf_is_refused(home, tiny_gguf, tmp_path):
+    from .document_files import write_blank_pdf, write_encrypted_pdf
+
+    for path, needle in ((write_encrypted_pdf(tmp_path / "locked.pdf", ["x"]), "password"),
+                         (write_blank_pdf(tmp_path / "scan.pdf"), "no text to extract")):
+        proc = chat(home, "--conversation", "pdf", "--message", "read", "--attach", str(path), model=tiny_gguf)
+        assert_clean_error(proc, path.name, needle)
+    assert "pdf" not in stored_ids(home)
+
+
+def test_chat_attach_of_too_many_files_is_refused(home, tiny_gguf, tmp_path):
+    from engine.documents import MAX_ATTACHMENTS
+
+    files = []
+    for i in range(MAX_ATTACHMENTS + 1):
+        (tmp_path / f"f{i}.txt").write_text(f"file {i}")
+        files += ["--attach", str(tmp_path / f"f{i}.txt")]
+    proc = chat(home, "--conversation", "many", "--message", "all of them", *files, model=tiny_gguf)
+    assert_clean_error(proc, f"at most {MAX_ATTACHMENTS} files")
+    assert "many" not in stored_ids(home)

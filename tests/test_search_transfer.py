@@ -246,3 +246,100 @@ def test_duplicate_ids_in_one_file_are_refused(tmp_path, store):
 def test_a_missing_import_file(store, tmp_path):
     with pytest.raises(TransferError, match="cannot read"):
         import_json(store, tmp_path / "nope.json")
+
+
+# attachments in exports and imports ------------------------------------------------------------------------------
+def _attached(store: ConversationStore) -> tuple:
+    from engine.documents import attachment_from_text, compose_message
+
+    docs = (attachment_from_text("plan.md", "# Plan\n```code```\nstep one", "markdown"),
+            attachment_from_text("data.csv", "a,b\n1,2", "csv"))
+    store.create("att", title="With files")
+    store.append("att", "user", compose_message("compare them", docs), attachments=docs, typed_text="compare them")
+    store.append("att", "assistant", "they differ")
+    return docs
+
+
+def test_attachments_survive_export_and_import(store, tmp_path):
+    docs = _attached(store)
+    path = tmp_path / "export.json"
+    export_json(store, ["att"], path)
+    saved = json.loads(path.read_text())["conversations"][0]["messages"][0]
+    assert saved["typed_text"] == "compare them"
+    assert [a["name"] for a in saved["attachments"]] == ["plan.md", "data.csv"]
+    assert set(saved["attachments"][0]) == {"name", "size", "sha256", "kind", "pages", "text"}
+    fresh = ConversationStore(tmp_path / "fresh.sqlite3")
+    (cid,) = import_json(fresh, path)
+    user = fresh.messages(cid)[0]
+    assert (user.attachments, user.typed_text) == (docs, "compare them")
+    again, original = to_document(fresh, [cid]), json.loads(path.read_text())
+    assert again["conversations"] == original["conversations"]
+
+
+def test_markdown_has_a_section_per_attachment(store, tmp_path):
+    _attached(store)
+    path = tmp_path / "out.md"
+    export_markdown(store, ["att"], path)
+    text = path.read_text()
+    assert "### Attached: plan.md" in text and "### Attached: data.csv" in text
+    assert "````text\n# Plan\n```code```\nstep one\n````" in text  # a fence the file's own ``` cannot close
+    assert "[File:" not in text  # the composed form is for the model; the export is for people
+    assert text.index("### Attached: data.csv") < text.index("compare them")
+
+
+def _attachment_doc(**change) -> dict:
+    import hashlib
+
+    text = "hello"
+    attachment = {"name": "a.txt", "size": 5, "sha256": hashlib.sha256(b"hello").hexdigest(), "kind": "text",
+                  "pages": None, "text": text}
+    message = {"role": "user", "content": "[File: a.txt]\nhello\n[End of file: a.txt]\n\nq", "created_ms": 1,
+               "typed_text": "q", "attachments": [attachment]}
+    for key, value in change.items():
+        (attachment if key in attachment else message)[key] = value
+    return _doc(messages=[message])
+
+
+def test_a_good_attachment_document_imports(store, tmp_path):
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(_attachment_doc()))
+    (cid,) = import_json(store, path)
+    assert store.messages(cid)[0].attachments[0].text == "hello"
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"content": "[File: a.txt]\nforged\n[End of file: a.txt]\n\nq"}, "content: is not the attached files' text"),
+    ({"typed_text": 5}, "typed_text: expected str"),
+    ({"attachments": "a.txt"}, "attachments: expected list"),
+    ({"name": "../etc/passwd"}, "is not a file name"),
+    ({"name": "a\nb"}, "is not a file name"),
+    ({"size": -1}, "size: -1"),
+    ({"sha256": "XYZ"}, "sha256: expected 64"),
+    ({"kind": "exe"}, "kind: 'exe'"),
+    ({"pages": -2}, "pages: expected null"),
+    ({"text": 7}, "text: expected str"),
+    ({"role": "assistant"}, "only a user message has attachments"),
+])
+def test_malformed_attachments_are_refused_and_nothing_imports(store, tmp_path, change, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(_attachment_doc(**change)))
+    with pytest.raises(TransferError) as err:
+        import_json(store, path)
+    assert needle in str(err.value)
+    assert store.get("x1") is None
+
+
+def test_too_many_or_too_long_attachments_are_refused(store, tmp_path):
+    from engine import documents
+
+    doc = _attachment_doc()
+    message = doc["conversations"][0]["messages"][0]
+    message["attachments"] = message["attachments"] * (documents.MAX_ATTACHMENTS + 1)
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TransferError, match=f"at most {documents.MAX_ATTACHMENTS}"):
+        import_json(store, path)
+    path.write_text(json.dumps(_attachment_doc(text="h" * (documents.MAX_TEXT_CHARS + 1))))
+    with pytest.raises(TransferError, match=f"{documents.MAX_TEXT_CHARS + 1:,} characters; a file may hold at most"):
+        import_json(store, path)
+    assert store.get("x1") is None

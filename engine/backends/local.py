@@ -389,6 +389,11 @@ class Hearth:
                                      top_logprobs=top_logprobs, stop=stop, presence_penalty=presence_penalty,
                                      frequency_penalty=frequency_penalty, response_format=response_format)
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` is to the loaded model (no template, nothing added): an attachment's or a
+        message's size before it is sent. Tokenizing a long text takes a while: not on a UI thread."""
+        return len(self._require_engine().tokenizer.encode(text))
+
     def token_text(self, token_id: int) -> str:
         """One token's text as the tokenizer spells it (special tokens included; a token holding part of a
         UTF-8 character shows U+FFFD), e.g. for a logprobs listing."""

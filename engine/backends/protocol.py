@@ -82,6 +82,11 @@ class Backend(Protocol):
         """Free what the model holds; ``load`` brings it back."""
         ...
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` is to the model (an attached file's, a whole message's, before sending);
+        exact where the backend has the tokenizer, else its best estimate. ModelNotLoadedError without a model."""
+        ...
+
     # conversations and turns ----------------------------------------------------------------------------
     @property
     def conversations(self) -> ConversationStore:

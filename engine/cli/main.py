@@ -244,7 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", parents=[common], help="one turn of a stored conversation, resumed from its checkpoint")
     chat.add_argument("--conversation", required=True, metavar="ID", help="created if new (letters, digits, . _ : -)")
-    chat.add_argument("--message", required=True, help="the user's message to append")
+    chat.add_argument("--message", required=True, help="the user's message to append (may be empty with --attach)")
+    chat.add_argument("--attach", action="append", default=[], metavar="FILE",
+                      help="attach a file's text to the message (text, code, Markdown, CSV, JSON, HTML, PDF, DOCX; "
+                           "repeatable; docs/documents.md)")
     chat.add_argument("--system", help="set the conversation's system prompt")
     chat.add_argument("--wait", type=float, default=DEFAULT_TURN_WAIT_S, metavar="SECONDS",
                       help="how long to wait while another Hearth process runs a turn on it (default: %(default)g)")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from engine.api import (
     KV_ENCODINGS,
+    MAX_ATTACHMENTS,
+    Attachment,
     BlockStore,
     ConversationStore,
     DuplicatePolicy,
@@ -37,6 +39,7 @@ from engine.api import (
     model_identity,
     model_key_for,
     open_conversations,
+    read_attachment,
     read_document,
     reply_caption,
     resolve_model_file,
@@ -47,7 +50,7 @@ from engine.api import (
     verify_checkpoint,
 )
 from engine.cli.common import Progress, data_paths, emit, sampling_from_args, stream_text
-from engine.errors import ContextFullError, ConversationError, HearthError, PromptError
+from engine.errors import AttachmentError, ContextFullError, ConversationError, HearthError, PromptError
 from engine.types import ContextPolicy, ConversationSummary, Finished, Token, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,8 @@ def open_checkpoints(args: argparse.Namespace) -> BlockStore:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     check_id(args.conversation)
-    if not args.message.strip():
+    attachments = read_attachments(args.attach)  # every file read (or refused) before anything is stored
+    if not args.message.strip() and not attachments:
         raise PromptError("--message is empty: write something to say")
     params = sampling_from_args(args)
     if args.max_new_tokens < 1:
@@ -78,9 +82,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
     hearth = Hearth(paths, model=model, weights=args.weights, provider=args.provider, turn_wait_s=args.wait,
                     context_length=args.context)
     try:
-        return _chat(args, hearth, params, why)
+        return _chat(args, hearth, params, why, attachments)
     finally:
         hearth.close()
+
+
+def read_attachments(files: list[str]) -> tuple[Attachment, ...]:
+    """``--attach`` files read and bounded; the first that cannot be read raises its AttachmentError."""
+    if len(files) > MAX_ATTACHMENTS:
+        raise AttachmentError(f"a message can carry at most {MAX_ATTACHMENTS} files; --attach was given {len(files)}",
+                              "too_many")
+    return tuple(read_attachment(Path(f)) for f in files)
 
 
 def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> tuple[str | None, str | None]:
@@ -109,8 +121,10 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
     return remembered, None
 
 
-def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = None) -> int:
-    request = TurnRequest(args.conversation, args.message, params, args.max_new_tokens, args.system)
+def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = None,
+          attachments: tuple[Attachment, ...] = ()) -> int:
+    request = TurnRequest(args.conversation, args.message, params, args.max_new_tokens, args.system,
+                          attachments=attachments)
     # No model, nothing stored: as the window gives a refused message back to the composer, the message
     # is still on the command line, and a stored one nothing answered would leave the chat ending in it.
     model = hearth.load(Progress("converting").setup)
@@ -152,6 +166,8 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         "timings": turn.timings.as_dict(),
         "model": model.label,
         "model_key": hearth.model_key,
+        "attachments": [{"name": a.name, "kind": a.kind, "size": a.size, "sha256": a.sha256, "pages": a.pages,
+                         "chars": len(a.text)} for a in attachments],
     }
     if args.json:
         emit(args, payload, "")
@@ -227,7 +243,7 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
     payload = {**_summary_json(summary), "message_count": len(messages), "system_prompt": conv.system_prompt,
                "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "created_ms": m.created_ms,
                              **({"model": facts[m.seq].model, "finish_reason": facts[m.seq].finish}
-                                if m.seq in facts else {})} for m in messages]}
+                                if m.seq in facts else {}), **_attachments_json(m)} for m in messages]}
     lines = [f"{conv.title or '(untitled)'}  [{conv.id}]  {len(messages)} messages, {summary.tokens} tokens of saved "
              f"context, last activity {_when(conv.updated_ms)}" + (f", model {conv.model}" if conv.model else "")]
     if conv.system_prompt:
@@ -236,6 +252,15 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
     lines += [f"\n[{' · '.join(filter(None, (m.role, captions.get(m.seq))))}]\n{m.content}" for m in messages]
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def _attachments_json(m) -> dict:
+    """A message's files as ``show --json`` lists them (their text is in ``content``, as the model read it)."""
+    if not m.attachments:
+        return {}
+    return {"typed_text": m.typed_text, "attachments": [{"name": a.name, "kind": a.kind, "size": a.size,
+                                                         "sha256": a.sha256, "pages": a.pages, "chars": len(a.text)}
+                                                        for a in m.attachments]}
 
 
 def cmd_conversations_import(args: argparse.Namespace) -> int:

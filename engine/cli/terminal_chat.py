@@ -12,9 +12,9 @@ import argparse
 import sys
 import threading
 
-from engine.api import Hearth, HearthPaths, terminal_safe
+from engine.api import MAX_ATTACHMENTS, Attachment, Hearth, HearthPaths, attachment_block, read_attachment, terminal_safe
 from engine.cli.common import Progress, data_paths
-from engine.errors import HearthError, ModelNotInstalledError
+from engine.errors import AttachmentError, HearthError, ModelNotInstalledError
 from engine.types import CancelToken, Finished, Resumed, SamplingParams, Token, TurnRequest
 
 
@@ -24,7 +24,8 @@ def say(text: str = "", **kwargs) -> None:
     print(terminal_safe(text), **kwargs)
 
 HELP = ("Commands: /new starts a new conversation, /system TEXT sets this conversation's system prompt, "
-        "/quit leaves. Ctrl-C stops a reply.")
+        "/attach FILE attaches a file to your next message (/attach alone lists them), /quit leaves. "
+        "Ctrl-C stops a reply.")
 
 
 def cmd_talk(args: argparse.Namespace) -> int:
@@ -65,6 +66,7 @@ def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
     current = convs.ensure(conversation).id if conversation else convs.create().id
     say(f"Hearth — {model.name}, {model.weights} on {model.provider}{note}. Conversation {current}. {HELP}")
     params = SamplingParams()
+    pending: list[Attachment] = []  # files for the next message
     while True:
         try:
             line = input("\nyou> ").strip()
@@ -83,18 +85,41 @@ def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
             convs.set_system_prompt(current, line[len("/system"):].strip())
             print("(system prompt set)")
             continue
+        if line.startswith("/attach"):
+            _attach(hearth, line[len("/attach"):].strip(), pending)
+            continue
         if line.startswith("/"):
             print(HELP)
             continue
-        outcome = _turn(hearth, TurnRequest(current, line, params, max_new_tokens))
+        outcome = _turn(hearth, TurnRequest(current, line, params, max_new_tokens, attachments=tuple(pending)))
         if isinstance(outcome, HearthError):
             say(f"\n(!) {outcome}")
             continue
+        pending.clear()  # sent and stored with the message
         suffix = "" if outcome.stop_reason == "eos" else f" [{outcome.stop_reason}]"
         say(f"{suffix}\n  ({turn_figures(outcome)})")
         save = outcome.local.save if outcome.local is not None else None
         if save is not None and not save.ok:
             say(f"  (!) {save.error}")
+
+
+def _attach(hearth: Hearth, path: str, pending: list[Attachment]) -> None:
+    """``/attach FILE``: read it now (a file that cannot be read says why) for the next message."""
+    if not path:
+        names = ", ".join(a.name for a in pending)
+        say(f"(attached for your next message: {names})" if pending else "(no files attached)")
+        return
+    if len(pending) >= MAX_ATTACHMENTS:
+        say(f"(!) a message can carry at most {MAX_ATTACHMENTS} files")
+        return
+    try:
+        attachment = read_attachment(path)
+    except AttachmentError as exc:
+        say(f"(!) {exc}")
+        return
+    pending.append(attachment)
+    tokens = hearth.count_tokens(attachment_block(attachment))
+    say(f"(attached {attachment.name}: {tokens:,} tokens; it goes with your next message)")
 
 
 def turn_figures(outcome: Finished) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.conversations import Conversation, ConversationStore, check_id
+from engine.documents import check_attachments, compose_message
 from engine.errors import (
     ContextFullError,
     ConversationError,
@@ -157,8 +158,7 @@ class Turns:
         request.params.validate()
         if request.max_new_tokens < 1:
             raise PromptError("the longest reply must be at least 1 token")
-        if request.user_message is not None and not request.user_message.strip():
-            raise PromptError("the message is empty: write something to say")
+        check_message(request)
         if request.context_policy is not None:
             check_policy(request.context_policy, "the default for a chat longer than the context")
         check_rewrite(request)
@@ -215,7 +215,8 @@ class Turns:
         conv = convs.get(cid) if create else convs.require(cid)
         stored_system = conv.system_prompt if conv is not None else ""
         system = stored_system if request.system_prompt is None else request.system_prompt
-        new = [] if request.user_message is None else [{"role": "user", "content": request.user_message}]
+        content = user_content(request)
+        new = [] if content is None else [{"role": "user", "content": content}]
         stored = [m.as_chat() for m in convs.messages(cid)] if conv is not None else []
         chat = ([{"role": "system", "content": system}] if system else []) + stored + new
         if request.continue_reply and (not chat or chat[-1]["role"] != "assistant"):
@@ -229,7 +230,8 @@ class Turns:
             conv = convs.ensure(cid, system)  # created with its system prompt in one write
         if system != conv.system_prompt:
             convs.set_system_prompt(cid, system)
-        seq = None if request.user_message is None else convs.append(cid, "user", request.user_message).seq
+        seq = None if content is None else convs.append(cid, "user", content, attachments=tuple(request.attachments),
+                                                        typed_text=request.user_message).seq
         return seq, planned
 
     def _finish_turn(self, cid: str, view: ViewWindow, request: TurnRequest, emit: EventSink,
@@ -389,6 +391,23 @@ class Turns:
             saved = sessions.save("rebuild") if logits is not None else None  # "saved again" is true when said
             emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, saved))
         return resume
+
+
+def check_message(request: TurnRequest) -> None:
+    """A new message has words or files (or both); files go only with a new message, at most MAX_ATTACHMENTS."""
+    if request.attachments:
+        if request.user_message is None:
+            raise PromptError("attached files go with a new message: this turn has none")
+        check_attachments(request.attachments)
+    elif request.user_message is not None and not request.user_message.strip():
+        raise PromptError("the message is empty: write something to say")
+
+
+def user_content(request: TurnRequest) -> str | None:
+    """The user message the model reads: the attached files' text, then the typed words (engine/documents.py)."""
+    if request.user_message is None:
+        return None
+    return compose_message(request.user_message, request.attachments)
 
 
 def check_rewrite(request: TurnRequest) -> None:
