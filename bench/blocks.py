@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -135,11 +136,23 @@ def documents(args: argparse.Namespace) -> dict:
                   r["reused_tokens"], r["restored_tokens"], r["prefilled_tokens"], r["reread_limit"] if i > 1 else "",
                   r["ttft_ms"], mib(r["bytes_grown"]), r["bytes_vs_chat1"], mib(r["disk_grown"]),
                   mib(_save_bytes(r))) for i, r in enumerate(rows, 1)]))
-    print(f"chat 2's TTFT / chat 1's: {ttft_ratio:.3f} (goal ≤ 0.05); saved context at the end "
-          f"{mib(final['bytes']):.1f} MiB over {final['disk']['files']} files")
+    print(f"chat 2's TTFT / chat 1's: {ttft_ratio:.3f} (goal ≤ 0.05); saved context at the end: "
+          f"{_usage_line(final)}")
     _print_goals(goals)
     return {"scenario": "documents", "doc_tokens": args.doc_tokens, "chats": rows, "ttft_ratio_2_1": ttft_ratio,
             "final_usage": final, "goals": goals}
+
+
+def _usage_line(figures: dict) -> str:
+    """Every byte count the saved-contexts service reports (the block store adds unique, shared and
+    written bytes), by kind, and the files the directory holds."""
+    counts = [f"{k} {mib(v):.1f} MiB" for k, v in figures.items()
+              if isinstance(v, int) and k not in ("budget", "rows_bytes")]
+    counts.append(f"the browser's rows add up to {mib(figures['rows_bytes']):.1f} MiB")
+    kinds = [f"{k} {mib(v):.1f} MiB" for k, v in (figures.get("by_kind") or {}).items()]
+    disk = figures["disk"]
+    return (", ".join(counts) + (f" (by kind: {', '.join(kinds)})" if kinds else "")
+            + f"; {disk['files']} files, {mib(disk['apparent_bytes']):.1f} MiB")
 
 
 def _save_bytes(row: dict) -> int:
@@ -183,8 +196,8 @@ def api(args: argparse.Namespace) -> dict:
                 [(i, r["prompt_tokens"], r["cached_tokens"], r["cache"], r["wall_ms"], mib(r["usage"]["bytes"]),
                   r["usage"]["disk"]["files"], mib(r["usage"]["disk"]["apparent_bytes"]))
                  for i, r in enumerate(rows, 1)]))
-    kinds = ", ".join(f"{k} {mib(v):.1f} MiB" for k, v in rows[-1]["usage"]["by_kind"].items())
-    print(f"saved context after {args.requests} / after 1: {ratio:.2f}× (goal ≤ 1.3×); by kind: {kinds}")
+    print(f"saved context after {args.requests} / after 1: {ratio:.2f}× (goal ≤ 1.3×); at the end: "
+          f"{_usage_line(rows[-1]['usage'])}")
     _print_goals(goals)
     return {"scenario": "api", "system_tokens": args.system_tokens, "requests": rows, "ratio": ratio, "goals": goals}
 
@@ -368,10 +381,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.quick:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.quick:  # smaller sizes, except those given on the command line
         for k, v in QUICK.items():
-            setattr(args, k, v)
+            if getattr(args, k) == ap.get_default(k):
+                setattr(args, k, v)
     if args.chats > len(QUESTIONS) or args.chats < 2:
         raise SystemExit(f"--chats must be 2 to {len(QUESTIONS)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -382,10 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("'all' runs each scenario in a fresh data dir: leave out --data-dir")
     results = {"machine": machine(), "weights": args.weights, "provider": args.provider, "quick": args.quick}
     for name in names:
-        started = time.perf_counter()
+        started, load = time.perf_counter(), os.getloadavg()
         results[name] = SCENARIOS[name](args)
-        results[name]["seconds"] = time.perf_counter() - started
-        log.info("%s took %.0f s", name, results[name]["seconds"])
+        # other work on the machine shows in the timings: say how busy it was
+        results[name].update(seconds=time.perf_counter() - started, load_before=load, load_after=os.getloadavg())
+        log.info("%s took %.0f s; load average %.1f before, %.1f after", name, results[name]["seconds"],
+                 load[0], results[name]["load_after"][0])
     write_json(args.json, results)
     return 0
 

@@ -156,7 +156,14 @@ def usage(hearth: Hearth) -> dict[str, Any]:
         value = getattr(report, field.name)
         out[field.name] = dict(value) if isinstance(value, Mapping) else value
     out["disk"] = disk_figures(hearth.paths)
+    out["rows_bytes"] = browser_rows_bytes(hearth)
     return out
+
+
+def browser_rows_bytes(hearth: Hearth) -> int:
+    """What the browser's rows add up to: each chat's saved contexts (every model's), headers checked."""
+    service = saved_contexts(hearth)
+    return sum(service.context_status(cid).disk_bytes for cid in sorted(hearth.conversations.ids()))
 
 
 def drop_page_cache(paths: HearthPaths) -> int:
