@@ -313,3 +313,23 @@ def test_the_browsers_disk_line_says_what_is_stored_once():
     line = usage_text(StoreUsage(300 << 20, 2 << 30, {"conversation": 300 << 20}, shared=120 << 20, written=300 << 20))
     assert line.startswith("Saved context: 300.0 MiB of 2,048 MiB") and "120.0 MiB of it shared by several chats" in line
     assert "shared" not in usage_text(StoreUsage(300 << 20, 2 << 30, {"conversation": 300 << 20}))
+
+
+# documents: a new chat with the same files ----------------------------------------------------------------
+def test_a_new_chat_with_the_same_documents_reads_only_its_question(hearth):
+    """Item 5: the files come first in the composed message, so a chat with the same files (and system
+    prompt) restores the other chat's blocks for all of them and prefills only its own question."""
+    from engine.api import attachment_from_text
+    from engine.types import TurnRequest
+
+    doc = attachment_from_text("ledger.txt", DOC + " The ledger listed forty ships and one whale.")
+    first = hearth.run_turn(TurnRequest("one", "Who kept it?", GREEDY, 4, attachments=(doc,)), create=True)
+    assert first.local.resume.source.value == "cold"
+    usage_before = hearth.checkpoints.total_bytes()
+    second = hearth.run_turn(TurnRequest("two", "How many ships?", GREEDY, 4, attachments=(doc,)), create=True)
+    resume = second.local.resume
+    assert resume.source.value == "disk" and resume.restored_tokens > 0
+    question = len(hearth._engine.tokenizer.encode("How many ships?"))
+    assert resume.prefilled_tokens <= question + 12, resume  # + the template's end of turn
+    assert hearth.checkpoints.total_bytes() - usage_before < usage_before  # the files' blocks stored once
+    assert second.reply
