@@ -280,16 +280,21 @@ def test_attachment_text_is_shown_as_plain_text_and_a_long_one_is_cut_until_show
     assert block.shown_text() == html_like.text and block.show_all.isHidden()
 
 
+def send_with_file(qtbot, w, path, words: str) -> None:
+    """Attach ``path`` by dropping it on the composer, type ``words``, send, and wait for the reply."""
+    use_settings(w, QUICK)
+    drop_files(w, [path])
+    qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
+    w.composer.setPlainText(words)
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_idle(qtbot, w)
+
+
 def test_new_chat_with_these_documents_fills_a_new_chats_message_box_from_the_store(qtbot, windows, note):
     w = windows()
     source = w.new_chat()
     w.store.set_system_prompt(source, "You answer about birds.")
-    use_settings(w, QUICK)
-    drop_files(w, [note])
-    qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
-    w.composer.setPlainText("Where?")
-    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
-    wait_idle(qtbot, w)
+    send_with_file(qtbot, w, note, "Where?")
     stored = w.store.messages(source)[0].attachments
     assert w.act_documents.isEnabled()  # Chat → New chat with these documents, for the chat shown
     os.remove(note)  # nothing is read again: the new chat takes the stored text
@@ -377,12 +382,7 @@ def test_the_total_counts_what_the_chat_already_holds(qtbot, windows, tmp_path):
 def test_editing_a_message_with_files_edits_its_words_and_its_files(qtbot, windows, note, tmp_path):
     w = windows()
     conv = w.new_chat()
-    use_settings(w, QUICK)
-    drop_files(w, [note])
-    qtbot.waitUntil(chips_ready(w, 1), timeout=TIMEOUT)
-    w.composer.setPlainText("Where?")
-    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
-    wait_idle(qtbot, w)
+    send_with_file(qtbot, w, note, "Where?")
     seq = w.store.messages(conv)[0].seq
     w.chat.begin_edit(seq)
     assert w.composer.toPlainText() == "Where?"  # the words, not the files' text

@@ -44,6 +44,14 @@ def reply(s: ChatSessions, conv: str, messages: list[dict]):
     return s.generate(conv, messages, GREEDY, 6)
 
 
+def saved_blocks(engine, root, conv: str = "c") -> list:
+    """One chat answered and closed: the block files its chain reads, in order."""
+    s = sessions(engine, root)
+    reply(s, conv, ask("Who kept the ledger?"))
+    s.close()
+    return chain_block_paths(root, root / s.store.record_name(conv, s.identity.model_fp))
+
+
 # sharing ------------------------------------------------------------------------------------------------
 def test_a_second_chat_on_the_same_document_reads_only_its_question(engine, tmp_path):
     s = sessions(engine, tmp_path)
@@ -169,11 +177,7 @@ def test_a_forged_block_is_never_used(engine, tmp_path):
 
 
 def test_a_truncated_or_missing_block_cuts_the_chain_back(engine, tmp_path):
-    s = sessions(engine, tmp_path)
-    reply(s, "c", ask("Who kept the ledger?"))
-    s.close()
-    name = s.store.record_name("c", s.identity.model_fp)
-    blocks = chain_block_paths(tmp_path, tmp_path / name)
+    blocks = saved_blocks(engine, tmp_path)
     blocks[-1].write_bytes(blocks[-1].read_bytes()[:500])
     _, _, report = sessions(engine, tmp_path).sync("c", ask("Who kept the ledger?"))
     assert report.source == REBUILT and report.reason == Reason.TRUNCATED
@@ -288,11 +292,7 @@ def test_usage_counts_each_block_once_and_the_rows_add_up(engine, tmp_path):
 
 # the block format --------------------------------------------------------------------------------------------
 def test_a_block_renamed_to_another_blocks_name_does_not_verify(engine, tmp_path):
-    s = sessions(engine, tmp_path)
-    reply(s, "c", ask("Who kept the ledger?"))
-    s.close()
-    name = s.store.record_name("c", s.identity.model_fp)
-    paths = chain_block_paths(tmp_path, tmp_path / name)
+    paths = saved_blocks(engine, tmp_path)
     paths[3].write_bytes(paths[2].read_bytes())
     _, _, report = sessions(engine, tmp_path).sync("c", ask("Who kept the ledger?"))
     assert report.source == REBUILT and report.reason == Reason.CHECKSUM

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.api import Hearth, bundles
+from engine.api import bundles
 from engine.bundle import read_bundle
 from engine.checkpoint.block_store import BlockStore
 from engine.checkpoint.blocks import BlockFileReader, write_block
@@ -20,24 +20,14 @@ from engine.checkpoint.chain import read_chain
 from engine.checkpoint.format import Identity
 from engine.errors import TransferError
 from engine.install_key import KEY_FILE
-from engine.paths import resolve_paths
 from engine.transfer import to_document
 from engine.types import SamplingParams, TurnRequest
 
 from .checkpoint_names import conv_paths
+from .test_bundle_security import hearth_at, imported, make_home
 
 DOC = "Owls hunt at night on silent feathers and nest in old hollow trees near the field."
 A, B = "chat-a", "chat-b"
-
-
-def make_home(root: Path, tiny_dir: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "converted").symlink_to(tiny_dir / "converted")
-    return root
-
-
-def hearth_at(home: Path, tiny_gguf: Path) -> Hearth:
-    return Hearth(resolve_paths(home).ensure(), model=str(tiny_gguf), weights="int4", provider="cpu")
 
 
 @pytest.fixture
@@ -58,14 +48,6 @@ def export(home: Path, tiny_gguf: Path, bundle: Path) -> None:
     hearth = hearth_at(home, tiny_gguf)
     try:
         assert bundles(hearth).export_bundle(bundle, to_document(hearth.conversations, [A, B]), [A, B]).contexts == 2
-    finally:
-        hearth.close()
-
-
-def imported(home: Path, tiny_gguf: Path, bundle: Path, trust: bool = False):
-    hearth = hearth_at(home, tiny_gguf)
-    try:
-        return bundles(hearth).import_bundle(bundle, trust=trust)
     finally:
         hearth.close()
 
