@@ -64,9 +64,14 @@ def drop_page_cache() -> bool:
 
 
 def store_kind(kind: str):
+    """``file``, ``blocks`` or ``blocks:N`` (blocks of N tokens) as a store class taking a directory."""
+    import functools
+
     from engine.checkpoint.block_store import BlockStore
     from engine.checkpoint.store import CheckpointStore
 
+    if kind.startswith("blocks:"):
+        return functools.partial(BlockStore, block_tokens=int(kind.split(":")[1]))
     return BlockStore if kind == "blocks" else CheckpointStore
 
 
@@ -82,7 +87,7 @@ def measure(engine, size: int, workdir: Path, kind: str = "blocks") -> dict:
 
     CheckpointStore = store_kind(kind)  # noqa: N806 - the store class under test
     msgs = conversation_of(engine, size)
-    store_dir = workdir / f"store-{kind}-{size}"
+    store_dir = workdir / f"store-{kind.replace(':', '-')}-{size}"
     out: dict = {"target_tokens": size, "store": kind}
 
     # cold: nothing on disk
@@ -140,7 +145,7 @@ def measure(engine, size: int, workdir: Path, kind: str = "blocks") -> dict:
 
     # cold prefill of the same final prompt, for a like-for-like ratio
     engine.reset()
-    cold = ChatSessions(engine, CheckpointStore(workdir / f"cold-{kind}-{size}"), adaptive=False)
+    cold = ChatSessions(engine, CheckpointStore(workdir / f"cold-{kind.replace(':', '-')}-{size}"), adaptive=False)
     t = time.perf_counter()
     cold.sync("c", again)
     out["cold_ttft_same_prompt_ms"] = (time.perf_counter() - t) * 1000
@@ -162,6 +167,8 @@ def main() -> None:
     ap.add_argument("--weights", default="int4")
     ap.add_argument("--provider", default="cpu")
     ap.add_argument("--store", choices=("blocks", "file", "both"), default="blocks")
+    ap.add_argument("--block-tokens", default="", help="with --store blocks or both: block sizes to compare, "
+                    "e.g. 64,256,1024 (default: the store's own)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "resume.json"))
     args = ap.parse_args()
 
@@ -174,7 +181,8 @@ def main() -> None:
     engine.reset()
     rows = []
     with tempfile.TemporaryDirectory(prefix="hearth-resume-") as tmp:
-        kinds = ("file", "blocks") if args.store == "both" else (args.store,)
+        blocks = [f"blocks:{n}" for n in args.block_tokens.split(",") if n] or ["blocks"]
+        kinds = ["file", *blocks] if args.store == "both" else blocks if args.store == "blocks" else ["file"]
         for size in (int(x) for x in args.sizes.split(",")):
             for kind in kinds:
                 rows.append(measure(engine, size, Path(tmp), kind))
@@ -193,19 +201,19 @@ def main() -> None:
             f"{r['append_tokens']}", f"{r['append_bytes']}", f"{r['append_ms']:.1f}", f"{r['full_save_ms']:.1f}",
             f"{r['bytes_per_token']:.0f}", f"{r['overhead_pct']:.2f}%"]))
     ratios = []
-    for b in (r for r in rows if r["store"] == "blocks"):
+    for b in (r for r in rows if r["store"].startswith("blocks")):
         f = next((r for r in rows if r["store"] == "file" and r["target_tokens"] == b["target_tokens"]), None)
         if f is None:
             continue
-        ratio = {"tokens": b["tokens"], "restore_verify": b["restore_verify_ms"] / f["restore_verify_ms"],
+        ratio = {"store": b["store"], "tokens": b["tokens"], "restore_verify": b["restore_verify_ms"] / f["restore_verify_ms"],
                  "restart_restore_verify": b["restart_restore_verify_ms"] / f["restart_restore_verify_ms"],
                  "resume_ttft": b["resume_ttft_ms"] / f["resume_ttft_ms"],
                  "append_bytes": b["append_bytes"] / max(1, f["append_bytes"])}
         if "restore_verify_cold_cache_ms" in b and "restore_verify_cold_cache_ms" in f:
             ratio["restore_verify_cold_cache"] = b["restore_verify_cold_cache_ms"] / f["restore_verify_cold_cache_ms"]
         ratios.append(ratio)
-        print(f"block store ÷ files at {b['tokens']} tokens: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in ratio.items() if k != "tokens"))
+        print(f"{b['store']} ÷ files at {b['tokens']} tokens: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in ratio.items() if k not in ("tokens", "store")))
     result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
               "weights": converted.precision, "provider": engine.provider, "rows": rows,
               "ratios": ratios}
