@@ -333,3 +333,23 @@ def test_a_new_chat_with_the_same_documents_reads_only_its_question(hearth):
     assert resume.prefilled_tokens <= question + 12, resume  # + the template's end of turn
     assert hearth.checkpoints.total_bytes() - usage_before < usage_before  # the files' blocks stored once
     assert second.reply
+
+
+def test_int8_blocks_are_shared_and_verified_too(engine, tmp_path):
+    """The int8 encoding (a quarter of float32's bytes) through the block store: shared across chats,
+    its own root (blocks of another encoding never mix), a damaged one refused with its reason."""
+    s = ChatSessions(engine, store_at(tmp_path), adaptive=False, kv_encoding="int8")
+    reply(s, "one", ask("Who kept the ledger?"))
+    two = reply(s, "two", ask("What froze?"))
+    assert two.resume.source == DISK and two.resume.shared_prefix
+    s.close()
+    chain = read_chain(tmp_path / s.store.record_name("two", s.identity.model_fp), 1 << 20)
+    assert chain.header.encoding == "int8"
+    exact = sessions(engine, tmp_path)  # exact rows are another root: the int8 blocks' walk does not serve them
+    _, _, other = exact.sync("three", ask("What froze?"))
+    assert other.restored_tokens < two.resume.restored_tokens  # at most the system prompt's own record
+    paths = chain_block_paths(tmp_path, tmp_path / s.store.record_name("two", s.identity.model_fp))
+    _flip(paths[1], 30)
+    again = ChatSessions(engine, store_at(tmp_path), adaptive=False, kv_encoding="int8")
+    _, _, report = again.sync("two", ask("What froze?"))
+    assert report.source == REBUILT and report.reason in (Reason.CHECKSUM, Reason.LAYOUT)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,11 +34,13 @@ from engine.checkpoint.format import (
     Identity,
     Reason,
     RecordInfo,
+    layer_digest,
     pack_header,
+    rows_digest,
     unpack_header,
     xxh,
 )
-from engine.checkpoint.reader import CheckpointReader, check_identity, io_error
+from engine.checkpoint.reader import READ_THREADS, CheckpointReader, check_identity, io_error, rows_finite
 from engine.checkpoint.writer import NewRecord
 from engine.fsutil import open_regular
 from engine.runtime.kv_protocol import BlocksFn
@@ -335,8 +338,15 @@ class ChainReader:
 
 
 class ChainRows:
-    """A chain's frontiers as a ``RowSource``: block after block, each verified before the next; ``good``
-    counts the frontiers whose every block verified, ``problem`` says what stopped the rest."""
+    """A chain's frontiers as a ``RowSource``: ``good`` counts the frontiers whose every block verified,
+    ``problem`` says what stopped the rest.
+
+    The blocks are read as one file's records are: a job per layer (in a pool of ``READ_THREADS``), each
+    reading that layer's rows of every block in turn straight into its destination and hashing them, so
+    32 blocks cost what one file does rather than 32 times a pool's round trips (measured: 960 jobs of
+    one block-layer each made 8,000 tokens restore in 234 ms against the file's 66 ms). A block counts
+    as verified only once every layer's digest matches, and only the blocks before the first that does
+    not are kept: the cache clears whatever rows past that the jobs wrote."""
 
     def __init__(self, reader: ChainReader, records: Sequence[RecordInfo]):
         self.reader, self.records = reader, list(records)
@@ -346,15 +356,109 @@ class ChainRows:
 
     def fill(self, blocks: BlocksFn) -> int:
         reader = self.reader
-        for k, r in enumerate(self.records):
-            for i in reader._node_range(r.start, r.end):
-                problem = reader.load_node_rows(i, blocks)
-                if problem is not None:
-                    self.good, self.problem = k, problem
-                    return self.records[k - 1].end if k else self.records[0].start
-        self.good = len(self.records)
-        return self.records[-1].end if self.records else 0
+        if not self.records:
+            return 0
+        nodes = reader._node_range(self.records[0].start, self.records[-1].end)
+        base, top = reader.chain.nodes[nodes[0]].start, reader.chain.nodes[nodes[-1]].end
+        # The whole range's destination at once: each block's rows are a slice of it, and exact rows are
+        # checked for NaN / infinity per layer over the whole range (180 numpy calls, not 180 per block).
+        full = list(blocks(base, top))
+        targets, scratch = {}, {}
+        for i in nodes:
+            node, rec = reader.chain.nodes[i], reader._records[i]
+            if rec.end != node.end:  # a block read in part: into scratch, copied once it verifies
+                scratch[i] = [np.empty((rec.n_tokens, f.shape[-1]), dtype=f.dtype) for f in full]
+                targets[i] = scratch[i]
+            else:
+                targets[i] = [f[node.start - base : node.end - base] for f in full]
+        n_layers = reader.header.shape.n_layers
+        exact = reader.header.layout != LAYOUT_INT8_ROWS
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            try:
+                if exact:  # a job per block (one read of all its layers), then a finiteness job per layer
+                    by_block = list(pool.map(lambda i: self._read_block(i, targets[i]), nodes))
+                    per_layer = [[None if d is None else d[layer] for d in by_block] for layer in range(n_layers)]
+                    finite_layers = list(pool.map(lambda layer: self._finite(layer, full, scratch), range(n_layers)))
+                else:  # int8: a job per layer (each dequantizes through its own scratch)
+                    done = [pool.submit(self._layer, layer, nodes, targets) for layer in range(n_layers)]
+                    per_layer, finite_layers = [job.result() for job in done], None
+            except OSError as exc:
+                self.good, self.problem = 0, io_error(reader.path, exc)
+                return self.records[0].start
+        bad_at = None  # where the first block that failed starts
+        for k, i in enumerate(nodes):
+            problem = self._judge(i, [results[k] for results in per_layer], targets[i], finite_layers)
+            if problem is not None:
+                bad_at = reader.chain.nodes[i].start
+                self.problem = reader._damaged(i, problem)
+                break
+            if i in scratch:
+                node = reader.chain.nodes[i]
+                for f, src in zip(full, scratch[i], strict=True):
+                    f[node.start - base : node.end - base] = src[: node.n_tokens]
+        if bad_at is None:
+            self.good = len(self.records)
+            return self.records[-1].end
+        if exact:  # never leave NaN in a cache, even past what is kept: attention multiplies masked rows by 0
+            for f in full:
+                f[bad_at - base :] = 0
+        self.good = sum(1 for r in self.records if r.end <= bad_at)
+        return self.records[self.good - 1].end if self.good else self.records[0].start
 
+    def _read_block(self, i: int, target: list[np.ndarray]) -> list[int] | None:
+        """Block ``i``'s exact rows, all layers in one read straight into ``target``: each layer's digest,
+        or None when the file ends early. (960 reads of one block-layer each cost 8,000 tokens 234 ms
+        against one file's 66; a read per block is within a few per cent of the file.)"""
+        reader = self.reader
+        rec, block = reader._records[i], reader._readers[i]
+        views = [memoryview(b).cast("B") for b in target]
+        if block._read_into(rec.payload_offset + 4 * rec.n_tokens, views) != sum(v.nbytes for v in views):
+            return None
+        per_layer = len(views) // reader.header.shape.n_layers
+        seed = block.header.seed
+        return [layer_digest(views[k : k + per_layer], seed) for k in range(0, len(views), per_layer)]
+
+    def _finite(self, layer: int, full: list[np.ndarray], scratch: dict) -> bool:
+        """No NaN or infinity in ``layer``'s rows: the whole range, and the blocks read in part."""
+        per_layer = len(full) // self.reader.header.shape.n_layers
+        views = full[layer * per_layer : (layer + 1) * per_layer]
+        views += [b for i in scratch for b in scratch[i][layer * per_layer : (layer + 1) * per_layer]]
+        return all(rows_finite(v) for v in views)
+
+    def _layer(self, layer: int, nodes: list[int], targets: dict) -> list:
+        """One int8 layer of every block: (digest, scales valid), None for a block cut short."""
+        reader, out = self.reader, []
+        n_layers = reader.header.shape.n_layers
+        for i in nodes:
+            rec, block = reader._records[i], reader._readers[i]
+            target = targets[i]
+            per_layer = len(target) // n_layers
+            size = block.header.layer_bytes(rec.n_tokens)
+            offset = rec.payload_offset + 4 * rec.n_tokens + layer * size
+            out.append(block._read_layer_int8(offset, size, rec.n_tokens, target[layer * per_layer : (layer + 1) * per_layer]))
+        return out
+
+    def _judge(self, i: int, results: list, target: list[np.ndarray], finite_layers: list[bool] | None,
+               ) -> CheckpointError | None:
+        """Block ``i``'s layers as read: its rows checksum, then NaN / infinity (exact rows: only where the
+        whole layer's check found some, this block's own rows are looked at) or bad int8 scales."""
+        reader = self.reader
+        rec, block = reader._records[i], reader._readers[i]
+        name = reader.chain.nodes[i].physical.hex()[:16]
+        if any(res is None for res in results):
+            return CheckpointError(Reason.TRUNCATED, f"block {name}: rows cut short")
+        digests = [res[0] for res in results] if finite_layers is None else results
+        if rows_digest(digests, block.header.seed) != rec.rows_xxh:
+            return CheckpointError(Reason.CHECKSUM, f"block {name} (tokens {rec.start}–{rec.end}): the KV rows are "
+                                   "damaged (checksum)")
+        if finite_layers is None:
+            bad = [layer for layer, res in enumerate(results) if not res[1]]
+            return block._bad_scales(rec, bad[0]) if bad else None
+        per_layer = len(target) // len(finite_layers)
+        for layer, fine in enumerate(finite_layers):
+            if not fine and not all(rows_finite(t) for t in target[layer * per_layer : (layer + 1) * per_layer]):
+                return block._non_finite(rec, layer)
+        return None
 
 def records_of(reader: CheckpointReader | ChainReader) -> list[NewRecord]:
     """Every verified record of a checkpoint or chain with its rows in memory (float for int8 files), as

@@ -53,11 +53,12 @@ class Restorer:
     it did neither. ``tiers``: the storage tiers after the live KV, in the order they are tried."""
 
     def __init__(self, engine: Engine, tiers: StorageTier | Sequence[StorageTier], identity: Identity,
-                 throughput: Throughput, files: FileStates, adaptive: bool):
+                 throughput: Throughput, files: FileStates, adaptive: bool, encoding: str | None = None):
         self.engine, self.identity = engine, identity
         self.tiers = tier_list(tiers)
         self.store = self.tiers[0]  # the tier saves write to: the one ``files`` describes
         self.throughput, self.files, self.adaptive = throughput, files, adaptive
+        self.encoding = encoding  # the KV encoding saves use (stored blocks of it are looked for first)
         self.dirty: bool | None = None
         # The files whose rows the KV now holds, once this restore emptied it (None: it kept the live KV);
         # a turn whose logits then come out NaN deletes them (ChatSessions.drop_sources).
@@ -76,8 +77,9 @@ class Restorer:
             if loaded:
                 report.source, report.restored_tokens = DISK, loaded
                 break
+        own = report.source == DISK  # the conversation's own record served: another chain cannot spell more of it
         for tier in self.tiers:  # then the longest run of stored blocks, whoever saved them
-            if isinstance(tier, BlockStore):
+            if isinstance(tier, BlockStore) and not own:
                 loaded, problem = self._restore_blocks(tier, text, lead, report)
                 failure = failure or problem
                 if loaded:
@@ -169,7 +171,11 @@ class Restorer:
         except UnicodeDecodeError:
             return 0, None
         tokens = (list(engine.tokens) if have else list(lead)) + rest
-        match = tier.match(self.identity, tier.kv_encoding, tokens)
+        match = None
+        for encoding in dict.fromkeys((self.encoding or tier.kv_encoding, tier.kv_encoding)):
+            match = tier.match(self.identity, encoding, tokens)
+            if match is not None:
+                break
         if match is None or match.tokens < have + MIN_PREFIX_TOKENS:
             return 0, None
         if not self._worth_restoring_bytes(tier.match_bytes(match), match.tokens, have, report):

@@ -104,7 +104,8 @@ class ChatSessions:
         if self.active is not None and self.active != conversation:
             self.switch_away()
         self._lead_len = len(lead)
-        restorer = Restorer(self.engine, self.store, self.identity, self.throughput, self._files, self.adaptive)
+        restorer = Restorer(self.engine, self.store, self.identity, self.throughput, self._files, self.adaptive,
+                            self.kv_encoding)
         report = restorer.restore(conversation, text, lead, live_is_ours=self.active == conversation)
         if restorer.dirty is not None:
             self._dirty = restorer.dirty
