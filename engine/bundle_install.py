@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bundle import CHAIN_ENTRY_SUFFIX, ZIP_ERRORS, open_zip, signed_manifest, zip_problem
+from engine.bundle import CHAIN_ENTRY_SUFFIX, ZIP_ERRORS, open_zip, read_entry, signed_manifest, zip_problem
 from engine.checkpoint.block_store import BLOCKS_DIR, IMPORT_DIR_PREFIX, MAX_CHAIN_FILE_BYTES
 from engine.checkpoint.blocks import block_path
 from engine.checkpoint.chain import ChainReader, records_of, unpack_chain
@@ -146,7 +146,11 @@ def _install_chain(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store:
     """A chain and the blocks it reads that the store lacks, extracted (each bounded as a checkpoint file
     is) into a private folder, verified whole (every block's checksums, its identity re-derived from its
     parent and tokens, the chain against the model) and stored; the folder goes in every case."""
-    data = _read_small(z, info, MAX_CHAIN_FILE_BYTES)
+    try:  # the bundle reader's bounded read of a small entry
+        data = read_entry(z, info, MAX_CHAIN_FILE_BYTES, Path(z.filename or "bundle").name)
+    except TransferError as exc:
+        raise _Refused(Reason.TOO_LARGE if "limit" in str(exc) or "more than" in str(exc) else BUNDLE_DAMAGED,
+                       str(exc)) from None
     if expected is not None and (hashlib.sha256(data).hexdigest(), len(data)) != expected:
         raise _Refused(UNTRUSTED, "the saved context does not match the bundle's signed manifest")
     try:
@@ -193,20 +197,6 @@ def _install_chain(z: zipfile.ZipFile, info: zipfile.ZipInfo, owner: str, store:
         raise _Refused(Reason.IO_ERROR, f"{info.filename} could not be stored: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-
-
-def _read_small(z: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
-    if info.file_size > limit:
-        raise _Refused(Reason.TOO_LARGE, f"{info.filename} declares {info.file_size} bytes; a chain file holds "
-                                         f"at most {limit}")
-    try:
-        with z.open(info) as src:
-            data = src.read(limit + 1)
-    except ZIP_ERRORS as exc:
-        raise _Refused(BUNDLE_DAMAGED, str(zip_problem(Path(z.filename or "bundle").name, info.filename, exc))) from None
-    if len(data) > limit:
-        raise _Refused(Reason.TOO_LARGE, f"{info.filename} holds more than {limit} bytes")
-    return data
 
 
 def _extract(z: zipfile.ZipFile, info: zipfile.ZipInfo, tmp: Path, store: StorageTier, identity: Identity,

@@ -32,8 +32,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -640,11 +639,6 @@ class BlockStore(CheckpointStore):
             raise OSError(f"{name}: {exc}") from None
         out.seek(0)
         return out
-
-    @contextmanager
-    def staging(self, owner: str, model_fp: bytes) -> Iterator[Path]:
-        with super().staging(owner, model_fp) as tmp:
-            yield tmp
 
     def has_block(self, physical: bytes) -> bool:
         """The block is indexed and its file is there (a bundle's import then need not carry it in)."""
