@@ -418,3 +418,14 @@ def test_send_waits_for_a_file_still_being_read(qtbot, windows, note):
     w.chat.send("Hi")
     wait_idle(qtbot, w)
     assert [a.name for a in w.store.messages(conv)[0].attachments] == ["heron notes.txt"]
+
+
+def test_the_chat_menus_new_chat_with_these_documents_takes_the_shown_chats_files(qtbot, windows, note):
+    w = windows()
+    source = w.new_chat()
+    send_with_file(qtbot, w, note, "Where?")
+    stored = w.store.messages(source)[0].attachments
+    assert w.act_documents.isEnabled()
+    w.act_documents.trigger()  # Chat → New chat with these documents (Ctrl+Shift+D)
+    assert w.current != source and w.chat.attachments.attachments() == stored
+    assert not w.act_documents.isEnabled()
