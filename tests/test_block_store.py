@@ -353,3 +353,27 @@ def test_int8_blocks_are_shared_and_verified_too(engine, tmp_path):
     again = ChatSessions(engine, store_at(tmp_path), adaptive=False, kv_encoding="int8")
     _, _, report = again.sync("two", ask("What froze?"))
     assert report.source == REBUILT and report.reason in (Reason.CHECKSUM, Reason.LAYOUT)
+
+
+def test_api_requests_sharing_a_system_prompt_store_it_once(hearth, monkeypatch):
+    """The server's prompt cache goes through the same restore and saves: a request with the same system
+    prompt and another question restores the first request's blocks and stores only its own tail."""
+    from engine.session.prompt_cache import PromptCache
+    from engine.types import ServeRequest
+
+    monkeypatch.setattr(PromptCache, "save_block", 32)  # the save policy scaled to the tiny model's context
+    monkeypatch.setattr(PromptCache, "save_tail", 4)
+    system = {"role": "system", "content": DOC + " Answer in one word."}
+
+    def ask_server(question: str):
+        return hearth.serve(ServeRequest(messages=(system, {"role": "user", "content": question}), params=GREEDY,
+                                         max_tokens=4))
+
+    ask_server("Who kept the ledger?")
+    after_one = hearth.checkpoints.total_bytes()
+    assert after_one > 0
+    second = ask_server("What did it list?")
+    assert second.cache.source.value == "disk" and second.cache.cached_tokens > 0
+    hearth._sessions.save("switch")  # what the server does when another conversation takes the engine
+    assert hearth.checkpoints.total_bytes() < 1.5 * after_one  # the system prompt's blocks once
+    assert hearth.checkpoints.shared_bytes() > 0
