@@ -63,9 +63,6 @@ class Restorer:
         # The files whose rows the KV now holds, once this restore emptied it (None: it kept the live KV);
         # a turn whose logits then come out NaN deletes them (ChatSessions.drop_sources).
         self.origins: list[str] | None = None
-        # (bytes of the prompt the KV spelled, the rest's tokens) when the block walk tokenized the rest and
-        # found nothing to load: the caller prefills those tokens rather than tokenizing the text again
-        self.rest: tuple[int, list[int]] | None = None
 
     def restore(self, conversation: str, text: bytes, lead: list[int], live_is_ours: bool) -> ResumeReport:
         """``live_is_ours``: the live KV belongs to this conversation (else it is dropped)."""
@@ -174,7 +171,6 @@ class Restorer:
         except UnicodeDecodeError:
             return 0, None
         tokens = (list(engine.tokens) if have else list(lead)) + rest
-        self.rest = (spelled, rest)
         match = None
         for encoding in dict.fromkeys((self.encoding or tier.kv_encoding, tier.kv_encoding)):
             match = tier.match(self.identity, encoding, tokens)
@@ -185,7 +181,6 @@ class Restorer:
         if not self._worth_restoring_bytes(tier.match_bytes(match), match.tokens, have, report):
             return 0, None
         started = time.perf_counter()
-        self.rest = None  # the KV is about to change: the rest must be tokenized from where it ends
         engine.reset(keep_buffers=True)
         self.dirty, self.origins = False, []
         try:

@@ -116,10 +116,7 @@ class ChatSessions:
         self.active = conversation
         kept = list(self.engine.tokens)
         spelled = prefix.spelled_len(tokenizer, kept, len(lead))
-        if restorer.rest is not None and restorer.rest[0] == spelled:  # tokenized already, for the block walk
-            rest = restorer.rest[1]
-        else:
-            rest = tokenizer.encode(text[spelled:].decode("utf-8"))
+        rest = tokenizer.encode(text[spelled:].decode("utf-8"))
         prompt = (kept if kept else lead) + rest
         report.restore_ms = (time.perf_counter() - started) * 1000
         return prompt, report
