@@ -719,11 +719,57 @@ class ResponseFormat:
     name: str = ""  # the schema's name, as the OpenAI API carries it
 
 
+class ToolChoiceMode(StrEnum):
+    """OpenAI's ``tool_choice`` (Anthropic's ``auto`` / ``any`` / ``tool`` / ``none`` map onto it)."""
+
+    AUTO = "auto"  # the model decides; a call that does not parse comes back as text
+    NONE = "none"  # no call: the tools are still shown to the template, as OpenAI does
+    REQUIRED = "required"  # at least one call, of any tool (constrained decoding)
+    FUNCTION = "function"  # a call of the tool named by ``ToolChoice.name`` (constrained decoding)
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    mode: ToolChoiceMode = ToolChoiceMode.AUTO
+    name: str = ""  # FUNCTION: the tool the reply must call
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model wrote. ``arguments`` is the JSON text of an object (OpenAI's wire form), exactly as
+    the model wrote it, so a client's echo of it renders back to the same prompt bytes."""
+
+    id: str
+    name: str
+    arguments: str
+    index: int = 0  # its place among the reply's calls (OpenAI streams ``delta.tool_calls`` by index)
+
+
+class PieceKind(StrEnum):
+    CONTENT = "content"  # the visible reply
+    REASONING = "reasoning"  # text between the template's thinking markers
+    TOOL_CALL = "tool_call"  # a whole, parsed call (``ReplyPiece.call``)
+
+
+@dataclass(frozen=True)
+class ReplyPiece:
+    """One piece of a reply as it streams, split by kind (engine/text/reply_parse.py)."""
+
+    kind: PieceKind
+    text: str = ""
+    call: ToolCall | None = None
+
+
 @dataclass(frozen=True)
 class ServeRequest:
-    """One stateless request to the server: the whole conversation (``messages``) or a raw ``prompt``."""
+    """One stateless request to the server: the whole conversation (``messages``) or a raw ``prompt``.
 
-    messages: tuple[Mapping, ...] | None = None  # {"role", "content"} in order; None for a raw completion
+    A message is ``{"role", "content"}`` with role system, user, assistant or tool; an assistant message may
+    carry ``tool_calls`` (OpenAI's shape: ``[{"id", "type": "function", "function": {"name", "arguments"}}]``,
+    arguments a JSON string) and ``reasoning_content``; a tool message carries ``tool_call_id`` (and maybe
+    ``name``). ``content`` is text ("" for an assistant message that only calls tools)."""
+
+    messages: tuple[Mapping, ...] | None = None  # in order; None for a raw completion
     prompt: str | None = None  # a /v1/completions prompt, read as it is (no chat template)
     params: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = DEFAULT_MAX_NEW_TOKENS
@@ -733,6 +779,16 @@ class ServeRequest:
     top_logprobs: int | None = None  # report each token's logprob and this many alternatives
     response_format: ResponseFormat | None = None
     conversation: str | None = None  # X-Hearth-Conversation: bind to (and store into) this conversation
+    # OpenAI function tools, as the template receives them: {"type": "function", "function": {"name",
+    # "description", "parameters"}}
+    tools: tuple[Mapping, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True  # False: at most one call per reply
+    # Extra variables for the chat template (``chat_template_kwargs``: ``enable_thinking``, ``reasoning_effort``)
+    template_kwargs: Mapping = field(default_factory=dict)
+    # Message counts after which a saved record is kept (Anthropic's ``cache_control`` breakpoints): the
+    # prompt rendered through ``messages[:n]`` is a save point, so a later request sharing it restores it.
+    save_points: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -745,6 +801,7 @@ class CacheReport:
     prefilled_tokens: int = 0
     restore_ms: float = 0.0
     restored_tokens: int = 0  # of reused_tokens, how many came from disk
+    saved_tokens: int = 0  # prompt tokens this request wrote to saved context (Anthropic's cache creation)
 
     @property
     def cached_tokens(self) -> int:
@@ -754,14 +811,18 @@ class CacheReport:
 
 @dataclass(frozen=True)
 class ServeResult:
-    text: str
+    text: str  # the visible reply: no thinking, no tool calls
     tokens: tuple[int, ...]
-    finish_reason: str  # OpenAI's: "stop" (end of turn or a stop string), "length", "cancelled"
+    # OpenAI's: "stop" (end of turn or a stop string), "length", "tool_calls", "cancelled"
+    finish_reason: str
     prompt_tokens: int
     cache: CacheReport
     logprobs: tuple[TokenLogprob, ...] = ()
     timings: Timings | None = None
     model: ModelInfo | None = None
+    reasoning: str = ""  # the text between the thinking markers ("" when the model did not think)
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_sequence: str | None = None  # the stop string that ended the reply (Anthropic's ``stop_sequence``)
 
     @property
     def completion_tokens(self) -> int:
