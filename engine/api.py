@@ -27,8 +27,9 @@ The conversation text in SQLite is the truth; saved context is a cache that can 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.backends.local import Hearth, model_key_for, open_conversations
 from engine.backends.protocol import Backend
@@ -142,6 +143,7 @@ __all__ += [
     "DbCheck", "SoundDatabaseError", "backup_database_file", "check_database_file", "database_file_problem",
     "database_way_out", "restore_database_file", "salvage_database_file",
     "open_regular", "validate_messages",
+    "RenderedPrompt", "render_prompt",
 ]
 # documents attached to a message (engine/documents.py; docs/documents.md): read a file off the UI thread
 __all__ += [
@@ -241,3 +243,44 @@ def hearth_version() -> str:
     from engine import __version__
 
     return __version__
+
+
+# the prompt a model reads (hearth-cli render, issue 30) ---------------------------------------------------
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """What the chat template makes of a request: the prompt text (the generation prompt included), its
+    token count (BOS included when the model adds one), where the template came from ("gguf" or
+    "builtin:<family>") and how the model writes tool calls (``ReplyFormat.tool_style``)."""
+
+    prompt: str
+    tokens: int
+    template: str
+    tool_format: str
+
+
+def render_prompt(paths: HearthPaths, model: str | None, messages: list[dict], tools: list[dict] | None = None,
+                  template_kwargs: dict[str, Any] | None = None) -> RenderedPrompt:
+    """The exact prompt ``model``'s chat template renders for OpenAI-shaped ``messages`` and ``tools``, as a
+    request to the server would be rendered. Reads the GGUF's header, tokenizer and template only (no
+    weights, no ONNX Runtime); PromptError / TemplateError for what the template or the tool checks refuse."""
+    from engine.errors import PromptError
+    from engine.model.gguf_file import GGUFModel
+    from engine.text.builtin_templates import template_for
+    from engine.text.reply_format import check_tools, reply_format_for, template_inputs
+    from engine.text.tokenizer import Tokenizer
+
+    gguf = GGUFModel(tokenizer_file(paths, model))
+    tokenizer = Tokenizer.from_gguf(gguf)
+    template = template_for(gguf, tokenizer)
+    if template is None:
+        raise PromptError(f"{gguf.path.name} has no chat template, and its vocabulary fits none of Hearth's "
+                          "built-in formats")
+    validate_messages(messages)
+    fmt = reply_format_for(template.source)
+    shown_messages, shown_tools = template_inputs(fmt, messages, check_tools(tools) if tools else [])
+    text = template.render(shown_messages, add_generation_prompt=True, tools=shown_tools,
+                           variables=dict(template_kwargs or {}))
+    ids = tokenizer.encode(text)
+    bos = tokenizer.specials.bos
+    extra = int(tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos))  # as Engine.encode_prompt
+    return RenderedPrompt(text, len(ids) + extra, template.template_source, fmt.tool_style)

@@ -3,7 +3,7 @@
 
 ``main.py`` builds the parser and runs a command; ``common.py`` holds what the command modules share
 (``store.py``: chat, conversations, context; ``library.py``: the model library; ``bundle.py``: bundles;
-``terminal_chat.py``: talk), and those never import each other.
+``render.py``: the prompt a template renders; ``terminal_chat.py``: talk), and those never import each other.
 """
 
 from engine.cli.main import main

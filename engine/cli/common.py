@@ -1,7 +1,7 @@
 """What every ``hearth-cli`` command shares: progress on stderr, output, paths, sampling flags.
 
-The command modules (``main.py``, ``store.py``, ``library.py``, ``bundle.py``, ``terminal_chat.py``) import this one and never each
-other, except ``main.py``, which builds the parser over all of them.
+The command modules (``main.py``, ``store.py``, ``library.py``, ``bundle.py``, ``render.py``,
+``terminal_chat.py``) import this one and never each other, except ``main.py``, which builds the parser over all of them.
 """
 
 from __future__ import annotations
@@ -74,21 +74,33 @@ def data_paths(args: argparse.Namespace) -> HearthPaths:
     return resolve_paths(args.data_dir).ensure()
 
 
-def read_messages(path: str) -> list[dict]:
+def read_json_file(path: str, what: str, cap: int = MAX_MESSAGES_BYTES) -> Any:
+    """The JSON value in the file at ``path`` (at most ``cap`` bytes); a PromptError naming ``what`` ("messages
+    file") and the problem otherwise."""
     try:
         with open_regular(Path(path)) as fh:  # a FIFO would hang the read
-            raw = fh.read(MAX_MESSAGES_BYTES + 1)
-        if len(raw) > MAX_MESSAGES_BYTES:
-            raise PromptError(f"messages file {path} is over {MAX_MESSAGES_BYTES >> 20} MiB")
-        data = json.loads(raw.decode("utf-8"))
+            raw = fh.read(cap + 1)
+        if len(raw) > cap:
+            raise PromptError(f"{what} {path} is over {size_text(cap)}")
+        return json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise PromptError(f"messages file not found: {path}") from None
+        raise PromptError(f"{what} not found: {path}") from None
     except OSError as exc:  # strerror alone: "[Errno 22] …: 'path'" says the path twice, in Python's words
-        raise PromptError(f"cannot read messages file {path}: {exc.strerror or exc}") from None
+        raise PromptError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise PromptError(f"cannot read messages file {path}: it is not UTF-8 text ({exc.reason})") from None
+        raise PromptError(f"cannot read {what} {path}: it is not UTF-8 text ({exc.reason})") from None
+    except RecursionError:  # nested thousands deep: the parser's guard
+        raise PromptError(f"{what} {path} is nested too deeply") from None
     except ValueError as exc:
-        raise PromptError(f"messages file {path} is not valid JSON: {exc}") from None
+        raise PromptError(f"{what} {path} is not valid JSON: {exc}") from None
+
+
+def size_text(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def read_messages(path: str) -> list[dict]:
+    data = read_json_file(path, "messages file")
     validate_messages(data)
     return data
 

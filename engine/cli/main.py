@@ -35,6 +35,7 @@ from engine.api import (
 )
 from engine.cli import bundle as cli_bundle
 from engine.cli import library as cli_library
+from engine.cli import render as cli_render
 from engine.cli import store as cli_store
 from engine.cli import terminal_chat
 from engine.cli.common import (
@@ -308,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("text")
     model_options(tok, weights=False)
     tok.set_defaults(func=cmd_tokenize)
+    cli_render.add_parser(sub, common, model_options)
 
     talk = sub.add_parser("talk", parents=[common], help="an interactive chat in the terminal")
     talk.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")

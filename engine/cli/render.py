@@ -1,0 +1,92 @@
+"""``hearth-cli render``: the exact prompt a model's chat template makes of OpenAI-shaped messages and tools.
+
+For debugging templates (issue 30): what the server would feed the model for a request, the generation
+prompt included. Only the GGUF's header, tokenizer and template are read; the model is not loaded.
+``--json`` prints ``{"prompt", "tokens", "template", "tool_format"}`` (README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any
+
+from engine.api import render_prompt, terminal_safe
+from engine.cli.common import data_paths, read_json_file, read_messages
+from engine.errors import PromptError
+
+MAX_TOOLS_FILE_BYTES = 4 << 20  # a hundred large schemas fit; the engine's own tool checks bound them further
+MAX_TEMPLATE_KWARGS = 32
+MAX_KWARG_JSON_CHARS = 64 << 10
+KWARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# names the renderer itself passes to the template: a kwarg must not replace them
+RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
+                      "strftime_now"})
+
+
+def template_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=JSON`` pairs (``--template-kwarg``) as a dict; a PromptError naming the bad pair otherwise."""
+    if len(pairs) > MAX_TEMPLATE_KWARGS:
+        raise PromptError(f"at most {MAX_TEMPLATE_KWARGS} --template-kwarg options, got {len(pairs)}")
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        shown = terminal_safe(pair[:80])
+        if not eq:
+            raise PromptError(f"--template-kwarg {shown!r} must be KEY=JSON (for example enable_thinking=false)")
+        if not KWARG_NAME.fullmatch(key):
+            raise PromptError(f"--template-kwarg {shown!r}: the key must be a name of letters, digits and _ "
+                              "(not starting with a digit, at most 64)")
+        if key in RESERVED:
+            raise PromptError(f"--template-kwarg {key}: the renderer sets {key} itself")
+        if key in out:
+            raise PromptError(f"--template-kwarg {key} is given twice")
+        if len(raw) > MAX_KWARG_JSON_CHARS:
+            raise PromptError(f"--template-kwarg {key}: the value is over {MAX_KWARG_JSON_CHARS >> 10} KiB")
+        try:
+            out[key] = json.loads(raw)
+        except RecursionError:
+            raise PromptError(f"--template-kwarg {key}: the value is nested too deeply") from None
+        except ValueError as exc:
+            raise PromptError(f"--template-kwarg {key}: the value is not JSON ({exc}); strings need quotes, "
+                              f"as {key}='\"text\"'") from None
+    return out
+
+
+def read_tools(path: str) -> list[dict]:
+    data = read_json_file(path, "tools file", MAX_TOOLS_FILE_BYTES)
+    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+        raise PromptError(f"tools file {path} must hold a JSON list of tool objects "
+                          '({"type": "function", "function": {"name", "parameters"}})')
+    return data
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    # every input is checked before the model file is opened: bad input fails fast
+    kwargs = template_kwargs(args.template_kwarg)
+    messages = read_messages(args.messages)
+    tools = read_tools(args.tools) if args.tools else None
+    rendered = render_prompt(data_paths(args), args.model, messages, tools, kwargs)
+    if args.json:
+        print(json.dumps({"prompt": rendered.prompt, "tokens": rendered.tokens, "template": rendered.template,
+                          "tool_format": rendered.tool_format}, ensure_ascii=False))
+    else:  # the text exactly as the model reads it, control characters escaped (a template may write them)
+        sys.stdout.write(terminal_safe(rendered.prompt))
+        sys.stdout.flush()
+    return 0
+
+
+def add_parser(sub, common: argparse.ArgumentParser, model_options) -> None:
+    """``render`` under ``sub`` (cli.build_parser's subcommands)."""
+    render = sub.add_parser("render", parents=[common],
+                            help="print the prompt the chat template renders for messages and tools (no model load)")
+    render.add_argument("--messages", required=True, metavar="FILE.json",
+                        help="a JSON list of OpenAI-shaped messages (system, user, assistant with tool_calls, tool)")
+    render.add_argument("--tools", metavar="FILE.json", help="a JSON list of OpenAI function tools")
+    render.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=JSON",
+                        help="a variable for the template, as chat_template_kwargs (repeatable; e.g. "
+                             "enable_thinking=false)")
+    model_options(render, weights=False)
+    render.set_defaults(func=cmd_render)
