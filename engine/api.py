@@ -266,7 +266,6 @@ def render_prompt(paths: HearthPaths, model: str | None, messages: list[dict], t
     from engine.errors import PromptError
     from engine.model.gguf_file import GGUFModel
     from engine.text.builtin_templates import template_for
-    from engine.text.reply_format import check_tools, reply_format_for, template_inputs
     from engine.text.tokenizer import Tokenizer
 
     gguf = GGUFModel(tokenizer_file(paths, model))
@@ -276,11 +275,11 @@ def render_prompt(paths: HearthPaths, model: str | None, messages: list[dict], t
         raise PromptError(f"{gguf.path.name} has no chat template, and its vocabulary fits none of Hearth's "
                           "built-in formats")
     validate_messages(messages)
-    fmt = reply_format_for(template.source)
-    shown_messages, shown_tools = template_inputs(fmt, messages, check_tools(tools) if tools else [])
-    text = template.render(shown_messages, add_generation_prompt=True, tools=shown_tools,
+    # INTERIM until engine/text/reply_format.py lands: the tools as given, no fallback prompt
+    text = template.render(messages, add_generation_prompt=True, tools=tools or None,
                            variables=dict(template_kwargs or {}))
     ids = tokenizer.encode(text)
     bos = tokenizer.specials.bos
     extra = int(tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos))  # as Engine.encode_prompt
-    return RenderedPrompt(text, len(ids) + extra, template.template_source, fmt.tool_style)
+    return RenderedPrompt(text, len(ids) + extra, template.template_source,
+                          "native" if template.speaks_tools else "fallback")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import Any
 
@@ -18,40 +17,30 @@ from engine.cli.common import data_paths, read_json_file, read_messages
 from engine.errors import PromptError
 
 MAX_TOOLS_FILE_BYTES = 4 << 20  # a hundred large schemas fit; the engine's own tool checks bound them further
-MAX_TEMPLATE_KWARGS = 32
-MAX_KWARG_JSON_CHARS = 64 << 10
-KWARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-# names the renderer itself passes to the template: a kwarg must not replace them
-RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
-                      "strftime_now"})
+MAX_KWARG_JSON_CHARS = 64 << 10  # as the engine's bound on all of chat_template_kwargs
 
 
 def template_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=JSON`` pairs (``--template-kwarg``) as a dict; a PromptError naming the bad pair otherwise."""
-    if len(pairs) > MAX_TEMPLATE_KWARGS:
-        raise PromptError(f"at most {MAX_TEMPLATE_KWARGS} --template-kwarg options, got {len(pairs)}")
+    """``KEY=JSON`` pairs (``--template-kwarg``) as a dict; a PromptError naming the bad pair otherwise. The
+    names and the total are checked by the template's own rule for ``chat_template_kwargs`` when it renders."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, eq, raw = pair.partition("=")
-        shown = terminal_safe(pair[:80])
-        if not eq:
+        if not eq or not key:
+            shown = terminal_safe(pair[:80])
             raise PromptError(f"--template-kwarg {shown!r} must be KEY=JSON (for example enable_thinking=false)")
-        if not KWARG_NAME.fullmatch(key):
-            raise PromptError(f"--template-kwarg {shown!r}: the key must be a name of letters, digits and _ "
-                              "(not starting with a digit, at most 64)")
-        if key in RESERVED:
-            raise PromptError(f"--template-kwarg {key}: the renderer sets {key} itself")
+        name = terminal_safe(key[:80])  # as shown in a message
         if key in out:
-            raise PromptError(f"--template-kwarg {key} is given twice")
+            raise PromptError(f"--template-kwarg {name} is given twice")
         if len(raw) > MAX_KWARG_JSON_CHARS:
-            raise PromptError(f"--template-kwarg {key}: the value is over {MAX_KWARG_JSON_CHARS >> 10} KiB")
+            raise PromptError(f"--template-kwarg {name}: the value is over {MAX_KWARG_JSON_CHARS >> 10} KiB")
         try:
             out[key] = json.loads(raw)
         except RecursionError:
-            raise PromptError(f"--template-kwarg {key}: the value is nested too deeply") from None
+            raise PromptError(f"--template-kwarg {name}: the value is nested too deeply") from None
         except ValueError as exc:
-            raise PromptError(f"--template-kwarg {key}: the value is not JSON ({exc}); strings need quotes, "
-                              f"as {key}='\"text\"'") from None
+            raise PromptError(f"--template-kwarg {name}: the value is not JSON ({exc}); text needs quotes, "
+                              f"as {name}='\"text\"'") from None
     return out
 
 
