@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer import ensure_peer  # noqa: E402
+from peer import PEER_VERSION, PEER_WHEELS, cpu_key, ensure_peer  # noqa: E402
 from resume import paragraph  # noqa: E402
 
 THREADS = 2
@@ -72,7 +72,9 @@ class Server:
     def start(self, port: int) -> None:
         self.port = port
         # Its log goes to a file: a pipe nobody reads fills up and stalls a chatty server (llama.cpp's).
-        self.log = tempfile.TemporaryFile(mode="w+")
+        # Appending (O_APPEND): the child shares the file's offset, so reading back (log_since) must not move
+        # where it writes.
+        self.log = tempfile.TemporaryFile(mode="a+")
         self.proc = subprocess.Popen(self.command(port), env={**os.environ, **(self.env or {})}, cwd=ROOT,
                                      stdout=subprocess.DEVNULL, stderr=self.log, text=True)
         deadline = time.monotonic() + 300
@@ -88,6 +90,13 @@ class Server:
                 time.sleep(0.3)
         raise RuntimeError(f"{self.name} did not start in 300 s")
 
+    def log_since(self, offset: int) -> tuple[str, int]:
+        """What the server logged after ``offset`` (of this start's log), and the offset it ends at."""
+        self.log.flush()
+        self.log.seek(offset)
+        text = self.log.read()
+        return text, self.log.tell()
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -98,6 +107,37 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+def shared_home(data_dir: Path, home: Path) -> Path:
+    """``home`` as a new data dir that links ``data_dir``'s models and conversions (nothing else shared)."""
+    for sub in ("models", "converted"):
+        (home / sub).symlink_to(data_dir.resolve() / sub)
+    return home
+
+
+def hearth_server(home: Path, model: str) -> Server:
+    """``hearth-cli serve`` on ``model`` with its data (the prompt cache on disk) in ``home``."""
+    return Server("hearth", lambda port: [sys.executable, "-m", "engine.cli", "serve", "--data-dir", str(home),
+                                          "--model", model, "--port", str(port)])
+
+
+def llama_server(peer: Path, gguf: Path, alias: str) -> Server:
+    """llama-cpp-python's server on ``gguf`` with its prompt cache on (in RAM: a restart empties it)."""
+    return Server("llama.cpp", lambda port: [
+        str(peer), "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", str(CONTEXT),
+        "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--cache", "true",
+        "--port", str(port), "--model_alias", alias])
+
+
+def ensure_peer_server() -> Path:
+    """The peer venv's python with llama-cpp-python's ``[server]`` extras (FastAPI, uvicorn …), which
+    bench/peer.py's in-process worker does not need."""
+    peer = ensure_peer()
+    if subprocess.run([str(peer), "-c", "import llama_cpp.server.app"], capture_output=True).returncode != 0:
+        subprocess.run([str(peer), "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--find-links",
+                        str(PEER_WHEELS / cpu_key()), f"llama-cpp-python[server]=={PEER_VERSION}"], check=True)
+    return peer
 
 
 def stream_ttft(port: int, model: str, messages: list[dict], max_tokens: int) -> tuple[float, str, dict]:
@@ -168,18 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     gguf = args.data_dir / "models" / entry.filename
     if not gguf.is_file():
         raise SystemExit(f"{gguf} is missing: run 'hearth-cli model fetch --data-dir {args.data_dir}' first")
-    peer = ensure_peer()
+    peer = ensure_peer_server()
     system = tool_descriptions(args.system_tokens)
     with tempfile.TemporaryDirectory(prefix="hearth-server-bench-") as tmp:
-        home = Path(tmp)
-        for sub in ("models", "converted"):
-            (home / sub).symlink_to(args.data_dir.resolve() / sub)
-        hearth = Server("hearth", lambda port: [sys.executable, "-m", "engine.cli", "serve", "--data-dir", str(home),
-                                                "--model", entry.key, "--port", str(port)])
-        llama = Server("llama.cpp", lambda port: [
-            str(peer), "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", str(CONTEXT),
-            "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--cache", "true",
-            "--port", str(port), "--model_alias", entry.key])
+        home = shared_home(args.data_dir, Path(tmp))
+        hearth, llama = hearth_server(home, entry.key), llama_server(peer, gguf, entry.key)
         results = {}
         for server in (hearth, llama):
             results[server.name] = run_workload(server, entry.key, system, args.requests, args.restart_after,
