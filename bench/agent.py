@@ -203,7 +203,8 @@ class OpenAIAgent:
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": TASK}]
 
     def mirror(self) -> list[dict]:
-        return [dict(m) for m in self.messages]
+        """The messages as the engine renders them (a call-only turn's content is "")."""
+        return [dict(m, content=m["content"] or "") for m in self.messages]
 
     def ask(self, port: int) -> tuple[Row, dict]:
         import openai
@@ -292,7 +293,7 @@ class AnthropicAgent:
         call = {"id": use.id, "name": use.name, "arguments": json.dumps(use.input, ensure_ascii=False)}
         self.messages.append({"role": "assistant", "content": [
             {"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]})
-        self.openai_shaped.append({"role": "assistant", "content": None, "tool_calls": [{
+        self.openai_shaped.append({"role": "assistant", "content": "", "tool_calls": [{
             "id": use.id, "type": "function", "function": {"name": use.name, "arguments": call["arguments"]}}]})
         u = message.usage
         read, written = u.cache_read_input_tokens or 0, u.cache_creation_input_tokens or 0
@@ -336,10 +337,11 @@ def run_hearth(agent: OpenAIAgent | AnthropicAgent, server: Server, prompts: Pro
 
 
 # llama.cpp's server on the same text ------------------------------------------------------------------------
-def llama_request(port: int, prompt: str, max_tokens: int) -> tuple[float, float, int]:
-    """(ms to the first text, ms to the end, chunks of text) of one streamed /v1/completions request."""
+def llama_request(port: int, prompt: str, max_tokens: int, banned: list[int]) -> tuple[float, float, int]:
+    """(ms to the first text, ms to the end, chunks of text) of one streamed /v1/completions request.
+    ``banned``: the end-of-turn ids, so it writes all ``max_tokens`` (as many as Hearth's call took)."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                       "cache_prompt": True}).encode()
+                       "cache_prompt": True, "logit_bias": {str(t): -100 for t in banned}}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     started = time.perf_counter()
@@ -371,7 +373,8 @@ def run_llama(server: Server, prompts: Prompts, sent: list[list[dict]], hearth_r
                 offset = 0
             text = prompts.text(messages)
             ids = prompts.tokenizer.encode(text)
-            ttft, end, pieces = llama_request(server.port, text, max(h.completion_tokens or 1, 1))
+            ttft, end, pieces = llama_request(server.port, text, max(h.completion_tokens or 1, 1),
+                                              sorted(prompts.tokenizer.specials.stop))
             logged, offset = server.log_since(offset)
             hits = HIT.findall(logged)
             cached = int(hits[-1][0]) if hits else 0  # no line: it read the whole prompt

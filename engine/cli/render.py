@@ -12,8 +12,8 @@ import json
 import sys
 from typing import Any
 
-from engine.api import render_prompt, terminal_safe
-from engine.cli.common import data_paths, read_json_file, read_messages
+from engine.api import render_prompt, terminal_safe, validate_messages
+from engine.cli.common import data_paths, read_json_file
 from engine.errors import PromptError
 
 MAX_TOOLS_FILE_BYTES = 4 << 20  # a hundred large schemas fit; the engine's own tool checks bound them further
@@ -52,10 +52,21 @@ def read_tools(path: str) -> list[dict]:
     return data
 
 
+def openai_messages(path: str) -> list[dict]:
+    """The messages file, where an assistant turn holding only tool calls may have ``"content": null`` (as
+    OpenAI's clients send it); the engine's messages carry text, so that is ""."""
+    data = read_json_file(path, "messages file")
+    if isinstance(data, list):
+        data = [dict(m, content="") if isinstance(m, dict) and m.get("role") == "assistant" and "content" in m
+                and m["content"] is None else m for m in data]
+    validate_messages(data)
+    return data
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     # every input is checked before the model file is opened: bad input fails fast
     kwargs = template_kwargs(args.template_kwarg)
-    messages = read_messages(args.messages)
+    messages = openai_messages(args.messages)
     tools = read_tools(args.tools) if args.tools else None
     rendered = render_prompt(data_paths(args), args.model, messages, tools, kwargs)
     if args.json:
