@@ -261,25 +261,28 @@ class RenderedPrompt:
 def render_prompt(paths: HearthPaths, model: str | None, messages: list[dict], tools: list[dict] | None = None,
                   template_kwargs: dict[str, Any] | None = None) -> RenderedPrompt:
     """The exact prompt ``model``'s chat template renders for OpenAI-shaped ``messages`` and ``tools``, as a
-    request to the server would be rendered. Reads the GGUF's header, tokenizer and template only (no
-    weights, no ONNX Runtime); PromptError / TemplateError for what the template or the tool checks refuse."""
+    server request with them reads it (``Hearth.render_prompt``'s steps, on a template read without the
+    engine). Reads the GGUF's header, tokenizer and template only (no weights, no ONNX Runtime);
+    PromptError for bad messages, tools or kwargs, TemplateError when the template refuses them."""
+    from engine import serving
     from engine.errors import PromptError
     from engine.model.gguf_file import GGUFModel
+    from engine.session.reply_plan import plan_reply
     from engine.text.builtin_templates import template_for
     from engine.text.tokenizer import Tokenizer
+    from engine.types import ServeRequest
 
+    request = ServeRequest(messages=tuple(messages), tools=tuple(tools or ()), template_kwargs=dict(template_kwargs or {}))
+    checked = serving.request_messages(request)  # before the model file is read: bad input fails fast
     gguf = GGUFModel(tokenizer_file(paths, model))
     tokenizer = Tokenizer.from_gguf(gguf)
     template = template_for(gguf, tokenizer)
     if template is None:
         raise PromptError(f"{gguf.path.name} has no chat template, and its vocabulary fits none of Hearth's "
                           "built-in formats")
-    validate_messages(messages)
-    # INTERIM until engine/text/reply_format.py lands: the tools as given, no fallback prompt
-    text = template.render(messages, add_generation_prompt=True, tools=tools or None,
-                           variables=dict(template_kwargs or {}))
+    plan = plan_reply(template, request, checked)
+    text = plan.render(template)
     ids = tokenizer.encode(text)
     bos = tokenizer.specials.bos
     extra = int(tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos))  # as Engine.encode_prompt
-    return RenderedPrompt(text, len(ids) + extra, template.template_source,
-                          "native" if template.speaks_tools else "fallback")
+    return RenderedPrompt(text, len(ids) + extra, template.template_source, plan.fmt.tool_style)

@@ -30,10 +30,13 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
                                                     "unit": {"type": "string", "enum": ["c", "f"]}},
                    "required": ["city"]}}}]
-# A template that shows what reaches it: the tools (as transformers' tojson writes them) and a kwarg.
+# A template that shows what reaches it: the tools (as transformers' tojson writes them), calls (Hermes'
+# <tool_call>, so it renders tools itself) and a kwarg.
 TOOLS_TEMPLATE = (
     "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>\n{% endif %}"
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n"
+    "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
 )
@@ -92,7 +95,9 @@ def test_render_hands_the_tools_and_template_kwargs_to_the_template(capsys, home
     proc = render(capsys, home, "--messages", messages, "--tools", tools, "--template-kwarg", "enable_thinking=false",
                   "--model", str(tools_gguf), "--json")
     assert proc.returncode == 0, proc.stderr
-    prompt = json.loads(proc.stdout)["prompt"]
+    out = json.loads(proc.stdout)
+    assert out["tool_format"] == "hermes"
+    prompt = out["prompt"]
     # tojson as transformers writes it: keys in the order given, ", " and ": ", no HTML escaping
     assert prompt == f"<tools>{json.dumps(TOOLS[0])}</tools>\n" + CHATML + "<think>\n\n</think>\n\n"
     proc = render(capsys, home, "--messages", messages, "--template-kwarg", "enable_thinking=true",
@@ -106,6 +111,64 @@ def test_render_escapes_control_characters_on_the_terminal_but_not_in_json(capsy
     assert plain.returncode == 0 and "\x1b" not in plain.stdout and "\\x1b]0;owned\\x07b" in plain.stdout
     exact = render(capsys, home, "--messages", messages, "--model", str(tiny_gguf), "--json")
     assert "a\x1b]0;owned\x07b" in json.loads(exact.stdout)["prompt"]
+
+
+LOOP = [
+    {"role": "system", "content": "You are a weather bot."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "reasoning_content": "The user wants Paris.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+    {"role": "assistant", "content": "It is 18 C and sunny in Paris."},
+    {"role": "user", "content": "And in Lyon?"},
+]
+
+
+def test_render_of_a_tool_loop_on_qwen3_is_what_the_loaded_engine_reads(capsys, home, tmp_path, qwen3_chat_gguf,
+                                                                         qwen3_chat_home):
+    """Qwen3's real template: the tools, the call (arguments as an object), the result, the kwargs — byte for
+    byte what ``Hearth.render_prompt`` on the loaded model (the server's rendering) makes of them."""
+    from engine.api import Hearth, resolve_paths
+
+    messages, tools = write(tmp_path / "m.json", LOOP), write(tmp_path / "t.json", TOOLS)
+    proc = render(capsys, home, "--messages", messages, "--tools", tools, "--model", str(qwen3_chat_gguf),
+                  "--template-kwarg", "enable_thinking=false", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["template"] == "gguf" and out["tool_format"] == "hermes"
+    prompt = out["prompt"]
+    assert "# Tools" in prompt and json.dumps(TOOLS[0]) in prompt
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
+    assert "<tool_response>\n18 C, sunny\n</tool_response>" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # enable_thinking=false
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "converted").symlink_to(qwen3_chat_home)
+    hearth = Hearth(resolve_paths(linked).ensure(), model=str(qwen3_chat_gguf), provider="cpu")
+    try:
+        hearth.load()
+        engine_messages = [dict(m, content=m["content"] or "") for m in LOOP]
+        assert prompt == hearth.render_prompt(engine_messages, TOOLS, {"enable_thinking": False})
+    finally:
+        hearth.close()
+    assert out["tokens"] == token_count(qwen3_chat_gguf, prompt)
+
+
+def test_render_refuses_bad_tools_and_tool_messages(capsys, home, tmp_path, qwen3_chat_gguf):
+    messages = write(tmp_path / "m.json", MESSAGES)
+    nameless = write(tmp_path / "t.json", [{"type": "function", "function": {"parameters": {}}}])
+    assert_clean_error(render(capsys, home, "--messages", messages, "--tools", nameless, "--model", str(qwen3_chat_gguf)),
+                       "name")
+    for bad, needle in (
+            ({"role": "assistant", "content": None, "tool_calls": "get_weather"}, "tool_calls must be a list"),
+            ({"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]},
+             "needs a function with a name"),
+            ({"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]},
+             "arguments must be a JSON string or an object"),
+            ({"role": "user", "content": "hi", "tool_calls": []}, "only an assistant message may carry"),
+            ({"role": "tool", "tool_call_id": 7, "content": "18 C"}, "tool_call_id must be text")):
+        path = write(tmp_path / "bad.json", [*MESSAGES, bad])
+        assert_clean_error(render(capsys, home, "--messages", path, "--model", str(qwen3_chat_gguf)), needle)
 
 
 @pytest.mark.real_model
@@ -122,11 +185,11 @@ def test_render_matches_what_the_engine_reads_for_the_real_model(real_engine, re
 
 @pytest.mark.real_model
 def test_render_loads_no_model_runtime(real_home, tmp_path):
-    """In-process: after ``render`` neither the engine's generation module nor ONNX Runtime is imported."""
+    """In-process: after ``render`` neither ONNX nor ONNX Runtime is imported (the weights are never read)."""
     messages = write(tmp_path / "m.json", MESSAGES)
     script = ("import sys; from engine.cli import main; "
               f"code = main(['render', '--data-dir', {str(real_home)!r}, '--messages', {messages!r}]); "
-              "print(); print([m for m in ('engine.generation', 'onnx', 'onnxruntime') if m in sys.modules], code)")
+              "print(); print([m for m in ('onnx', 'onnxruntime') if m in sys.modules], code)")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[] 0"
