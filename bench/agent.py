@@ -122,7 +122,8 @@ class Row:
     cached_tokens: int | None
     floor_tokens: int | None = None  # the previous prompt minus the template's tail (None: request 1)
     rendered_tokens: int | None = None  # what engine.api.render_prompt counts for the same messages
-    source: str | None = None
+    source: str | None = None  # Hearth's: where the context came from (live, disk, …)
+    restore_ms: float | None = None  # Hearth's: reading saved context from disk
     written_tokens: int | None = None  # Anthropic's cache_creation_input_tokens
     completion_tokens: int | None = None
     after_restart: bool = False
@@ -243,7 +244,8 @@ class OpenAIAgent:
         details = getattr(usage, "prompt_tokens_details", None)
         row = Row(0, ((first or done or now) - started) * 1000, ((done or now) - started) * 1000,
                   usage.prompt_tokens if usage else None, getattr(details, "cached_tokens", None),
-                  source=extra.get("source"), completion_tokens=usage.completion_tokens if usage else None, call=call)
+                  source=extra.get("source"), restore_ms=extra.get("restore_ms"),
+                  completion_tokens=usage.completion_tokens if usage else None, call=call)
         return row, call
 
     def add_result(self, call: dict, text: str) -> None:
@@ -277,7 +279,8 @@ class AnthropicAgent:
         started = time.perf_counter()
         first = None
         with client.messages.stream(
-                model=self.model, max_tokens=MAX_TOKENS, temperature=0,
+                # anthropic 2.x has no sampling parameters: greedy goes in the raw body, as older clients sent it
+                model=self.model, max_tokens=MAX_TOKENS, extra_body={"temperature": 0},
                 system=[{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}],
                 messages=self._wire_messages(), tools=anthropic_tools(TOOLS),
                 tool_choice={"type": "any", "disable_parallel_tool_use": True}) as stream:
@@ -345,7 +348,8 @@ def llama_request(port: int, prompt: str, max_tokens: int, banned: list[int]) ->
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     started = time.perf_counter()
-    first, pieces = None, 0
+    first = finished = None
+    pieces = 0
     with urllib.request.urlopen(request, timeout=900) as resp:
         for raw in resp:
             line = raw.decode().strip()
@@ -355,7 +359,9 @@ def llama_request(port: int, prompt: str, max_tokens: int, banned: list[int]) ->
                 if choice.get("text"):
                     first = first or time.perf_counter()
                     pieces += 1
-    end = time.perf_counter()
+                if choice.get("finish_reason"):  # the reply's end: its prompt-cache save comes after, untimed
+                    finished = finished or time.perf_counter()
+    end = finished or time.perf_counter()
     return ((first or end) - started) * 1000, (end - started) * 1000, pieces
 
 

@@ -111,6 +111,7 @@ class Server:
 
 def shared_home(data_dir: Path, home: Path) -> Path:
     """``home`` as a new data dir that links ``data_dir``'s models and conversions (nothing else shared)."""
+    home.mkdir(parents=True, exist_ok=True)
     for sub in ("models", "converted"):
         (home / sub).symlink_to(data_dir.resolve() / sub)
     return home
