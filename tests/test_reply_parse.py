@@ -23,6 +23,7 @@ QWEN3 = reply_format_for((TEMPLATES / "qwen3.jinja").read_text())
 QWEN25 = reply_format_for((TEMPLATES / "qwen2.5.jinja").read_text())
 LLAMA = reply_format_for((TEMPLATES / "llama3.2.jinja").read_text())
 MISTRAL = reply_format_for((TEMPLATES / "mistral-nemo.jinja").read_text())
+MISTRAL_ARGS = reply_format_for((TEMPLATES / "mistral-small-3.2.jinja").read_text())
 FALLBACK = reply_format_for((TEMPLATES / "smollm2.jinja").read_text())
 R1 = reply_format_for((TEMPLATES / "deepseek-r1-distill-qwen.jinja").read_text())
 TOOLS = ["get_weather", "search"]
@@ -260,6 +261,28 @@ def test_mistral_what_is_not_a_call_is_text(text):
     assert r.tool_calls == () and r.content == text
 
 
+def test_mistral_name_args_calls():
+    assert MISTRAL_ARGS.tool_style == "mistral_args"
+    text = 'Sure.[TOOL_CALLS]search[ARGS]{"q": "a"}[TOOL_CALLS]get_weather[CALL_ID]abc123XYZ[ARGS]{"city": "Nice"}'
+    r = parse(MISTRAL_ARGS, text)
+    assert r.content == "Sure."
+    assert calls(r) == [("search", '{"q": "a"}'), ("get_weather", '{"city": "Nice"}')]
+
+
+@pytest.mark.parametrize("text", [
+    '[TOOL_CALLS]search[ARGS]{"q": "a"',  # truncated
+    '[TOOL_CALLS]search{"q": "a"}',  # no [ARGS]
+    '[TOOL_CALLS]nope[ARGS]{}',  # not offered
+    '[TOOL_CALLS]search[ARGS][1]',  # arguments not an object
+    '[TOOL_CALLS]search[ARGS]{} and then text',  # text after the calls
+    '[TOOL_CALLS]search[CALL_ID]a-b[ARGS]{}',  # an id that is not letters and digits
+    '[TOOL_CALLS]bad name[ARGS]{}',
+])
+def test_mistral_name_args_what_is_not_a_call_is_text(text):
+    r = parse(MISTRAL_ARGS, text)
+    assert r.tool_calls == () and r.content == text
+
+
 # --- the fallback -------------------------------------------------------------------------------------
 
 def test_fallback_reads_hermes_tags():
@@ -281,6 +304,7 @@ TRANSCRIPTS = [
     (LLAMA, 'text <|python_ta <|python_tag|>{"name": "search", "parameters": {"q": "}"}}', False),
     (MISTRAL, 'ok [TOOL_CALLS] [{"name": "search", "arguments": {"q": "]"}}]', False),
     (FALLBACK, "\n\n" + hermes_call("get_weather", "{}") + "\n", False),
+    (MISTRAL_ARGS, 'a [TOOL_CALLS]search[ARGS]{"q": "[ARGS]"}\n[TOOL_CALLS]get_weather[ARGS]{}', False),
 ]
 
 

@@ -33,9 +33,10 @@ from engine.text.template_render import LocalTemplate
 from engine.types import ToolChoice, ToolChoiceMode
 
 TEMPLATES = Path(__file__).parent / "templates"
-BOS = {"llama3.1": "<|begin_of_text|>", "llama3.2": "<|begin_of_text|>", "mistral-nemo": "<s>", "gemma3": "<bos>",
+BOS = {"llama3.1": "<|begin_of_text|>", "llama3.2": "<|begin_of_text|>", "mistral-nemo": "<s>", "mistral-small-3.2": "<s>",
+       "gemma3": "<bos>",
        "deepseek-r1-distill-qwen": "<｜begin▁of▁sentence｜>"}
-EOS = {"mistral-nemo": "</s>", "deepseek-r1-distill-qwen": "<｜end▁of▁sentence｜>"}
+EOS = {"mistral-nemo": "</s>", "mistral-small-3.2": "</s>", "deepseek-r1-distill-qwen": "<｜end▁of▁sentence｜>"}
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -65,6 +66,7 @@ def render(name: str, messages, tools=(), variables=None, add_generation_prompt=
     ("llama3.1", "llama3_json", True, False),
     ("llama3.2", "llama3_json", True, False),
     ("mistral-nemo", "mistral", True, False),
+    ("mistral-small-3.2", "mistral_args", True, False),
     ("deepseek-r1-distill-qwen", "fallback", False, True),  # its own call format, but it never shows the tools
     ("smollm2", "fallback", False, False),
     ("gemma3", "fallback", False, False),
@@ -259,6 +261,9 @@ def test_fallback_section_is_the_documented_text():
     ("mistral-nemo", ['[AVAILABLE_TOOLS][{"type": "function", "function": {"name": "get_weather"',
                       '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "',
                       '[TOOL_RESULTS]{"content": {"temp_c": 21}, "call_id": "']),
+    ("mistral-small-3.2", ['[AVAILABLE_TOOLS][{"type": "function", "function": {"name": "get_weather"',
+                           '[TOOL_CALLS]get_weather[CALL_ID]', '[ARGS]{"city": "Paris"}</s>[TOOL_RESULTS]',
+                           '[TOOL_CONTENT]{"temp_c": 21}[/TOOL_RESULTS]']),
     ("deepseek-r1-distill-qwen", [FALLBACK_HEADER, call_text("get_weather", ARGS), "<tool_response>"]),
     ("smollm2", ["<|im_start|>system\nYou help with weather.\n\n" + FALLBACK_HEADER,
                  "<|im_start|>assistant\n" + call_text("get_weather", ARGS) + "<|im_end|>",

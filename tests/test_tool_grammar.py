@@ -25,6 +25,7 @@ QWEN3 = reply_format_for((TEMPLATES / "qwen3.jinja").read_text())
 QWEN25 = reply_format_for((TEMPLATES / "qwen2.5.jinja").read_text())
 LLAMA = reply_format_for((TEMPLATES / "llama3.2.jinja").read_text())
 MISTRAL = reply_format_for((TEMPLATES / "mistral-nemo.jinja").read_text())
+MISTRAL_ARGS = reply_format_for((TEMPLATES / "mistral-small-3.2.jinja").read_text())
 FALLBACK = reply_format_for((TEMPLATES / "gemma3.jinja").read_text())
 REQUIRED = ToolChoice(ToolChoiceMode.REQUIRED)
 
@@ -178,6 +179,7 @@ def test_required_takes_any_tool_and_parallel_takes_several(tokenizer):
     (LLAMA, '{"name": "enum", "parameters": {"unit": "celsius"}}'),
     (LLAMA, '{"name": "enum", "parameters": {"unit": "celsius"}}; {"name": "array", "parameters": {"tags": ["x"]}}'),
     (MISTRAL, '[TOOL_CALLS][{"name": "enum", "arguments": {"unit": "celsius"}}, {"name": "array", "arguments": {"tags": ["x"]}}]'),
+    (MISTRAL_ARGS, '[TOOL_CALLS]enum[ARGS]{"unit": "celsius"}[TOOL_CALLS]array[ARGS]{"tags": ["x"]}'),
     (FALLBACK, hermes("enum", {"unit": "celsius"})),
 ])
 def test_each_style_writes_its_own_format_and_parses_back(tokenizer, fmt: ReplyFormat, text: str):

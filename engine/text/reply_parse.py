@@ -25,7 +25,11 @@ from engine.text.reply_format import (
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
+    MISTRAL_ARGS,
+    MISTRAL_ARGS_MARK,
+    MISTRAL_CALL_ID,
     MISTRAL_CALLS,
+    NAME_PATTERN,
     PYTHON_TAG,
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -159,7 +163,7 @@ class ReplyParser:
 
     def _marker(self) -> str:
         style = self._fmt.tool_style
-        if style == MISTRAL:
+        if style in (MISTRAL, MISTRAL_ARGS):
             return MISTRAL_CALLS
         if style == LLAMA3_JSON:
             return PYTHON_TAG
@@ -206,8 +210,9 @@ class ReplyParser:
         return False
 
     def _step_region(self, final: bool) -> bool:
-        """Llama (a JSON call, or ``<|python_tag|>`` calls) and Mistral (``[TOOL_CALLS]`` then a list):
-        the calls run to the end of the reply, so they are decided when it ends."""
+        """Llama (a JSON call, or ``<|python_tag|>`` calls) and Mistral (``[TOOL_CALLS]`` then a list, or
+        ``[TOOL_CALLS]name[ARGS]{...}`` each): the calls run to the end of the reply, so they are decided
+        when it ends."""
         if len(self._pending) > MAX_CALL_CHARS:
             self._visible(self._pending)
             self._pending = ""
@@ -215,7 +220,7 @@ class ReplyParser:
             return False
         if not final:
             return False
-        parse = _mistral_calls if self._fmt.tool_style == MISTRAL else _llama_calls
+        parse = {MISTRAL: _mistral_calls, MISTRAL_ARGS: _mistral_args_calls}.get(self._fmt.tool_style, _llama_calls)
         calls = parse(self._pending, self._accepts)
         self._take_calls(calls, self._pending)
         self._pending = ""
@@ -337,6 +342,30 @@ def _mistral_calls(text: str, accepts: Callable[[str], bool]) -> list[tuple[str,
         if text.startswith("]", i) and not text[i + 1:].strip():
             return calls
         return None
+
+
+def _mistral_args_calls(text: str, accepts: Callable[[str], bool]) -> list[tuple[str, str]] | None:
+    """Mistral's newer calls (Small 3.2, Devstral): ``[TOOL_CALLS]name[ARGS]{...}``, one after another,
+    a ``[CALL_ID]id`` before ``[ARGS]`` allowed, and nothing else."""
+    calls, i, n = [], 0, len(text)
+    while True:
+        i = _skip_space(text, i)
+        if i >= n and calls:
+            return calls
+        if not text.startswith(MISTRAL_CALLS, i):
+            return None
+        i += len(MISTRAL_CALLS)
+        end = text.find(MISTRAL_ARGS_MARK, i)
+        if end < 0:
+            return None
+        name, has_id, call_id = text[i:end].partition(MISTRAL_CALL_ID)
+        if not NAME_PATTERN.fullmatch(name) or not accepts(name) or (has_id and not call_id.isalnum()):
+            return None
+        found = _object_at(text, end + len(MISTRAL_ARGS_MARK))
+        if found is None:
+            return None
+        _members, i = found
+        calls.append((name, text[end + len(MISTRAL_ARGS_MARK):i]))
 
 
 def _call_from(members: dict | None, accepts: Callable[[str], bool]) -> tuple[str, str] | None:

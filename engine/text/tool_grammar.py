@@ -18,6 +18,8 @@ from engine.text.constrained import ConstraintError
 from engine.text.reply_format import (
     LLAMA3_JSON,
     MISTRAL,
+    MISTRAL_ARGS,
+    MISTRAL_ARGS_MARK,
     MISTRAL_CALLS,
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -72,13 +74,13 @@ def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, thin
     else:
         lead = ""
     first, sep, last = _frame(fmt)
-    more = f" ({_q(sep)} call){{0,{MAX_CALLS - 1}}}" if parallel else ""
+    more = (f" ({_q(sep)} call){{0,{MAX_CALLS - 1}}}" if sep else f" call{{0,{MAX_CALLS - 1}}}") if parallel else ""
     rules.insert(0, f"start: {lead}{_join(first, 'call' + more, last)}")
     rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
     for i, tool in enumerate(tools):
         name = tool["function"]["name"]
         head, tail = _call_frame(fmt, name)
-        rules.append(f"call_{i}: {_q(head)} args_{i} {_q(tail)}")
+        rules.append(f"call_{i}: {_q(head)} args_{i}" + (f" {_q(tail)}" if tail else ""))
         rules.append(f"args_{i}: %json {json.dumps(_schema(tool), ensure_ascii=False)}")
     return "\n".join(rules) + "\n"
 
@@ -87,6 +89,8 @@ def _frame(fmt: ReplyFormat) -> tuple[str, str, str]:
     """What comes before the calls, between two calls, and after them."""
     if fmt.tool_style == MISTRAL:
         return MISTRAL_CALLS + "[", ", ", "]"
+    if fmt.tool_style == MISTRAL_ARGS:
+        return "", "", ""  # each call brings its own marker
     if fmt.tool_style == LLAMA3_JSON:
         return "", "; ", ""
     return "", "\n", ""  # hermes and the fallback: one tagged call after another
@@ -98,6 +102,8 @@ def _call_frame(fmt: ReplyFormat, name: str) -> tuple[str, str]:
         return f'{{"name": "{name}", "parameters": ', "}"
     if fmt.tool_style == MISTRAL:
         return f'{{"name": "{name}", "arguments": ', "}"
+    if fmt.tool_style == MISTRAL_ARGS:
+        return f"{MISTRAL_CALLS}{name}{MISTRAL_ARGS_MARK}", ""
     return f'{TOOL_CALL_OPEN}\n{{"name": "{name}", "arguments": ', f"}}\n{TOOL_CALL_CLOSE}"
 
 
