@@ -377,3 +377,31 @@ def test_feed_after_finish_is_refused():
     parser.finish()
     with pytest.raises(RuntimeError):
         parser.feed("x")
+
+
+FRAGMENTS = ["<think>", "</think>", "\n", "\n\n", " ", "text", "<tool_call>", "</tool_call>", "<tool_", "</think",
+             '{"name": "search", "arguments": {"q": "a"}}', '{"name": "get_weather", "parameters": {}}', '{"name": ',
+             '"arguments": ', "{}", "}", "{", "[", "]", ",", ";", '"', "\\", "<|python_tag|>", "[TOOL_CALLS]",
+             "[ARGS]", "[CALL_ID]", "search", "abc123XYZ", "é", "🙂",
+             hermes_call("search", '{"q": "a"}'), '[TOOL_CALLS][{"name": "search", "arguments": {}}]',
+             "[TOOL_CALLS]search[ARGS]{}"]
+FORMATS = [QWEN3, QWEN25, LLAMA, MISTRAL, MISTRAL_ARGS, FALLBACK, R1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(range(len(FORMATS))), st.lists(st.sampled_from(FRAGMENTS), max_size=30),
+       st.lists(st.integers(min_value=0, max_value=10_000), max_size=20), st.booleans(), st.booleans())
+def test_streaming_equals_whole_on_any_text(which, fragments, cuts, in_thinking, parallel):
+    fmt, text = FORMATS[which], "".join(fragments)
+    whole = parse(fmt, text, in_thinking=in_thinking, parallel=parallel)
+    parser = ReplyParser(fmt, tools=TOOLS, in_thinking=in_thinking, parallel=parallel, new_id=ids())
+    pieces, start = [], 0
+    for end in sorted({c % (len(text) + 1) for c in cuts}) + [len(text)]:
+        pieces += parser.feed(text[start:end])
+        start = end
+    pieces += parser.finish()
+    assert (parser.content, parser.reasoning, parser.tool_calls) == (whole.content, whole.reasoning, list(whole.tool_calls))
+    assert merged(pieces) == merged(whole.pieces)
+    assert len(whole.tool_calls) <= (MAX_CALLS if parallel else 1)
+    for call in whole.tool_calls:  # whatever came out as a call is one: an offered tool, an object's text
+        assert call.name in TOOLS and isinstance(json.loads(call.arguments), dict)

@@ -195,8 +195,7 @@ class ReplyParser:
     def _step_call(self, final: bool) -> bool:
         """Hermes: ``<tool_call>`` JSON ``</tool_call>``; _pending starts with the opening marker."""
         limit = MAX_CALL_CHARS
-        window = self._pending[:limit]
-        at = window.find(TOOL_CALL_CLOSE, max(self._scan_from, len(TOOL_CALL_OPEN)))
+        at = self._pending.find(TOOL_CALL_CLOSE, max(self._scan_from, len(TOOL_CALL_OPEN)), limit)
         if at >= 0:
             end = at + len(TOOL_CALL_CLOSE)
             inner = self._pending[len(TOOL_CALL_OPEN):at]
@@ -204,8 +203,8 @@ class ReplyParser:
             self._take_calls([call] if call else None, self._pending[:end])
             return self._go(_TEXT, end)
         if len(self._pending) >= limit or final:  # too long, or cut off: what it wrote is text
-            self._visible(window)
-            return self._go(_TEXT, len(window))
+            self._visible(self._pending[:limit])
+            return self._go(_TEXT, min(limit, len(self._pending)))
         self._scan_from = max(0, len(self._pending) - len(TOOL_CALL_CLOSE) + 1)
         return False
 
