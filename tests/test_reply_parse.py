@@ -405,3 +405,11 @@ def test_streaming_equals_whole_on_any_text(which, fragments, cuts, in_thinking,
     assert len(whole.tool_calls) <= (MAX_CALLS if parallel else 1)
     for call in whole.tool_calls:  # whatever came out as a call is one: an offered tool, an object's text
         assert call.name in TOOLS and isinstance(json.loads(call.arguments), dict)
+
+
+def test_without_calls_newlines_are_not_held_back():
+    parser = ReplyParser(QWEN25, tools=False)
+    assert [p.text for p in parser.feed("Line one\n")] == ["Line one\n"]
+    parser = ReplyParser(QWEN25, tools=TOOLS)
+    assert [p.text for p in parser.feed("Line one\n")] == ["Line one"]  # the newline may be a call's
+    assert [p.text for p in parser.feed("two")] == ["\ntwo"]

@@ -80,6 +80,9 @@ class ReplyParser:
         self._think_held = ""
         self._think_started = False
         self._finished = False
+        self._steps = {_START: self._step_start, _THINK: self._step_think, _TEXT: self._step_text,
+                       _CALL: self._step_call, _REGION: self._step_region, _PLAIN: self._step_plain,
+                       _LEAD: self._step_lead}
 
     # --- the interface --------------------------------------------------------------------------------
     def feed(self, text: str) -> list[ReplyPiece]:
@@ -119,9 +122,7 @@ class ReplyParser:
         return _LEAD if self._fmt.tool_style == LLAMA3_JSON else _TEXT
 
     def _run(self, final: bool) -> None:
-        step = {_START: self._step_start, _THINK: self._step_think, _TEXT: self._step_text, _CALL: self._step_call,
-                _REGION: self._step_region, _PLAIN: self._step_plain, _LEAD: self._step_lead}
-        while step[self._state](final):
+        while self._steps[self._state](final):
             pass
 
     def _go(self, state: str, consumed: int) -> bool:
@@ -157,7 +158,7 @@ class ReplyParser:
 
     def _step_plain(self, final: bool) -> bool:
         if self._pending:
-            self._visible(self._pending)
+            self._visible(self._pending, hold=False)  # no call can follow: newlines go out as they come
             self._pending = ""
         return False
 
@@ -244,7 +245,7 @@ class ReplyParser:
             self._calls.append(call)
             self._out.append(ReplyPiece(PieceKind.TOOL_CALL, "", call))
 
-    def _visible(self, text: str) -> None:
+    def _visible(self, text: str, hold: bool = True) -> None:
         if not text:
             return
         text = self._held_nl + text
@@ -254,7 +255,7 @@ class ReplyParser:
                 self._held_nl = ""
                 return
             self._drop_nl = False
-        body = text.rstrip("\n")
+        body = text.rstrip("\n") if hold else text
         self._held_nl = text[len(body):]
         if body:
             self._emit(PieceKind.CONTENT, body)
