@@ -89,7 +89,11 @@ class ReplyParser:
         """The pieces ``text`` (the next part of the reply) completes; possibly none."""
         if self._finished:
             raise RuntimeError("the reply parser was already finished")
-        self._pending += text
+        # concatenated through a local that holds the only reference, so CPython grows the string in place
+        # rather than copying a long pending call on every piece
+        pending, self._pending = self._pending, ""
+        pending += text
+        self._pending = pending
         self._run(final=False)
         return self._take()
 
