@@ -26,6 +26,7 @@ from engine.text.reply_format import (
     fallback_system_section,
     opens_thinking,
     reply_format_for,
+    reply_markers,
     template_inputs,
 )
 from engine.text.reply_parse import parse_reply
@@ -78,6 +79,17 @@ def test_style_read_from_each_real_template(name, style, native, thinks):
         assert (fmt.think_open, fmt.think_close) == ("<think>", "</think>")
     else:
         assert (fmt.think_open, fmt.think_close) == ("", "")
+
+
+@pytest.mark.parametrize("name, markers", [
+    ("qwen3", ("<think>", "</think>", "<tool_call>", "</tool_call>")),
+    ("llama3.2", ("<|python_tag|>",)),
+    ("mistral-nemo", ("[TOOL_CALLS]",)),
+    ("mistral-small-3.2", ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
+    ("gemma3", ("<tool_call>", "</tool_call>")),
+])
+def test_reply_markers(name, markers):
+    assert reply_markers(reply_format_for(source(name))) == markers
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)

@@ -184,6 +184,16 @@ def opens_thinking(fmt: ReplyFormat, prompt_text: str) -> bool:
     return not prompt_text[opened + len(fmt.think_open):].strip()
 
 
+def reply_markers(fmt: ReplyFormat) -> tuple[str, ...]:
+    """The marker texts the reply parser reads for ``fmt``. A vocabulary may hold some as control tokens
+    (Llama's ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``), which a decoder hides: their text must still
+    reach the parser."""
+    calls = {HERMES: (TOOL_CALL_OPEN, TOOL_CALL_CLOSE), FALLBACK: (TOOL_CALL_OPEN, TOOL_CALL_CLOSE),
+             LLAMA3_JSON: (PYTHON_TAG,), MISTRAL: (MISTRAL_CALLS,),
+             MISTRAL_ARGS: (MISTRAL_CALLS, MISTRAL_ARGS_MARK, MISTRAL_CALL_ID)}[fmt.tool_style]
+    return tuple(m for m in (fmt.think_open, fmt.think_close) if m) + calls
+
+
 def fallback_system_section(tools: Sequence[Mapping]) -> str:
     """The fallback's description of ``tools`` (docs/tool-calls.md quotes it)."""
     lines = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
