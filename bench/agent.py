@@ -409,7 +409,7 @@ def table(results: dict[str, list[Row]], restart_after: int) -> list[str]:
     if peer:
         head += ["llama.cpp cached", "llama.cpp TTFT ms", "llama.cpp call ms"]
         head += [f"TTFT ×({n})" for n in names] + [f"call ×({n})" for n in names]
-    lines = [" | ".join(head)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # Markdown, as docs/benchmarks.md quotes it
     count = len(next(iter(results.values())))
     for i in range(count):
         first = next(iter(results.values()))[i]
@@ -423,7 +423,7 @@ def table(results: dict[str, list[Row]], restart_after: int) -> list[str]:
             cells += [f"{p.cached_tokens}", f"{p.ttft_ms:.0f}", f"{p.call_ms:.0f}"]
             cells += [_times(ratio(p.ttft_ms, results[n][i].ttft_ms)) for n in names]
             cells += [_times(ratio(p.call_ms, results[n][i].call_ms)) for n in names]
-        lines.append(" | ".join(cells))
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
