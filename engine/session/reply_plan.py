@@ -16,7 +16,15 @@ import numpy as np
 from engine.errors import PromptError
 from engine.generation import GenerationResult, Step
 from engine.text.chat_template import ChatTemplate
-from engine.text.reply_format import ReplyFormat, check_tool_choice, check_tools, opens_thinking, reply_format_for, template_inputs
+from engine.text.reply_format import (
+    ReplyFormat,
+    check_tool_choice,
+    check_tools,
+    opens_thinking,
+    reply_format_for,
+    reply_markers,
+    template_inputs,
+)
 from engine.text.reply_parse import ReplyParser
 from engine.text.tokenizer import Tokenizer
 from engine.types import PieceKind, ReplyPiece, ServeRequest, ToolCall, ToolChoice, ToolChoiceMode
@@ -72,7 +80,13 @@ class ReplyPlan:
         from engine.text.tool_grammar import tool_grammar
 
         think = bool(self.fmt.think_open) and opens_thinking(self.fmt, prompt_text)
-        return tool_grammar(self.fmt, self.offered, self.choice, self.parallel, think=think, think_budget=budget)
+        return tool_grammar(self.fmt, self.offered, self.choice, self.parallel, think=think, think_budget=budget,
+                            think_first=self.variables.get("enable_thinking") is True)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The marker texts the parser must see even where the vocabulary holds them as control tokens."""
+        return reply_markers(self.fmt) if (self.fmt.thinks or self.calls_wanted) else ()
 
     def parser(self, prompt_text: str) -> ReplyParser:
         return ReplyParser(self.fmt, tools=self.offered if self.calls_wanted else False,

@@ -63,6 +63,8 @@ def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeReque
         grammar = plan.grammar(text.decode("utf-8"))
         if grammar is not None:
             options = {**options, "grammar": grammar}
+        if plan.markers:
+            options = {**options, "show_specials": plan.markers}
     cache = prompt_cache.PromptCache(loaded.sessions)
     # the saved system prompt is the template's rendering without tools: of no use to a request with them
     prepared = cache.prepare(key, text, messages if plan is None or not plan.offered else None, cancel)

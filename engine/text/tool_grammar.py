@@ -37,11 +37,12 @@ CHARS_PER_TOKEN = 4  # the thinking budget is enforced in characters: about this
 
 
 def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice, parallel: bool, *,
-                 think: bool, think_budget: int | None = None) -> str | None:
+                 think: bool, think_budget: int | None = None, think_first: bool = False) -> str | None:
     """The llguidance grammar for ``choice`` (None for auto and none: the model decides, unconstrained).
 
     ``think``: the prompt left a thinking block open, so the reply starts in it; otherwise a template that
-    thinks may open one. ``think_budget`` bounds the thinking in tokens (None: only the reply's
+    thinks may open one, and must when ``think_first`` (thinking asked for: ``enable_thinking`` true, as Qwen3
+    in thinking mode always opens its block). ``think_budget`` bounds the thinking in tokens (None: only the reply's
     max_tokens). Raises PromptError for bad tools or choice, ConstraintError for a schema llguidance
     cannot compile."""
     import llguidance
@@ -54,7 +55,7 @@ def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice,
     if think_budget is not None and (not isinstance(think_budget, int) or think_budget < 1):
         raise PromptError(f"the thinking budget must be a positive number of tokens, not {think_budget!r}")
     chosen = [t for t in checked if choice.mode != ToolChoiceMode.FUNCTION or t["function"]["name"] == choice.name]
-    lark = _lark(fmt, chosen, parallel, think, think_budget)
+    lark = _lark(fmt, chosen, parallel, think, think_budget, think_first)
     grammar = llguidance.LLMatcher.grammar_from_lark(lark)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
@@ -62,7 +63,8 @@ def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice,
     return grammar
 
 
-def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, think_budget: int | None) -> str:
+def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, think_budget: int | None,
+          think_first: bool = False) -> str:
     rules = []
     if fmt.thinks:
         # A lazy lexeme that ends at the first closing marker, at most a budget's worth of characters after
@@ -70,7 +72,12 @@ def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, thin
         reach = "*" if think_budget is None else f"{{0,{think_budget * CHARS_PER_TOKEN}}}"
         rules.append(f"think_body[lazy]: /(.|\\n){reach}{_regex(fmt.think_close)}/")
         rules.append(f"think_tail: {_q(THINK_SEPARATOR)}")
-        lead = "think_body think_tail " if think else f"({_q(fmt.think_open)} think_body think_tail)? "
+        if think:
+            lead = "think_body think_tail "
+        elif think_first:
+            lead = f"{_q(fmt.think_open)} think_body think_tail "
+        else:
+            lead = f"({_q(fmt.think_open)} think_body think_tail)? "
     else:
         lead = ""
     first, sep, last = _frame(fmt)
