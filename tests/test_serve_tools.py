@@ -228,3 +228,14 @@ def test_a_marker_held_as_a_control_token_reaches_the_parser(tiny_engine):
     assert tokenizer.is_special(marker)
     assert StreamDecoder(tokenizer).push(marker) == ""  # hidden, as every control token is in a reply
     assert StreamDecoder(tokenizer, frozenset({marker})).push(marker) == "<|im_start|>"
+
+
+def test_a_thinking_budget_bounds_the_thinking_of_a_plain_reply(qwen):
+    from engine.text.tool_grammar import CHARS_PER_TOKEN
+
+    pieces: list = []
+    result = serve(qwen, QUESTION, max_tokens=90, pieces=pieces,
+                   template_kwargs={"enable_thinking": True, "thinking_budget": 8})
+    assert result.reasoning and len(result.reasoning) <= 8 * CHARS_PER_TOKEN
+    assert result.text and not result.tool_calls  # after the closed block, any text
+    assert "".join(p.text for p in pieces if p.kind == PieceKind.REASONING) == result.reasoning

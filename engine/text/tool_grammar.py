@@ -63,23 +63,45 @@ def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice,
     return grammar
 
 
+def thinking_grammar(fmt: ReplyFormat, *, think: bool, think_budget: int, think_first: bool = False) -> str | None:
+    """A grammar that only bounds the thinking (Anthropic's ``thinking.budget_tokens`` on a reply that is not a
+    forced call): the thinking block at most ``think_budget`` tokens (in characters, as ``tool_grammar``), then
+    any text. None for a template that does not think."""
+    import llguidance
+
+    if not fmt.thinks:
+        return None
+    if isinstance(think_budget, bool) or not isinstance(think_budget, int) or think_budget < 1:
+        raise PromptError(f"the thinking budget must be a positive number of tokens, not {think_budget!r}")
+    rules = _think_rules(fmt, think, think_budget, think_first)
+    lark = "\n".join([f"start: {rules[0]}rest", "rest: /(.|\\n)*/", *rules[1:]]) + "\n"
+    grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise ConstraintError(f"the thinking budget cannot be applied: {_first_line(messages)}")
+    return grammar
+
+
+def _think_rules(fmt: ReplyFormat, think: bool, think_budget: int | None, think_first: bool) -> list[str]:
+    """[the start rule's lead, then the thinking rules] ("" and none for a template that does not think)."""
+    if not fmt.thinks:
+        return [""]
+    # A lazy lexeme that ends at the first closing marker, at most a budget's worth of characters after
+    # the opening one, so the budget forces the marker (a token-counted lexeme would end without it).
+    reach = "*" if think_budget is None else f"{{0,{think_budget * CHARS_PER_TOKEN}}}"
+    rules = [f"think_body[lazy]: /(.|\\n){reach}{_regex(fmt.think_close)}/", f"think_tail: {_q(THINK_SEPARATOR)}"]
+    if think:
+        lead = "think_body think_tail "
+    elif think_first:
+        lead = f"{_q(fmt.think_open)} think_body think_tail "
+    else:
+        lead = f"({_q(fmt.think_open)} think_body think_tail)? "
+    return [lead, *rules]
+
+
 def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, think_budget: int | None,
           think_first: bool = False) -> str:
-    rules = []
-    if fmt.thinks:
-        # A lazy lexeme that ends at the first closing marker, at most a budget's worth of characters after
-        # the opening one, so the budget forces the marker (a token-counted lexeme would end without it).
-        reach = "*" if think_budget is None else f"{{0,{think_budget * CHARS_PER_TOKEN}}}"
-        rules.append(f"think_body[lazy]: /(.|\\n){reach}{_regex(fmt.think_close)}/")
-        rules.append(f"think_tail: {_q(THINK_SEPARATOR)}")
-        if think:
-            lead = "think_body think_tail "
-        elif think_first:
-            lead = f"{_q(fmt.think_open)} think_body think_tail "
-        else:
-            lead = f"({_q(fmt.think_open)} think_body think_tail)? "
-    else:
-        lead = ""
+    lead, *rules = _think_rules(fmt, think, think_budget, think_first)
     first, sep, last = _frame(fmt)
     more = (f" ({_q(sep)} call){{0,{MAX_CALLS - 1}}}" if sep else f" call{{0,{MAX_CALLS - 1}}}") if parallel else ""
     rules.insert(0, f"start: {lead}{_join(first, 'call' + more, last)}")
