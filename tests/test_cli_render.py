@@ -105,6 +105,20 @@ def test_render_hands_the_tools_and_template_kwargs_to_the_template(capsys, home
     assert proc.returncode == 0 and proc.stdout == CHATML  # no tools: none shown; thinking left on
 
 
+def test_render_reads_messages_as_the_server_does(capsys, home, tmp_path, tiny_gguf):
+    """Text parts joined, the developer role as system, null content as empty text (OpenAI's wire shapes)."""
+    shaped = [{"role": "developer", "content": [{"type": "text", "text": "You are "}, {"type": "text", "text": "terse."}]},
+              {"role": "user", "content": "hello world"}, {"role": "assistant", "content": None},
+              {"role": "user", "content": [{"type": "text", "text": "again"}]}]
+    proc = render(capsys, home, "--messages", write(tmp_path / "m.json", shaped), "--model", str(tiny_gguf))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (CHATML.removesuffix("<|im_start|>assistant\n") + "<|im_start|>assistant\n<|im_end|>\n"
+                           "<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n")
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    assert_clean_error(render(capsys, home, "--messages", write(tmp_path / "i.json", image), "--model", str(tiny_gguf)),
+                       "message 0 content parts must be")
+
+
 def test_render_escapes_control_characters_on_the_terminal_but_not_in_json(capsys, home, tmp_path, tiny_gguf):
     messages = write(tmp_path / "m.json", [{"role": "user", "content": "a\x1b]0;owned\x07b"}])
     plain = render(capsys, home, "--messages", messages, "--model", str(tiny_gguf))

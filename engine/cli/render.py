@@ -53,14 +53,28 @@ def read_tools(path: str) -> list[dict]:
 
 
 def openai_messages(path: str) -> list[dict]:
-    """The messages file, where an assistant turn holding only tool calls may have ``"content": null`` (as
-    OpenAI's clients send it); the engine's messages carry text, so that is ""."""
+    """The messages file as the server reads a request's messages: ``"content": null`` (an assistant turn with
+    only tool calls, as OpenAI's clients send it) is "", a list of ``{"type": "text", "text"}`` parts is their
+    text joined, and the ``developer`` role is ``system``; the engine's own rule checks the rest."""
     data = read_json_file(path, "messages file")
     if isinstance(data, list):
-        data = [dict(m, content="") if isinstance(m, dict) and m.get("role") == "assistant" and "content" in m
-                and m["content"] is None else m for m in data]
+        data = [_as_engine_message(i, m) if isinstance(m, dict) else m for i, m in enumerate(data)]
     validate_messages(data)
     return data
+
+
+def _as_engine_message(i: int, m: dict) -> dict:
+    out = dict(m)
+    if out.get("role") == "developer":
+        out["role"] = "system"
+    content = out.get("content", "")
+    if content is None:
+        out["content"] = ""
+    elif isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise PromptError(f'message {i} content parts must be {{"type": "text", "text": ...}} objects')
+        out["content"] = "".join(p["text"] for p in content)
+    return out
 
 
 def cmd_render(args: argparse.Namespace) -> int:
