@@ -1,4 +1,5 @@
-"""The FastAPI application: OpenAI's endpoints over one ``ModelHost``, behind the guards."""
+"""The FastAPI application: OpenAI's endpoints and Anthropic's Messages API over one ``ModelHost``, behind
+the guards. Errors take the shape of the API whose path was asked (engine/server/errors.py)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from engine.errors import HearthError
+from engine.server import anthropic_wire
+from engine.server.anthropic_requests import messages_request, prompt_parts
+from engine.server.anthropic_schemas import CountTokensRequest, MessagesRequest
 from engine.server.backend import ModelHost, Served
 from engine.server.config import ServerSettings
-from engine.server.errors import ApiError, error_body, from_engine
+from engine.server.errors import ApiError, from_engine, shaped
 from engine.server.guards import BodyLimit, HostGuard, JsonOnly, KeyGuard, OriginGuard
 from engine.server.json_body import read_object
 from engine.server.requests import CONVERSATION_HEADER, Planned, chat_request, completion_request
 from engine.server.runner import QueueFullError, RunnerClosedError
 from engine.server.schemas import ChatRequest, CompletionRequest
 from engine.server.wire import ChunkMaker, cache_headers, chat_completion, new_id, now, text_completion
-from engine.types import CancelToken
+from engine.types import CancelToken, ReplyPiece
 
 log = logging.getLogger(__name__)
 # pydantic names the member of a union it tried ("str", "list[str]"): not part of the field's name
@@ -49,25 +53,46 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict:
-        return {"object": "list", "data": [_model_object(m.name) for m in host.ready_models()]}
+        current = host.current
+        return {"object": "list", "data": [_model_object(m.name, m.name == current) for m in host.ready_models()]}
 
     @app.get("/v1/models/{name:path}")
     def model(name: str) -> dict:
-        return _model_object(host.require_model(name).name)
+        found = host.require_model(name).name
+        return _model_object(found, found == host.current)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await _parse(request, ChatRequest)
         planned = chat_request(body, request.headers.get(CONVERSATION_HEADER))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await _answer(request, host, planned, chat=True, stream=body.stream, include_usage=include_usage)
+        return await _answer(request, host, settings, planned, chat=True, stream=body.stream,
+                             include_usage=include_usage)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         body = await _parse(request, CompletionRequest)
         planned = completion_request(body, request.headers.get(CONVERSATION_HEADER))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await _answer(request, host, planned, chat=False, stream=body.stream, include_usage=include_usage)
+        return await _answer(request, host, settings, planned, chat=False, stream=body.stream,
+                             include_usage=include_usage)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        body = await _parse(request, MessagesRequest)
+        planned = messages_request(body, request.headers.get(CONVERSATION_HEADER))
+        return await _answer_anthropic(request, host, settings, planned, stream=body.stream)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> dict:
+        body = await _parse(request, CountTokensRequest)
+        messages, tools, _choice, _parallel, variables, _points = prompt_parts(body)
+        model = (await run_in_threadpool(host.resolve_model, body.model, settings.any_model)).name
+        future = _queued(lambda: host.count_prompt(model, messages, tools, variables))
+        finished, tokens = await _or_disconnect(request, asyncio.wrap_future(future))
+        if not finished:
+            return Response(status_code=499)
+        return anthropic_wire.count_body(tokens)
 
     # outermost last: Host first, then Origin, CORS (so preflights need no key and a listed page can
     # read its errors), the key, the body's type, the body size: all before the body is read
@@ -76,37 +101,44 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
     app.add_middleware(KeyGuard, api_key=settings.api_key)
     if settings.cors_origins:  # off unless listed; only the listed origins are echoed, never "*"
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type", "X-Hearth-Conversation"],
+                           allow_headers=["Authorization", "Content-Type", "X-Hearth-Conversation", "x-api-key",
+                                          "anthropic-version", "anthropic-beta"],
                            expose_headers=["X-Hearth-Cache", "X-Hearth-Cached-Tokens"])
     app.add_middleware(OriginGuard, allowed_origins=settings.cors_origins, embedded=settings.embedded)
     app.add_middleware(HostGuard, bound_host=settings.host, allowed_hosts=settings.allowed_hosts)
     return app
 
 
-def _model_object(name: str) -> dict:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "hearth"}
+def _model_object(name: str, loaded: bool) -> dict:
+    """OpenAI's model object; ``loaded`` (Hearth's) marks the one in memory, which a request naming no model runs."""
+    return {"id": name, "object": "model", "created": 0, "owned_by": "hearth", "loaded": loaded}
+
+
+def _error_response(request: Request, error: ApiError) -> JSONResponse:
+    status, body = error.shaped(request.url.path)
+    return JSONResponse(body, status_code=status, headers=error.headers or None)
 
 
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error_response(request, exc)
 
     @app.exception_handler(HearthError)
-    async def engine_error(_request: Request, exc: HearthError) -> JSONResponse:
-        error = from_engine(exc)
-        return JSONResponse(error.body(), status_code=error.status)
+    async def engine_error(request: Request, exc: HearthError) -> JSONResponse:
+        return _error_response(request, from_engine(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
-        return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        status, body = shaped(request.url.path, exc.status_code, message)
+        return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
-    async def bug(_request: Request, exc: Exception) -> JSONResponse:
+    async def bug(request: Request, exc: Exception) -> JSONResponse:
         log.exception("request failed")
-        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}: {exc}"), status_code=500)
+        status, body = shaped(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}")
+        return JSONResponse(body, status_code=status)
 
 
 async def _parse(request: Request, schema: type[BaseModel]) -> BaseModel:
@@ -138,6 +170,9 @@ class _Bridge:
     def on_text(self, piece: str) -> None:
         self._put(("text", piece))
 
+    def on_piece(self, piece: ReplyPiece) -> None:
+        self._put(("piece", piece))
+
     def attach(self, future: Future) -> None:
         future.add_done_callback(lambda f: self._put(("done", f)))
 
@@ -161,67 +196,121 @@ async def _or_disconnect(request: Request, awaitable) -> tuple[bool, object]:
     return False, None
 
 
-def _result(future: Future, chat: bool) -> Served:
+def _result(future: Future, prompt_param: str) -> Served:
     try:
         return future.result()
     except HearthError as exc:
-        raise from_engine(exc, "messages" if chat else "prompt") from None
+        raise from_engine(exc, prompt_param) from None
 
 
-async def _answer(request: Request, host: ModelHost, planned: Planned, *, chat: bool, stream: bool,
-                  include_usage: bool) -> Response:
-    await run_in_threadpool(host.require_model, planned.model)
-    bridge = _Bridge()
+def _queued(submit) -> Future:
+    """``submit()``'s Future; a full queue or a closing server answered as the API says."""
     try:
-        future = host.serve(planned.model, planned.request, bridge.on_text if stream else (lambda _p: None),
-                            bridge.cancel, max_tokens_given=planned.max_tokens_given)
+        return submit()
     except QueueFullError as exc:
         raise ApiError(429, f"the server is busy ({exc}); retry shortly", code="queue_full",
                        headers={"Retry-After": str(RETRY_AFTER_S)}) from None
     except RunnerClosedError as exc:
         raise ApiError(503, str(exc), code="shutting_down") from None
-    bridge.attach(future)
-    rid, created = new_id("chatcmpl" if chat else "cmpl"), now()
-    if not stream:
+
+
+class _Started:
+    """A request queued on the engine: its bridge, Future and the library model that runs it."""
+
+    def __init__(self, host: ModelHost, settings: ServerSettings, planned: Planned, model: str, *, stream: bool,
+                 pieces: bool):
+        self.bridge = _Bridge()
+        self.model = model
+        on_text = None if pieces else (self.bridge.on_text if stream else (lambda _p: None))
+        on_piece = self.bridge.on_piece if pieces and stream else None
+        self.future = _queued(lambda: host.serve(model, planned.request, on_text, self.bridge.cancel,
+                                                 max_tokens_given=planned.max_tokens_given, on_piece=on_piece))
+        self.bridge.attach(self.future)
+
+    async def whole(self, request: Request, prompt_param: str) -> Served | None:
+        """The finished request; None when the client went away first (the generation is then stopped)."""
         try:
-            finished, _ = await _or_disconnect(request, asyncio.wrap_future(future))
+            finished, _ = await _or_disconnect(request, asyncio.wrap_future(self.future))
         except HearthError:  # refused: _result answers it, naming the field
             finished = True
         if not finished:
-            bridge.cancel.cancel()
+            self.bridge.cancel.cancel()
+            return None
+        return _result(self.future, prompt_param)
+
+    async def first(self, request: Request) -> tuple | None:
+        """Streaming: the first piece or the end, so a request the engine refuses (a prompt longer than the
+        context, a model that cannot load) still gets its proper status; None when the client went away."""
+        started, first = await _or_disconnect(request, self.bridge.events.get())
+        if not started:
+            self.bridge.cancel.cancel()
+            return None
+        return first
+
+
+async def _resolve(host: ModelHost, settings: ServerSettings, planned: Planned) -> str:
+    return (await run_in_threadpool(host.resolve_model, planned.model, settings.any_model)).name
+
+
+async def _answer(request: Request, host: ModelHost, settings: ServerSettings, planned: Planned, *, chat: bool,
+                  stream: bool, include_usage: bool) -> Response:
+    model = await _resolve(host, settings, planned)
+    started = _Started(host, settings, planned, model, stream=stream, pieces=chat)
+    param = "messages" if chat else "prompt"
+    rid, created = new_id("chatcmpl" if chat else "cmpl"), now()
+    if not stream:
+        served = await started.whole(request, param)
+        if served is None:
             return Response(status_code=499)
-        served = _result(future, chat)
         body = (chat_completion if chat else text_completion)(served, rid, created)
         return JSONResponse(body, headers=cache_headers(served.result.cache))
-    # Streaming: hold the response until the first text or the end, so a request the engine refuses
-    # (a prompt longer than the context, a model that cannot load) still gets its proper status.
-    started, first = await _or_disconnect(request, bridge.events.get())
-    if not started:
-        bridge.cancel.cancel()
+    first = await started.first(request)
+    if first is None:
         return Response(status_code=499)
     headers = dict(SSE_HEADERS)
     if first[0] == "done":
-        served = _result(future, chat)
-        headers.update(cache_headers(served.result.cache))
-    maker = ChunkMaker(chat, rid, planned.model, created)
-    return StreamingResponse(_events(first, bridge, future, maker, include_usage), media_type="text/event-stream",
+        headers.update(cache_headers(_result(started.future, param).result.cache))
+    maker = ChunkMaker(chat, rid, model, created)
+    return StreamingResponse(_events(first, started, maker, include_usage), media_type="text/event-stream",
                              headers=headers)
+
+
+async def _answer_anthropic(request: Request, host: ModelHost, settings: ServerSettings, planned: Planned, *,
+                            stream: bool) -> Response:
+    model = await _resolve(host, settings, planned)
+    started = _Started(host, settings, planned, model, stream=stream, pieces=True)
+    mid = anthropic_wire.message_id()
+    if not stream:
+        served = await started.whole(request, "messages")
+        if served is None:
+            return Response(status_code=499)
+        return JSONResponse(anthropic_wire.message(served, mid), headers=cache_headers(served.result.cache))
+    first = await started.first(request)
+    if first is None:
+        return Response(status_code=499)
+    headers = dict(SSE_HEADERS)
+    if first[0] == "done":
+        headers.update(cache_headers(_result(started.future, "messages").result.cache))
+    maker = anthropic_wire.EventMaker(mid, model)
+    return StreamingResponse(_anthropic_events(first, started, maker, request.url.path),
+                             media_type="text/event-stream", headers=headers)
 
 
 def _sse(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _events(first: tuple, bridge: _Bridge, future: Future, maker: ChunkMaker,
-                  include_usage: bool) -> AsyncIterator[str]:
+async def _events(first: tuple, started: _Started, maker: ChunkMaker, include_usage: bool) -> AsyncIterator[str]:
+    bridge, future = started.bridge, started.future
     try:
         yield _sse(maker.first())
         kind, value = first
-        while kind == "text":
-            yield _sse(maker.text(value))
+        while kind != "done":
+            for chunk in ([maker.text(value)] if kind == "text" else maker.piece(value)):
+                yield _sse(chunk)
             kind, value = await bridge.events.get()
         try:
-            served = _result(future, maker.chat)
+            served = _result(future, "messages" if maker.chat else "prompt")
         except ApiError as exc:  # the stream has begun: the error goes in it, as OpenAI's does
             yield _sse(exc.body())
         else:
@@ -232,4 +321,27 @@ async def _events(first: tuple, bridge: _Bridge, future: Future, maker: ChunkMak
         yield _sse("[DONE]")
     finally:
         if not future.done():  # the client went away mid-stream: stop at the next token
+            bridge.cancel.cancel()
+
+
+async def _anthropic_events(first: tuple, started: _Started, maker: anthropic_wire.EventMaker,
+                            path: str) -> AsyncIterator[str]:
+    bridge, future = started.bridge, started.future
+    try:
+        for event in maker.start():
+            yield event
+        kind, value = first
+        while kind != "done":
+            for event in maker.piece(value):
+                yield event
+            kind, value = await bridge.events.get()
+        try:
+            served = _result(future, "messages")
+        except ApiError as exc:  # the stream has begun: Anthropic's error event
+            yield maker.error(exc.shaped(path)[1])
+        else:
+            for event in maker.end(served):
+                yield event
+    finally:
+        if not future.done():
             bridge.cancel.cancel()
