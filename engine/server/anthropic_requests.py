@@ -47,13 +47,13 @@ def anthropic_id(call_id: str) -> str:
     return f"toolu_{m.group(2)}" if m else call_id
 
 
-def _system(system: str | list[TextBlock] | None) -> tuple[str | None, bool]:
-    """The system prompt's text (None without one) and whether it carries a cache breakpoint."""
+def _system(system: str | list[TextBlock] | None) -> tuple[str | None, int]:
+    """The system prompt's text (None without one) and how many cache breakpoints it carries."""
     if system is None:
-        return None, False
+        return None, 0
     if isinstance(system, str):
-        return system, False
-    return JOIN.join(b.text for b in system), any(b.cache_control for b in system)
+        return system, 0
+    return JOIN.join(b.text for b in system), sum(bool(b.cache_control) for b in system)
 
 
 def _unreadable(block: UnreadableBlock, param: str) -> None:

@@ -116,9 +116,9 @@ def chat_request(body: ChatRequest, header: str | None) -> Planned:
     _common(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise _bad("top_logprobs needs logprobs set to true", "top_logprobs")
+    messages = tuple(chat_message(m, i) for i, m in enumerate(body.messages))
     if not any(m.role == "user" for m in body.messages):
         raise _bad("messages has no user message to answer", "messages")
-    messages = tuple(chat_message(m, i) for i, m in enumerate(body.messages))
     check_answers(messages, lambda i: f"messages.{i}.tool_call_id")
     tools, choice = chat_tools(body)
     fmt = None
