@@ -28,9 +28,18 @@ from engine.server.anthropic_schemas import (
 )
 from engine.server.requests import Planned
 from engine.server.tool_checks import bad, check_answers, require_tool, tool_names
-from engine.types import SamplingParams, ServeRequest, ToolChoice, ToolChoiceMode
+from engine.types import (
+    ResponseFormat,
+    ResponseFormatKind,
+    SamplingParams,
+    ServeRequest,
+    ToolChoice,
+    ToolChoiceMode,
+)
 
 MAX_CACHE_BREAKPOINTS = 4  # as Anthropic
+# output_config.effort as the reasoning_effort templates know (gpt-oss's low / medium / high)
+EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 JOIN = "\n\n"  # between the text blocks of one message (and of the system prompt)
 _OUR_ID = re.compile(r"(call|toolu)_([0-9a-f]{24})")
 
@@ -167,18 +176,20 @@ def _tools(body: CountTokensRequest) -> tuple[tuple[dict, ...], ToolChoice, bool
 
 def _thinking(body: CountTokensRequest, max_tokens: int | None) -> dict:
     t = body.thinking
+    effort = body.output_config.effort if body.output_config else None
+    variables = {"reasoning_effort": EFFORT[effort]} if effort else {}
     if t is None:
-        return {}
+        return variables
     if t.type == "disabled":
-        return {"enable_thinking": False}
+        return {**variables, "enable_thinking": False}
     if t.type == "adaptive":
-        return {"enable_thinking": True}
+        return {**variables, "enable_thinking": True}
     if t.budget_tokens is None:
         raise bad("thinking of type 'enabled' needs budget_tokens", "thinking.budget_tokens")
     if max_tokens is not None and t.budget_tokens >= max_tokens:
         raise bad(f"max_tokens ({max_tokens}) must be greater than thinking.budget_tokens ({t.budget_tokens})",
                   "thinking.budget_tokens")
-    return {"enable_thinking": True, "thinking_budget": t.budget_tokens}
+    return {**variables, "enable_thinking": True, "thinking_budget": t.budget_tokens}
 
 
 def prompt_parts(body: CountTokensRequest, max_tokens: int | None = None) -> tuple[tuple[dict, ...], tuple[dict, ...],
@@ -197,7 +208,10 @@ def prompt_parts(body: CountTokensRequest, max_tokens: int | None = None) -> tup
         messages.extend(made)
         if marked:
             points.append(len(messages))
-    breakpoints = system_marked + sum(bool(t.cache_control) for t in body.tools or []) + _block_marks(body)
+    if body.cache_control is not None:  # automatic caching: a breakpoint on the last block
+        points.append(len(messages))
+    breakpoints = (system_marked + sum(bool(t.cache_control) for t in body.tools or []) + _block_marks(body)
+                   + (body.cache_control is not None))
     if breakpoints > MAX_CACHE_BREAKPOINTS:
         raise bad(f"a request may carry at most {MAX_CACHE_BREAKPOINTS} blocks with cache_control, found {breakpoints}",
                   "messages")
@@ -237,10 +251,22 @@ def bound_conversation(header: str | None) -> str | None:
         raise bad(str(exc), "X-Hearth-Conversation") from None
 
 
+def output_format(body: MessagesRequest, choice: ToolChoice) -> ResponseFormat | None:
+    """``output_config.format``: structured output, as ``response_format`` json_schema on the OpenAI side."""
+    spec = body.output_config.format if body.output_config else None
+    if spec is None:
+        return None
+    if choice.mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION):
+        raise bad("output_config.format cannot be combined with a tool_choice that forces a call",
+                  "output_config.format")
+    return ResponseFormat(ResponseFormatKind.JSON_SCHEMA, spec.schema_, "output")
+
+
 def messages_request(body: MessagesRequest, header: str | None) -> Planned:
     messages, tools, choice, parallel, variables, points = prompt_parts(body, body.max_tokens)
     stop = tuple(s for s in body.stop_sequences or () if s)
     request = ServeRequest(messages=messages, params=sampling(body), max_tokens=body.max_tokens, stop=stop,
                            conversation=bound_conversation(header), tools=tools, tool_choice=choice,
-                           parallel_tool_calls=parallel, template_kwargs=variables, save_points=points)
+                           parallel_tool_calls=parallel, template_kwargs=variables, save_points=points,
+                           response_format=output_format(body, choice))
     return Planned(request, body.model, True)

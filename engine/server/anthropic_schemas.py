@@ -104,6 +104,18 @@ class Thinking(_Lenient):
     budget_tokens: int | None = Field(default=None, ge=MIN_THINKING_BUDGET)
 
 
+class OutputFormat(_Lenient):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Lenient):
+    """Structured output (``format``: the reply is JSON valid against the schema) and ``effort``."""
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: OutputFormat | None = None
+
+
 class Metadata(_Lenient):
     user_id: str | None = Field(default=None, max_length=256)
 
@@ -117,6 +129,8 @@ class CountTokensRequest(_Lenient):
     tools: list[AnthropicTool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: AnthropicToolChoice | None = None
     thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    cache_control: CacheControl | None = None  # a breakpoint on the last block (automatic caching)
 
 
 class MessagesRequest(CountTokensRequest):
