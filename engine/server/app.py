@@ -30,7 +30,7 @@ from engine.server.requests import CONVERSATION_HEADER, Planned, chat_request, c
 from engine.server.runner import QueueFullError, RunnerClosedError
 from engine.server.schemas import ChatRequest, CompletionRequest
 from engine.server.wire import ChunkMaker, cache_headers, chat_completion, new_id, now, text_completion
-from engine.types import CancelToken, ReplyPiece
+from engine.types import CancelToken, PieceKind, ReplyPiece
 
 log = logging.getLogger(__name__)
 # pydantic names the member of a union it tried ("str", "list[str]"): not part of the field's name
@@ -168,10 +168,13 @@ class _Bridge:
             pass
 
     def on_text(self, piece: str) -> None:
-        self._put(("text", piece))
+        self._put(("piece", ReplyPiece(PieceKind.CONTENT, piece)))
 
-    def on_piece(self, piece: ReplyPiece) -> None:
-        self._put(("piece", piece))
+    def on_other_piece(self, piece: ReplyPiece) -> None:
+        """Thinking and calls: the visible text comes through ``on_text``, which every path of the engine
+        calls (a request bound to a conversation, too), in the same order as these."""
+        if piece.kind != PieceKind.CONTENT:
+            self._put(("piece", piece))
 
     def attach(self, future: Future) -> None:
         future.add_done_callback(lambda f: self._put(("done", f)))
@@ -221,8 +224,8 @@ class _Started:
                  pieces: bool):
         self.bridge = _Bridge()
         self.model = model
-        on_text = None if pieces else (self.bridge.on_text if stream else (lambda _p: None))
-        on_piece = self.bridge.on_piece if pieces and stream else None
+        on_text = self.bridge.on_text if stream else None
+        on_piece = self.bridge.on_other_piece if pieces and stream else None
         self.future = _queued(lambda: host.serve(model, planned.request, on_text, self.bridge.cancel,
                                                  max_tokens_given=planned.max_tokens_given, on_piece=on_piece))
         self.bridge.attach(self.future)
@@ -306,7 +309,7 @@ async def _events(first: tuple, started: _Started, maker: ChunkMaker, include_us
         yield _sse(maker.first())
         kind, value = first
         while kind != "done":
-            for chunk in ([maker.text(value)] if kind == "text" else maker.piece(value)):
+            for chunk in maker.piece(value):
                 yield _sse(chunk)
             kind, value = await bridge.events.get()
         try:
