@@ -54,11 +54,12 @@ def tool_use(call: ToolCall) -> dict:
 
 
 def content(result: ServeResult) -> list[dict]:
-    """The reply's blocks: its thinking, its text, its calls (a text block, maybe empty, when nothing else)."""
+    """The reply's blocks: its thinking, its text, its calls (an empty text block when there is nothing else,
+    as the stream has)."""
     blocks: list[dict] = []
     if result.reasoning:
         blocks.append({"type": "thinking", "thinking": result.reasoning, "signature": ""})
-    if result.text or not result.tool_calls:
+    if result.text or not (result.tool_calls or result.reasoning):
         blocks.append({"type": "text", "text": result.text})
     blocks.extend(tool_use(c) for c in result.tool_calls)
     return blocks
