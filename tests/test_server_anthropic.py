@@ -366,3 +366,11 @@ def test_a_bound_message_is_stored_into_the_conversation(tiny):
         store.close()
     assert stored[0] == "Say hello." and len(stored) == 2
     assert_anthropic_error(post(s, BODY, headers={"X-Hearth-Conversation": "../x"}), 400, "invalid_request_error")
+
+
+def test_the_anthropic_client_lists_the_models_the_loaded_one_first(tiny):
+    s = tiny()
+    page = client(s).models.list()
+    assert [(m.id, m.type) for m in page.data] == [(TINY, "model")] and page.data[0].model_extra["loaded"] is True
+    assert client(s).models.retrieve(TINY).id == TINY
+    assert httpx.get(s.base + "/v1/models", timeout=WAIT_S).json()["object"] == "list"  # OpenAI's without the header

@@ -276,3 +276,18 @@ def test_errors_take_the_shape_of_the_api_asked(status, code, anthropic_status, 
     assert got == anthropic_status and body == {"type": "error", "error": {"type": kind, "message": "why"}}
     got, body = shaped("/v1/chat/completions", status, "why", "p", code)
     assert got == status and body["error"]["message"] == "why" and body["error"]["param"] == "p"
+
+
+def test_an_error_after_the_stream_began_is_an_error_event():
+    status, body = ApiError(400, "the prompt is too long", code="context_length_exceeded").shaped("/v1/messages")
+    (kind, data), = parse_events(EventMaker.error(body))
+    assert status == 400 and kind == "error" and data["error"] == {"type": "invalid_request_error",
+                                                                   "message": "the prompt is too long"}
+
+
+def test_serve_takes_any_model():
+    from engine.cli.main import build_parser
+    from engine.server.main import settings_from_args
+
+    assert settings_from_args(build_parser().parse_args(["serve", "--any-model"])).any_model is True
+    assert settings_from_args(build_parser().parse_args(["serve"])).any_model is False

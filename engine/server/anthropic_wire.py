@@ -71,6 +71,17 @@ def message(served: Served, mid: str) -> dict:
             "stop_reason": stop_reason(r), "stop_sequence": r.stop_sequence, "usage": usage(r)}
 
 
+def model_object(name: str, loaded: bool) -> dict:
+    """Anthropic's model object; ``loaded`` (Hearth's) marks the one in memory."""
+    return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z", "loaded": loaded}
+
+
+def model_list(names: list[str], current: str) -> dict:
+    """Anthropic's page of models (one page: a library is small), the loaded one first."""
+    return {"data": [model_object(n, n == current) for n in names], "has_more": False,
+            "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
+
+
 def count_body(tokens: int) -> dict:
     return {"input_tokens": tokens}
 

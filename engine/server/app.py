@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 _UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")
 RETRY_AFTER_S = 1
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+ANTHROPIC_VERSION = "anthropic-version"  # the header Anthropic's clients send with every request
 
 
 def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
@@ -52,13 +53,18 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/v1/models")
-    def models() -> dict:
+    def models(request: Request) -> dict:
         current = host.current
-        return {"object": "list", "data": [_model_object(m.name, m.name == current) for m in host.ready_models()]}
+        names = [m.name for m in host.ready_models()]
+        if ANTHROPIC_VERSION in request.headers:  # Anthropic's client lists models at the same path
+            return anthropic_wire.model_list(names, current)
+        return {"object": "list", "data": [_model_object(n, n == current) for n in names]}
 
     @app.get("/v1/models/{name:path}")
-    def model(name: str) -> dict:
+    def model(name: str, request: Request) -> dict:
         found = host.require_model(name).name
+        if ANTHROPIC_VERSION in request.headers:
+            return anthropic_wire.model_object(found, found == host.current)
         return _model_object(found, found == host.current)
 
     @app.post("/v1/chat/completions")
