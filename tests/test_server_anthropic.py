@@ -374,3 +374,11 @@ def test_the_anthropic_client_lists_the_models_the_loaded_one_first(tiny):
     assert [(m.id, m.type) for m in page.data] == [(TINY, "model")] and page.data[0].model_extra["loaded"] is True
     assert client(s).models.retrieve(TINY).id == TINY
     assert httpx.get(s.base + "/v1/models", timeout=WAIT_S).json()["object"] == "list"  # OpenAI's without the header
+
+
+def test_a_bad_block_is_named_by_where_it_is(tiny):
+    s = tiny()
+    r = post(s, {**BODY, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f"}]}]})
+    assert assert_anthropic_error(r, 400, "invalid_request_error").startswith("messages.0.content.0.input:")
+    r = post(s, {**BODY, "messages": [{"role": "user", "content": [{"type": "weird"}]}]})
+    assert "'weird'" in assert_anthropic_error(r, 400, "invalid_request_error")

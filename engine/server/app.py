@@ -153,10 +153,26 @@ async def _parse(request: Request, schema: type[BaseModel]) -> BaseModel:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"] if not _UNION_TAG.match(str(p))) or None
+        # the deepest error: a value that fits no member of a union fails each, and the shallow failures
+        # ("content: Input should be a valid string") hide the one that says what is wrong inside it
+        first = max(exc.errors(), key=lambda e: len(e["loc"]))
+        param = _field(first["loc"], data)
         raise ApiError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param,
                        code="invalid_value") from None
+
+
+def _field(loc: tuple, data: object) -> str | None:
+    """An error's place as the client wrote it: pydantic's path less the union members it names (a member's
+    tag, such as "str" or "tool_use", or a model's class name), which are not fields of the request."""
+    parts, node = [], data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) \
+                and 0 <= part < len(node):
+            parts.append(str(part))
+            node = node[part]
+        elif i == len(loc) - 1 and not _UNION_TAG.match(str(part)):  # a missing field is named last
+            parts.append(str(part))
+    return ".".join(parts) or None
 
 
 class _Bridge:
