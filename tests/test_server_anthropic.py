@@ -274,6 +274,7 @@ def test_the_key_comes_from_x_api_key_or_bearer(tiny):
     assert_anthropic_error(post(s, BODY, headers={"Authorization": "Bearer wrong-key-123"}), 401, "authentication_error")
     assert post(s, BODY, headers={"x-api-key": KEY}).status_code == 200
     assert post(s, BODY, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert post(s, BODY, headers={"x-api-key": "", "Authorization": f"Bearer {KEY}"}).status_code == 200  # either
     assert client(s).messages.create(model=TINY, max_tokens=2, messages=HELLO).content
     assert client(s, api_key=None, auth_token=None, default_headers={"x-api-key": KEY}).messages.create(
         model=TINY, max_tokens=2, messages=HELLO).content

@@ -126,15 +126,21 @@ class JsonOnly:
         await self.app(scope, receive, send)
 
 
-def given_key(scope) -> tuple[str, str | None]:
-    """(what the client sent, the key in it or None): ``x-api-key: KEY`` (Anthropic's clients) or
-    ``Authorization: Bearer KEY`` (OpenAI's), on every endpoint."""
+def given_keys(scope) -> tuple[bool, list[str]]:
+    """(whether the client sent any credentials, the keys it sent): ``x-api-key: KEY`` (Anthropic's clients)
+    and ``Authorization: Bearer KEY`` (OpenAI's), on every endpoint; a client may send both."""
+    keys, sent = [], False
     api_key = _header(scope, b"x-api-key")
     if api_key is not None:
-        return api_key, api_key.strip()
-    given = _header(scope, b"authorization") or ""
-    scheme, _, token = given.partition(" ")
-    return given, token.strip() if scheme.lower() == "bearer" else None
+        sent = True
+        keys.append(api_key.strip())
+    given = _header(scope, b"authorization")
+    if given is not None:
+        sent = True
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() == "bearer":
+            keys.append(token.strip())
+    return sent, keys
 
 
 class KeyGuard:
@@ -147,9 +153,10 @@ class KeyGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and self.key is not None and scope["method"] != "OPTIONS" \
                 and scope["path"] not in OPEN_PATHS:
-            given, token = given_key(scope)
-            if token is None or not hmac.compare_digest(token.encode(), self.key):
-                message = ("missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'" if not given
+            sent, keys = given_keys(scope)
+            # every key compared (no early exit), each in constant time
+            if not sum(hmac.compare_digest(k.encode(), self.key) for k in keys):
+                message = ("missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'" if not sent
                            else "incorrect API key")
                 await _refuse(scope, send, 401, message, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
                 return
