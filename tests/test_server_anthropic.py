@@ -383,3 +383,12 @@ def test_a_bad_block_is_named_by_where_it_is(tiny):
     assert assert_anthropic_error(r, 400, "invalid_request_error").startswith("messages.0.content.0.input:")
     r = post(s, {**BODY, "messages": [{"role": "user", "content": [{"type": "weird"}]}]})
     assert "'weird'" in assert_anthropic_error(r, 400, "invalid_request_error")
+
+
+@pytest.mark.real_model
+def test_output_config_format_constrains_the_reply_to_the_schema(real):
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+              "required": ["answer"], "additionalProperties": False}
+    reply = create(real, messages=[{"role": "user", "content": "Is water wet? Answer in JSON."}], max_tokens=30,
+                   output_config={"format": {"type": "json_schema", "schema": schema}})
+    jsonschema.validate(json.loads(reply.content[0].text), schema)

@@ -159,6 +159,13 @@ def test_anthropic_blocks_become_openai_shaped_messages_with_save_points():
     assert r.stop == ("END",) and r.params.greedy and r.max_tokens == 2048
 
 
+def test_output_config_and_a_top_level_breakpoint():
+    r = messages_request(anthropic(output_config={"effort": "max", "format": {"type": "json_schema", "schema": {
+        "type": "object"}}}, cache_control={"type": "ephemeral"}), None).request
+    assert r.response_format.schema == {"type": "object"} and r.template_kwargs == {"reasoning_effort": "high"}
+    assert r.save_points == (1,)
+
+
 def test_ids_map_between_the_apis():
     assert anthropic_id(f"call_{HEX}") == f"toolu_{HEX}" and engine_id(f"toolu_{HEX}") == f"call_{HEX}"
     assert engine_id("toolu_theirs") == "toolu_theirs" and anthropic_id("other") == "other"
@@ -201,7 +208,10 @@ TOOL_A = {"name": "get_weather", "input_schema": {"type": "object"}}
     ({"tools": [TOOL_A], "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice.name"),
     ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
     ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 1024}, "thinking.budget_tokens"),
-    ({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}] * 5}, "messages"),
+    ({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}] * 4,
+      "cache_control": {"type": "ephemeral"}}, "messages"),
+    ({"tools": [TOOL_A], "tool_choice": {"type": "any"}, "output_config": {"format": {
+        "type": "json_schema", "schema": {"type": "object"}}}}, "output_config.format"),
 ])
 def test_anthropic_bad_requests_are_400_naming_the_field(body, param):
     assert bad_param(messages_request, anthropic(**body), None) == param
