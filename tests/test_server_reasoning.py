@@ -78,3 +78,4 @@ def test_a_thinking_turn_in_the_history_is_accepted_both_ways(thinker):
               {"role": "user", "content": "And sunsets?"}]
     r = httpx.post(thinker.base + "/v1/messages", json={"max_tokens": 4, "messages": blocks}, timeout=WAIT_S)
     assert r.status_code == 200, r.text
+
