@@ -8,7 +8,6 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
-from concurrent.futures import Future
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -21,21 +20,19 @@ from engine.errors import HearthError
 from engine.server import anthropic_wire
 from engine.server.anthropic_requests import messages_request, prompt_parts
 from engine.server.anthropic_schemas import CountTokensRequest, MessagesRequest
-from engine.server.backend import ModelHost, Served
+from engine.server.backend import ModelHost
 from engine.server.config import ServerSettings
 from engine.server.errors import ApiError, from_engine, shaped
 from engine.server.guards import BodyLimit, HostGuard, JsonOnly, KeyGuard, OriginGuard
 from engine.server.json_body import read_object
+from engine.server.pending import Pending, or_disconnect, queued, result_of
 from engine.server.requests import CONVERSATION_HEADER, Planned, chat_request, completion_request
-from engine.server.runner import QueueFullError, RunnerClosedError
 from engine.server.schemas import ChatRequest, CompletionRequest
 from engine.server.wire import ChunkMaker, cache_headers, chat_completion, new_id, now, text_completion
-from engine.types import CancelToken, PieceKind, ReplyPiece
 
 log = logging.getLogger(__name__)
 # pydantic names the member of a union it tried ("str", "list[str]"): not part of the field's name
 _UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")
-RETRY_AFTER_S = 1
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ANTHROPIC_VERSION = "anthropic-version"  # the header Anthropic's clients send with every request
 
@@ -94,8 +91,8 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
         body = await _parse(request, CountTokensRequest)
         messages, tools, _choice, _parallel, variables, _points = prompt_parts(body)
         model = (await run_in_threadpool(host.resolve_model, body.model, settings.any_model)).name
-        future = _queued(lambda: host.count_prompt(model, messages, tools, variables))
-        finished, tokens = await _or_disconnect(request, asyncio.wrap_future(future))
+        future = queued(lambda: host.count_prompt(model, messages, tools, variables))
+        finished, tokens = await or_disconnect(request, asyncio.wrap_future(future))
         if not finished:
             return Response(status_code=499)
         return anthropic_wire.count_body(tokens)
@@ -175,104 +172,6 @@ def _field(loc: tuple, data: object) -> str | None:
     return ".".join(parts) or None
 
 
-class _Bridge:
-    """Carries the engine thread's text pieces and its end into the event loop, in order."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.events: asyncio.Queue = asyncio.Queue()
-        self.cancel = CancelToken()
-
-    def _put(self, event: tuple) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-        except RuntimeError:  # the loop is gone (shutting down): nobody is listening
-            pass
-
-    def on_text(self, piece: str) -> None:
-        self._put(("piece", ReplyPiece(PieceKind.CONTENT, piece)))
-
-    def on_other_piece(self, piece: ReplyPiece) -> None:
-        """Thinking and calls: the visible text comes through ``on_text``, which every path of the engine
-        calls (a request bound to a conversation, too), in the same order as these."""
-        if piece.kind != PieceKind.CONTENT:
-            self._put(("piece", piece))
-
-    def attach(self, future: Future) -> None:
-        future.add_done_callback(lambda f: self._put(("done", f)))
-
-
-async def _until_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _or_disconnect(request: Request, awaitable) -> tuple[bool, object]:
-    """(True, result) when ``awaitable`` finished first; (False, None) when the client went away."""
-    work = asyncio.ensure_future(awaitable)
-    gone = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-    if work.done():
-        return True, work.result()
-    work.cancel()
-    return False, None
-
-
-def _result(future: Future, prompt_param: str) -> Served:
-    try:
-        return future.result()
-    except HearthError as exc:
-        raise from_engine(exc, prompt_param) from None
-
-
-def _queued(submit) -> Future:
-    """``submit()``'s Future; a full queue or a closing server answered as the API says."""
-    try:
-        return submit()
-    except QueueFullError as exc:
-        raise ApiError(429, f"the server is busy ({exc}); retry shortly", code="queue_full",
-                       headers={"Retry-After": str(RETRY_AFTER_S)}) from None
-    except RunnerClosedError as exc:
-        raise ApiError(503, str(exc), code="shutting_down") from None
-
-
-class _Started:
-    """A request queued on the engine: its bridge, Future and the library model that runs it."""
-
-    def __init__(self, host: ModelHost, settings: ServerSettings, planned: Planned, model: str, *, stream: bool,
-                 pieces: bool):
-        self.bridge = _Bridge()
-        self.model = model
-        on_text = self.bridge.on_text if stream else None
-        on_piece = self.bridge.on_other_piece if pieces and stream else None
-        self.future = _queued(lambda: host.serve(model, planned.request, on_text, self.bridge.cancel,
-                                                 max_tokens_given=planned.max_tokens_given, on_piece=on_piece))
-        self.bridge.attach(self.future)
-
-    async def whole(self, request: Request, prompt_param: str) -> Served | None:
-        """The finished request; None when the client went away first (the generation is then stopped)."""
-        try:
-            finished, _ = await _or_disconnect(request, asyncio.wrap_future(self.future))
-        except HearthError:  # refused: _result answers it, naming the field
-            finished = True
-        if not finished:
-            self.bridge.cancel.cancel()
-            return None
-        return _result(self.future, prompt_param)
-
-    async def first(self, request: Request) -> tuple | None:
-        """Streaming: the first piece or the end, so a request the engine refuses (a prompt longer than the
-        context, a model that cannot load) still gets its proper status; None when the client went away."""
-        started, first = await _or_disconnect(request, self.bridge.events.get())
-        if not started:
-            self.bridge.cancel.cancel()
-            return None
-        return first
-
-
 async def _resolve(host: ModelHost, settings: ServerSettings, planned: Planned) -> str:
     return (await run_in_threadpool(host.resolve_model, planned.model, settings.any_model)).name
 
@@ -280,7 +179,7 @@ async def _resolve(host: ModelHost, settings: ServerSettings, planned: Planned) 
 async def _answer(request: Request, host: ModelHost, settings: ServerSettings, planned: Planned, *, chat: bool,
                   stream: bool, include_usage: bool) -> Response:
     model = await _resolve(host, settings, planned)
-    started = _Started(host, settings, planned, model, stream=stream, pieces=chat)
+    started = Pending(host, planned, model, stream=stream, pieces=chat)
     param = "messages" if chat else "prompt"
     rid, created = new_id("chatcmpl" if chat else "cmpl"), now()
     if not stream:
@@ -294,7 +193,7 @@ async def _answer(request: Request, host: ModelHost, settings: ServerSettings, p
         return Response(status_code=499)
     headers = dict(SSE_HEADERS)
     if first[0] == "done":
-        headers.update(cache_headers(_result(started.future, param).result.cache))
+        headers.update(cache_headers(result_of(started.future, param).result.cache))
     maker = ChunkMaker(chat, rid, model, created)
     return StreamingResponse(_events(first, started, maker, include_usage), media_type="text/event-stream",
                              headers=headers)
@@ -303,7 +202,7 @@ async def _answer(request: Request, host: ModelHost, settings: ServerSettings, p
 async def _answer_anthropic(request: Request, host: ModelHost, settings: ServerSettings, planned: Planned, *,
                             stream: bool) -> Response:
     model = await _resolve(host, settings, planned)
-    started = _Started(host, settings, planned, model, stream=stream, pieces=True)
+    started = Pending(host, planned, model, stream=stream, pieces=True)
     mid = anthropic_wire.message_id()
     if not stream:
         served = await started.whole(request, "messages")
@@ -315,7 +214,7 @@ async def _answer_anthropic(request: Request, host: ModelHost, settings: ServerS
         return Response(status_code=499)
     headers = dict(SSE_HEADERS)
     if first[0] == "done":
-        headers.update(cache_headers(_result(started.future, "messages").result.cache))
+        headers.update(cache_headers(result_of(started.future, "messages").result.cache))
     maker = anthropic_wire.EventMaker(mid, model)
     return StreamingResponse(_anthropic_events(first, started, maker, request.url.path),
                              media_type="text/event-stream", headers=headers)
@@ -325,7 +224,7 @@ def _sse(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _events(first: tuple, started: _Started, maker: ChunkMaker, include_usage: bool) -> AsyncIterator[str]:
+async def _events(first: tuple, started: Pending, maker: ChunkMaker, include_usage: bool) -> AsyncIterator[str]:
     bridge, future = started.bridge, started.future
     try:
         yield _sse(maker.first())
@@ -335,7 +234,7 @@ async def _events(first: tuple, started: _Started, maker: ChunkMaker, include_us
                 yield _sse(chunk)
             kind, value = await bridge.events.get()
         try:
-            served = _result(future, "messages" if maker.chat else "prompt")
+            served = result_of(future, "messages" if maker.chat else "prompt")
         except ApiError as exc:  # the stream has begun: the error goes in it, as OpenAI's does
             yield _sse(exc.body())
         else:
@@ -349,7 +248,7 @@ async def _events(first: tuple, started: _Started, maker: ChunkMaker, include_us
             bridge.cancel.cancel()
 
 
-async def _anthropic_events(first: tuple, started: _Started, maker: anthropic_wire.EventMaker,
+async def _anthropic_events(first: tuple, started: Pending, maker: anthropic_wire.EventMaker,
                             path: str) -> AsyncIterator[str]:
     bridge, future = started.bridge, started.future
     try:
@@ -361,7 +260,7 @@ async def _anthropic_events(first: tuple, started: _Started, maker: anthropic_wi
                 yield event
             kind, value = await bridge.events.get()
         try:
-            served = _result(future, "messages")
+            served = result_of(future, "messages")
         except ApiError as exc:  # the stream has begun: Anthropic's error event
             yield maker.error(exc.shaped(path)[1])
         else:
