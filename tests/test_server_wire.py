@@ -77,10 +77,12 @@ def test_openai_tool_choice_modes(choice, mode):
 def test_a_model_is_optional_and_arguments_given_as_an_object_or_empty_are_json_text():
     planned = chat_request(chat(messages=[
         {"role": "user", "content": "x"},
-        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": ""}}]},
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": ""}},
+                                             {"id": "b", "function": {"name": "f", "arguments": {"x": "é"}}}]},
         {"role": "tool", "tool_call_id": "a", "content": "r"}]), None)
     assert planned.model is None
-    assert planned.request.messages[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+    calls = planned.request.messages[1]["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == ["{}", '{"x": "é"}']
 
 
 @pytest.mark.parametrize("body, param", [

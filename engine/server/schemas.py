@@ -35,7 +35,8 @@ class TextPart(_Lenient):
 
 class FunctionCall(_Lenient):
     name: str = Field(pattern=TOOL_NAME)
-    arguments: str  # JSON text of an object, as OpenAI sends it (checked in requests.py)
+    # JSON text of an object, as OpenAI sends it (checked in requests.py); some clients send the object itself
+    arguments: str | dict[str, Any] = ""
 
 
 class ToolCallSpec(_Lenient):
