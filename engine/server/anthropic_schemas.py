@@ -124,7 +124,7 @@ class CountTokensRequest(_Lenient):
     """What count_tokens reads: the prompt's parts (no sampling, no max_tokens)."""
 
     model: str | None = Field(default=None, min_length=1, max_length=256)  # None: the loaded model
-    system: str | list[TextBlock] | None = None
+    system: str | Annotated[list[TextBlock], Field(max_length=MAX_BLOCKS)] | None = None
     messages: list[AnthropicMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     tools: list[AnthropicTool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: AnthropicToolChoice | None = None
