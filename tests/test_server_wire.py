@@ -107,6 +107,19 @@ def test_openai_bad_tool_requests_are_400_naming_the_field(body, param):
     assert bad_param(chat_request, chat(**body), None) == param
 
 
+@pytest.mark.parametrize("body", [{"messages": [{"role": "user", "content": "x"}] * 10_001},
+                                  {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}] * 1001}]},
+                                  {"tools": [TOOL] * 129}])
+def test_counts_are_capped(body):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        chat(**body)
+    with pytest.raises(ValidationError):
+        anthropic(messages=body["messages"]) if "messages" in body else anthropic(tools=[
+            {"name": "f", "input_schema": {"type": "object"}}] * 129)
+
+
 # OpenAI results ---------------------------------------------------------------------------------------------
 def test_a_reply_that_only_calls_has_null_content_and_finish_reason_tool_calls():
     calls = (ToolCall("call_1", "get_weather", '{"city": "Oslo"}', 0),)

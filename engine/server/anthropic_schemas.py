@@ -12,11 +12,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.server.schemas import MAX_DESCRIPTION_CHARS, MAX_ID_CHARS, MAX_TOOLS, TOOL_NAME
+from engine.server.schemas import MAX_DESCRIPTION_CHARS, MAX_ID_CHARS, MAX_MESSAGES, MAX_TOOLS, TOOL_NAME
 
 MAX_STOP_SEQUENCES = 16  # the engine's limit (Anthropic sets none); agents pass a few turn markers
 MAX_STOP_CHARS = 512
-MAX_MESSAGES = 10_000  # the body's size bounds the text; this bounds the count of small ones
 MAX_BLOCKS = 1_000  # in one message
 MIN_THINKING_BUDGET = 1024  # as Anthropic
 

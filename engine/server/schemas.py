@@ -17,6 +17,8 @@ MAX_STOP_CHARS = 256
 RANDOM_SEED = -1  # llama.cpp's convention, which clients of local servers send: a fresh random seed
 MAX_SEED = 2**64 - 1
 MAX_TOOLS = 128  # as OpenAI
+MAX_MESSAGES = 10_000  # the body's size bounds the text; this bounds the count of small ones
+MAX_PARTS = 1_000  # content parts in one message
 MAX_TOOL_CALLS = 128  # calls one assistant message may carry
 MAX_ID_CHARS = 256  # a tool call's id (opaque to Hearth; clients echo ours back)
 MAX_DESCRIPTION_CHARS = 16_384
@@ -49,7 +51,7 @@ class ToolCallSpec(_Lenient):
 
 class Message(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | Annotated[list[TextPart], Field(max_length=MAX_PARTS)] | None = None
     name: str | None = Field(default=None, max_length=256)
     tool_calls: list[ToolCallSpec] | None = Field(default=None, max_length=MAX_TOOL_CALLS)  # assistant
     tool_call_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)  # tool
@@ -140,7 +142,7 @@ class NamedToolChoice(_Lenient):
 
 
 class ChatRequest(_Sampling):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
