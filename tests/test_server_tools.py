@@ -284,3 +284,20 @@ def test_an_unknown_model_is_404_unless_any_model_is_set(tiny_server):
                                                      max_tokens=2)
     assert reply.model == "other"  # the model that answered, not the name asked for
     assert post(lenient, {"model": "", "messages": [{"role": "user", "content": "hi"}]}).status_code == 400
+
+
+@pytest.mark.real_model
+def test_openais_own_stream_accumulator_reads_the_calls(real):
+    """The client's stream helper puts ``delta.tool_calls`` together by index as it does OpenAI's: the calls
+    it assembles are the whole reply's."""
+    messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    options = {"tools": weather_tools(), "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+               "parallel_tool_calls": False, "max_tokens": 120, "temperature": 0}
+    whole = real.client(timeout=WAIT_S).chat.completions.create(model=MODEL, messages=messages, **options)
+    with real.client(timeout=WAIT_S).chat.completions.stream(model=MODEL, messages=messages, **options) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+        final = stream.get_final_completion()
+    expected = [(c["name"], c["arguments"]) for c in calls_of(whole)]  # the ids differ from request to request
+    assert [(e.name, e.arguments) for e in done] == expected
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert [(c["name"], c["arguments"]) for c in calls_of(final)] == expected
