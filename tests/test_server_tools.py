@@ -262,6 +262,21 @@ def test_models_lists_every_loadable_model_the_loaded_one_first_and_marked(tiny_
     assert [(m["id"], m["loaded"]) for m in data] == [(TINY, True), ("other", False)]
 
 
+def test_after_an_idle_unload_no_model_is_marked_loaded_and_a_request_without_one_loads_it(tiny_server):
+    import time
+
+    s = tiny_server(ServerSettings(idle_unload_s=0.2))
+    s.client().chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    deadline = time.monotonic() + WAIT_S
+    while s.host.state != "unloaded":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    data = httpx.get(s.base + "/v1/models").json()["data"]
+    assert [(m["id"], m["loaded"]) for m in data] == [(TINY, False), ("other", False)]  # the last one first
+    r = post(s, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["model"] == TINY
+
+
 def test_a_request_without_a_model_runs_on_the_loaded_one(tiny_server):
     s = tiny_server()
     r = post(s, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})

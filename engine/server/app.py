@@ -51,7 +51,7 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models")
     def models(request: Request) -> dict:
-        current = host.current
+        current = host.loaded_name()
         names = [m.name for m in host.ready_models()]
         if ANTHROPIC_VERSION in request.headers:  # Anthropic's client lists models at the same path
             return anthropic_wire.model_list(names, current)
@@ -61,8 +61,8 @@ def create_app(host: ModelHost, settings: ServerSettings) -> FastAPI:
     def model(name: str, request: Request) -> dict:
         found = host.require_model(name).name
         if ANTHROPIC_VERSION in request.headers:
-            return anthropic_wire.model_object(found, found == host.current)
-        return _model_object(found, found == host.current)
+            return anthropic_wire.model_object(found, found == host.loaded_name())
+        return _model_object(found, found == host.loaded_name())
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:

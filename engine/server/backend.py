@@ -95,6 +95,10 @@ class ModelHost:
             return self.hearth.model_key
         return self._last_loaded
 
+    def loaded_name(self) -> str | None:
+        """The model in memory now (None after --idle-unload freed it, or before the first load)."""
+        return self.current if self.hearth.model is not None else None
+
     def ready_models(self) -> list[LibraryModel]:
         """The models a request may name, the loaded one (or the one about to load) first."""
         ready = [m for m in self.library.models() if self._runnable(m)]
