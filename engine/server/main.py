@@ -119,7 +119,10 @@ def build_server(host: ModelHost, settings: ServerSettings, announce: bool = Tru
             await super().startup(sockets)
             if self.started and announce:
                 port = self.servers[0].sockets[0].getsockname()[1] if self.servers else settings.port
-                sys.stderr.write(f"hearth-cli: serving http://{_url_host(settings.host)}:{port}/v1\n")
+                root = f"http://{_url_host(settings.host)}:{port}"
+                sys.stderr.write(f"hearth-cli: serving {root}/v1\n")
+                # Anthropic's clients take the root and add /v1/messages themselves
+                sys.stderr.write(f"hearth-cli: Anthropic's Messages API: base URL {root} (ANTHROPIC_BASE_URL)\n")
                 if warning := unkeyed_warning(settings.api_key):
                     sys.stderr.write(f"hearth-cli: warning: {warning}\n")
                 sys.stderr.flush()
