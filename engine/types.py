@@ -263,13 +263,31 @@ class Message:
     created_ms: int = 0
     attachments: tuple[Attachment, ...] = ()
     typed_text: str | None = None  # None: the same as content (filled in by __post_init__)
+    # an agent's turns (issue 30): a reply's thinking (and how long it took, None when not known) and the calls
+    # it made; a tool message's result answers ``tool_call_id`` (``name``: the tool's, "" when not sent)
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+    thought_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.typed_text is None:
             object.__setattr__(self, "typed_text", self.content)
 
     def as_chat(self) -> dict:
-        return {"role": self.role, "content": self.content}
+        """The message as the chat template reads it (OpenAI's shape): the tool fields and the thinking only
+        when there are some, so a chat without them renders as it always did."""
+        chat: dict = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            chat["tool_calls"] = openai_tool_calls(self.tool_calls)
+        if self.tool_call_id:
+            chat["tool_call_id"] = self.tool_call_id
+        if self.name:
+            chat["name"] = self.name
+        if self.reasoning:
+            chat["reasoning_content"] = self.reasoning
+        return chat
 
 
 @dataclass(frozen=True)
@@ -743,6 +761,11 @@ class ToolCall:
     name: str
     arguments: str
     index: int = 0  # its place among the reply's calls (OpenAI streams ``delta.tool_calls`` by index)
+
+
+def openai_tool_calls(calls: tuple[ToolCall, ...] | list[ToolCall]) -> list[dict]:
+    """Calls as OpenAI's ``tool_calls`` list: what a chat template and an export receive."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
 class PieceKind(StrEnum):
