@@ -78,6 +78,7 @@ class GenerationResult:
     timings: Timings = field(default_factory=Timings)
     logprobs: list[types.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
     rebuilt: bool = False  # the reused context gave NaN logits, so the prompt was prefilled again
+    stop_string: str | None = None  # stop_reason "stop": the stop string that ended the reply
 
 
 class Engine:
@@ -265,10 +266,11 @@ class Engine:
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         response_format: ResponseFormat | None = None,
+        grammar: str | None = None,
     ) -> GenerationResult:
         """``decode`` run to its end: its text pieces go to ``on_text`` (a caller that only wants the result)."""
         steps = self.decode(prompt, params, max_new_tokens, progress, cancel, ready_logits, top_logprobs, stop,
-                            presence_penalty, frequency_penalty, response_format)
+                            presence_penalty, frequency_penalty, response_format, grammar)
         return finish(steps, on_text)
 
     def decode(
@@ -284,6 +286,7 @@ class Engine:
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         response_format: ResponseFormat | None = None,
+        grammar: str | None = None,
     ) -> Iterator[Step | GenerationResult]:
         """Decode a reply to ``prompt``, yielding a ``Step`` for every piece of text as it is shown, then
         the ``GenerationResult`` last. The consumer runs at each step before the next forward pass (a
@@ -293,14 +296,18 @@ class Engine:
         and masks) and that many most likely tokens (None: not at all). ``stop``: the reply ends before the
         first of these strings. ``presence_penalty``/``frequency_penalty``: OpenAI's, from -2 to 2, over the
         reply's tokens. ``response_format``: constrain the reply to JSON (ConstraintError, a PromptError, for
-        a bad schema). Bad options raise at the first ``next``, before any model work."""
+        a bad schema). ``grammar``: an llguidance grammar the reply must follow instead (a forced tool call:
+        engine/text/tool_grammar.py). Bad options raise at the first ``next``, before any model work."""
         params = params or SamplingParams()
         sampler = Sampler(params, presence_penalty, frequency_penalty)
         stops = StopStringFilter(stop)
         if max_new_tokens < 1:
             raise PromptError("max new tokens must be at least 1")
         stop_ids = self.stop_ids
-        constraint = Constraint.for_format(response_format, self.tokenizer, stop_ids)  # before any work
+        if grammar is not None and response_format is not None:
+            raise PromptError("a reply can follow one constraint: a response format or a forced tool call, not both")
+        constraint = (Constraint(self.tokenizer, grammar, stop_ids) if grammar is not None
+                      else Constraint.for_format(response_format, self.tokenizer, stop_ids))  # before any work
         if top_logprobs is not None:
             try:
                 check_top_logprobs(top_logprobs)
@@ -364,7 +371,7 @@ class Engine:
                 counts[token] += 1
             yield from show(stops.push(stream.push(token)), token)
             if stops.stopped:
-                result.stop_reason = "stop"
+                result.stop_reason, result.stop_string = "stop", stops.matched
                 break
             if constraint is not None and constraint.done:  # nothing but the end may follow: end now
                 result.stop_reason = "eos"
@@ -384,7 +391,7 @@ class Engine:
             yield from show(stops.push(stream.flush()), None)
             yield from show(stops.flush(), None)
             if stops.stopped:  # a stop string completed while a longer one it might begin was pending
-                result.stop_reason = "stop"
+                result.stop_reason, result.stop_string = "stop", stops.matched
         result.text = "".join(pieces)
         steps = len(self.tokens) - len(prompt)  # decode forward passes actually run
         timings.decode_ms = (time.perf_counter() - decode_start) * 1000

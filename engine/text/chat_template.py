@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from engine.errors import PromptError, TemplateError, UnsupportedModelError
-from engine.text.template_render import RENDER_SECONDS, ROLES, LocalTemplate, one_line, validate_messages
+from engine.text.template_render import (
+    RENDER_SECONDS,
+    ROLES,
+    LocalTemplate,
+    check_variables,
+    one_line,
+    validate_messages,
+)
 
 __all__ = ["ROLES", "ChatTemplate", "TemplateError", "one_line", "validate_messages"]
 
@@ -33,19 +43,28 @@ class ChatTemplate:
         else:
             self._local = LocalTemplate(source, bos_token, eos_token, name)
 
-    def _in_worker(self, messages: list[dict] | None, add_generation_prompt: bool, seconds: float) -> str:
+    def _in_worker(self, messages: list[dict] | None, add_generation_prompt: bool, seconds: float,
+                   tools: list[dict] | None = None, variables: Mapping[str, Any] | None = None) -> str:
         from engine.text import template_worker
 
         try:
             return template_worker.render(self.source, self.bos_token, self.eos_token, messages,
-                                          add_generation_prompt, seconds)
+                                          add_generation_prompt, seconds, tools, dict(variables or {}))
         except (TemplateError, UnsupportedModelError, PromptError) as exc:
             raise type(exc)(f"{self.name} {exc}".strip()) from None
 
+    @property
+    def speaks_tools(self) -> bool:
+        """The template itself renders ``tools`` (else engine/text/reply_format.py's fallback prompt does)."""
+        return "tools" in self.source
+
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               seconds: float = RENDER_SECONDS) -> str:
-        """The prompt text; a TemplateError naming the template if it fails or runs past its limits."""
+               seconds: float = RENDER_SECONDS, *, tools: list[dict] | None = None,
+               variables: Mapping[str, Any] | None = None) -> str:
+        """The prompt text; a TemplateError naming the template if it fails or runs past its limits.
+        ``tools`` and ``variables`` (``chat_template_kwargs``) reach the template as top-level names."""
         if self.isolated:
             validate_messages(messages)
-            return self._in_worker(messages, add_generation_prompt, seconds)
-        return self._local.render(messages, add_generation_prompt, seconds)
+            check_variables(variables)
+            return self._in_worker(messages, add_generation_prompt, seconds, tools, variables)
+        return self._local.render(messages, add_generation_prompt, seconds, tools=tools, variables=variables)

@@ -38,6 +38,7 @@ class StopStringFilter:
         self.stop = check_stop_strings(stop)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text, once ``stopped``
 
     def push(self, piece: str) -> str:
         """Text that is safe to show now. After a stop string, ``stopped`` is True and nothing more comes."""
@@ -56,9 +57,13 @@ class StopStringFilter:
             return text[:start]
         self._held = ""
         if first is not None:
-            self.stopped = True
+            self._stop_at(text, first)
             return text[:first]
         return text
+
+    def _stop_at(self, text: str, at: int) -> None:
+        self.stopped = True
+        self.matched = max((s for s in self.stop if text.startswith(s, at)), key=len)
 
     def flush(self) -> str:
         """The held-back text, when the reply ended without completing a stop string (or up to the one
@@ -66,7 +71,7 @@ class StopStringFilter:
         text, self._held = ("" if self.stopped else self._held), ""
         first = self._first_hit(text)
         if first is not None:
-            self.stopped = True
+            self._stop_at(text, first)
             return text[:first]
         return text
 

@@ -291,7 +291,7 @@ _WIDTH_FILTERS = {"center": "width", "indent": "width", "wordwrap": "width", "tr
                   "batch": "linecount", "slice": "slices", "tojson": "indent", "urlize": "trim_url_limit"}
 
 
-def _bounded_filter(name: str, func: Callable) -> Callable:
+def bounded_filter(name: str, func: Callable) -> Callable:
     """A built-in filter that checks its size arguments first and charges what it builds."""
     passes = 1 if hasattr(func, "jinja_pass_arg") else 0
 
@@ -354,7 +354,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(**options)
         self.globals["range"] = BoundedRange
         self.globals.pop("lipsum", None)  # lipsum(n) writes n paragraphs: nothing a prompt needs
-        self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
+        self.filters = {name: bounded_filter(name, f) for name, f in self.filters.items()}
         self.filters["sum"] = _bounded_sum
         # Stored once so ``call`` can recognise them by identity and skip its checks.
         self.hearth_iter, self.hearth_concat, self.hearth_emit = _bounded_iter, _bounded_concat, _bounded_emit

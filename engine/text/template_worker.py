@@ -56,7 +56,7 @@ def _serve(conn: Any) -> None:
     conn.send(("ready", ""))
     while True:
         try:
-            source, bos, eos, messages, add_generation_prompt, seconds = conn.recv()
+            source, bos, eos, messages, add_generation_prompt, seconds, tools, variables = conn.recv()
         except (EOFError, OSError):  # the parent is gone
             return
         try:
@@ -67,7 +67,8 @@ def _serve(conn: Any) -> None:
                 while len(compiled) > _CACHED_TEMPLATES:
                     compiled.popitem(last=False)
             compiled.move_to_end(key)
-            answer = ("ok", "" if messages is None else template.render(messages, add_generation_prompt, seconds))
+            answer = ("ok", "" if messages is None else template.render(messages, add_generation_prompt, seconds,
+                                                                        tools=tools, variables=variables))
         except (TemplateError, UnsupportedModelError, PromptError) as exc:
             answer = (type(exc).__name__, str(exc).strip())
         except BaseException as exc:  # noqa: BLE001 (MemoryError under the ceiling: the answer must get back)
@@ -87,14 +88,14 @@ class TemplateWorker:
         self._conn: Any = None
 
     def render(self, source: str, bos: str, eos: str, messages: list[dict] | None, add_generation_prompt: bool,
-               seconds: float) -> str:
+               seconds: float, tools: list[dict] | None = None, variables: dict | None = None) -> str:
         """The rendered text ("" for ``messages`` None: compile only); the template's own error (its class,
         its message without a subject), or a TemplateError when the child ran past ``seconds +
         GRACE_SECONDS`` or died."""
         with self._lock:
             self._start()
             try:
-                self._conn.send((source, bos, eos, messages, add_generation_prompt, seconds))
+                self._conn.send((source, bos, eos, messages, add_generation_prompt, seconds, tools, variables or {}))
                 answered = self._conn.poll(seconds + GRACE_SECONDS)
                 answer = self._conn.recv() if answered else None
             except (EOFError, OSError):
@@ -145,6 +146,6 @@ _worker = TemplateWorker()
 
 
 def render(source: str, bos: str, eos: str, messages: list[dict] | None, add_generation_prompt: bool,
-           seconds: float) -> str:
+           seconds: float, tools: list[dict] | None = None, variables: dict | None = None) -> str:
     """Render in this process's shared child (started on first use)."""
-    return _worker.render(source, bos, eos, messages, add_generation_prompt, seconds)
+    return _worker.render(source, bos, eos, messages, add_generation_prompt, seconds, tools, variables)
