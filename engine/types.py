@@ -446,6 +446,8 @@ class Token:
     conversation: str
     text: str
     context_tokens: int = 0  # tokens in the context with this piece's token (the live context meter); 0: not told
+    # the visible reply, or the model's thinking (a template that thinks: the window shows it in its own block)
+    kind: str = "content"  # a PieceKind value: CONTENT or REASONING
 
 
 @dataclass(frozen=True)
@@ -484,6 +486,11 @@ class Finished:
     dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
     continued: bool = False  # a Continue: ``reply`` is the whole stored message, ``tokens`` only what was added
     local: LocalTurnFacts | None = None  # where the context came from and how its save went; None from a remote backend
+    # the reply's thinking (``reply`` is the visible text only), how long it took (None: it did not think), and
+    # the tool calls it made (a bound server request with tools: the window's own turns make none)
+    reasoning: str = ""
+    thought_ms: int | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from engine.errors import (
 )
 from engine.generation import Engine, GenerationResult, Step
 from engine.session.context_policy import chat_policy, check_policy
+from engine.session.reply_split import ReplySplit, reply_split, turn_prompt
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
@@ -47,9 +48,11 @@ from engine.types import (
     Finished,
     LocalTurnFacts,
     ModelInfo,
+    PieceKind,
     Progress,
     ProgressPhase,
     Rebuilt,
+    ReplyPiece,
     Resume,
     Resumed,
     SamplingParams,
@@ -99,6 +102,7 @@ class Answered:
 
     turn: TurnResult
     stored: int | None
+    reply: ReplySplit = field(default_factory=ReplySplit)  # the reply's parts: visible text, thinking, calls
 
 
 def ended(result: GenerationResult, cancel: CancelToken | None) -> StopReason:
@@ -248,68 +252,92 @@ class Turns:
                                prompt_text=continue_prompt(engine, view.messages) if continued else None)
         turn = answered.turn
         result = turn.generation
-        finished = Finished(cid, before + result.text, tuple(result.tokens), ended(result, cancel), answered.stored,
+        reply = answered.reply
+        finished = Finished(cid, before + reply.content, tuple(result.tokens), ended(result, cancel), answered.stored,
                             turn.prompt_tokens, len(engine.tokens), engine.context_length,
                             result.timings.freeze(info.load_ms), info, dropped_messages=view.dropped,
-                            continued=continued, local=LocalTurnFacts(turn.resume.freeze(), turn.save))
+                            continued=continued, local=LocalTurnFacts(turn.resume.freeze(), turn.save),
+                            reasoning=reply.reasoning, thought_ms=reply.thought_ms, tool_calls=reply.tool_calls)
         emit(finished)
         return finished
 
     # the one path: sync → decode → store → save ------------------------------------------------------------
     def answer(self, cid: str, messages: list[dict], params: SamplingParams | None, max_new_tokens: int,
                cancel: CancelToken | None, *, emit: EventSink | None = None,
-               on_text: Callable[[str], None] | None = None, dropped: int = 0, continued_seq: int | None = None,
-               before: str = "", prompt_text: bytes | None = None, started: float | None = None,
-               top_logprobs: int | None = None, **decoding) -> Answered:
+               on_text: Callable[[str], None] | None = None, on_piece: Callable[[ReplyPiece], None] | None = None,
+               dropped: int = 0, continued_seq: int | None = None, before: str = "", prompt_text: bytes | None = None,
+               started: float | None = None, top_logprobs: int | None = None, tools: Sequence[Mapping] = (),
+               template_kwargs: Mapping | None = None, parallel_tool_calls: bool = True, **decoding) -> Answered:
         """The model answers ``messages`` (the chat's view) and the reply is stored, then the context saved.
 
         ``emit``: the window's events (Progress, Resumed, Token) and a reply that cannot be stored raised as
-        "written but could not be stored" with its text; None for a server request, which streams its text
-        to ``on_text`` only. ``continued_seq``: the reply a Continue writes on (``before``: its text so far).
-        ``started``: when the request began (its time to first token counts from there)."""
+        "written but could not be stored" with its text; None for a server request, which streams its visible
+        text to ``on_text`` and every piece (thinking, text, each whole tool call) to ``on_piece``.
+        ``continued_seq``: the reply a Continue writes on (``before``: its text so far; ``prompt_text`` its
+        prompt). ``started``: when the request began (its time to first token counts from there). ``tools``,
+        ``template_kwargs``: what the template renders beside the messages (a bound request's); a template that
+        thinks, or tools, split the reply (engine/session/reply_split.py): the visible text is stored as the
+        reply, the thinking and the calls beside it."""
         loaded = self.require()
         events = emit or noop
         progress = None if emit is None else (lambda d, t: events(Progress(cid, ProgressPhase.PREFILL, d, t)))
+        if prompt_text is None:
+            prompt_text = turn_prompt(loaded.engine, messages, tools, template_kwargs)
+            split = reply_split(loaded.engine, prompt_text, tools, parallel_tool_calls)
+        else:  # a Continue writes on the visible reply
+            split = ReplySplit()
+
+        def shown(pieces: list[ReplyPiece], context: int) -> None:
+            for piece in pieces:
+                if piece.kind != PieceKind.TOOL_CALL:
+                    events(Token(cid, piece.text, context, str(piece.kind)))
+                if on_text is not None and piece.kind == PieceKind.CONTENT:
+                    on_text(piece.text)
+                if on_piece is not None:
+                    on_piece(piece)
+
         stored: int | None = None
+        context = 0
         for step in loaded.sessions.run(cid, messages, params, max_new_tokens, progress, cancel, prompt_text,
                                         started=started, top_logprobs=top_logprobs, **decoding):
             if isinstance(step, Step):
-                events(Token(cid, step.text, step.context))
-                if on_text is not None:
-                    on_text(step.text)
+                context = step.context
+                shown(split.feed(step.text), context)
             elif isinstance(step, Ready):
                 events(Resumed(cid, step.report.freeze(), dropped))
             elif isinstance(step, Decoded):  # before the save: the turn rule's step 5
-                stored = self._keep_reply(cid, step.generation, cancel, continued_seq, before, emit is not None)
+                shown(split.finish(), context)  # what the parser held back (a marker that never finished)
+                stored = self._keep_reply(cid, step.generation, split, cancel, continued_seq, before, emit is not None)
             elif isinstance(step, TurnResult):
-                return Answered(step, stored)
+                return Answered(step, stored, split)
         raise RuntimeError("a turn ended without its result")
 
-    def _keep_reply(self, cid: str, result: GenerationResult, cancel: CancelToken | None,
+    def _keep_reply(self, cid: str, result: GenerationResult, split: ReplySplit, cancel: CancelToken | None,
                     continued_seq: int | None, before: str, say_lost: bool) -> int | None:
         try:
-            return self._store_reply(cid, result, cancel, continued_seq)
+            return self._store_reply(cid, result, split, cancel, continued_seq)
         except ConversationError as exc:
             if not say_lost:
                 raise
             lost = type(exc)(f"the reply was written but could not be stored: {exc}")  # say which text was lost
-            lost.unstored_reply = before + result.text
+            lost.unstored_reply = before + split.content
             raise lost from None
 
-    def _store_reply(self, cid: str, result: GenerationResult, cancel: CancelToken | None,
+    def _store_reply(self, cid: str, result: GenerationResult, split: ReplySplit, cancel: CancelToken | None,
                      continued_seq: int | None) -> int | None:
         info = self.require().info
         convs = self.conversations
         finish = str(ended(result, cancel))  # stored with the reply: Continue outlives the session
         if continued_seq is not None:  # the same message, written on
             if result.text:
-                convs.extend_reply(cid, continued_seq, result.text, finish, info.label)
+                convs.extend_reply(cid, continued_seq, split.content, finish, info.label)
                 convs.set_model(cid, info.label, info.key)
             elif result.stop_reason != StopReason.CANCELLED:  # it ended at once: the reply is whole now
                 convs.set_finish(cid, continued_seq, finish)
             return continued_seq
         if result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
-            seq = convs.append(cid, "assistant", result.text, finish, info.label).seq
+            seq = convs.append(cid, "assistant", split.content, finish, info.label, reasoning=split.reasoning,
+                               thought_ms=split.thought_ms, tool_calls=split.tool_calls).seq
             convs.set_model(cid, info.label, info.key)
             return seq
         return None

@@ -1,0 +1,95 @@
+"""A turn's reply as it streams, split into thinking, the visible reply and tool calls (issue 30), for the
+turn path (engine/session/turn.py): the window's own turns on a model whose template thinks, and server
+requests bound to a conversation. The parsing is engine/text/reply_parse.py's; this adds what a stored turn
+needs beside it: how long the model thought (from its first thinking piece to its first reply piece, what
+the window shows as "Thought for N s") and a plain pass-through when there is nothing to split, so a turn on
+a model that neither thinks nor was given tools streams and stores exactly what it did before."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from engine.generation import Engine
+from engine.types import PieceKind, ReplyPiece, ToolCall
+
+
+class ReplySplit:
+    """Feed it the decode's text pieces; it gives back the pieces by kind, and at the end the reply's parts."""
+
+    def __init__(self, parser=None) -> None:
+        self._parser = parser  # a ReplyParser, or None: every piece is visible text
+        self._plain: list[str] = []
+        self._thinking_from: float | None = None
+        self._thought_ms: int | None = None
+
+    @property
+    def splits(self) -> bool:
+        return self._parser is not None
+
+    def feed(self, text: str) -> list[ReplyPiece]:
+        if self._parser is None:
+            self._plain.append(text)
+            return [ReplyPiece(PieceKind.CONTENT, text)] if text else []
+        return self._timed(self._parser.feed(text))
+
+    def finish(self) -> list[ReplyPiece]:
+        pieces = [] if self._parser is None else self._timed(self._parser.finish())
+        if self._thinking_from is not None and self._thought_ms is None:  # it thought to the end
+            self._thought_ms = self._ms_since_thinking()
+        return pieces
+
+    def _timed(self, pieces: list[ReplyPiece]) -> list[ReplyPiece]:
+        for p in pieces:
+            if p.kind == PieceKind.REASONING and self._thinking_from is None:
+                self._thinking_from = time.perf_counter()
+            elif p.kind != PieceKind.REASONING and self._thinking_from is not None and self._thought_ms is None:
+                self._thought_ms = self._ms_since_thinking()
+        return pieces
+
+    def _ms_since_thinking(self) -> int:
+        return int(round((time.perf_counter() - self._thinking_from) * 1000))
+
+    @property
+    def content(self) -> str:
+        return "".join(self._plain) if self._parser is None else self._parser.content
+
+    @property
+    def reasoning(self) -> str:
+        return "" if self._parser is None else self._parser.reasoning
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return () if self._parser is None else tuple(self._parser.tool_calls)
+
+    @property
+    def thought_ms(self) -> int | None:
+        """From the first thinking piece to the first piece of the reply (None: it did not think)."""
+        return self._thought_ms
+
+
+def reply_split(engine: Engine, prompt: bytes, tools: Sequence[Mapping] = (), parallel: bool = True) -> ReplySplit:
+    """The split for a reply to ``prompt``: a parser when the template thinks or the request has tools (a
+    generation prompt that opens the thinking block, as DeepSeek-R1 distills' does, starts it thinking),
+    else the plain pass-through."""
+    from engine.text.reply_format import opens_thinking, reply_format_for
+    from engine.text.reply_parse import ReplyParser
+
+    fmt = reply_format_for(engine.template.source)
+    if not tools and not fmt.think_open:
+        return ReplySplit()
+    thinking = bool(fmt.think_open) and opens_thinking(fmt, prompt.decode("utf-8", errors="replace"))
+    return ReplySplit(ReplyParser(fmt, tools=bool(tools), in_thinking=thinking, parallel=parallel))
+
+
+def turn_prompt(engine: Engine, messages: list[dict], tools: Sequence[Mapping] = (),
+                template_kwargs: Mapping | None = None) -> bytes:
+    """The prompt a turn reads: the template's rendering of ``messages`` with ``tools`` and the template's
+    variables. A chat with neither, and no tool calls or results in its history, renders as it always did."""
+    agentic = any("tool_calls" in m or m.get("role") == "tool" for m in messages)
+    if not tools and not template_kwargs and not agentic:
+        return engine.render(messages).encode("utf-8")
+    from engine.text.reply_format import reply_format_for, template_inputs
+
+    shown, listed = template_inputs(reply_format_for(engine.template.source), messages, list(tools))
+    return engine.template.render(shown, tools=listed, variables=template_kwargs).encode("utf-8")
