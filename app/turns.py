@@ -44,6 +44,7 @@ class Turn:
     accepted: bool = False
     waiting: bool = False  # another Hearth process holds the conversation
     reply: str = ""  # streamed so far (a Continue: the reply it writes on, then what it adds)
+    reasoning: str = ""  # the reply's thinking streamed so far (a template that thinks)
     prefill_started: float | None = None
     kind: str = "send"  # "send", "answer", "regenerate" or "continue"
     live: LiveFigures | None = None  # the reply's speed so far, once the engine has the turn
@@ -232,7 +233,10 @@ class TurnControl(QObject):
             return
         if event.context_tokens and turn.live is not None:  # first: the piece's figures then count it
             turn.live.context_tokens = event.context_tokens
-        turn.reply += event.text
+        if event.kind == "reasoning":
+            turn.reasoning += event.text
+        else:
+            turn.reply += event.text
         self.events.dispatch(event)
         self._count_piece(turn)
 

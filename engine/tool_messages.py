@@ -103,3 +103,12 @@ def from_json(text: str | None) -> tuple[ToolCall, ...]:
     except (ValueError, RecursionError):
         raise ValueError("the stored tool calls are not valid JSON") from None
     return from_openai(listed)
+
+
+def pretty_arguments(text: str) -> str:
+    """JSON text (a call's arguments, a tool's result) indented for reading; anything else as it is (a model's
+    output and a tool's are anyone's)."""
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, indent=2)
+    except (ValueError, RecursionError):
+        return text

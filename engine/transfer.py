@@ -136,15 +136,8 @@ def _md_agent(m: Message) -> str:
         quoted = "\n".join(f"> {line}" if line else ">" for line in m.reasoning.strip("\n").splitlines())
         out += f"> **Thought{took}**\n>\n{quoted}\n\n"
     for c in m.tool_calls:
-        out += f"**Tool call:** `{c.name}`\n\n{_fenced(_pretty_json(c.arguments), 'json')}\n"
+        out += f"**Tool call:** `{c.name}`\n\n{_fenced(tool_messages.pretty_arguments(c.arguments), 'json')}\n"
     return out
-
-
-def _pretty_json(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), ensure_ascii=False, indent=2)
-    except ValueError:
-        return text
 
 
 def _fenced(text: str, info: str = "text") -> str:

@@ -275,6 +275,11 @@ class Message:
         if self.typed_text is None:
             object.__setattr__(self, "typed_text", self.content)
 
+    @property
+    def agentic(self) -> bool:
+        """It carries a reply's thinking or tool calls, or is a tool's result (the window draws blocks for them)."""
+        return bool(self.reasoning or self.tool_calls or self.role == "tool")
+
     def as_chat(self) -> dict:
         """The message as the chat template reads it (OpenAI's shape): the tool fields and the thinking only
         when there are some, so a chat without them renders as it always did."""
