@@ -11,14 +11,16 @@ import time
 from collections.abc import Mapping, Sequence
 
 from engine.generation import Engine
+from engine.text.reply_format import opens_thinking, reply_format_for, template_inputs
+from engine.text.reply_parse import ReplyParser
 from engine.types import PieceKind, ReplyPiece, ToolCall
 
 
 class ReplySplit:
     """Feed it the decode's text pieces; it gives back the pieces by kind, and at the end the reply's parts."""
 
-    def __init__(self, parser=None) -> None:
-        self._parser = parser  # a ReplyParser, or None: every piece is visible text
+    def __init__(self, parser: ReplyParser | None = None) -> None:
+        self._parser = parser  # None: every piece is visible text
         self._plain: list[str] = []
         self._thinking_from: float | None = None
         self._thought_ms: int | None = None
@@ -72,14 +74,11 @@ def reply_split(engine: Engine, prompt: bytes, tools: Sequence[Mapping] = (), pa
     """The split for a reply to ``prompt``: a parser when the template thinks or the request has tools (a
     generation prompt that opens the thinking block, as DeepSeek-R1 distills' does, starts it thinking),
     else the plain pass-through."""
-    from engine.text.reply_format import opens_thinking, reply_format_for
-    from engine.text.reply_parse import ReplyParser
-
     fmt = reply_format_for(engine.template.source)
-    if not tools and not fmt.think_open:
+    if not tools and not fmt.thinks:
         return ReplySplit()
-    thinking = bool(fmt.think_open) and opens_thinking(fmt, prompt.decode("utf-8", errors="replace"))
-    return ReplySplit(ReplyParser(fmt, tools=bool(tools), in_thinking=thinking, parallel=parallel))
+    thinking = opens_thinking(fmt, prompt.decode("utf-8", errors="replace"))
+    return ReplySplit(ReplyParser(fmt, tools=list(tools), in_thinking=thinking, parallel=parallel))
 
 
 def turn_prompt(engine: Engine, messages: list[dict], tools: Sequence[Mapping] = (),
@@ -89,7 +88,5 @@ def turn_prompt(engine: Engine, messages: list[dict], tools: Sequence[Mapping] =
     agentic = any("tool_calls" in m or m.get("role") == "tool" for m in messages)
     if not tools and not template_kwargs and not agentic:
         return engine.render(messages).encode("utf-8")
-    from engine.text.reply_format import reply_format_for, template_inputs
-
     shown, listed = template_inputs(reply_format_for(engine.template.source), messages, list(tools))
     return engine.template.render(shown, tools=listed, variables=template_kwargs).encode("utf-8")
