@@ -42,6 +42,7 @@ from engine.types import (
     MemoryFit,
     ModelInfo,
     ModelSource,
+    ReplyPiece,
     ResponseFormat,
     Resume,
     SamplingParams,
@@ -455,7 +456,7 @@ class Hearth:
 
     # the local server's requests (issue 17; engine/session/prompt_cache.py, engine/serving.py) --------------
     def serve(self, request: ServeRequest, on_text: Callable[[str], None] | None = None,
-              cancel: CancelToken | None = None) -> ServeResult:
+              cancel: CancelToken | None = None, on_piece: Callable[[ReplyPiece], None] | None = None) -> ServeResult:
         """Answer one stateless server request (the whole conversation, or a raw prompt) from the longest
         verified prefix of its prompt among the live KV and the checkpoints of earlier requests, which
         survive restarts (kind "api" in the store); ``result.cache`` says where its context came from.
@@ -464,7 +465,7 @@ class Hearth:
         request, ModelNotLoadedError without a model."""
         from engine.session import serve
 
-        return serve.serve(self._turns(), request, on_text, cancel)
+        return serve.serve(self._turns(), request, on_text, cancel, on_piece)
 
     # shutting down --------------------------------------------------------------------------------------
     def close(self) -> SaveResult | None:

@@ -6,17 +6,19 @@ stored conversation are engine/serving.py's."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import replace
 
 from engine import serving
 from engine.generation import GenerationResult, TextFn, finish
 from engine.session import prompt_cache
 from engine.session.reports import ResumeReport, fold_prefill
 from engine.session.turn import Turns, noop
-from engine.types import CancelToken, ModelInfo, ServeRequest, ServeResult
+from engine.types import CancelToken, ModelInfo, ReplyPiece, ServeRequest, ServeResult, ToolChoiceMode
 
 
 def serve(turns: Turns, request: ServeRequest, on_text: TextFn | None = None,
-          cancel: CancelToken | None = None) -> ServeResult:
+          cancel: CancelToken | None = None, on_piece: Callable[[ReplyPiece], None] | None = None) -> ServeResult:
     """``Hearth.serve``: raises PromptError / ConversationError for a bad request, ModelNotLoadedError
     without a model — each before anything is stored."""
     messages = serving.request_messages(request)
@@ -25,25 +27,32 @@ def serve(turns: Turns, request: ServeRequest, on_text: TextFn | None = None,
     options = serving.generation_options(request)
     if request.conversation is not None:
         with turns.locks.held(request.conversation, noop, cancel):
-            return _serve_bound(turns, request.conversation, messages, request, options, on_text, cancel)
+            return _serve_bound(turns, request.conversation, messages, request, options, on_text, cancel, on_piece)
     return _serve_cached(turns, messages, request, options, on_text, cancel)
 
 
 def _serve_bound(turns: Turns, cid: str, messages: list[dict], request: ServeRequest, options: dict,
-                 on_text: TextFn | None, cancel: CancelToken | None) -> ServeResult:
+                 on_text: TextFn | None, cancel: CancelToken | None,
+                 on_piece: Callable[[ReplyPiece], None] | None = None) -> ServeResult:
     loaded = turns.require()
     started = time.perf_counter()
     binding = serving.plan_binding(turns.conversations, cid, messages)
     loaded.sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
     chat = serving.store_binding(turns.conversations, binding)
+    calls = request.tool_choice.mode != ToolChoiceMode.NONE  # "none": the tools are shown, no call is parsed
     try:
         answered = turns.answer(cid, chat, request.params, request.max_tokens, cancel, on_text=on_text,
-                                started=started, top_logprobs=request.top_logprobs, **options)
+                                on_piece=on_piece, started=started, top_logprobs=request.top_logprobs,
+                                tools=request.tools, template_kwargs=request.template_kwargs,
+                                parse_calls=calls, parallel_tool_calls=request.parallel_tool_calls, **options)
     finally:
         if binding.retry is not None:  # a retry that wrote nothing leaves the cut reply shown, as it was
             turns.restore_reply(cid, binding.retry)
-    turn = answered.turn
-    return _served(turn.generation, turn.resume, turn.prompt_tokens, loaded.info)
+    turn, reply = answered.turn, answered.reply
+    served = _served(turn.generation, turn.resume, turn.prompt_tokens, loaded.info)
+    return replace(served, text=reply.content, reasoning=reply.reasoning, tool_calls=reply.tool_calls,
+                   finish_reason="tool_calls" if reply.tool_calls else served.finish_reason,
+                   stop_sequence=turn.generation.stop_string)
 
 
 def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeRequest, options: dict,

@@ -267,7 +267,8 @@ class Turns:
                on_text: Callable[[str], None] | None = None, on_piece: Callable[[ReplyPiece], None] | None = None,
                dropped: int = 0, continued_seq: int | None = None, before: str = "", prompt_text: bytes | None = None,
                started: float | None = None, top_logprobs: int | None = None, tools: Sequence[Mapping] = (),
-               template_kwargs: Mapping | None = None, parallel_tool_calls: bool = True, **decoding) -> Answered:
+               template_kwargs: Mapping | None = None, parse_calls: bool = True, parallel_tool_calls: bool = True,
+               **decoding) -> Answered:
         """The model answers ``messages`` (the chat's view) and the reply is stored, then the context saved.
 
         ``emit``: the window's events (Progress, Resumed, Token) and a reply that cannot be stored raised as
@@ -277,13 +278,13 @@ class Turns:
         prompt). ``started``: when the request began (its time to first token counts from there). ``tools``,
         ``template_kwargs``: what the template renders beside the messages (a bound request's); a template that
         thinks, or tools, split the reply (engine/session/reply_split.py): the visible text is stored as the
-        reply, the thinking and the calls beside it."""
+        reply, the thinking and the calls beside it (``parse_calls`` False, tool_choice "none": a call is text)."""
         loaded = self.require()
         events = emit or noop
         progress = None if emit is None else (lambda d, t: events(Progress(cid, ProgressPhase.PREFILL, d, t)))
         if prompt_text is None:
             prompt_text = turn_prompt(loaded.engine, messages, tools, template_kwargs)
-            split = reply_split(loaded.engine, prompt_text, tools, parallel_tool_calls)
+            split = reply_split(loaded.engine, prompt_text, tools if parse_calls else (), parallel_tool_calls)
         else:  # a Continue writes on the visible reply
             split = ReplySplit()
 
