@@ -21,7 +21,7 @@ clients do not send back; the model reads the stored thinking, which is what it 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine import tool_messages
@@ -35,10 +35,11 @@ from engine.types import CacheReport, Message, ResponseFormatKind, ServeRequest,
 # GenerationResult.stop_reason → OpenAI's finish_reason ("stop": an end-of-turn token or a stop string)
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context_full": "length",
                   "cancelled": "cancelled"}
+TOOL_CALLS = "tool_calls"  # the finish reason of a reply that called tools
+# What a request's message may carry to the template (OpenAI's fields for tool calls and thinking)
+MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 # How a stored reply ended when its client never had all of it: a request that stops before it is a retry.
 CUT_FINISHES = (str(StopReason.CANCELLED), str(StopReason.INTERRUPTED))
-# what a request's message may carry to the template (engine/text/template_render.py checks the fields)
-MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 
 
 def request_messages(request: ServeRequest) -> list[dict] | None:
@@ -62,7 +63,7 @@ def request_messages(request: ServeRequest) -> list[dict] | None:
     validate_messages(messages)
     for i, m in enumerate(messages):
         _check_text(m["content"], f"message {i + 1}")
-    return [{k: m[k] for k in MESSAGE_KEYS if k in m} for m in messages]
+    return [{k: m[k] for k in MESSAGE_KEYS if k in m and m[k] is not None} for m in messages]
 
 
 def _check_text(text: str, what: str) -> None:
@@ -90,6 +91,9 @@ def check_options(request: ServeRequest) -> None:
             raise PromptError(str(exc)) from None
     if request.response_format is not None:
         grammar_for(request.response_format)
+    from engine.session.reply_plan import check_reply_options
+
+    check_reply_options(request)
 
 
 def generation_options(request: ServeRequest) -> dict:
@@ -229,12 +233,17 @@ def cache_report(report: ResumeReport) -> CacheReport:
                        report.prefilled_tokens, report.restore_ms, report.restored_tokens)
 
 
-def history_text(engine: Engine, messages: Sequence[dict] | None, prompt: bytes, reply: str) -> bytes | None:
+def history_text(engine: Engine, messages: Sequence[dict] | None, prompt: bytes, reply: str,
+                 render: Callable[[list[dict]], str] | None = None) -> bytes | None:
     """What the next request of this thread starts with: the conversation with the reply as history
-    renders it (a raw prompt: the prompt and the reply); None when the template cannot render it."""
+    renders it (a raw prompt: the prompt and the reply); None when the template cannot render it.
+    ``render``: renders the next request's messages (a request with tools: its reply plan's), else the
+    template with ``messages`` and the reply as plain text."""
     if messages is None:
         return prompt + reply.encode("utf-8")
     try:
+        if render is not None:
+            return render(list(messages)).encode("utf-8")
         return engine.template.render([*messages, {"role": "assistant", "content": reply}],
                                       add_generation_prompt=False).encode("utf-8")
     except Exception:  # a template that refuses the history shape: only the prompt is sure

@@ -74,6 +74,21 @@ def arch_converted(arch_gguf, tiny_dir):
     return get
 
 
+@pytest.fixture(scope="session")
+def qwen3_chat_gguf(tiny_dir) -> Path:
+    """A tiny Qwen3 with Qwen3's real chat template (it thinks, and calls tools in Hermes' format)."""
+    from tests.chat_models import qwen3_chat_spec
+
+    return write_synthetic_gguf(tiny_dir / "qwen3-chat.gguf", qwen3_chat_spec())
+
+
+@pytest.fixture(scope="session")
+def qwen3_chat_home(qwen3_chat_gguf, tiny_dir) -> Path:
+    """Its int4 conversion, once per session; each test's data dir links to it (``linked_home``)."""
+    ensure_converted(qwen3_chat_gguf, "int4", tiny_dir / "converted")
+    return tiny_dir / "converted"
+
+
 @pytest.fixture
 def tiny_engine(tiny_converted) -> Engine:
     return Engine.load(tiny_converted("int4"), "cpu")

@@ -462,10 +462,24 @@ class Hearth:
         survive restarts (kind "api" in the store); ``result.cache`` says where its context came from.
         With ``request.conversation`` the messages are stored into that conversation and the request runs
         the window's turn path (engine/session/serve.py). Raises PromptError / ConversationError for a bad
-        request, ModelNotLoadedError without a model."""
+        request, ModelNotLoadedError without a model. ``on_text`` gets the visible reply's text as it streams;
+        ``on_piece`` every piece: thinking, visible text, and each tool call once it is whole (``ReplyPiece``)."""
         from engine.session import serve
 
         return serve.serve(self._turns(), request, on_text, cancel, on_piece)
+
+    def render_prompt(self, messages: list[dict], tools: Sequence[Mapping] = (),
+                      template_kwargs: Mapping | None = None) -> str:
+        """The exact prompt text the chat template renders for OpenAI-shaped ``messages`` and ``tools`` (the
+        generation prompt included), as a server request with them would read it (``hearth-cli render``).
+        PromptError for bad messages or tools, TemplateError when the template refuses them."""
+        from engine import serving
+        from engine.session import reply_plan
+
+        request = ServeRequest(messages=tuple(messages), tools=tuple(tools), template_kwargs=dict(template_kwargs or {}))
+        checked = serving.request_messages(request)
+        plan = reply_plan.plan_reply(self._require_engine().template, request, checked)
+        return plan.render(self._require_engine().template)
 
     # shutting down --------------------------------------------------------------------------------------
     def close(self) -> SaveResult | None:

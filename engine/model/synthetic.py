@@ -45,6 +45,10 @@ class SyntheticSpec:
     # A llama.cpp Q4_K_M-style mix: this type for the untied output.weight and for attn_v and ffn_down
     # of the layers Q4_K_M gives more bits ("" = every linear layer weight_type).
     more_bits_type: str = ""
+    chat_template: str = ""  # "": ChatML's; else this template (a real model's, as test data)
+    # Added tokens of the kind Qwen writes its markers with ("<think>", "<tool_call>"): user-defined, so they
+    # spell their text and the tokenizer keeps them whole
+    user_tokens: tuple[str, ...] = ()
 
 
 # Llama-3-8B's dimensions, for speed measurements: 32 layers, 4096 wide, 32 query and 8 KV heads,
@@ -73,9 +77,9 @@ def gets_more_bits(layer: int, n_layers: int) -> bool:
     return layer < eighth or layer >= 7 * n_layers // 8 or (layer - eighth) % 3 == 2
 
 
-def _vocabulary(size: int = 0) -> tuple[list[str], list[str], list[int]]:
-    """Byte tokens, a few merges, unused padding up to ``size``, then ChatML specials; token types
-    1 = normal, 3 = control."""
+def _vocabulary(size: int = 0, user_tokens: tuple[str, ...] = ()) -> tuple[list[str], list[str], list[int]]:
+    """Byte tokens, a few merges, unused padding up to ``size``, then ChatML specials and the user-defined
+    tokens; token types 1 = normal, 3 = control, 4 = user-defined."""
     alphabet = byte_to_char()
     tokens = [alphabet[b] for b in range(256)]
     merges: list[str] = []
@@ -91,9 +95,9 @@ def _vocabulary(size: int = 0) -> tuple[list[str], list[str], list[int]]:
                     tokens.append(merged)
                     known.add(merged)
                 current = merged
-    tokens += [f"<|unused{i}|>" for i in range(max(0, size - len(tokens) - len(SPECIAL_TOKENS)))]
-    types = [1] * len(tokens) + [3] * len(SPECIAL_TOKENS)
-    return tokens + SPECIAL_TOKENS, merges, types
+    tokens += [f"<|unused{i}|>" for i in range(max(0, size - len(tokens) - len(SPECIAL_TOKENS) - len(user_tokens)))]
+    types = [1] * len(tokens) + [3] * len(SPECIAL_TOKENS) + [4] * len(user_tokens)
+    return tokens + SPECIAL_TOKENS + list(user_tokens), merges, types
 
 
 def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> Path:
@@ -101,7 +105,7 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     from gguf import quants
 
     rng = np.random.default_rng(spec.seed)
-    tokens, merges, types = _vocabulary(spec.vocab_size)
+    tokens, merges, types = _vocabulary(spec.vocab_size, spec.user_tokens)
     vocab = len(tokens)
     head_dim = spec.head_dim or spec.n_embd // spec.n_head
     writer = gguf.GGUFWriter(str(path), spec.architecture)
@@ -128,7 +132,7 @@ def write_synthetic_gguf(path: Path, spec: SyntheticSpec = SyntheticSpec()) -> P
     writer.add_bos_token_id(tokens.index("<|im_start|>"))
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    writer.add_chat_template(spec.chat_template or CHATML_TEMPLATE)
 
     def add(name: str, rows: np.ndarray, type_name: str) -> None:
         rows = rows.astype(np.float32)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,10 +161,11 @@ class PromptCache:
             report.restored_tokens, report.restore_ms = seeded.restored_tokens, report.restore_ms + seeded.restore_ms
         return Prepared(owner, prompt, logits, report, lead)
 
-    def finish(self, prepared: Prepared, next_text: bytes | None) -> SaveReport | None:
+    def finish(self, prepared: Prepared, next_text: bytes | None, save_points: Sequence[int] = ()) -> SaveReport | None:
         """After the reply: keep in the KV only what the next request will resend (``next_text``: the
         prompt and the reply as history renders it; None: only the prompt is sure), then save by the
-        policy in the module docstring."""
+        policy in the module docstring. ``save_points``: prompt token counts the client marked (Anthropic's
+        cache_control breakpoints): each is saved as a record of its own, whatever the policy says."""
         sessions, engine = self.sessions, self.engine
         if sessions.active != prepared.owner or not engine.tokens:
             return None
@@ -177,10 +179,16 @@ class PromptCache:
         n, prompt_len = len(engine.tokens), len(prepared.prompt)
         if not sessions.dirty or n <= have:
             return None
-        if not ((have == 0 and prompt_len >= self.save_block) or n - have >= self.save_every):
+        marked = [b for b in save_points if have < b <= min(n, prompt_len)]
+        if not (marked or (have == 0 and prompt_len >= self.save_block) or n - have >= self.save_every):
             return None
         aligned = (min(prompt_len, n) - self.save_tail) // self.save_block * self.save_block
-        return sessions.save("turn", boundaries=[b for b in (aligned, prompt_len) if have < b < n])
+        return sessions.save("turn", boundaries=sorted({b for b in (aligned, prompt_len, *marked) if have < b < n}))
+
+    def saved_frontier(self, prepared: Prepared) -> int:
+        """How many tokens of the request's branch are saved now (0: none)."""
+        entry = self.sessions.store.conversation_entry(prepared.owner, self.sessions.identity.model_fp)
+        return entry.tokens if entry is not None else 0
 
     # a new branch ------------------------------------------------------------------------------------------
     @staticmethod

@@ -8,12 +8,11 @@ a model that neither thinks nor was given tools streams and stores exactly what 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 
 from engine.generation import Engine
-from engine.text.reply_format import opens_thinking, reply_format_for, template_inputs
+from engine.session.reply_plan import plan_reply
 from engine.text.reply_parse import ReplyParser
-from engine.types import PieceKind, ReplyPiece, ToolCall
+from engine.types import PieceKind, ReplyPiece, ServeRequest, ToolCall
 
 
 class ReplySplit:
@@ -70,23 +69,15 @@ class ReplySplit:
         return self._thought_ms
 
 
-def reply_split(engine: Engine, prompt: bytes, tools: Sequence[Mapping] = (), parallel: bool = True) -> ReplySplit:
-    """The split for a reply to ``prompt``: a parser when the template thinks or the request has tools (a
-    generation prompt that opens the thinking block, as DeepSeek-R1 distills' does, starts it thinking),
-    else the plain pass-through."""
-    fmt = reply_format_for(engine.template.source)
-    if not tools and not fmt.thinks:
-        return ReplySplit()
-    thinking = opens_thinking(fmt, prompt.decode("utf-8", errors="replace"))
-    return ReplySplit(ReplyParser(fmt, tools=list(tools), in_thinking=thinking, parallel=parallel))
-
-
-def turn_prompt(engine: Engine, messages: list[dict], tools: Sequence[Mapping] = (),
-                template_kwargs: Mapping | None = None) -> bytes:
-    """The prompt a turn reads: the template's rendering of ``messages`` with ``tools`` and the template's
-    variables. A chat with neither, and no tool calls or results in its history, renders as it always did."""
-    agentic = any("tool_calls" in m or m.get("role") == "tool" for m in messages)
-    if not tools and not template_kwargs and not agentic:
-        return engine.render(messages).encode("utf-8")
-    shown, listed = template_inputs(reply_format_for(engine.template.source), messages, list(tools))
-    return engine.template.render(shown, tools=listed, variables=template_kwargs).encode("utf-8")
+def turn_reply(engine: Engine, messages: list[dict]) -> tuple[bytes, ReplySplit]:
+    """A window turn's prompt (no tools are offered) and the split of its reply: a parser when the template
+    thinks (a generation prompt that opens the thinking block, as DeepSeek-R1 distills' does, starts it
+    thinking), else the plain pass-through. A chat with no tool calls or results in its history renders as it
+    always did; one with them (a conversation an agent used through the server) through the template's
+    inputs, as the server's requests render it (engine/session/reply_plan.py)."""
+    plan = plan_reply(engine.template, ServeRequest(messages=tuple(messages)), messages)
+    if any("tool_calls" in m or m["role"] == "tool" for m in messages):
+        prompt = plan.render(engine.template)
+    else:
+        prompt = engine.render(messages)
+    return prompt.encode("utf-8"), ReplySplit(plan.parser(prompt)) if plan.fmt.thinks else ReplySplit()

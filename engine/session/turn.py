@@ -34,7 +34,7 @@ from engine.errors import (
 )
 from engine.generation import Engine, GenerationResult, Step
 from engine.session.context_policy import chat_policy, check_policy
-from engine.session.reply_split import ReplySplit, reply_split, turn_prompt
+from engine.session.reply_split import ReplySplit, turn_reply
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
@@ -266,26 +266,24 @@ class Turns:
                cancel: CancelToken | None, *, emit: EventSink | None = None,
                on_text: Callable[[str], None] | None = None, on_piece: Callable[[ReplyPiece], None] | None = None,
                dropped: int = 0, continued_seq: int | None = None, before: str = "", prompt_text: bytes | None = None,
-               started: float | None = None, top_logprobs: int | None = None, tools: Sequence[Mapping] = (),
-               template_kwargs: Mapping | None = None, parse_calls: bool = True, parallel_tool_calls: bool = True,
+               started: float | None = None, top_logprobs: int | None = None, split: ReplySplit | None = None,
                **decoding) -> Answered:
         """The model answers ``messages`` (the chat's view) and the reply is stored, then the context saved.
 
         ``emit``: the window's events (Progress, Resumed, Token) and a reply that cannot be stored raised as
         "written but could not be stored" with its text; None for a server request, which streams its visible
         text to ``on_text`` and every piece (thinking, text, each whole tool call) to ``on_piece``.
-        ``continued_seq``: the reply a Continue writes on (``before``: its text so far; ``prompt_text`` its
-        prompt). ``started``: when the request began (its time to first token counts from there). ``tools``,
-        ``template_kwargs``: what the template renders beside the messages (a bound request's); a template that
-        thinks, or tools, split the reply (engine/session/reply_split.py): the visible text is stored as the
-        reply, the thinking and the calls beside it (``parse_calls`` False, tool_choice "none": a call is text)."""
+        ``continued_seq``: the reply a Continue writes on (``before``: its text so far). ``prompt_text``: the
+        prompt already rendered (a Continue's, a bound request's with its tools), ``split`` how its reply splits
+        (None: not at all); without them the turn renders its messages and splits the reply when the template
+        thinks (engine/session/reply_split.py). The visible text is stored as the reply, the thinking and the
+        calls beside it. ``started``: when the request began (its time to first token counts from there)."""
         loaded = self.require()
         events = emit or noop
         progress = None if emit is None else (lambda d, t: events(Progress(cid, ProgressPhase.PREFILL, d, t)))
         if prompt_text is None:
-            prompt_text = turn_prompt(loaded.engine, messages, tools, template_kwargs)
-            split = reply_split(loaded.engine, prompt_text, tools if parse_calls else (), parallel_tool_calls)
-        else:  # a Continue writes on the visible reply
+            prompt_text, split = turn_reply(loaded.engine, messages)
+        elif split is None:  # a Continue writes on the visible reply
             split = ReplySplit()
 
         def shown(pieces: list[ReplyPiece], context: int) -> None:
