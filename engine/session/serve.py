@@ -40,7 +40,8 @@ def _serve_bound(turns: Turns, cid: str, messages: list[dict], request: ServeReq
     engine, started = loaded.engine, time.perf_counter()
     binding = serving.plan_binding(turns.conversations, cid, messages)
     plan = reply_plan.plan_reply(engine.template, request, binding.chat)  # bad tools: refused before storing
-    loaded.sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
+    # a message too long (or tools that make the prompt so) is refused before it is stored
+    loaded.sessions.check_fits_text(cid, plan.render(engine.template).encode("utf-8"))
     chat = serving.store_binding(turns.conversations, binding)
     plan = reply_plan.plan_reply(engine.template, request, chat)  # the chat as stored (its replies' thinking)
     prompt = plan.render(engine.template)
