@@ -131,12 +131,16 @@ MIGRATIONS: list[str] = [
     # 10: agents' turns (issue 30). A message may be a tool's result (role 'tool', with the ``tool_call_id`` it
     # answers and the tool's ``name``); a reply may carry the model's thinking (``reasoning``, and how long it
     # thought, ``thought_ms``) and the calls it made (``tool_calls``: the JSON text of OpenAI's list,
-    # engine/tool_messages.py). SQLite cannot widen a CHECK in place, so the table is built again (SQLite's
-    # "12-step" rebuild: the store runs migrations with foreign keys off, so the attachments stay) with the
-    # same ids, which the search index and the attachments refer to, and its index and search triggers made
-    # again. Kept versions of a reply keep its thinking and calls too.
+    # engine/tool_messages.py). SQLite cannot widen a CHECK in place, so the table is built again with the
+    # same ids, which the search index and the attachments refer to (the store runs migrations with foreign
+    # keys off, so the attachments stay), and its index and search triggers made again. The rows wait in a
+    # temporary table meanwhile, so the new table takes the old one's pages (no free pages left behind, and
+    # a new database is laid out as before). Kept versions of a reply keep its thinking and calls too.
     """
-    CREATE TABLE messages_v10 (
+    CREATE TEMP TABLE messages_before_10 AS SELECT id, conversation_id, seq, role, content, created_ms, finish, model,
+        typed_text FROM messages;
+    DROP TABLE messages;
+    CREATE TABLE messages (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
         seq INTEGER NOT NULL,
@@ -153,10 +157,9 @@ MIGRATIONS: list[str] = [
         name TEXT,
         UNIQUE (conversation_id, seq)
     );
-    INSERT INTO messages_v10 (id, conversation_id, seq, role, content, created_ms, finish, model, typed_text)
-        SELECT id, conversation_id, seq, role, content, created_ms, finish, model, typed_text FROM messages;
-    DROP TABLE messages;
-    ALTER TABLE messages_v10 RENAME TO messages;
+    INSERT INTO messages (id, conversation_id, seq, role, content, created_ms, finish, model, typed_text)
+        SELECT id, conversation_id, seq, role, content, created_ms, finish, model, typed_text FROM temp.messages_before_10;
+    DROP TABLE temp.messages_before_10;
     CREATE INDEX messages_by_conversation ON messages(conversation_id, seq);
     CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
         INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
