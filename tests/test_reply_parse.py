@@ -23,6 +23,7 @@ QWEN3 = reply_format_for((TEMPLATES / "qwen3.jinja").read_text())
 QWEN25 = reply_format_for((TEMPLATES / "qwen2.5.jinja").read_text())
 LLAMA = reply_format_for((TEMPLATES / "llama3.2.jinja").read_text())
 MISTRAL = reply_format_for((TEMPLATES / "mistral-nemo.jinja").read_text())
+MISTRAL_ARGS = reply_format_for((TEMPLATES / "mistral-small-3.2.jinja").read_text())
 FALLBACK = reply_format_for((TEMPLATES / "smollm2.jinja").read_text())
 R1 = reply_format_for((TEMPLATES / "deepseek-r1-distill-qwen.jinja").read_text())
 TOOLS = ["get_weather", "search"]
@@ -260,6 +261,28 @@ def test_mistral_what_is_not_a_call_is_text(text):
     assert r.tool_calls == () and r.content == text
 
 
+def test_mistral_name_args_calls():
+    assert MISTRAL_ARGS.tool_style == "mistral_args"
+    text = 'Sure.[TOOL_CALLS]search[ARGS]{"q": "a"}[TOOL_CALLS]get_weather[CALL_ID]abc123XYZ[ARGS]{"city": "Nice"}'
+    r = parse(MISTRAL_ARGS, text)
+    assert r.content == "Sure."
+    assert calls(r) == [("search", '{"q": "a"}'), ("get_weather", '{"city": "Nice"}')]
+
+
+@pytest.mark.parametrize("text", [
+    '[TOOL_CALLS]search[ARGS]{"q": "a"',  # truncated
+    '[TOOL_CALLS]search{"q": "a"}',  # no [ARGS]
+    '[TOOL_CALLS]nope[ARGS]{}',  # not offered
+    '[TOOL_CALLS]search[ARGS][1]',  # arguments not an object
+    '[TOOL_CALLS]search[ARGS]{} and then text',  # text after the calls
+    '[TOOL_CALLS]search[CALL_ID]a-b[ARGS]{}',  # an id that is not letters and digits
+    '[TOOL_CALLS]bad name[ARGS]{}',
+])
+def test_mistral_name_args_what_is_not_a_call_is_text(text):
+    r = parse(MISTRAL_ARGS, text)
+    assert r.tool_calls == () and r.content == text
+
+
 # --- the fallback -------------------------------------------------------------------------------------
 
 def test_fallback_reads_hermes_tags():
@@ -281,6 +304,7 @@ TRANSCRIPTS = [
     (LLAMA, 'text <|python_ta <|python_tag|>{"name": "search", "parameters": {"q": "}"}}', False),
     (MISTRAL, 'ok [TOOL_CALLS] [{"name": "search", "arguments": {"q": "]"}}]', False),
     (FALLBACK, "\n\n" + hermes_call("get_weather", "{}") + "\n", False),
+    (MISTRAL_ARGS, 'a [TOOL_CALLS]search[ARGS]{"q": "[ARGS]"}\n[TOOL_CALLS]get_weather[ARGS]{}', False),
 ]
 
 
@@ -353,3 +377,39 @@ def test_feed_after_finish_is_refused():
     parser.finish()
     with pytest.raises(RuntimeError):
         parser.feed("x")
+
+
+FRAGMENTS = ["<think>", "</think>", "\n", "\n\n", " ", "text", "<tool_call>", "</tool_call>", "<tool_", "</think",
+             '{"name": "search", "arguments": {"q": "a"}}', '{"name": "get_weather", "parameters": {}}', '{"name": ',
+             '"arguments": ', "{}", "}", "{", "[", "]", ",", ";", '"', "\\", "<|python_tag|>", "[TOOL_CALLS]",
+             "[ARGS]", "[CALL_ID]", "search", "abc123XYZ", "é", "🙂",
+             hermes_call("search", '{"q": "a"}'), '[TOOL_CALLS][{"name": "search", "arguments": {}}]',
+             "[TOOL_CALLS]search[ARGS]{}"]
+FORMATS = [QWEN3, QWEN25, LLAMA, MISTRAL, MISTRAL_ARGS, FALLBACK, R1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(range(len(FORMATS))), st.lists(st.sampled_from(FRAGMENTS), max_size=30),
+       st.lists(st.integers(min_value=0, max_value=10_000), max_size=20), st.booleans(), st.booleans())
+def test_streaming_equals_whole_on_any_text(which, fragments, cuts, in_thinking, parallel):
+    fmt, text = FORMATS[which], "".join(fragments)
+    whole = parse(fmt, text, in_thinking=in_thinking, parallel=parallel)
+    parser = ReplyParser(fmt, tools=TOOLS, in_thinking=in_thinking, parallel=parallel, new_id=ids())
+    pieces, start = [], 0
+    for end in sorted({c % (len(text) + 1) for c in cuts}) + [len(text)]:
+        pieces += parser.feed(text[start:end])
+        start = end
+    pieces += parser.finish()
+    assert (parser.content, parser.reasoning, parser.tool_calls) == (whole.content, whole.reasoning, list(whole.tool_calls))
+    assert merged(pieces) == merged(whole.pieces)
+    assert len(whole.tool_calls) <= (MAX_CALLS if parallel else 1)
+    for call in whole.tool_calls:  # whatever came out as a call is one: an offered tool, an object's text
+        assert call.name in TOOLS and isinstance(json.loads(call.arguments), dict)
+
+
+def test_without_calls_newlines_are_not_held_back():
+    parser = ReplyParser(QWEN25, tools=False)
+    assert [p.text for p in parser.feed("Line one\n")] == ["Line one\n"]
+    parser = ReplyParser(QWEN25, tools=TOOLS)
+    assert [p.text for p in parser.feed("Line one\n")] == ["Line one"]  # the newline may be a call's
+    assert [p.text for p in parser.feed("two")] == ["\ntwo"]

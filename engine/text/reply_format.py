@@ -21,10 +21,10 @@ MAX_TOOLS = 128  # OpenAI's own limit on a request's tools
 MAX_TOOL_BYTES = 64 * 1024  # one tool's JSON (its schema, mostly): bounds what the grammar compiler is given
 NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's pattern for function names
 
-HERMES, LLAMA3_JSON, MISTRAL, FALLBACK = "hermes", "llama3_json", "mistral", "fallback"
+HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS, FALLBACK = "hermes", "llama3_json", "mistral", "mistral_args", "fallback"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
-MISTRAL_CALLS = "[TOOL_CALLS]"
+MISTRAL_CALLS, MISTRAL_ARGS_MARK, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 FALLBACK_HEADER = (
@@ -46,7 +46,8 @@ FALLBACK_FOOTER = (
 
 @dataclass(frozen=True)
 class ReplyFormat:
-    """``tool_style``: how the model writes a call ("hermes", "llama3_json", "mistral", "fallback");
+    """``tool_style``: how the model writes a call ("hermes", "llama3_json", "mistral", "mistral_args",
+    "fallback");
     ``native_tools``: the template renders ``tools``, tool calls and tool messages itself;
     ``think_open``/``think_close``: the thinking markers ("" when the template has none);
     ``string_arguments``: the template writes a call's arguments given as a JSON string as they are
@@ -68,7 +69,7 @@ def reply_format_for(template_source: str) -> ReplyFormat:
     src = template_source or ""
     renders_tools = bool(re.search(r"\btools\b", src)) and "tool_calls" in src
     if MISTRAL_CALLS in src:
-        style = MISTRAL
+        style = MISTRAL_ARGS if MISTRAL_ARGS_MARK in src else MISTRAL
     elif TOOL_CALL_OPEN in src and TOOL_CALL_CLOSE in src:
         style = HERMES
     elif PYTHON_TAG in src or ("<|start_header_id|>" in src and '"parameters"' in src):
@@ -183,6 +184,16 @@ def opens_thinking(fmt: ReplyFormat, prompt_text: str) -> bool:
     return not prompt_text[opened + len(fmt.think_open):].strip()
 
 
+def reply_markers(fmt: ReplyFormat) -> tuple[str, ...]:
+    """The marker texts the reply parser reads for ``fmt``. A vocabulary may hold some as control tokens
+    (Llama's ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``), which a decoder hides: their text must still
+    reach the parser."""
+    calls = {HERMES: (TOOL_CALL_OPEN, TOOL_CALL_CLOSE), FALLBACK: (TOOL_CALL_OPEN, TOOL_CALL_CLOSE),
+             LLAMA3_JSON: (PYTHON_TAG,), MISTRAL: (MISTRAL_CALLS,),
+             MISTRAL_ARGS: (MISTRAL_CALLS, MISTRAL_ARGS_MARK, MISTRAL_CALL_ID)}[fmt.tool_style]
+    return tuple(m for m in (fmt.think_open, fmt.think_close) if m) + calls
+
+
 def fallback_system_section(tools: Sequence[Mapping]) -> str:
     """The fallback's description of ``tools`` (docs/tool-calls.md quotes it)."""
     lines = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
@@ -201,7 +212,7 @@ def _native_message(fmt: ReplyFormat, i: int, message: Mapping) -> dict:
     calls = m.pop("tool_calls", None)
     if calls:  # Llama's template tests ``'tool_calls' in message``: the key is there only with calls
         m["tool_calls"] = [_native_call(fmt, i, j, c) for j, c in enumerate(calls)]
-    if fmt.tool_style == MISTRAL and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
+    if fmt.tool_style in (MISTRAL, MISTRAL_ARGS) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
         m["tool_call_id"] = _mistral_id(m["tool_call_id"])
     return m
 
@@ -216,7 +227,7 @@ def _native_call(fmt: ReplyFormat, i: int, j: int, call: Mapping) -> dict:
     elif isinstance(arguments, str):
         _arguments_object(i, j, arguments)  # still checked: a template given broken JSON would echo it
     out = {**call, "type": call.get("type", "function"), "function": function}
-    if fmt.tool_style == MISTRAL:  # Mistral's template refuses ids that are not 9 letters or digits
+    if fmt.tool_style in (MISTRAL, MISTRAL_ARGS):  # Mistral's templates refuses ids that are not 9 letters or digits
         out["id"] = _mistral_id(str(call.get("id", "")))
     return out
 

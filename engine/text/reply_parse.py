@@ -25,7 +25,11 @@ from engine.text.reply_format import (
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
+    MISTRAL_ARGS,
+    MISTRAL_ARGS_MARK,
+    MISTRAL_CALL_ID,
     MISTRAL_CALLS,
+    NAME_PATTERN,
     PYTHON_TAG,
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -76,13 +80,20 @@ class ReplyParser:
         self._think_held = ""
         self._think_started = False
         self._finished = False
+        self._steps = {_START: self._step_start, _THINK: self._step_think, _TEXT: self._step_text,
+                       _CALL: self._step_call, _REGION: self._step_region, _PLAIN: self._step_plain,
+                       _LEAD: self._step_lead}
 
     # --- the interface --------------------------------------------------------------------------------
     def feed(self, text: str) -> list[ReplyPiece]:
         """The pieces ``text`` (the next part of the reply) completes; possibly none."""
         if self._finished:
             raise RuntimeError("the reply parser was already finished")
-        self._pending += text
+        # concatenated through a local that holds the only reference, so CPython grows the string in place
+        # rather than copying a long pending call on every piece
+        pending, self._pending = self._pending, ""
+        pending += text
+        self._pending = pending
         self._run(final=False)
         return self._take()
 
@@ -115,9 +126,7 @@ class ReplyParser:
         return _LEAD if self._fmt.tool_style == LLAMA3_JSON else _TEXT
 
     def _run(self, final: bool) -> None:
-        step = {_START: self._step_start, _THINK: self._step_think, _TEXT: self._step_text, _CALL: self._step_call,
-                _REGION: self._step_region, _PLAIN: self._step_plain, _LEAD: self._step_lead}
-        while step[self._state](final):
+        while self._steps[self._state](final):
             pass
 
     def _go(self, state: str, consumed: int) -> bool:
@@ -153,13 +162,13 @@ class ReplyParser:
 
     def _step_plain(self, final: bool) -> bool:
         if self._pending:
-            self._visible(self._pending)
+            self._visible(self._pending, hold=False)  # no call can follow: newlines go out as they come
             self._pending = ""
         return False
 
     def _marker(self) -> str:
         style = self._fmt.tool_style
-        if style == MISTRAL:
+        if style in (MISTRAL, MISTRAL_ARGS):
             return MISTRAL_CALLS
         if style == LLAMA3_JSON:
             return PYTHON_TAG
@@ -191,8 +200,7 @@ class ReplyParser:
     def _step_call(self, final: bool) -> bool:
         """Hermes: ``<tool_call>`` JSON ``</tool_call>``; _pending starts with the opening marker."""
         limit = MAX_CALL_CHARS
-        window = self._pending[:limit]
-        at = window.find(TOOL_CALL_CLOSE, max(self._scan_from, len(TOOL_CALL_OPEN)))
+        at = self._pending.find(TOOL_CALL_CLOSE, max(self._scan_from, len(TOOL_CALL_OPEN)), limit)
         if at >= 0:
             end = at + len(TOOL_CALL_CLOSE)
             inner = self._pending[len(TOOL_CALL_OPEN):at]
@@ -200,14 +208,15 @@ class ReplyParser:
             self._take_calls([call] if call else None, self._pending[:end])
             return self._go(_TEXT, end)
         if len(self._pending) >= limit or final:  # too long, or cut off: what it wrote is text
-            self._visible(window)
-            return self._go(_TEXT, len(window))
+            self._visible(self._pending[:limit])
+            return self._go(_TEXT, min(limit, len(self._pending)))
         self._scan_from = max(0, len(self._pending) - len(TOOL_CALL_CLOSE) + 1)
         return False
 
     def _step_region(self, final: bool) -> bool:
-        """Llama (a JSON call, or ``<|python_tag|>`` calls) and Mistral (``[TOOL_CALLS]`` then a list):
-        the calls run to the end of the reply, so they are decided when it ends."""
+        """Llama (a JSON call, or ``<|python_tag|>`` calls) and Mistral (``[TOOL_CALLS]`` then a list, or
+        ``[TOOL_CALLS]name[ARGS]{...}`` each): the calls run to the end of the reply, so they are decided
+        when it ends."""
         if len(self._pending) > MAX_CALL_CHARS:
             self._visible(self._pending)
             self._pending = ""
@@ -215,7 +224,7 @@ class ReplyParser:
             return False
         if not final:
             return False
-        parse = _mistral_calls if self._fmt.tool_style == MISTRAL else _llama_calls
+        parse = {MISTRAL: _mistral_calls, MISTRAL_ARGS: _mistral_args_calls}.get(self._fmt.tool_style, _llama_calls)
         calls = parse(self._pending, self._accepts)
         self._take_calls(calls, self._pending)
         self._pending = ""
@@ -240,7 +249,7 @@ class ReplyParser:
             self._calls.append(call)
             self._out.append(ReplyPiece(PieceKind.TOOL_CALL, "", call))
 
-    def _visible(self, text: str) -> None:
+    def _visible(self, text: str, hold: bool = True) -> None:
         if not text:
             return
         text = self._held_nl + text
@@ -250,7 +259,7 @@ class ReplyParser:
                 self._held_nl = ""
                 return
             self._drop_nl = False
-        body = text.rstrip("\n")
+        body = text.rstrip("\n") if hold else text
         self._held_nl = text[len(body):]
         if body:
             self._emit(PieceKind.CONTENT, body)
@@ -337,6 +346,30 @@ def _mistral_calls(text: str, accepts: Callable[[str], bool]) -> list[tuple[str,
         if text.startswith("]", i) and not text[i + 1:].strip():
             return calls
         return None
+
+
+def _mistral_args_calls(text: str, accepts: Callable[[str], bool]) -> list[tuple[str, str]] | None:
+    """Mistral's newer calls (Small 3.2, Devstral): ``[TOOL_CALLS]name[ARGS]{...}``, one after another,
+    a ``[CALL_ID]id`` before ``[ARGS]`` allowed, and nothing else."""
+    calls, i, n = [], 0, len(text)
+    while True:
+        i = _skip_space(text, i)
+        if i >= n and calls:
+            return calls
+        if not text.startswith(MISTRAL_CALLS, i):
+            return None
+        i += len(MISTRAL_CALLS)
+        end = text.find(MISTRAL_ARGS_MARK, i)
+        if end < 0:
+            return None
+        name, has_id, call_id = text[i:end].partition(MISTRAL_CALL_ID)
+        if not NAME_PATTERN.fullmatch(name) or not accepts(name) or (has_id and not call_id.isalnum()):
+            return None
+        found = _object_at(text, end + len(MISTRAL_ARGS_MARK))
+        if found is None:
+            return None
+        _members, i = found
+        calls.append((name, text[end + len(MISTRAL_ARGS_MARK):i]))
 
 
 def _call_from(members: dict | None, accepts: Callable[[str], bool]) -> tuple[str, str] | None:
