@@ -127,3 +127,37 @@ def test_qwen3s_template_gets_the_tools_and_the_kwargs_of_a_bound_request(qwen3)
     for cid, result in (("q1", plain), ("q2", tooled), ("q3", quiet)):
         reply = qwen3.conversations.messages(cid)[-1]
         assert (reply.content, reply.reasoning) == (result.text, result.reasoning)
+
+
+SHORT = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"],
+    "additionalProperties": False}}}  # a random model would add properties until max_tokens
+
+
+def test_a_forced_call_and_its_result_make_a_full_loop_in_the_conversation(qwen3):
+    """tool_choice names the function: the reply is a call (decoded under its grammar), stored with the reply;
+    the client runs it and sends the result; the next reply answers it. All of it is in the conversation."""
+    pieces: list = []
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    forced = ServeRequest(messages=tuple(ask), params=GREEDY, max_tokens=120, conversation="loop", tools=(SHORT,),
+                          tool_choice=ToolChoice(ToolChoiceMode.FUNCTION, "get_weather"),
+                          template_kwargs={"enable_thinking": False, "thinking_budget": 4})
+    first = qwen3.serve(forced, None, None, pieces.append)
+    assert first.finish_reason == "tool_calls" and len(first.tool_calls) >= 1
+    call = first.tool_calls[0]
+    assert call.name == "get_weather" and json.loads(call.arguments)["city"] in ("Paris", "Rome")
+    assert [p.call for p in pieces if p.kind == PieceKind.TOOL_CALL] == list(first.tool_calls)
+    held = qwen3.conversations.messages("loop")
+    assert [m.role for m in held] == ["user", "assistant"] and held[1].tool_calls == first.tool_calls
+    assert held[1].content == first.text
+    # the client sends the call back as it got it, and the tool's result
+    wire = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in first.tool_calls]
+    loop = [*ask, {"role": "assistant", "content": first.text, "tool_calls": wire},
+            *({"role": "tool", "tool_call_id": c.id, "content": '{"temperature": 21}'} for c in first.tool_calls)]
+    final = qwen3.serve(ServeRequest(messages=tuple(loop), params=GREEDY, max_tokens=6, conversation="loop",
+                                     tools=(SHORT,), template_kwargs={"enable_thinking": False}))
+    assert final.cache.reused_tokens > 0  # the live context of the call: only the results were read
+    held = qwen3.conversations.messages("loop")
+    assert [m.role for m in held] == ["user", "assistant", *["tool"] * len(wire), "assistant"]
+    assert held[-1].content == final.text and held[2].tool_call_id == call.id
