@@ -13,13 +13,14 @@ THINKING_HINTS = ("Show what the model thought before it answered", "Hide the th
 
 
 def thought_title(thought_ms: int | None, streaming: bool = False) -> str:
-    """The thinking block's header: "Thinking…" while it streams, then how long it took (rounded, at least
-    1 s: "Thought for 0 s" reads as nothing happened), or "Thought" when not known (an import, an old row)."""
+    """The thinking block's header: "Thinking…" while it streams, then how long it took, in whole seconds
+    ("<1 s" below half a second: "0 s" reads as if nothing happened), or "Thought" when not known (an import)."""
     if streaming:
         return "Thinking…"
     if thought_ms is None:
         return "Thought"
-    return f"Thought for {max(1, round(thought_ms / 1000))} s"
+    seconds = round(thought_ms / 1000)
+    return f"Thought for {seconds} s" if seconds else "Thought for <1 s"
 
 
 class ThinkingBlock(CollapsibleBlock):

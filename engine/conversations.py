@@ -661,18 +661,23 @@ class ConversationStore:
         return row[2]
 
     def extend_reply(self, conversation_id: str, seq: int, text: str, finish: str | None = None,
-                     model: str | None = None) -> None:
+                     model: str | None = None, *, reasoning: str = "", thought_ms: int | None = None) -> None:
         """Append ``text`` to reply ``seq`` (Continue: the same message, written on); ``finish`` is why it
-        ended this time; ``model`` wrote the new part (a reply started by another model names both)."""
+        ended this time; ``model`` wrote the new part (a reply started by another model names both);
+        ``reasoning``: more thinking (a reply stopped while it thought), ``thought_ms`` how long it took."""
+        agent_row("assistant", reasoning, thought_ms, (), "", "")
         with self._write() as db:
             old = db.execute("SELECT model FROM messages WHERE conversation_id = ? AND seq = ? AND role = 'assistant'",
                              (conversation_id, seq)).fetchone()
             writers = old[0] if old is not None and old[0] else None
             if model and (writers is None or model not in writers.split(" + ")):
                 writers = f"{writers} + {model}" if writers else model
-            cur = db.execute("UPDATE messages SET content = content || ?, finish = ?, model = ? WHERE "
-                             "conversation_id = ? AND seq = ? AND role = 'assistant'",
-                             (text, finish, writers[:MODEL_CHARS] if writers else None, conversation_id, seq))
+            cur = db.execute("UPDATE messages SET content = content || ?, finish = ?, model = ?, reasoning = "
+                             "NULLIF(COALESCE(reasoning, '') || ?, ''), thought_ms = CASE WHEN ? IS NULL THEN "
+                             "thought_ms ELSE COALESCE(thought_ms, 0) + ? END WHERE conversation_id = ? AND seq = ? "
+                             "AND role = 'assistant'",
+                             (text, finish, writers[:MODEL_CHARS] if writers else None, reasoning, thought_ms,
+                              thought_ms, conversation_id, seq))
             if cur.rowcount == 0:
                 raise ConversationError(f"conversation {conversation_id!r} has no reply {seq} to continue")
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))

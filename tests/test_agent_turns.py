@@ -85,3 +85,17 @@ def test_the_plain_split_passes_text_through():
     split = ReplySplit()
     assert [p.text for p in split.feed("a")] == ["a"] and split.feed("") == []
     assert split.finish() == [] and split.content == "a" and split.reasoning == "" and split.thought_ms is None
+
+
+def test_continue_writes_on_in_the_thinking_when_the_limit_stopped_it_thinking(thinking_hearth):
+    hearth = thinking_hearth
+    first = hearth.run_turn(TurnRequest("t2", "Think long.", GREEDY, max_new_tokens=4), create=True)
+    assert first.stop_reason == "length" and first.reasoning and first.reply == ""
+    events: list = []
+    more = hearth.run_turn(TurnRequest("t2", None, GREEDY, max_new_tokens=4, continue_reply=True), events.append)
+    added = "".join(e.text for e in events if isinstance(e, Token))
+    assert all(e.kind == PieceKind.REASONING for e in events if isinstance(e, Token))  # still thinking
+    assert more.continued and more.reasoning == first.reasoning + added and more.reply == ""
+    stored = hearth.conversations.messages("t2")[-1]
+    assert stored.reasoning == more.reasoning and stored.content == "" and stored.thought_ms == more.thought_ms
+    assert len(hearth.conversations.messages("t2")) == 2  # the same message, written on

@@ -130,7 +130,8 @@ def test_a_long_thinking_is_laid_out_only_in_part_until_show_all(qtbot):
 
 def test_titles_and_bad_arguments():
     assert thought_title(None) == "Thought" and thought_title(12_400) == "Thought for 12 s"
-    assert thought_title(200) == "Thought for 1 s" and thought_title(0, streaming=True) == "Thinking…"
+    assert thought_title(200) == "Thought for <1 s" and thought_title(0, streaming=True) == "Thinking…"
+    assert thought_title(600) == "Thought for 1 s"
     block = ToolCallBlock(ToolCall("c1", "f", "{not json"))
     assert block.text == "{not json"  # a model's text that is not JSON is shown as written
     block.deleteLater()
@@ -155,3 +156,38 @@ def test_the_open_chat_shows_tool_turns_the_server_stores_into_it(qtbot, windows
     qtbot.wait(300)  # the heights settle
     _save(w, "window-tool-turns.png")
     QGuiApplication.clipboard().clear()
+
+
+def test_the_windows_own_turn_on_a_model_that_thinks_shows_and_stores_the_thinking(qtbot, windows, tiny_gguf,
+                                                                                    tmp_path):
+    """DeepSeek-R1's template on the tiny model: its generation prompt opens the thinking block, so the reply
+    streams as thinking ("Thinking…"), and what is stored is the visible text with the thinking beside it."""
+    from app.config import AppConfig
+    from engine.paths import resolve_paths
+    from tests.gguf_edit import rewrite_gguf
+
+    from .qt_helpers import send, use_settings, wait_idle
+
+    template = (Path(__file__).parent / "templates" / "deepseek-r1-distill-qwen.jinja").read_text()
+    gguf = rewrite_gguf(tiny_gguf, tmp_path / "thinks.gguf", values={"tokenizer.chat_template": template})
+    home = tmp_path / "thinking-home"
+    home.mkdir()
+    w = windows(AppConfig(resolve_paths(home).ensure(), model=str(gguf), weights="int4", provider="cpu"))
+    conv = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    seen: list[str] = []
+    w.worker.conversation_event.connect(
+        lambda e: seen.append(w.transcript.stream_widget.thinking_block.title)
+        if type(e).__name__ == "Token" and w.transcript.stream_widget is not None
+        and w.transcript.stream_widget.thinking_block is not None else None)
+    send(qtbot, w, "What is 2 + 2?")
+    wait_idle(qtbot, w)
+    stored = w.store.messages(conv)[-1]
+    assert stored.role == "assistant" and stored.reasoning and stored.content == ""
+    assert "Thinking…" in seen  # while it streamed
+    reply = w.transcript.messages[-1]
+    assert reply.thinking_block.title == thought_title(stored.thought_ms) and not reply.thinking_block.expanded
+    assert reply.thinking_block.text == stored.reasoning and reply.text == ""
+    qtbot.mouseClick(reply.thinking_block.toggle, Qt.MouseButton.LeftButton)
+    qtbot.wait(100)
+    _save(w, "window-thinking-turn-open.png")

@@ -38,6 +38,8 @@ from engine.session.reply_split import ReplySplit, turn_reply
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
+from engine.text.reply_format import opens_thinking, reply_format_for
+from engine.text.reply_parse import ReplyParser
 from engine.turn_lock import TurnLock
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -112,9 +114,25 @@ def ended(result: GenerationResult, cancel: CancelToken | None) -> StopReason:
 
 
 def continue_prompt(engine: Engine, messages: list[dict]) -> bytes:
-    """The prompt of a Continue: the chat up to the last reply as a turn would render it, then that
-    reply's text with no end-of-turn, so the model writes on where it stopped."""
-    return (engine.render(messages[:-1]) + messages[-1]["content"]).encode("utf-8")
+    """The prompt of a Continue (``continue_reply``'s): what a turn that wrote the last reply leaves the context."""
+    return continue_reply(engine, messages)[0]
+
+
+def continue_reply(engine: Engine, messages: list[dict]) -> tuple[bytes, ReplySplit]:
+    """The prompt of a Continue and how its reply splits: the chat up to the last reply as a turn would render
+    it, then that reply's text with no end-of-turn, so the model writes on where it stopped. A reply the
+    length limit stopped while it was still thinking (no visible text yet) writes on in its thinking: the
+    thinking block is open in the prompt, with the thinking so far."""
+    head, last = messages[:-1], messages[-1]
+    prompt, _ = turn_reply(engine, head)
+    fmt = reply_format_for(engine.template.source)
+    thinking = last.get("reasoning_content") or ""
+    if not thinking or last["content"] or not fmt.thinks:
+        return prompt + last["content"].encode("utf-8"), ReplySplit()
+    text = prompt.decode("utf-8")
+    if not opens_thinking(fmt, text):  # Qwen3 leaves the model to open it
+        text += fmt.think_open + "\n"
+    return (text + thinking).encode("utf-8"), ReplySplit(ReplyParser(fmt, in_thinking=True))
 
 
 def chat_of(conv: Conversation, messages: Sequence) -> list[dict]:
@@ -243,21 +261,25 @@ class Turns:
         loaded = self.require()
         engine, info = loaded.engine, loaded.info
         continued = request.continue_reply
+        last = self.conversations.messages(cid)[-1] if continued else None
         before = view.messages[-1]["content"] if continued else ""
-        continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
+        prompt, split = continue_reply(engine, view.messages) if continued else (None, None)
         if view.moved:
             self._drop_saved_view(cid)
         answered = self.answer(cid, view.messages, request.params, request.max_new_tokens, cancel, emit=emit,
-                               dropped=view.dropped, continued_seq=continued_seq, before=before,
-                               prompt_text=continue_prompt(engine, view.messages) if continued else None)
+                               dropped=view.dropped, continued_seq=last.seq if last else None, before=before,
+                               prompt_text=prompt, split=split)
         turn = answered.turn
         result = turn.generation
         reply = answered.reply
+        reasoning, thought_ms = reply.reasoning, reply.thought_ms
+        if last is not None and last.reasoning:  # a Continue: the thinking is the whole message's
+            reasoning, thought_ms = last.reasoning + reasoning, (last.thought_ms or 0) + (thought_ms or 0)
         finished = Finished(cid, before + reply.content, tuple(result.tokens), ended(result, cancel), answered.stored,
                             turn.prompt_tokens, len(engine.tokens), engine.context_length,
                             result.timings.freeze(info.load_ms), info, dropped_messages=view.dropped,
                             continued=continued, local=LocalTurnFacts(turn.resume.freeze(), turn.save),
-                            reasoning=reply.reasoning, thought_ms=reply.thought_ms, tool_calls=reply.tool_calls)
+                            reasoning=reasoning, thought_ms=thought_ms, tool_calls=reply.tool_calls)
         emit(finished)
         return finished
 
@@ -329,7 +351,8 @@ class Turns:
         finish = str(ended(result, cancel))  # stored with the reply: Continue outlives the session
         if continued_seq is not None:  # the same message, written on
             if result.text:
-                convs.extend_reply(cid, continued_seq, split.content, finish, info.label)
+                convs.extend_reply(cid, continued_seq, split.content, finish, info.label, reasoning=split.reasoning,
+                                   thought_ms=split.thought_ms)
                 convs.set_model(cid, info.label, info.key)
             elif result.stop_reason != StopReason.CANCELLED:  # it ended at once: the reply is whole now
                 convs.set_finish(cid, continued_seq, finish)
