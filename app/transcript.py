@@ -707,7 +707,8 @@ class TranscriptView(QScrollArea):
         return bar.value() >= bar.maximum() - 24
 
     def scroll_to_bottom(self) -> None:
-        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+        # with the view as the timer's context: a view deleted before the timer fires is not touched
+        QTimer.singleShot(0, self, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
 
     # find -----------------------------------------------------------------------------------------------
     def find(self, needle: str, backward: bool = False) -> bool:
