@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 
@@ -267,10 +267,11 @@ class Engine:
         frequency_penalty: float = 0.0,
         response_format: ResponseFormat | None = None,
         grammar: str | None = None,
+        show_specials: Collection[str] = (),
     ) -> GenerationResult:
         """``decode`` run to its end: its text pieces go to ``on_text`` (a caller that only wants the result)."""
         steps = self.decode(prompt, params, max_new_tokens, progress, cancel, ready_logits, top_logprobs, stop,
-                            presence_penalty, frequency_penalty, response_format, grammar)
+                            presence_penalty, frequency_penalty, response_format, grammar, show_specials)
         return finish(steps, on_text)
 
     def decode(
@@ -287,6 +288,7 @@ class Engine:
         frequency_penalty: float = 0.0,
         response_format: ResponseFormat | None = None,
         grammar: str | None = None,
+        show_specials: Collection[str] = (),
     ) -> Iterator[Step | GenerationResult]:
         """Decode a reply to ``prompt``, yielding a ``Step`` for every piece of text as it is shown, then
         the ``GenerationResult`` last. The consumer runs at each step before the next forward pass (a
@@ -297,7 +299,9 @@ class Engine:
         first of these strings. ``presence_penalty``/``frequency_penalty``: OpenAI's, from -2 to 2, over the
         reply's tokens. ``response_format``: constrain the reply to JSON (ConstraintError, a PromptError, for
         a bad schema). ``grammar``: an llguidance grammar the reply must follow instead (a forced tool call:
-        engine/text/tool_grammar.py). Bad options raise at the first ``next``, before any model work."""
+        engine/text/tool_grammar.py). ``show_specials``: special tokens' texts that are part of the reply's text
+        (the markers the reply parser reads, engine/text/reply_format.reply_markers). Bad options raise at the
+        first ``next``, before any model work."""
         params = params or SamplingParams()
         sampler = Sampler(params, presence_penalty, frequency_penalty)
         stops = StopStringFilter(stop)
@@ -328,7 +332,8 @@ class Engine:
             yield result
             return
 
-        stream = StreamDecoder(self.tokenizer)
+        shown = frozenset(i for i in (self.tokenizer.token_id(t) for t in show_specials) if i is not None)
+        stream = StreamDecoder(self.tokenizer, shown - stop_ids)
         pieces: list[str] = []
         history = list(prompt)
         counts = np.zeros(logits.size, dtype=np.float32) if sampler.has_reply_penalties else None

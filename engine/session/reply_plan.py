@@ -16,7 +16,15 @@ import numpy as np
 from engine.errors import PromptError
 from engine.generation import GenerationResult, Step
 from engine.text.chat_template import ChatTemplate
-from engine.text.reply_format import ReplyFormat, check_tool_choice, check_tools, opens_thinking, reply_format_for, template_inputs
+from engine.text.reply_format import (
+    ReplyFormat,
+    check_tool_choice,
+    check_tools,
+    opens_thinking,
+    reply_format_for,
+    reply_markers,
+    template_inputs,
+)
 from engine.text.reply_parse import ReplyParser
 from engine.text.tokenizer import Tokenizer
 from engine.types import PieceKind, ReplyPiece, ServeRequest, ToolCall, ToolChoice, ToolChoiceMode
@@ -61,18 +69,29 @@ class ReplyPlan:
     def calls_wanted(self) -> bool:
         return bool(self.offered) and self.choice.mode != ToolChoiceMode.NONE
 
-    def grammar(self, prompt_text: str) -> str | None:
-        """The llguidance grammar of a forced call (tool_choice required or a named function), else None."""
-        if not self.offered or self.choice.mode not in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION):
-            return None
+    def grammar(self, prompt_text: str, response_format: bool = False) -> str | None:
+        """The llguidance grammar of a forced call (tool_choice required or a named function), else of a
+        thinking budget (``template_kwargs["thinking_budget"]`` on a model that thinks), else None. A reply
+        under a ``response_format`` keeps that constraint alone (the budget is not applied to it)."""
         budget = self.variables.get(THINKING_BUDGET_KEY)
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
                                    or not 1 <= budget <= MAX_THINKING_BUDGET):
             raise PromptError(f"{THINKING_BUDGET_KEY} must be a whole number of tokens from 1 to {MAX_THINKING_BUDGET}")
-        from engine.text.tool_grammar import tool_grammar
+        from engine.text.tool_grammar import thinking_grammar, tool_grammar
 
-        think = bool(self.fmt.think_open) and opens_thinking(self.fmt, prompt_text)
-        return tool_grammar(self.fmt, self.offered, self.choice, self.parallel, think=think, think_budget=budget)
+        think = opens_thinking(self.fmt, prompt_text)
+        first = self.variables.get("enable_thinking") is True
+        if self.offered and self.choice.mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION):
+            return tool_grammar(self.fmt, self.offered, self.choice, self.parallel, think=think, think_budget=budget,
+                                think_first=first)
+        if budget is None or response_format:
+            return None
+        return thinking_grammar(self.fmt, think=think, think_budget=budget, think_first=first)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The marker texts the parser must see even where the vocabulary holds them as control tokens."""
+        return reply_markers(self.fmt) if (self.fmt.thinks or self.calls_wanted) else ()
 
     def parser(self, prompt_text: str) -> ReplyParser:
         return ReplyParser(self.fmt, tools=self.offered if self.calls_wanted else False,

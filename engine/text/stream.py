@@ -12,13 +12,17 @@ from engine.text.tokenizer import Tokenizer
 
 
 class StreamDecoder:
-    def __init__(self, tokenizer: Tokenizer):
+    """``shown``: special tokens whose text is shown anyway (a tool call's marker that a vocabulary holds as a
+    control token, as Llama 3.1's ``<|python_tag|>``: the reply parser must read it)."""
+
+    def __init__(self, tokenizer: Tokenizer, shown: frozenset[int] = frozenset()):
         self._tokenizer = tokenizer
+        self._shown = shown
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
         """Text completed by this token (possibly empty)."""
-        if self._tokenizer.is_special(token_id):
+        if self._tokenizer.is_special(token_id) and token_id not in self._shown:
             return ""
         return self._decoder.decode(self._tokenizer.token_bytes(token_id))
 

@@ -37,11 +37,12 @@ CHARS_PER_TOKEN = 4  # the thinking budget is enforced in characters: about this
 
 
 def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice, parallel: bool, *,
-                 think: bool, think_budget: int | None = None) -> str | None:
+                 think: bool, think_budget: int | None = None, think_first: bool = False) -> str | None:
     """The llguidance grammar for ``choice`` (None for auto and none: the model decides, unconstrained).
 
     ``think``: the prompt left a thinking block open, so the reply starts in it; otherwise a template that
-    thinks may open one. ``think_budget`` bounds the thinking in tokens (None: only the reply's
+    thinks may open one, and must when ``think_first`` (thinking asked for: ``enable_thinking`` true, as Qwen3
+    in thinking mode always opens its block). ``think_budget`` bounds the thinking in tokens (None: only the reply's
     max_tokens). Raises PromptError for bad tools or choice, ConstraintError for a schema llguidance
     cannot compile."""
     import llguidance
@@ -54,7 +55,7 @@ def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice,
     if think_budget is not None and (not isinstance(think_budget, int) or think_budget < 1):
         raise PromptError(f"the thinking budget must be a positive number of tokens, not {think_budget!r}")
     chosen = [t for t in checked if choice.mode != ToolChoiceMode.FUNCTION or t["function"]["name"] == choice.name]
-    lark = _lark(fmt, chosen, parallel, think, think_budget)
+    lark = _lark(fmt, chosen, parallel, think, think_budget, think_first)
     grammar = llguidance.LLMatcher.grammar_from_lark(lark)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
@@ -62,17 +63,45 @@ def tool_grammar(fmt: ReplyFormat, tools: Sequence[Mapping], choice: ToolChoice,
     return grammar
 
 
-def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, think_budget: int | None) -> str:
-    rules = []
-    if fmt.thinks:
-        # A lazy lexeme that ends at the first closing marker, at most a budget's worth of characters after
-        # the opening one, so the budget forces the marker (a token-counted lexeme would end without it).
-        reach = "*" if think_budget is None else f"{{0,{think_budget * CHARS_PER_TOKEN}}}"
-        rules.append(f"think_body[lazy]: /(.|\\n){reach}{_regex(fmt.think_close)}/")
-        rules.append(f"think_tail: {_q(THINK_SEPARATOR)}")
-        lead = "think_body think_tail " if think else f"({_q(fmt.think_open)} think_body think_tail)? "
+def thinking_grammar(fmt: ReplyFormat, *, think: bool, think_budget: int, think_first: bool = False) -> str | None:
+    """A grammar that only bounds the thinking (Anthropic's ``thinking.budget_tokens`` on a reply that is not a
+    forced call): the thinking block at most ``think_budget`` tokens (in characters, as ``tool_grammar``), then
+    any text. None for a template that does not think."""
+    import llguidance
+
+    if not fmt.thinks:
+        return None
+    if isinstance(think_budget, bool) or not isinstance(think_budget, int) or think_budget < 1:
+        raise PromptError(f"the thinking budget must be a positive number of tokens, not {think_budget!r}")
+    rules = _think_rules(fmt, think, think_budget, think_first)
+    lark = "\n".join([f"start: {rules[0]}rest", "rest: /(.|\\n)*/", *rules[1:]]) + "\n"
+    grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise ConstraintError(f"the thinking budget cannot be applied: {_first_line(messages)}")
+    return grammar
+
+
+def _think_rules(fmt: ReplyFormat, think: bool, think_budget: int | None, think_first: bool) -> list[str]:
+    """[the start rule's lead, then the thinking rules] ("" and none for a template that does not think)."""
+    if not fmt.thinks:
+        return [""]
+    # A lazy lexeme that ends at the first closing marker, at most a budget's worth of characters after
+    # the opening one, so the budget forces the marker (a token-counted lexeme would end without it).
+    reach = "*" if think_budget is None else f"{{0,{think_budget * CHARS_PER_TOKEN}}}"
+    rules = [f"think_body[lazy]: /(.|\\n){reach}{_regex(fmt.think_close)}/", f"think_tail: {_q(THINK_SEPARATOR)}"]
+    if think:
+        lead = "think_body think_tail "
+    elif think_first:
+        lead = f"{_q(fmt.think_open)} think_body think_tail "
     else:
-        lead = ""
+        lead = f"({_q(fmt.think_open)} think_body think_tail)? "
+    return [lead, *rules]
+
+
+def _lark(fmt: ReplyFormat, tools: list[dict], parallel: bool, think: bool, think_budget: int | None,
+          think_first: bool = False) -> str:
+    lead, *rules = _think_rules(fmt, think, think_budget, think_first)
     first, sep, last = _frame(fmt)
     more = (f" ({_q(sep)} call){{0,{MAX_CALLS - 1}}}" if sep else f" call{{0,{MAX_CALLS - 1}}}") if parallel else ""
     rules.insert(0, f"start: {lead}{_join(first, 'call' + more, last)}")
