@@ -63,7 +63,7 @@ def test_a_chat_without_tools_streams_and_stores_as_before(hearth):
     assert stored.content == finished.reply and stored.reasoning == "" and not stored.agentic
     engine = hearth._engine
     chat = hearth.conversations.chat_messages("p1")
-    assert turn_reply(engine, chat)[0] == engine.render(chat).encode("utf-8")  # the same bytes as before issue 30
+    assert turn_reply(engine, chat).prompt == engine.render(chat).encode("utf-8")  # the same bytes as before issue 30
 
 
 def test_a_stored_tool_loop_is_rendered_through_the_templates_inputs(hearth):
@@ -72,7 +72,7 @@ def test_a_stored_tool_loop_is_rendered_through_the_templates_inputs(hearth):
     store.append("loop", "user", "Weather in Paris?")
     store.append("loop", "assistant", "", "eos", "tiny", tool_calls=(CALL,))
     store.append("loop", "tool", '{"temperature": 21}', tool_call_id=CALL.id, name="get_weather")
-    prompt = turn_reply(hearth._engine, store.chat_messages("loop"))[0].decode()
+    prompt = turn_reply(hearth._engine, store.chat_messages("loop")).prompt.decode()
     # the tiny model's ChatML template cannot express tools: the built-in fallback writes the call as text and
     # the result as a user turn
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt

@@ -8,6 +8,7 @@ a model that neither thinks nor was given tools streams and stores exactly what 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from engine.generation import Engine
 from engine.session.reply_plan import plan_reply
@@ -69,15 +70,27 @@ class ReplySplit:
         return self._thought_ms
 
 
-def turn_reply(engine: Engine, messages: list[dict]) -> tuple[bytes, ReplySplit]:
-    """A window turn's prompt (no tools are offered) and the split of its reply: a parser when the template
-    thinks (a generation prompt that opens the thinking block, as DeepSeek-R1 distills' does, starts it
-    thinking), else the plain pass-through. A chat with no tool calls or results in its history renders as it
-    always did; one with them (a conversation an agent used through the server) through the template's
-    inputs, as the server's requests render it (engine/session/reply_plan.py)."""
+@dataclass(frozen=True)
+class TurnReply:
+    """A window turn's prompt, how its reply splits, and what decoding needs for that (the thinking markers
+    the parser must see as text, where the vocabulary holds them as control tokens)."""
+
+    prompt: bytes
+    split: ReplySplit
+    decoding: dict = field(default_factory=dict)
+
+
+def turn_reply(engine: Engine, messages: list[dict]) -> TurnReply:
+    """A window turn's reply (no tools are offered): a parser when the template thinks (a generation prompt
+    that opens the thinking block, as DeepSeek-R1 distills' does, starts it thinking), else the plain
+    pass-through. A chat with no tool calls or results in its history renders as it always did; one with them
+    (a conversation an agent used through the server) through the template's inputs, as the server's requests
+    render it (engine/session/reply_plan.py)."""
     plan = plan_reply(engine.template, ServeRequest(messages=tuple(messages)), messages)
     if any("tool_calls" in m or m["role"] == "tool" for m in messages):
         prompt = plan.render(engine.template)
     else:
         prompt = engine.render(messages)
-    return prompt.encode("utf-8"), ReplySplit(plan.parser(prompt)) if plan.fmt.thinks else ReplySplit()
+    if not plan.fmt.thinks:
+        return TurnReply(prompt.encode("utf-8"), ReplySplit())
+    return TurnReply(prompt.encode("utf-8"), ReplySplit(plan.parser(prompt)), plan.decoding(prompt, {}))

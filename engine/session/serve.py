@@ -45,9 +45,7 @@ def _serve_bound(turns: Turns, cid: str, messages: list[dict], request: ServeReq
     chat = serving.store_binding(turns.conversations, binding)
     plan = reply_plan.plan_reply(engine.template, request, chat)  # the chat as stored (its replies' thinking)
     prompt = plan.render(engine.template)
-    grammar = plan.grammar(prompt)
-    if grammar is not None:
-        options = {**options, "grammar": grammar}
+    options = plan.decoding(prompt, options)
     try:
         answered = turns.answer(cid, chat, request.params, request.max_tokens, cancel, on_text=on_text,
                                 on_piece=on_piece, started=started, top_logprobs=request.top_logprobs,

@@ -34,7 +34,7 @@ from engine.errors import (
 )
 from engine.generation import Engine, GenerationResult, Step
 from engine.session.context_policy import chat_policy, check_policy
-from engine.session.reply_split import ReplySplit, turn_reply
+from engine.session.reply_split import ReplySplit, TurnReply, turn_reply
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
@@ -115,24 +115,25 @@ def ended(result: GenerationResult, cancel: CancelToken | None) -> StopReason:
 
 def continue_prompt(engine: Engine, messages: list[dict]) -> bytes:
     """The prompt of a Continue (``continue_reply``'s): what a turn that wrote the last reply leaves the context."""
-    return continue_reply(engine, messages)[0]
+    return continue_reply(engine, messages).prompt
 
 
-def continue_reply(engine: Engine, messages: list[dict]) -> tuple[bytes, ReplySplit]:
+def continue_reply(engine: Engine, messages: list[dict]) -> TurnReply:
     """The prompt of a Continue and how its reply splits: the chat up to the last reply as a turn would render
     it, then that reply's text with no end-of-turn, so the model writes on where it stopped. A reply the
     length limit stopped while it was still thinking (no visible text yet) writes on in its thinking: the
     thinking block is open in the prompt, with the thinking so far."""
     head, last = messages[:-1], messages[-1]
-    prompt, _ = turn_reply(engine, head)
+    before = turn_reply(engine, head)
     fmt = reply_format_for(engine.template.source)
     thinking = last.get("reasoning_content") or ""
     if not thinking or last["content"] or not fmt.thinks:
-        return prompt + last["content"].encode("utf-8"), ReplySplit()
-    text = prompt.decode("utf-8")
+        return TurnReply(before.prompt + last["content"].encode("utf-8"), ReplySplit())
+    text = before.prompt.decode("utf-8")
     if not opens_thinking(fmt, text):  # Qwen3 leaves the model to open it
         text += fmt.think_open + "\n"
-    return (text + thinking).encode("utf-8"), ReplySplit(ReplyParser(fmt, in_thinking=True))
+    return TurnReply((text + thinking).encode("utf-8"), ReplySplit(ReplyParser(fmt, in_thinking=True)),
+                     before.decoding)
 
 
 def chat_of(conv: Conversation, messages: Sequence) -> list[dict]:
@@ -263,12 +264,13 @@ class Turns:
         continued = request.continue_reply
         last = self.conversations.messages(cid)[-1] if continued else None
         before = view.messages[-1]["content"] if continued else ""
-        prompt, split = continue_reply(engine, view.messages) if continued else (None, None)
+        written = continue_reply(engine, view.messages) if continued else None
         if view.moved:
             self._drop_saved_view(cid)
         answered = self.answer(cid, view.messages, request.params, request.max_new_tokens, cancel, emit=emit,
                                dropped=view.dropped, continued_seq=last.seq if last else None, before=before,
-                               prompt_text=prompt, split=split)
+                               prompt_text=written.prompt if written else None, split=written.split if written else None,
+                               **(written.decoding if written else {}))
         turn = answered.turn
         result = turn.generation
         reply = answered.reply
@@ -304,7 +306,8 @@ class Turns:
         events = emit or noop
         progress = None if emit is None else (lambda d, t: events(Progress(cid, ProgressPhase.PREFILL, d, t)))
         if prompt_text is None:
-            prompt_text, split = turn_reply(loaded.engine, messages)
+            planned = turn_reply(loaded.engine, messages)
+            prompt_text, split, decoding = planned.prompt, planned.split, {**planned.decoding, **decoding}
         elif split is None:  # a Continue writes on the visible reply
             split = ReplySplit()
 
