@@ -6,6 +6,7 @@ model, whose template cannot express tools: the built-in fallback; a tiny Qwen3 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,50 @@ def test_a_forced_call_and_its_result_make_a_full_loop_in_the_conversation(qwen3
     held = qwen3.conversations.messages("loop")
     assert [m.role for m in held] == ["user", "assistant", *["tool"] * len(wire), "assistant"]
     assert held[-1].content == final.text and held[2].tool_call_id == call.id
+
+
+def test_after_a_thinking_turn_the_next_turn_rereads_only_the_visible_reply(qwen3):
+    """Qwen3's template drops an earlier turn's thinking from the next prompt: the conversation's context is
+    kept up to where that render diverges (the reply's start), so the next turn re-reads only the visible
+    reply and what is new, not the whole chat."""
+    kwargs = {"enable_thinking": True, "thinking_budget": 6}  # a bounded thinking block, then the reply
+    ask = [{"role": "user", "content": "Plan a trip to Paris."}]
+    first = qwen3.serve(ServeRequest(messages=tuple(ask), params=GREEDY, max_tokens=24, conversation="think",
+                                     template_kwargs=kwargs))
+    assert first.reasoning and qwen3.conversations.messages("think")[-1].reasoning == first.reasoning
+    follow = [*ask, {"role": "assistant", "content": first.text}, {"role": "user", "content": "And Rome?"}]
+    second = qwen3.serve(ServeRequest(messages=tuple(follow), params=GREEDY, max_tokens=4, conversation="think",
+                                      template_kwargs=kwargs))
+    engine = qwen3._engine
+    new_part = engine.tokenizer.encode(first.text + "<|im_end|>\n<|im_start|>user\nAnd Rome?<|im_end|>\n"
+                                       "<|im_start|>assistant\n")
+    reread = second.cache.prefilled_tokens
+    assert second.cache.reused_tokens >= first.prompt_tokens - 1  # the first prompt, all kept
+    assert reread <= len(new_part) + 4, (reread, len(new_part))  # the visible reply and the new turn only
+    print(f"re-read after a thinking turn: {reread} tokens (visible reply and new turn: {len(new_part)}; the "
+          f"thinking dropped from the prompt: {len(engine.tokenizer.encode(first.reasoning))})")
+
+
+def test_a_bound_request_over_http_stores_the_thinking_beside_the_reply(tiny_gguf, tmp_path):
+    """A real server on 127.0.0.1 (the official openai client) on a model whose template thinks: the reply's
+    text is what the client gets as content, and the conversation keeps the thinking beside it, which the
+    window then draws as its block."""
+    from engine.library import ModelLibrary
+    from tests.gguf_edit import rewrite_gguf
+    from tests.server_helpers import LiveServer
+
+    template = (Path(__file__).parent / "templates" / "deepseek-r1-distill-qwen.jinja").read_text()
+    gguf = rewrite_gguf(tiny_gguf, tmp_path / "thinks.gguf", values={"tokenizer.chat_template": template})
+    paths = resolve_paths(tmp_path / "home").ensure()
+    name = ModelLibrary(paths).add(gguf).name
+    server = LiveServer(paths, name)
+    try:
+        reply = server.client().chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "What is 2 + 2?"}], max_tokens=6, temperature=0,
+            extra_headers={"X-Hearth-Conversation": "over-http"})
+        held = server.host.hearth.conversations.messages("over-http")
+    finally:
+        server.close()
+    assert [m.role for m in held] == ["user", "assistant"]
+    assert held[1].reasoning and held[1].content == (reply.choices[0].message.content or "")
+    assert held[1].reasoning not in (reply.choices[0].message.content or "")  # the thinking is not the content
