@@ -99,3 +99,27 @@ def test_continue_writes_on_in_the_thinking_when_the_limit_stopped_it_thinking(t
     stored = hearth.conversations.messages("t2")[-1]
     assert stored.reasoning == more.reasoning and stored.content == "" and stored.thought_ms == more.thought_ms
     assert len(hearth.conversations.messages("t2")) == 2  # the same message, written on
+
+
+def test_a_tool_loop_chat_reopened_after_a_restart_resumes_from_disk_as_its_turns_render_it(tiny_home, tiny_gguf):
+    def open_hearth() -> Hearth:
+        service = Hearth(resolve_paths(tiny_home).ensure(), model=str(tiny_gguf), provider="cpu")
+        service.load()
+        return service
+
+    first = open_hearth()
+    store = first.conversations
+    store.create("loop")
+    store.append("loop", "user", "Weather in Paris?")
+    store.append("loop", "assistant", "", "eos", "tiny", tool_calls=(CALL,))
+    store.append("loop", "tool", '{"temperature": 21}', tool_call_id=CALL.id, name="get_weather")
+    turn = first.run_turn(TurnRequest("loop", None, GREEDY, max_new_tokens=4))
+    first.close()
+    again = open_hearth()
+    try:
+        resume = again.open_conversation("loop")
+        assert resume.source == "disk" and resume.reused_tokens == turn.context_tokens  # all of it, none re-read
+        nxt = again.run_turn(TurnRequest("loop", "thanks", GREEDY, max_new_tokens=2))
+        assert nxt.local.resume.reused_tokens >= turn.context_tokens - 2  # the reply's end-of-turn at most
+    finally:
+        again.close()

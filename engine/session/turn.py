@@ -434,7 +434,8 @@ class Turns:
             return None
         system = 1 if messages[0]["role"] == "system" else 0
         messages = messages[:system] + messages[system + dropped:]
-        prompt, report = sessions.prepare(conversation, messages)
+        # rendered as its next turn renders it (a chat with tool turns goes through the template's inputs)
+        prompt, report = sessions.prepare_text(conversation, turn_reply(loaded.engine, messages).prompt)
         resume = report.freeze()
         emit(Resumed(conversation, resume, dropped))
         if resume.source == REBUILT:
