@@ -320,7 +320,7 @@ class ChatPane(QWidget):
         if not messages or messages[-1].role != "assistant":
             return
         self._take_off_last_reply(messages)
-        self.turns.continue_reply(conv, messages[-1].content)
+        self.turns.continue_reply(conv, messages[-1].content, messages[-1].reasoning)
 
     # editing ----------------------------------------------------------------------------------------------------
     def begin_edit(self, seq: int) -> None:
@@ -394,7 +394,7 @@ class ChatPane(QWidget):
             turn = self.model.turn()
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "sending…", turn.pending_files)
-            self.transcript.begin_stream(turn.reply)  # a Continue starts from the reply it writes on
+            self.transcript.begin_stream(turn.reply, turn.reasoning)  # a Continue starts from the reply it writes on
             self.status.say("Thinking…" if self.model_ready else "Waiting for the model…")
             self.status.speed.setText("")
         self.update_buttons()

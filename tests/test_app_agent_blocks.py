@@ -191,3 +191,11 @@ def test_the_windows_own_turn_on_a_model_that_thinks_shows_and_stores_the_thinki
     qtbot.mouseClick(reply.thinking_block.toggle, Qt.MouseButton.LeftButton)
     qtbot.wait(100)
     _save(w, "window-thinking-turn-open.png")
+    # the length limit stopped it thinking: Continue writes on in the thinking, in the same message
+    qtbot.waitUntil(lambda: w.transcript.messages[-1].continue_button.isVisible(), timeout=TIMEOUT)
+    qtbot.mouseClick(w.transcript.messages[-1].continue_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, w)
+    longer = w.store.messages(conv)[-1]
+    assert len(w.store.messages(conv)) == 2 and longer.content == ""
+    assert longer.reasoning.startswith(stored.reasoning) and len(longer.reasoning) > len(stored.reasoning)
+    assert w.transcript.messages[-1].thinking_block.text == longer.reasoning
