@@ -199,3 +199,40 @@ def test_the_windows_own_turn_on_a_model_that_thinks_shows_and_stores_the_thinki
     assert len(w.store.messages(conv)) == 2 and longer.content == ""
     assert longer.reasoning.startswith(stored.reasoning) and len(longer.reasoning) > len(stored.reasoning)
     assert w.transcript.messages[-1].thinking_block.text == longer.reasoning
+
+
+def test_a_request_to_the_windows_server_bound_to_the_open_chat_shows_its_thinking(qtbot, windows, tiny_gguf,
+                                                                                 tmp_path):
+    """End to end: the window's own server (real HTTP) answers a request bound to the chat shown, on a model
+    whose template thinks; the transcript refreshes with the reply and its collapsed thinking block."""
+    import dataclasses
+
+    import httpx
+
+    from engine.api import ModelLibrary
+    from tests.gguf_edit import rewrite_gguf
+
+    from .test_app_server import start
+
+    template = (Path(__file__).parent / "templates" / "deepseek-r1-distill-qwen.jinja").read_text()
+    gguf = rewrite_gguf(tiny_gguf, tmp_path / "thinks.gguf", values={"tokenizer.chat_template": template})
+    config = windows.config
+    library = ModelLibrary(config.paths)
+    name = library.add(gguf).name
+    library.use(name)
+    w = windows(dataclasses.replace(config, model=None))
+    conv = w.new_chat()
+    start(qtbot, w)
+    try:
+        r = httpx.post(w.server.url + "/chat/completions", timeout=60, headers={"X-Hearth-Conversation": conv},
+                       json={"model": name, "max_tokens": 6, "temperature": 0,
+                             "messages": [{"role": "user", "content": "What is 2 + 2?"}]})
+        assert r.status_code == 200, r.text
+    finally:
+        w.server.stop()
+    qtbot.waitUntil(lambda: len(w.transcript.messages) == 2, timeout=TIMEOUT)
+    stored = w.store.messages(conv)[-1]
+    reply = w.transcript.messages[-1]
+    assert stored.reasoning and reply.thinking_block is not None and not reply.thinking_block.expanded
+    assert reply.thinking_block.text == stored.reasoning and reply.thinking_block.title.startswith("Thought for")
+    assert (r.json()["choices"][0]["message"]["content"] or "") == stored.content == reply.text
