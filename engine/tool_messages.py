@@ -11,12 +11,12 @@ import json
 import re
 from collections.abc import Sequence
 
+from engine.text.template_render import MAX_ID_CHARS, MAX_TOOL_CALLS
 from engine.types import ToolCall, openai_tool_calls
 
-MAX_CALLS = 64  # calls in one reply (a model that loops on calls is cut off well before)
+MAX_CALLS = MAX_TOOL_CALLS  # calls in one message, as a request may carry them (and the parser makes at most)
 MAX_ARGUMENTS_CHARS = 256 << 10  # one call's arguments
 MAX_CALLS_CHARS = 1 << 20  # the whole list as stored
-MAX_ID_CHARS = 256  # OpenAI's call_…, Anthropic's toolu_…, or whatever a client made up
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # OpenAI's function names (64) and then some
 _ID_PATTERN = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no spaces
 
