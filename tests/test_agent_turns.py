@@ -83,7 +83,7 @@ def test_a_stored_tool_loop_is_rendered_through_the_templates_inputs(hearth):
 
 def test_the_plain_split_passes_text_through():
     split = ReplySplit()
-    assert [p.text for p in split.feed("a")] == ["a"] and split.feed("") == []
+    assert [p.text for p in split.feed("a")] == ["a"] and [p.text for p in split.feed("")] == [""]
     assert split.finish() == [] and split.content == "a" and split.reasoning == "" and split.thought_ms is None
 
 

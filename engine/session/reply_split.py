@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from engine.generation import Engine
 from engine.session.reply_plan import plan_reply
+from engine.text.reply_format import opens_thinking, reply_format_for
 from engine.text.reply_parse import ReplyParser
 from engine.types import PieceKind, ReplyPiece, ServeRequest, ToolCall
 
@@ -32,7 +33,7 @@ class ReplySplit:
     def feed(self, text: str) -> list[ReplyPiece]:
         if self._parser is None:
             self._plain.append(text)
-            return [ReplyPiece(PieceKind.CONTENT, text)] if text else []
+            return [ReplyPiece(PieceKind.CONTENT, text)]  # every step, as before (its Token moves the meter)
         return self._timed(self._parser.feed(text))
 
     def finish(self) -> list[ReplyPiece]:
@@ -94,3 +95,21 @@ def turn_reply(engine: Engine, messages: list[dict]) -> TurnReply:
     if not plan.fmt.thinks:
         return TurnReply(prompt.encode("utf-8"), ReplySplit())
     return TurnReply(prompt.encode("utf-8"), ReplySplit(plan.parser(prompt)), plan.decoding(prompt, {}))
+
+
+def continue_reply(engine: Engine, messages: list[dict]) -> TurnReply:
+    """The prompt of a Continue and how its reply splits: the chat up to the last reply as a turn would render
+    it, then that reply's text with no end-of-turn, so the model writes on where it stopped. A reply the
+    length limit stopped while it was still thinking (no visible text yet) writes on in its thinking: the
+    thinking block is open in the prompt, with the thinking so far."""
+    head, last = messages[:-1], messages[-1]
+    before = turn_reply(engine, head)
+    fmt = reply_format_for(engine.template.source)
+    thinking = last.get("reasoning_content") or ""
+    if not thinking or last["content"] or not fmt.thinks:
+        return TurnReply(before.prompt + last["content"].encode("utf-8"), ReplySplit())
+    text = before.prompt.decode("utf-8")
+    if not opens_thinking(fmt, text):  # Qwen3 leaves the model to open it
+        text += fmt.think_open + "\n"
+    return TurnReply((text + thinking).encode("utf-8"), ReplySplit(ReplyParser(fmt, in_thinking=True)),
+                     before.decoding)

@@ -34,12 +34,10 @@ from engine.errors import (
 )
 from engine.generation import Engine, GenerationResult, Step
 from engine.session.context_policy import chat_policy, check_policy
-from engine.session.reply_split import ReplySplit, TurnReply, turn_reply
+from engine.session.reply_split import ReplySplit, continue_reply, turn_reply
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
-from engine.text.reply_format import opens_thinking, reply_format_for
-from engine.text.reply_parse import ReplyParser
 from engine.turn_lock import TurnLock
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -116,24 +114,6 @@ def ended(result: GenerationResult, cancel: CancelToken | None) -> StopReason:
 def continue_prompt(engine: Engine, messages: list[dict]) -> bytes:
     """The prompt of a Continue (``continue_reply``'s): what a turn that wrote the last reply leaves the context."""
     return continue_reply(engine, messages).prompt
-
-
-def continue_reply(engine: Engine, messages: list[dict]) -> TurnReply:
-    """The prompt of a Continue and how its reply splits: the chat up to the last reply as a turn would render
-    it, then that reply's text with no end-of-turn, so the model writes on where it stopped. A reply the
-    length limit stopped while it was still thinking (no visible text yet) writes on in its thinking: the
-    thinking block is open in the prompt, with the thinking so far."""
-    head, last = messages[:-1], messages[-1]
-    before = turn_reply(engine, head)
-    fmt = reply_format_for(engine.template.source)
-    thinking = last.get("reasoning_content") or ""
-    if not thinking or last["content"] or not fmt.thinks:
-        return TurnReply(before.prompt + last["content"].encode("utf-8"), ReplySplit())
-    text = before.prompt.decode("utf-8")
-    if not opens_thinking(fmt, text):  # Qwen3 leaves the model to open it
-        text += fmt.think_open + "\n"
-    return TurnReply((text + thinking).encode("utf-8"), ReplySplit(ReplyParser(fmt, in_thinking=True)),
-                     before.decoding)
 
 
 def chat_of(conv: Conversation, messages: Sequence) -> list[dict]:
