@@ -123,3 +123,25 @@ def test_a_tool_loop_chat_reopened_after_a_restart_resumes_from_disk_as_its_turn
         assert nxt.local.resume.reused_tokens >= turn.context_tokens - 2  # the reply's end-of-turn at most
     finally:
         again.close()
+
+
+def test_hearth_cli_chat_prints_the_reply_not_the_thinking(tiny_gguf, tmp_path):
+    import json
+
+    from tests.test_cli import run_cli
+
+    gguf = _with_template(tiny_gguf, tmp_path, "deepseek-r1-distill-qwen.jinja")
+    home = tmp_path / "cli-home"
+    args = ("chat", "--greedy", "--max-new-tokens", "6", "--provider", "cpu", "--model", str(gguf), "--conversation", "t")
+    out = run_cli(*args, "--json", "--message", "Think about it.", home=home)
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["reasoning"] and payload["reply"] == ""
+    shown = run_cli(*args, "--message", "And again.", home=home)
+    assert shown.returncode == 0, shown.stderr
+    reader = Hearth(resolve_paths(home).ensure())
+    try:
+        thought = reader.conversations.messages("t")[-1].reasoning
+    finally:
+        reader.close()
+    assert thought and thought not in shown.stdout  # streamed: only the (empty) visible reply
