@@ -72,11 +72,7 @@ def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeReque
         plan = reply_plan.plan_reply(engine.template, request, messages)
         text = plan.render(engine.template).encode("utf-8")
         key = prompt_cache.thread_key(plan.first_block(engine.template))
-        grammar = plan.grammar(text.decode("utf-8"), response_format="response_format" in options)
-        if grammar is not None:
-            options = {**options, "grammar": grammar}
-        if plan.markers:
-            options = {**options, "show_specials": plan.markers}
+        options = plan.decoding(text.decode("utf-8"), options)
     cache = prompt_cache.PromptCache(loaded.sessions)
     # the saved system prompt is the template's rendering without tools: of no use to a request with them
     prepared = cache.prepare(key, text, messages if plan is None or not plan.offered else None, cancel)
