@@ -316,3 +316,22 @@ def test_openais_own_stream_accumulator_reads_the_calls(real):
     assert [(e.name, e.arguments) for e in done] == expected
     assert final.choices[0].finish_reason == "tool_calls"
     assert [(c["name"], c["arguments"]) for c in calls_of(final)] == expected
+
+
+@pytest.mark.real_model
+def test_a_bound_conversation_takes_a_call_and_its_result(real):
+    """X-Hearth-Conversation with tools: the call comes back as on an unbound request, and the next request
+    (the call and its result added) continues the stored conversation."""
+    headers = {"X-Hearth-Conversation": "agent-1"}
+    messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    options = {"tools": weather_tools(), "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+               "parallel_tool_calls": False}
+    first = ask(real, messages, extra_headers=headers, **options)
+    assert first.choices[0].finish_reason == "tool_calls"
+    call = first.choices[0].message.tool_calls[0]
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+    messages += [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    final = ask(real, messages, extra_headers=headers, tools=weather_tools(), tool_choice="none", max_tokens=20)
+    assert final.choices[0].message.content and final.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
