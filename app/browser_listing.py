@@ -16,7 +16,7 @@ from app.context_status import ContextStatusRegistry
 from app.text import reply_notes
 from engine.api import ConversationStore, fts_query, search, snippet_html
 from engine.errors import ConversationError
-from engine.types import ContextHealth, Conversation
+from engine.types import ContextHealth, Conversation, Message
 
 log = logging.getLogger(__name__)
 MAX_MATCHES = 200  # a search shows the newest matches; refine it to see others
@@ -47,6 +47,7 @@ class Preview:
     messages: list[tuple[int, str, str]] = field(default_factory=list)
     notes: dict[int, str] = field(default_factory=dict)  # seq → the caption under each reply
     files: dict[int, tuple[tuple, str]] = field(default_factory=dict)  # seq → (attachments, typed text)
+    agents: dict[int, Message] = field(default_factory=dict)  # seq → messages with thinking, tool calls or results
 
 
 class BrowserListing:
@@ -93,4 +94,5 @@ class BrowserListing:
         stored = self.store.messages(conv.id)
         messages = [(m.seq, m.role, m.content) for m in stored]
         files = {m.seq: (m.attachments, m.typed_text) for m in stored if m.attachments}
-        return Preview(conv, self.contexts.describe(conv.id), messages, notes, files)
+        agents = {m.seq: m for m in stored if m.agentic}
+        return Preview(conv, self.contexts.describe(conv.id), messages, notes, files, agents)

@@ -173,7 +173,7 @@ class PreviewPanel(QWidget):
         self.preview_title.setText(f"<b>{html.escape(preview.conversation.title or 'New chat')}</b>")
         self.preview_status.setText(preview.context)
         self.preview.empty_hint.setText("No messages yet.")
-        self.preview.load(preview.messages, preview.notes, preview.files)
+        self.preview.load(preview.messages, preview.notes, preview.files, preview.agents)
 
 
 class DiskBar(QWidget):

@@ -174,7 +174,8 @@ class ChatPane(QWidget):
     def render(self, stored: list[tuple[int, str, str]]) -> None:
         """The stored messages, then a turn's message not stored yet and its reply so far."""
         turn = self.model.turn()
-        self.transcript.load(self.model.without_continued(stored), self.model.reply_notes(), self.model.files())
+        self.transcript.load(self.model.without_continued(stored), self.model.reply_notes(), self.model.files(),
+                             self.model.agents())
         self.transcript.set_dropped(self.model.dropped())
         self._tooled = None
         self.update_reply_tools()
@@ -182,7 +183,7 @@ class ChatPane(QWidget):
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "waiting for another Hearth process…" if turn.waiting
                                             else "sending…", turn.pending_files)
-            self.transcript.begin_stream(turn.reply)
+            self.transcript.begin_stream(turn.reply, turn.reasoning)
         else:
             self._offer_next_step()
 
@@ -319,7 +320,7 @@ class ChatPane(QWidget):
         if not messages or messages[-1].role != "assistant":
             return
         self._take_off_last_reply(messages)
-        self.turns.continue_reply(conv, messages[-1].content)
+        self.turns.continue_reply(conv, messages[-1].content, messages[-1].reasoning)
 
     # editing ----------------------------------------------------------------------------------------------------
     def begin_edit(self, seq: int) -> None:
@@ -393,7 +394,7 @@ class ChatPane(QWidget):
             turn = self.model.turn()
             if turn.pending is not None:
                 self.transcript.add_pending(turn.pending, "sending…", turn.pending_files)
-            self.transcript.begin_stream(turn.reply)  # a Continue starts from the reply it writes on
+            self.transcript.begin_stream(turn.reply, turn.reasoning)  # a Continue starts from the reply it writes on
             self.status.say("Thinking…" if self.model_ready else "Waiting for the model…")
             self.status.speed.setText("")
         self.update_buttons()
@@ -434,7 +435,7 @@ class ChatPane(QWidget):
     def _on_token(self, token: Token) -> None:
         if self.model.shows(token.conversation):
             self.prefill_bar.hide()
-            self.transcript.stream(token.text)
+            self.transcript.stream(token.text, token.kind)
 
     def _on_finished(self, finished: Finished) -> None:
         conversation = finished.conversation
@@ -446,7 +447,8 @@ class ChatPane(QWidget):
                 self.refresh()  # a regenerate stopped before a word: the earlier reply is back
                 self._offer_next_step()
             else:
-                self.transcript.end_stream(finished.reply, turn_note(finished), finished.reply_seq)
+                self.transcript.end_stream(finished.reply, turn_note(finished), finished.reply_seq, finished.reasoning,
+                                           finished.thought_ms, finished.tool_calls)
             self.status.finished(finished)
         self.update_buttons()  # Continue: the engine stored why the reply ended before this arrives
 

@@ -46,6 +46,7 @@ class ChatSessionModel:
         self._limits: dict[str, ContextLimitHit] = {}  # chat → its last refusal, shown again on coming back
         self._no_reply_reasons: dict[str, str] = {}  # chat → why its last message has no reply, when known
         self._files: dict[int, tuple[tuple, str]] = {}  # seq → (attachments, typed text), as last read of the chat shown
+        self._agents: dict[int, Message] = {}  # seq → the messages with thinking, tool calls or a tool's result, likewise
 
     # the chat shown and its turn ------------------------------------------------------------------------
     def shows(self, conversation: str | None) -> bool:
@@ -67,6 +68,11 @@ class ChatSessionModel:
 
     def _note_files(self, messages: list[Message]) -> None:
         self._files = {m.seq: (tuple(m.attachments), m.typed_text) for m in messages if m.attachments}
+        self._agents = {m.seq: m for m in messages if m.agentic}
+
+    def agents(self) -> dict[int, Message]:
+        """seq → each message of the chat shown with a reply's thinking or tool calls, or a tool's result."""
+        return dict(self._agents) if self.conversation is not None else {}
 
     def files(self) -> dict[int, tuple[tuple, str]]:
         """seq → (its attachments, the typed text) of each message of the chat shown that carries files."""

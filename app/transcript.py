@@ -33,12 +33,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.agent_blocks import ThinkingBlock, ToolCallBlock, ToolResultBlock, thought_title
 from app.alternatives import VersionSwitcher
 from app.attachment_block import AttachmentBlock
 from app.context_blocks import ContextLimitBlock, UnansweredBlock, ViewMarker
 from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, prepare, render
 
-ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt"}
+ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt", "tool": "Tool"}
 STREAM_RENDER_MS = 50
 RENDER_BUDGET_MS = 5.0  # UI work per event-loop turn when filling in a long chat; layout and paint follow
 SETTLE_MS = 30  # after a chat is drawn and its messages shown (they are shown a turn or two later)
@@ -106,11 +107,17 @@ class MessageWidget(QFrame):
     documents_requested = Signal(int)  # message seq: a new chat whose first message carries its attachments
 
     def __init__(self, seq: int, role: str, text: str, parent: QWidget | None = None, read_only: bool = False,
-                 files: tuple[tuple, str] | None = None):
-        """``files``: (the attachments, the typed text) of a user message that carries files."""
+                 files: tuple[tuple, str] | None = None, agent=None):
+        """``files``: (the attachments, the typed text) of a user message that carries files; ``agent``: the
+        stored message (engine.api's Message) when it carries a reply's thinking or tool calls, or is a tool's
+        result: those are collapsed blocks around the text."""
         super().__init__(parent)
         self.read_only = read_only
         self.seq, self.role, self.text = seq, role, text
+        self.thinking_block: ThinkingBlock | None = None
+        self.tool_blocks: list[ToolCallBlock] = []
+        self.result_block: ToolResultBlock | None = None
+        self._thinking_from: float | None = None  # a streamed reply: when its first thinking piece came
         self.codes: list[str] = []  # the exact text of each code block shown, for its Copy link
         self.attachments: tuple = ()  # the files this message carries (engine.api.Attachment)
         self.attachment_blocks: list[AttachmentBlock] = []
@@ -135,7 +142,7 @@ class MessageWidget(QFrame):
         self.note.setWordWrap(True)
         self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         head.addWidget(self.note, 1)
-        self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.text))
+        self.copy_button = self._tool("Copy", "Copy this message", lambda: self.copy_requested.emit(self.copy_text()))
         head.addWidget(self.copy_button)
         self._add_reply_tools(head)
         if role == "user" and not read_only:
@@ -154,6 +161,60 @@ class MessageWidget(QFrame):
             self.set_attachments(*files)
         else:
             self.set_text(text)
+        if role == "tool":
+            self._show_result(agent)
+        elif agent is not None:
+            self.set_agent(agent.reasoning, agent.thought_ms, agent.tool_calls)
+
+    # an agent's parts: thinking, tool calls, a tool's result (app/agent_blocks.py) -------------------------------
+    def _show_result(self, agent) -> None:
+        """A tool's result: the whole message is one collapsed block (its body stays hidden: it is the block's
+        text, still found by Find)."""
+        self.result_block = ToolResultBlock(self.text, getattr(agent, "name", ""), getattr(agent, "tool_call_id", ""),
+                                            self)
+        self.layout().insertWidget(self.layout().indexOf(self.body), self.result_block)
+        self.body.hide()
+
+    def set_agent(self, reasoning: str, thought_ms: int | None, tool_calls: tuple) -> None:
+        """A reply's thinking (a block above its text) and its tool calls (a block each, below it)."""
+        if reasoning:
+            if self.thinking_block is None:
+                self._add_thinking(ThinkingBlock(reasoning, thought_ms, parent=self))
+            else:
+                self.thinking_block.finish(reasoning, thought_ms)
+        for block in self.tool_blocks:
+            block.hide()
+            block.deleteLater()
+        self.tool_blocks = [ToolCallBlock(c, self) for c in tool_calls]
+        for block in self.tool_blocks:
+            self.layout().addWidget(block)
+        if tool_calls and not self.text:
+            self.body.hide()  # a reply that only calls tools: no empty "…" above its calls
+
+    def _add_thinking(self, block: ThinkingBlock) -> None:
+        self.thinking_block = block
+        self.layout().insertWidget(self.layout().indexOf(self.body), block)  # thought before it answered
+
+    def stream_thinking(self, piece: str) -> None:
+        """A piece of the thinking of a reply being written: the block says "Thinking…" until the reply starts."""
+        if self.thinking_block is None:
+            self._thinking_from = time.monotonic()
+            self._add_thinking(ThinkingBlock("", None, streaming=True, parent=self))
+        self.thinking_block.append_text(piece)
+
+    def thinking_ended(self) -> None:
+        """The first piece of the reply after the thinking: how long it thought, as measured here (the stored
+        figure replaces it at the end)."""
+        block = self.thinking_block
+        if block is not None and block.streaming:
+            block.streaming = False
+            block.thought_ms = int((time.monotonic() - (self._thinking_from or time.monotonic())) * 1000)
+            block.set_title(thought_title(block.thought_ms))
+
+    def copy_text(self) -> str:
+        """What Copy copies: the reply's text (never its thinking), then each call it made with its arguments."""
+        calls = [f"{b.call.name}({b.text})" for b in self.tool_blocks]
+        return "\n\n".join(([self.text] if self.text else []) + calls)
 
     def _tool(self, label: str, tip: str, slot) -> QToolButton:
         b = QToolButton(self)
@@ -194,7 +255,9 @@ class MessageWidget(QFrame):
             return  # the body shows the typed text (set_attachments); the files are their own blocks
         if not text:
             self.body.setHtml("<i>…</i>")
+            self.body.setVisible(not self.tool_blocks and self.role != "tool")
         elif self.role == "assistant":
+            self.body.setVisible(True)
             rendered = render(text, self.palette())
             self.codes = rendered.codes
             self.body.setHtml(rendered.html)
@@ -342,6 +405,7 @@ class TranscriptView(QScrollArea):
         self._backlog: list[tuple[int, str, str]] = []  # older messages still to render, oldest first
         self._notes: dict[int, str] = {}  # seq → the note a stored message is drawn with (a reply's caption)
         self._files: dict[int, tuple[tuple, str]] = {}  # seq → (its attachments, the typed text) for messages with files
+        self._agents: dict[int, object] = {}  # seq → the stored Message, for those with thinking, tool calls or results
         self._prepared: tuple[int, str] | None = None  # the backlog message whose code is already highlighted
         self._graveyard: list[MessageWidget] = []  # widgets of the previous chat, deleted a few at a time
         self._chores = QTimer(self)
@@ -375,18 +439,21 @@ class TranscriptView(QScrollArea):
         self._backlog.clear()
         self._notes = {}
         self._files = {}
+        self._agents = {}
         self.empty_hint.setVisible(True)
         self._chores.start()
 
     def load(self, messages: list[tuple[int, str, str]], notes: Mapping[int, str] | None = None,
-             files: Mapping[int, tuple[tuple, str]] | None = None) -> None:
+             files: Mapping[int, tuple[tuple, str]] | None = None, agents: Mapping[int, object] | None = None) -> None:
         """Show a whole conversation: the newest messages at once, older ones a few per event-loop
         turn (within a frame's budget), so opening a long chat never freezes the window. ``notes``: seq →
         the small note beside that message (why a reply stopped, the model that wrote it); ``files``: seq →
-        (the attachments, the typed text) of each message that carries files."""
+        (the attachments, the typed text) of each message that carries files; ``agents``: seq → the stored
+        message of each that carries thinking or tool calls, or is a tool's result."""
         self.clear()
         self._notes = dict(notes or {})
         self._files = dict(files or {})
+        self._agents = dict(agents or {})
         self._stick = True
         self._backlog = list(messages)
         self._render_backlog(RENDER_BUDGET_MS, split=False)  # the newest messages are shown at once
@@ -457,7 +524,8 @@ class TranscriptView(QScrollArea):
             self._chores.stop()
 
     def _make(self, seq: int, role: str, text: str, files: tuple[tuple, str] | None = None) -> MessageWidget:
-        w = MessageWidget(seq, role, text, self.widget(), self.read_only, files or self._files.get(seq))
+        w = MessageWidget(seq, role, text, self.widget(), self.read_only, files or self._files.get(seq),
+                          self._agents.get(seq))
         if self._notes.get(seq):
             w.set_note(self._notes[seq])
         w.copy_requested.connect(self.copy_requested)
@@ -577,10 +645,15 @@ class TranscriptView(QScrollArea):
         self.empty_hint.setVisible(not self.messages)
         self._update_regenerate()
 
-    def begin_stream(self, text: str = "") -> MessageWidget:
-        """An empty reply to stream into (or one already ``text`` long, when switching back to a chat)."""
+    def begin_stream(self, text: str = "", reasoning: str = "") -> MessageWidget:
+        """An empty reply to stream into (or one already ``text`` long, with ``reasoning`` thought so far, when
+        switching back to a chat)."""
         w = self.add(UNSTORED, "assistant", "")
         self._streaming, self._pending = w, text
+        if reasoning:
+            w.stream_thinking(reasoning)
+            if text:
+                w.thinking_ended()
         if text:
             self._render_timer.start()
         self._update_regenerate()
@@ -594,20 +667,29 @@ class TranscriptView(QScrollArea):
     def stream_widget(self) -> MessageWidget | None:
         return self._streaming
 
-    def stream(self, piece: str) -> None:
+    def stream(self, piece: str, kind: str = "content") -> None:
+        """A piece of the reply being written; ``kind`` "reasoning": of its thinking (its own block)."""
         if self._streaming is None:
             return
+        if kind == "reasoning":
+            self._streaming.stream_thinking(piece)
+            return
+        self._streaming.thinking_ended()
         self._pending = (self._pending or "") + piece
         if not self._render_timer.isActive():
             self._render_timer.start()
 
-    def end_stream(self, text: str, note: str = "", seq: int = UNSTORED) -> None:
-        """The reply is done: its final text, a note (why it stopped, a failed save) and its stored seq."""
+    def end_stream(self, text: str, note: str = "", seq: int = UNSTORED, reasoning: str = "",
+                   thought_ms: int | None = None, tool_calls: tuple = ()) -> None:
+        """The reply is done: its final text, a note (why it stopped, a failed save), its stored seq, and its
+        thinking (with how long it took, as stored) and tool calls."""
         self._render_timer.stop()
         if self._streaming is not None:
             self._streaming.seq = seq
             self._streaming.set_text(text)
             self._streaming.set_note(note)
+            if reasoning or tool_calls or self._streaming.thinking_block is not None:
+                self._streaming.set_agent(reasoning, thought_ms, tool_calls)
         self._streaming, self._pending = None, None
         self._update_regenerate()
 
@@ -625,7 +707,8 @@ class TranscriptView(QScrollArea):
         return bar.value() >= bar.maximum() - 24
 
     def scroll_to_bottom(self) -> None:
-        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+        # with the view as the timer's context: a view deleted before the timer fires is not touched
+        QTimer.singleShot(0, self, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
 
     # find -----------------------------------------------------------------------------------------------
     def find(self, needle: str, backward: bool = False) -> bool:

@@ -44,6 +44,7 @@ class Turn:
     accepted: bool = False
     waiting: bool = False  # another Hearth process holds the conversation
     reply: str = ""  # streamed so far (a Continue: the reply it writes on, then what it adds)
+    reasoning: str = ""  # the reply's thinking streamed so far (a template that thinks)
     prefill_started: float | None = None
     kind: str = "send"  # "send", "answer", "regenerate" or "continue"
     live: LiveFigures | None = None  # the reply's speed so far, once the engine has the turn
@@ -145,12 +146,13 @@ class TurnControl(QObject):
         """Write the last reply again; the engine keeps the one it replaces as an earlier version."""
         self._request(conversation, None, "regenerate")
 
-    def continue_reply(self, conversation: str, text_so_far: str) -> None:
-        """Write on at the end of the last reply (``text_so_far``), in the same message."""
-        self._request(conversation, None, "continue", text_so_far)
+    def continue_reply(self, conversation: str, text_so_far: str, thought_so_far: str = "") -> None:
+        """Write on at the end of the last reply (``text_so_far``, with ``thought_so_far`` its thinking), in the
+        same message."""
+        self._request(conversation, None, "continue", text_so_far, thought=thought_so_far)
 
     def _request(self, conversation: str, message: str | None, kind: str = "", reply: str = "",
-                 attachments: tuple[Attachment, ...] = ()) -> None:
+                 attachments: tuple[Attachment, ...] = (), thought: str = "") -> None:
         if conversation in self._turns:
             return  # one reply at a time per chat
         try:
@@ -165,7 +167,7 @@ class TurnControl(QObject):
             return
         kind = kind or ("send" if message is not None else "answer")
         turn = self._turns[conversation] = Turn(conversation, CancelToken(), message, reply=reply, kind=kind,
-                                                attachments=attachments)
+                                                attachments=attachments, reasoning=thought)
         self.events.dispatch(TurnStarted(conversation))
         request = TurnRequest(conversation, message, params, max_new_tokens,
                               context_policy=effective.get("context_policy"),  # the chat's own, else the default
@@ -232,7 +234,10 @@ class TurnControl(QObject):
             return
         if event.context_tokens and turn.live is not None:  # first: the piece's figures then count it
             turn.live.context_tokens = event.context_tokens
-        turn.reply += event.text
+        if event.kind == "reasoning":
+            turn.reasoning += event.text
+        else:
+            turn.reply += event.text
         self.events.dispatch(event)
         self._count_piece(turn)
 

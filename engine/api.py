@@ -102,6 +102,7 @@ from engine.saved_context_files import (
 from engine.search import fts_query, search, snippet_html
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
+from engine.tool_messages import pretty_arguments
 from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
 from engine.turn_lock import DEFAULT_TURN_WAIT_S
 from engine.types import (
@@ -133,6 +134,8 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "COPY_SUFFIX", "DuplicatePolicy", "apply_duplicates", "find_duplicates", "read_document",
     # the window's local-server key (engine/server_key.py)
     "ServerKeyError", "create_server_key", "read_server_key", "remove_server_key",
+    # an agent's turns in a conversation (engine/tool_messages.py)
+    "pretty_arguments",
 ]
 # what hearth-cli needs without a loaded model: model files, saved-context files, the database file, chat messages
 __all__ += [

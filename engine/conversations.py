@@ -9,6 +9,7 @@ user_version`` and upgraded by the ordered migrations of engine/db_schema.py; a 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sqlite3
 import threading
@@ -18,12 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine import db_lock
+from engine import db_lock, tool_messages
 from engine.db_schema import ID_PATTERN, MIGRATIONS, ROLES, SCHEMA_VERSION, title_from
 from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
-from engine.types import Attachment, Conversation, Message, ReplyFacts, ReplyVersions
+from engine.types import Attachment, Conversation, Message, ReplyFacts, ReplyVersions, ToolCall
 
+log = logging.getLogger(__name__)
 COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
 LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
 IMPORT_STALE_MS = 10 * 60 * 1000  # an import with no batch for this long was abandoned (its process died)
@@ -37,6 +39,11 @@ ATTACHMENT_COLUMNS = "name, size, sha256, kind, text, pages"  # what an Attachme
 MODEL_CHARS = 200  # a model's name in words, as stored with a reply (a GGUF stem and its weights)
 # StopReason.LENGTH and INTERRUPTED (cut off by Hearth closing): the reply can be continued.
 CONTINUABLE_FINISHES = ("length", "interrupted")
+# an agent's fields of a message (migration 10), in agent_row's order
+AGENT_COLUMNS = "reasoning, thought_ms, tool_calls, tool_call_id, name"
+# what a kept version of a reply has beside its text and time, in this order (messages and alternatives alike)
+VERSION_COLUMNS = "finish, model, reasoning, thought_ms, tool_calls"
+MAX_REASONING_CHARS = 4 << 20  # a reply's thinking (a 128k-token context holds ~0.5 MB of text)
 
 
 def visible(alias: str = "") -> str:
@@ -97,10 +104,21 @@ class ConversationStore:
             from engine import db_recovery
 
             db_recovery.before_migration(self.path)
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            with self._tx() as db:
-                db.executescript("SAVEPOINT migrate;" + MIGRATIONS[target - 1] + f"; PRAGMA user_version = {target};"
-                                 "RELEASE migrate;")
+        if version == SCHEMA_VERSION:
+            return
+        # Off while migrating (it cannot change inside a transaction): a migration that builds a table again
+        # drops the old one, and with foreign keys on that would delete the rows that refer to it.
+        self._db.execute("PRAGMA foreign_keys=OFF")
+        try:
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                with self._tx() as db:
+                    db.executescript("SAVEPOINT migrate;" + MIGRATIONS[target - 1] +
+                                     f"; PRAGMA user_version = {target}; RELEASE migrate;")
+            if broken := self._db.execute("PRAGMA foreign_key_check").fetchall():  # from before (a salvage): said
+                log.warning("%s: %d row(s) refer to rows that are not there (first: %s)", self.path, len(broken),
+                            broken[0])
+        finally:
+            self._db.execute("PRAGMA foreign_keys=ON")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -296,10 +314,12 @@ class ConversationStore:
                         c["created_ms"], c["updated_ms"], import_id))
             for i, m in enumerate(c["messages"]):
                 attachments = tuple(m.get("attachments") or ())
-                cur = db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model, "
-                                 "typed_text) VALUES (?,?,?,?,?,?,?,?)",
+                cur = db.execute(f"INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, "
+                                 f"model, typed_text, {AGENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                  (cid, i, m["role"], m["content"], m["created_ms"], m.get("finish_reason"),
-                                  m.get("model") or None, m.get("typed_text") if attachments else None))
+                                  m.get("model") or None, m.get("typed_text") if attachments else None,
+                                  *agent_row(m["role"], m.get("reasoning", ""), m.get("thought_ms"),
+                                             m.get("tool_calls", ()), m.get("tool_call_id", ""), m.get("name", ""))))
                 _store_attachments(db, cur.lastrowid, attachments)
             used.append(cid)
         return used
@@ -358,9 +378,10 @@ class ConversationStore:
             db.execute("UPDATE conversations SET model_key = (SELECT model_key FROM conversations WHERE id = ?) "
                        "WHERE id = ?", (conversation_id, copy.id))
             for i, m in enumerate(msgs):  # a message's attachments come with it
-                cur = db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, typed_text) "
-                                 "VALUES (?,?,?,?,?,?)", (copy.id, i, m.role, m.content, m.created_ms,
-                                                          m.typed_text if m.attachments else None))
+                cur = db.execute(f"INSERT INTO messages (conversation_id, seq, role, content, created_ms, typed_text, "
+                                 f"{AGENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                 (copy.id, i, m.role, m.content, m.created_ms, m.typed_text if m.attachments else None,
+                                  *agent_row(m.role, m.reasoning, m.thought_ms, m.tool_calls, m.tool_call_id, m.name)))
                 _store_attachments(db, cur.lastrowid, m.attachments)
         return copy
 
@@ -400,8 +421,8 @@ class ConversationStore:
     # messages ------------------------------------------------------------------------------------------
     def messages(self, conversation_id: str) -> list[Message]:
         with self._tx() as db:
-            rows = db.execute("SELECT seq, role, content, created_ms, typed_text, id FROM messages WHERE "
-                              "conversation_id = ? ORDER BY seq", (conversation_id,)).fetchall()
+            rows = db.execute(f"SELECT seq, role, content, created_ms, typed_text, id, {AGENT_COLUMNS} FROM messages "
+                              "WHERE conversation_id = ? ORDER BY seq", (conversation_id,)).fetchall()
             files: dict[int, list[Attachment]] = {}
             for r in db.execute(f"SELECT a.message_id, {', '.join('a.' + c for c in ATTACHMENT_COLUMNS.split(', '))} "
                                 "FROM attachments a JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ? "
@@ -409,8 +430,9 @@ class ConversationStore:
                 files.setdefault(r[0], []).append(Attachment(*r[1:]))
         # typed_text only means something beside attachments (a salvaged database may have lost them: then the
         # content, which holds the files' text, is what the person sees)
-        return [Message(seq, role, content, ms, tuple(files[mid]), typed if typed is not None else None)
-                if mid in files else Message(seq, role, content, ms) for seq, role, content, ms, typed, mid in rows]
+        return [Message(seq, role, content, ms, tuple(files.get(mid, ())), typed if mid in files else None,
+                        **_agent_fields(conversation_id, seq, agent))
+                for seq, role, content, ms, typed, mid, *agent in rows]
 
     def attachments(self, conversation_id: str, seq: int) -> tuple[Attachment, ...]:
         """The files attached to message ``seq`` (none: an empty tuple)."""
@@ -437,11 +459,14 @@ class ConversationStore:
 
     def append(self, conversation_id: str, role: str, content: str, finish: str | None = None,
                model: str | None = None, *, attachments: tuple[Attachment, ...] = (),
-               typed_text: str | None = None) -> Message:
+               typed_text: str | None = None, reasoning: str = "", thought_ms: int | None = None,
+               tool_calls: tuple[ToolCall, ...] = (), tool_call_id: str = "", name: str = "") -> Message:
         """Add a message at the end; ``finish``: why a reply ended (a StopReason value) and ``model``: the model
         that wrote it, in words, kept for replies only. ``attachments`` (a user message's files) are stored with
         it in the same transaction; ``content`` is then the composed text the model reads
-        (``engine.documents.compose_message``) and ``typed_text`` the person's own words."""
+        (``engine.documents.compose_message``) and ``typed_text`` the person's own words. A reply may carry its
+        thinking (``reasoning``, ``thought_ms``) and ``tool_calls``; a tool message (role "tool") carries the
+        ``tool_call_id`` it answers and the tool's ``name`` (engine/tool_messages.py bounds them all)."""
         if role not in ROLES:
             raise ConversationError(f"role {role!r} is not one of {', '.join(ROLES)}")
         if not isinstance(content, str):
@@ -449,6 +474,7 @@ class ConversationStore:
         attachments = tuple(attachments)
         if attachments and role != "user":
             raise ConversationError("only a user message can carry attachments")
+        agent = agent_row(role, reasoning, thought_ms, tool_calls, tool_call_id, name)
         typed = (typed_text if typed_text is not None else content) if attachments else None
         t = now_ms()
         with self._write() as db:
@@ -460,14 +486,14 @@ class ConversationStore:
             if role != "assistant":  # versions of a reply that was set aside and never came back
                 db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
             reply = role == "assistant"
-            cur = db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model, "
-                             "typed_text) VALUES (?,?,?,?,?,?,?,?)",
+            cur = db.execute(f"INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model, "
+                             f"typed_text, {AGENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                              (conversation_id, seq, role, content, t, finish if reply else None,
-                              model[:MODEL_CHARS] if reply and model else None, typed))
+                              model[:MODEL_CHARS] if reply and model else None, typed, *agent))
             _store_attachments(db, cur.lastrowid, attachments)
             title = conv[0] or (message_title(content, typed, attachments) if role == "user" else "")
             db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
-        return Message(seq, role, content, t, attachments, typed)
+        return Message(seq, role, content, t, attachments, typed, **_agent_fields(conversation_id, seq, agent))
 
     def truncate(self, conversation_id: str, seq: int) -> int:
         """Delete messages from ``seq`` on (editing or regenerating); return how many went."""
@@ -501,7 +527,8 @@ class ConversationStore:
                 raise ConversationError("only a user message can carry attachments")
             composed = compose_message(content, current)
             # A reply the person rewrote no longer ends where the model stopped: nothing to continue.
-            db.execute("UPDATE messages SET content = ?, finish = NULL, model = NULL, typed_text = ? WHERE id = ?",
+            db.execute("UPDATE messages SET content = ?, finish = NULL, model = NULL, typed_text = ?, reasoning = NULL, "
+                       "thought_ms = NULL WHERE id = ?",
                        (composed, content if current else None, old[2]))
             db.execute("DELETE FROM attachments WHERE message_id = ?", (old[2],))
             _store_attachments(db, old[2], current)
@@ -575,16 +602,16 @@ class ConversationStore:
         """Keep the last reply as an earlier version and take it off the chat, so a new one is written in
         its place (regenerate); returns its seq. ConversationError when the chat does not end in a reply."""
         with self._write() as db:
-            last = db.execute("SELECT seq, role, content, created_ms, finish, model FROM messages WHERE "
+            last = db.execute(f"SELECT seq, role, content, created_ms, {VERSION_COLUMNS} FROM messages WHERE "
                               "conversation_id = ? ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
             if last is None or last[1] != "assistant":
                 raise ConversationError("the conversation does not end in a reply, so there is none to write again")
             seq = last[0]
             others = db.execute("SELECT position, content FROM alternatives WHERE conversation_id = ? AND seq = ?",
                                 (conversation_id, seq)).fetchall()
-            db.execute("INSERT INTO alternatives (conversation_id, seq, position, content, created_ms, finish, model) "
-                       "VALUES (?,?,?,?,?,?,?)", (conversation_id, seq, self._free_position(others), last[2], last[3],
-                                                  last[4], last[5]))
+            db.execute(f"INSERT INTO alternatives (conversation_id, seq, position, content, created_ms, "
+                       f"{VERSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (conversation_id, seq, self._free_position(others), *last[2:]))
             db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq = ?", (conversation_id, seq))
         return seq
 
@@ -597,13 +624,13 @@ class ConversationStore:
                 return False
             # The row set aside last has the highest id (a flip rewrites rows in place; it never adds one): by
             # position, a regenerate of a version chosen with ‹ › would bring back another version.
-            row = db.execute("SELECT id, content, created_ms, finish, model FROM alternatives WHERE conversation_id = ? "
-                             "AND seq = ? ORDER BY id DESC LIMIT 1", (conversation_id, seq)).fetchone()
+            row = db.execute(f"SELECT id, content, created_ms, {VERSION_COLUMNS} FROM alternatives WHERE "
+                             "conversation_id = ? AND seq = ? ORDER BY id DESC LIMIT 1", (conversation_id, seq)).fetchone()
             if row is None:
                 return False
             db.execute("DELETE FROM alternatives WHERE id = ?", (row[0],))
-            db.execute("INSERT INTO messages (conversation_id, seq, role, content, created_ms, finish, model) "
-                       "VALUES (?,?,?,?,?,?,?)", (conversation_id, seq, "assistant", row[1], row[2], row[3], row[4]))
+            db.execute(f"INSERT INTO messages (conversation_id, seq, role, content, created_ms, {VERSION_COLUMNS}) "
+                       "VALUES (?,?,?,?,?,?,?,?,?,?)", (conversation_id, seq, "assistant", *row[1:]))
         return True
 
     def choose_version(self, conversation_id: str, seq: int, index: int) -> str:
@@ -611,12 +638,12 @@ class ConversationStore:
         chat continues with; returns its text. Only the last reply: the messages after an earlier one
         answered the version they followed."""
         with self._write() as db:
-            last = db.execute("SELECT seq, role, content, created_ms, finish, model FROM messages WHERE "
+            last = db.execute(f"SELECT seq, role, content, created_ms, {VERSION_COLUMNS} FROM messages WHERE "
                               "conversation_id = ? ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
             if last is None or last[0] != seq or last[1] != "assistant":
                 raise ConversationError(f"message {seq} is not the last reply of the conversation: only the last "
                                         "reply's version can be chosen")
-            others = db.execute("SELECT id, position, content, created_ms, finish, model FROM alternatives WHERE "
+            others = db.execute(f"SELECT id, position, content, created_ms, {VERSION_COLUMNS} FROM alternatives WHERE "
                                 "conversation_id = ? AND seq = ? ORDER BY position", (conversation_id, seq)).fetchall()
             current = self._free_position([(o[1], o[2]) for o in others])
             positions = sorted([o[1] for o in others] + [current])
@@ -626,26 +653,31 @@ class ConversationStore:
             if wanted == current:
                 return last[2]
             row = next(o for o in others if o[1] == wanted)
-            db.execute("UPDATE alternatives SET position = ?, content = ?, created_ms = ?, finish = ?, model = ? "
-                       "WHERE id = ?", (current, last[2], last[3], last[4], last[5], row[0]))
-            db.execute("UPDATE messages SET content = ?, created_ms = ?, finish = ?, model = ? WHERE conversation_id = ? "
-                       "AND seq = ?", (row[2], row[3], row[4], row[5], conversation_id, seq))
+            swapped = ", ".join(f"{c} = ?" for c in ("content", "created_ms", *VERSION_COLUMNS.split(", ")))
+            db.execute(f"UPDATE alternatives SET position = ?, {swapped} WHERE id = ?", (current, *last[2:], row[0]))
+            db.execute(f"UPDATE messages SET {swapped} WHERE conversation_id = ? AND seq = ?",
+                       (*row[2:], conversation_id, seq))
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
         return row[2]
 
     def extend_reply(self, conversation_id: str, seq: int, text: str, finish: str | None = None,
-                     model: str | None = None) -> None:
+                     model: str | None = None, *, reasoning: str = "", thought_ms: int | None = None) -> None:
         """Append ``text`` to reply ``seq`` (Continue: the same message, written on); ``finish`` is why it
-        ended this time; ``model`` wrote the new part (a reply started by another model names both)."""
+        ended this time; ``model`` wrote the new part (a reply started by another model names both);
+        ``reasoning``: more thinking (a reply stopped while it thought), ``thought_ms`` how long it took."""
+        agent_row("assistant", reasoning, thought_ms, (), "", "")
         with self._write() as db:
             old = db.execute("SELECT model FROM messages WHERE conversation_id = ? AND seq = ? AND role = 'assistant'",
                              (conversation_id, seq)).fetchone()
             writers = old[0] if old is not None and old[0] else None
             if model and (writers is None or model not in writers.split(" + ")):
                 writers = f"{writers} + {model}" if writers else model
-            cur = db.execute("UPDATE messages SET content = content || ?, finish = ?, model = ? WHERE "
-                             "conversation_id = ? AND seq = ? AND role = 'assistant'",
-                             (text, finish, writers[:MODEL_CHARS] if writers else None, conversation_id, seq))
+            cur = db.execute("UPDATE messages SET content = content || ?, finish = ?, model = ?, reasoning = "
+                             "NULLIF(COALESCE(reasoning, '') || ?, ''), thought_ms = CASE WHEN ? IS NULL THEN "
+                             "thought_ms ELSE COALESCE(thought_ms, 0) + ? END WHERE conversation_id = ? AND seq = ? "
+                             "AND role = 'assistant'",
+                             (text, finish, writers[:MODEL_CHARS] if writers else None, reasoning, thought_ms,
+                              thought_ms, conversation_id, seq))
             if cur.rowcount == 0:
                 raise ConversationError(f"conversation {conversation_id!r} has no reply {seq} to continue")
             db.execute("UPDATE conversations SET updated_ms = ? WHERE id = ?", (now_ms(), conversation_id))
@@ -687,3 +719,45 @@ def _store_attachments(db: sqlite3.Connection, message_id: int, attachments: tup
     db.executemany(f"INSERT INTO attachments (message_id, position, {ATTACHMENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
                    [(message_id, i, a.name, a.size, a.sha256, a.kind, a.text, a.pages)
                     for i, a in enumerate(attachments)])
+
+
+def agent_row(role: str, reasoning: str, thought_ms: int | None, tool_calls: tuple[ToolCall, ...],
+              tool_call_id: str, name: str) -> tuple:
+    """The agent's columns of a message (AGENT_COLUMNS), checked and bounded; ConversationError says what is
+    wrong. Thinking and calls go only with a reply, a call id and tool name only with a tool's result."""
+    reply = role == "assistant"
+    if not isinstance(reasoning, str) or len(reasoning) > MAX_REASONING_CHARS:
+        raise ConversationError(f"a reply's thinking must be text of at most {MAX_REASONING_CHARS:,} characters")
+    if thought_ms is not None and (not isinstance(thought_ms, int) or isinstance(thought_ms, bool)
+                                   or not 0 <= thought_ms < 1 << 53):
+        raise ConversationError(f"thought_ms must be a count of milliseconds, not {thought_ms!r}")
+    if (reasoning or thought_ms is not None or tool_calls) and not reply:
+        raise ConversationError(f"only a reply (role 'assistant') carries thinking or tool calls, not a {role!r} message")
+    if role == "tool":
+        try:
+            tool_messages.check_id(tool_call_id, "a tool message's tool_call_id")
+            if name:
+                tool_messages.check_name(name, "a tool message's name")
+        except ValueError as exc:
+            raise ConversationError(str(exc)) from None
+    elif tool_call_id or name:
+        raise ConversationError(f"only a tool message carries a tool_call_id or name, not a {role!r} message")
+    try:
+        calls = tool_messages.to_json(tool_calls)
+    except ValueError as exc:
+        raise ConversationError(str(exc)) from None
+    return reasoning or None, thought_ms, calls, tool_call_id or None, name or None
+
+
+def _agent_fields(conversation_id: str, seq: int, row: tuple | list) -> dict:
+    """``Message``'s agent fields from AGENT_COLUMNS. Stored calls that do not read back (a database edited by
+    hand) are left out and logged: the message's text still shows."""
+    reasoning, thought_ms, calls, tool_call_id, name = row
+    try:
+        tool_calls = tool_messages.from_json(calls)
+    except ValueError as exc:
+        log.warning("conversation %s, message %s: its tool calls are unreadable (%s); shown without them",
+                    conversation_id, seq, exc)
+        tool_calls = ()
+    return {"reasoning": reasoning or "", "thought_ms": thought_ms, "tool_calls": tool_calls,
+            "tool_call_id": tool_call_id or "", "name": name or ""}

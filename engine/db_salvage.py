@@ -330,10 +330,10 @@ def _shape(v: list) -> str | None:
 
     n = len(v)
     # messages and alternatives: six columns, then the optional finish (migration 7), model (8) and the
-    # messages' typed_text (9), text or NULL; a migration that adds a column to either must widen this (the
-    # salvage tests fail if it does not)
-    if (6 <= n <= 9 and v[0] is None and kinds(type(None), str, int) and ID_PATTERN.fullmatch(v[1])
-            and all(x is None or isinstance(x, str) for x in v[6:])):
+    # messages' typed_text (9), text or NULL, then an agent's (10: text, and the milliseconds of thinking); a
+    # migration that adds a column to either must widen this (the salvage tests fail if it does not)
+    if (6 <= n <= 14 and v[0] is None and kinds(type(None), str, int) and ID_PATTERN.fullmatch(v[1])
+            and all(x is None or isinstance(x, (str, int)) and not isinstance(x, bool) for x in v[6:])):
         if v[3] in ROLES and kinds(type(None), str, int, str, str, int):
             return "messages"
         if kinds(type(None), str, int, int, str, int):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 TITLE_CHARS = 60
 
@@ -127,6 +127,53 @@ MIGRATIONS: list[str] = [
         UNIQUE (message_id, position)
     );
     ALTER TABLE messages ADD COLUMN typed_text TEXT;
+    """,
+    # 10: agents' turns (issue 30). A message may be a tool's result (role 'tool', with the ``tool_call_id`` it
+    # answers and the tool's ``name``); a reply may carry the model's thinking (``reasoning``, and how long it
+    # thought, ``thought_ms``) and the calls it made (``tool_calls``: the JSON text of OpenAI's list,
+    # engine/tool_messages.py). SQLite cannot widen a CHECK in place, so the table is built again with the
+    # same ids, which the search index and the attachments refer to (the store runs migrations with foreign
+    # keys off, so the attachments stay), and its index and search triggers made again. The rows wait in a
+    # temporary table meanwhile, so the new table takes the old one's pages (no free pages left behind, and
+    # a new database is laid out as before). Kept versions of a reply keep its thinking and calls too.
+    """
+    CREATE TEMP TABLE messages_before_10 AS SELECT id, conversation_id, seq, role, content, created_ms, finish, model,
+        typed_text FROM messages;
+    DROP TABLE messages;
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+        content TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        finish TEXT,
+        model TEXT,
+        typed_text TEXT,
+        reasoning TEXT,
+        thought_ms INTEGER,
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        name TEXT,
+        UNIQUE (conversation_id, seq)
+    );
+    INSERT INTO messages (id, conversation_id, seq, role, content, created_ms, finish, model, typed_text)
+        SELECT id, conversation_id, seq, role, content, created_ms, finish, model, typed_text FROM temp.messages_before_10;
+    DROP TABLE temp.messages_before_10;
+    CREATE INDEX messages_by_conversation ON messages(conversation_id, seq);
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO message_fts(message_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    END;
+    CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO message_fts(message_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        INSERT INTO message_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    ALTER TABLE alternatives ADD COLUMN reasoning TEXT;
+    ALTER TABLE alternatives ADD COLUMN thought_ms INTEGER;
+    ALTER TABLE alternatives ADD COLUMN tool_calls TEXT;
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

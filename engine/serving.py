@@ -11,15 +11,22 @@ silent branch would leave the window showing a history the client never sent. On
 A stored reply cut off before its client had it all (the client went away, or the server stopped: finish
 ``cancelled`` / ``interrupted``) was never seen by that client, so a request that sends the history before
 it again writes it anew; the cut reply is kept as an earlier version of the new one (``set_aside_reply``).
+
+An agent's turns bind the same way (issue 30): tool results (role "tool", with the ``tool_call_id`` they answer)
+and replies that call tools are stored with those fields, and the history comparison covers them (a call's
+id, function and arguments — arguments equal as JSON —, a result's call id), never a reply's thinking, which
+clients do not send back; the model reads the stored thinking, which is what it wrote.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from engine.conversations import ConversationStore, check_id
-from engine.errors import PromptError
+from engine import tool_messages
+from engine.conversations import ConversationStore, agent_row, check_id
+from engine.errors import ConversationError, PromptError
 from engine.generation import Engine
 from engine.session.reports import ResumeReport
 from engine.text.chat_template import validate_messages
@@ -111,7 +118,7 @@ class Binding:
     conversation: str
     exists: bool
     system: str | None  # the system prompt to store (a new conversation's), else None
-    new: list[dict]  # the messages past what is stored
+    new: list[Message]  # the messages past what is stored (their seq not known yet)
     chat: list[dict]  # the conversation as the model will read it
     retry: int | None = None  # the seq of the cut-off last reply this request writes again (see the docstring)
 
@@ -134,14 +141,49 @@ def plan_binding(conversations: ConversationStore, conversation: str, messages: 
         raise PromptError(f"conversation {conversation} has another system prompt than this request: send its "
                           "stored history, or use a new conversation id")
     retry = _cut_reply(conversations, conversation, held, body)
+    offset = 1 if system is not None else 0
     if retry is not None:
         stored = stored[:-1]  # set aside when stored: the model answers what came before it
     else:
-        _check_history(conversation, stored, body, 1 if system is not None else 0)
-    new = [{"role": m["role"], "content": m["content"]} for m in body[len(stored):]]
+        _check_history(conversation, stored, body, offset)
+    new = [_new_message(m, len(stored) + i + 1 + offset) for i, m in enumerate(body[len(stored):])]
     system_now = set_system if set_system is not None else stored_system
-    chat = ([{"role": "system", "content": system_now}] if system_now else []) + stored + new
+    chat = ([{"role": "system", "content": system_now}] if system_now else []) + stored + [m.as_chat() for m in new]
     return Binding(conversation, conv is not None, set_system, new, chat, retry)
+
+
+def _new_message(m: Mapping, number: int) -> Message:
+    """A request's message to store, with an agent's fields checked as the store checks them (PromptError
+    naming the request's message ``number``, before anything is stored)."""
+    try:
+        calls = tool_messages.from_openai(m["tool_calls"]) if m.get("tool_calls") else ()
+        reasoning = m.get("reasoning_content") or ""
+        message = Message(-1, m["role"], m["content"], reasoning=reasoning if isinstance(reasoning, str) else "",
+                          tool_calls=calls, tool_call_id=m.get("tool_call_id") or "", name=m.get("name") or "")
+        agent_row(message.role, message.reasoning, None, message.tool_calls, message.tool_call_id, message.name)
+    except (ValueError, ConversationError) as exc:
+        raise PromptError(f"message {number}: {exc}") from None
+    return message
+
+
+def same_message(sent: Mapping, stored: Mapping) -> bool:
+    """A request's message is the stored one: role, text, and an agent's fields (a call's arguments equal as
+    JSON, so a client that re-serialises them still matches); a reply's thinking is not compared."""
+    if sent["role"] != stored["role"] or sent["content"] != stored["content"]:
+        return False
+    if (sent.get("tool_call_id") or "") != (stored.get("tool_call_id") or ""):
+        return False
+    return _calls_key(sent.get("tool_calls")) == _calls_key(stored.get("tool_calls"))
+
+
+def _calls_key(listed: object) -> list | None:
+    """Calls as (id, name, parsed arguments), for comparing; None when they do not read as calls."""
+    if not listed:
+        return []
+    try:
+        return [(c.id, c.name, json.loads(c.arguments)) for c in tool_messages.from_openai(listed)]
+    except (ValueError, RecursionError):
+        return None
 
 
 def _cut_reply(conversations: ConversationStore, conversation: str, held: list[Message],
@@ -150,7 +192,7 @@ def _cut_reply(conversations: ConversationStore, conversation: str, held: list[M
     history before it: the client retries a reply it never had. None otherwise."""
     if not held or held[-1].role != "assistant" or len(body) != len(held) - 1:
         return None
-    if any(b["role"] != m.role or b["content"] != m.content for b, m in zip(body, held, strict=False)):
+    if not all(same_message(b, m.as_chat()) for b, m in zip(body, held, strict=False)):
         return None
     facts = conversations.reply_facts(conversation).get(held[-1].seq)
     return held[-1].seq if facts is not None and facts.finish in CUT_FINISHES else None
@@ -165,7 +207,7 @@ def _check_history(conversation: str, stored: list[dict], body: list[dict], offs
             raise PromptError(f"conversation {conversation} holds {count} message(s) and this request only "
                               f"{len(body) + offset}: it lacks the stored {m['role']} message {i + 1 + offset}; send "
                               "the stored history unchanged, or use a new conversation id")
-        if body[i]["role"] != m["role"] or body[i]["content"] != m["content"]:
+        if not same_message(body[i], m):
             raise PromptError(f"conversation {conversation} holds {count} message(s) and this request's message "
                               f"{i + 1 + offset} differs from the stored one: send the stored history unchanged, "
                               "or use a new conversation id")
@@ -181,7 +223,8 @@ def store_binding(conversations: ConversationStore, binding: Binding) -> list[di
     if binding.system is not None:
         conversations.set_system_prompt(cid, binding.system)
     for m in binding.new:
-        conversations.append(cid, m["role"], m["content"])
+        conversations.append(cid, m.role, m.content, reasoning=m.reasoning, tool_calls=m.tool_calls,
+                             tool_call_id=m.tool_call_id, name=m.name)
     return conversations.chat_messages(cid)
 
 

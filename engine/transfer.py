@@ -10,6 +10,11 @@ and ``"attachments"``: a list of ``{"name", "size", "sha256", "kind", "pages", "
 the composed text the model read, and an import checks that it is exactly ``compose_message(typed_text,
 attachments)`` (so what the chat shows and what the model reads cannot differ), within the caps of
 engine/documents.py. Optional too: older readers import the composed content alone.
+An agent's turns (issue 30) carry optional fields too: a reply its thinking (``"reasoning"``, and
+``"thought_ms"``, how long it thought) and the calls it made (``"tool_calls"``, OpenAI's list, arguments a JSON
+string), and a message of role ``"tool"`` (a tool's result) the ``"tool_call_id"`` it answers and the tool's
+``"name"``, each bounded as the store bounds them (engine/tool_messages.py). A reader from before refuses the
+role "tool" by name; documents without them import as before.
 A regenerated reply is exported as the version the chat continues with; its earlier versions (the
 ``alternatives`` table) stay behind, so documents and bundles keep this format and old ones import as before.
 Exporting, importing into an empty store and exporting again gives the same document. An import is
@@ -32,14 +37,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine import documents
-from engine.conversations import MODEL_CHARS, ConversationStore
+from engine import documents, tool_messages
+from engine.conversations import MODEL_CHARS, ConversationStore, agent_row
 from engine.db_schema import ID_PATTERN, ROLES
-from engine.errors import AttachmentError, TransferError
+from engine.errors import AttachmentError, ConversationError, TransferError
 from engine.fsutil import atomic_write, open_regular
 from engine.importer import import_conversations
 from engine.reply_notes import reply_caption
-from engine.types import Attachment, CancelToken, Message, ReplyFacts, StopReason
+from engine.types import Attachment, CancelToken, Message, ReplyFacts, StopReason, openai_tool_calls
 
 FORMAT, VERSION = "hearth.conversations", 1
 MAX_IMPORT_BYTES = 256 << 20  # a bigger file is refused before it is read (1,000,000 small chats are ~115 MB)
@@ -73,6 +78,14 @@ def _message(m: Message, facts: ReplyFacts | None) -> dict:
                                  "text": a.text} for a in m.attachments]}
     if facts is not None:
         out |= {"model": facts.model, "finish_reason": facts.finish}
+    if m.reasoning:
+        out |= {"reasoning": m.reasoning, "thought_ms": m.thought_ms}
+    if m.tool_calls:
+        out["tool_calls"] = openai_tool_calls(m.tool_calls)
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name:
+        out["name"] = m.name
     return out
 
 
@@ -84,7 +97,7 @@ def export_json(store: ConversationStore, ids: list[str], path: Path) -> int:
 
 
 def to_markdown(store: ConversationStore, ids: list[str]) -> str:
-    names = {"user": "You", "assistant": "Hearth", "system": "System"}
+    names = {"user": "You", "assistant": "Hearth", "system": "System", "tool": "Tool result"}
     parts = []
     for cid in ids:
         c = store.require(cid)
@@ -98,7 +111,8 @@ def to_markdown(store: ConversationStore, ids: list[str]) -> str:
                 files = "".join(_md_attachment(a) for a in m.attachments)
                 parts.append(f"## {names.get(m.role, m.role)}\n\n{files}{m.typed_text}\n")
             else:
-                parts.append(f"## {names.get(m.role, m.role)}\n\n{m.content}\n")
+                heading = f"{names['tool']}: {_md_escaped(m.name)}" if m.role == "tool" and m.name else names.get(m.role, m.role)
+                parts.append(f"## {heading}\n\n{_md_agent(m)}{m.content}\n")
             if m.seq in facts and (caption := reply_caption(facts[m.seq].finish, facts[m.seq].model)):
                 parts.append(f"_{_md_escaped(caption)}_\n")
     return "\n".join(parts)
@@ -110,10 +124,27 @@ def _md_attachment(a: Attachment) -> str:
     facts = [a.kind.upper() if a.kind in ("pdf", "docx", "csv", "json", "html") else a.kind, f"{a.size:,} bytes"]
     if a.pages is not None:
         facts.insert(1, f"{a.pages:,} page{'s' if a.pages != 1 else ''}")
-    longest = max((len(run) for run in re.findall("`+", a.text)), default=0)
+    return f"### Attached: {_md_escaped(a.name)}\n\n*{' · '.join(facts)} · SHA-256 {a.sha256}*\n\n{_fenced(a.text)}\n"
+
+
+def _md_agent(m: Message) -> str:
+    """A reply's thinking (as a quote) and its tool calls (name, then the arguments in a fence), before its text;
+    a tool result in a fence of its own is left to its content (it is the chat's text)."""
+    out = ""
+    if m.reasoning:
+        took = f" for {m.thought_ms / 1000:.0f} s" if m.thought_ms is not None else ""
+        quoted = "\n".join(f"> {line}" if line else ">" for line in m.reasoning.strip("\n").splitlines())
+        out += f"> **Thought{took}**\n>\n{quoted}\n\n"
+    for c in m.tool_calls:
+        out += f"**Tool call:** `{c.name}`\n\n{_fenced(tool_messages.pretty_arguments(c.arguments), 'json')}\n"
+    return out
+
+
+def _fenced(text: str, info: str = "text") -> str:
+    """``text`` in a code fence no line of it can close."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
-    return (f"### Attached: {_md_escaped(a.name)}\n\n*{' · '.join(facts)} · SHA-256 {a.sha256}*\n\n"
-            f"{fence}text\n{a.text.rstrip(chr(10))}\n{fence}\n\n")
+    return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}\n"
 
 
 def _md_escaped(text: str) -> str:
@@ -236,7 +267,8 @@ def _conversation(c: object, where: str, seen: set[str]) -> dict:
             raise TransferError(f"{mw}.role: {role!r} is not one of {', '.join(ROLES)}")
         content = _need(m, "content", str, mw)
         out["messages"].append({"role": role, "content": content, "created_ms": _time(m, "created_ms", mw),
-                                **_reply_facts(m, role, mw), **_attachments(m, role, content, mw)})
+                                **_reply_facts(m, role, mw), **_attachments(m, role, content, mw),
+                                **_agent(m, role, mw)})
     return out
 
 
@@ -306,6 +338,30 @@ def _reply_facts(m: dict, role: str, where: str) -> dict:
     if facts and role != "assistant":
         raise TransferError(f"{where}: only a reply (role 'assistant') has a model or finish_reason, not a {role!r} message")
     return facts
+
+
+def _agent(m: dict, role: str, where: str) -> dict:
+    """A message's optional agent fields (a reply's thinking and calls, a tool result's call id and tool name),
+    checked as the store checks them (``agent_row``) so the import cannot fail half-way."""
+    fields: dict = {}
+    if "reasoning" in m:
+        fields["reasoning"] = _need(m, "reasoning", str, where)
+    if m.get("thought_ms") is not None:
+        fields["thought_ms"] = _time(m, "thought_ms", where)
+    try:
+        if "tool_calls" in m:
+            fields["tool_calls"] = tool_messages.from_openai(m["tool_calls"])
+    except ValueError as exc:
+        raise TransferError(f"{where}.tool_calls: {exc}") from None
+    for key in ("tool_call_id", "name"):
+        if key in m:
+            fields[key] = _need(m, key, str, where)
+    try:
+        agent_row(role, fields.get("reasoning", ""), fields.get("thought_ms"), fields.get("tool_calls", ()),
+                  fields.get("tool_call_id", ""), fields.get("name", ""))
+    except ConversationError as exc:
+        raise TransferError(f"{where}: {exc}") from None
+    return fields
 
 
 def _time(obj: dict, key: str, where: str) -> int:

@@ -263,13 +263,36 @@ class Message:
     created_ms: int = 0
     attachments: tuple[Attachment, ...] = ()
     typed_text: str | None = None  # None: the same as content (filled in by __post_init__)
+    # an agent's turns (issue 30): a reply's thinking (and how long it took, None when not known) and the calls
+    # it made; a tool message's result answers ``tool_call_id`` (``name``: the tool's, "" when not sent)
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+    thought_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.typed_text is None:
             object.__setattr__(self, "typed_text", self.content)
 
+    @property
+    def agentic(self) -> bool:
+        """It carries a reply's thinking or tool calls, or is a tool's result (the window draws blocks for them)."""
+        return bool(self.reasoning or self.tool_calls or self.role == "tool")
+
     def as_chat(self) -> dict:
-        return {"role": self.role, "content": self.content}
+        """The message as the chat template reads it (OpenAI's shape): the tool fields and the thinking only
+        when there are some, so a chat without them renders as it always did."""
+        chat: dict = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            chat["tool_calls"] = openai_tool_calls(self.tool_calls)
+        if self.tool_call_id:
+            chat["tool_call_id"] = self.tool_call_id
+        if self.name:
+            chat["name"] = self.name
+        if self.reasoning:
+            chat["reasoning_content"] = self.reasoning
+        return chat
 
 
 @dataclass(frozen=True)
@@ -428,6 +451,8 @@ class Token:
     conversation: str
     text: str
     context_tokens: int = 0  # tokens in the context with this piece's token (the live context meter); 0: not told
+    # the visible reply, or the model's thinking (a template that thinks: the window shows it in its own block)
+    kind: str = "content"  # a PieceKind value: CONTENT or REASONING
 
 
 @dataclass(frozen=True)
@@ -466,6 +491,11 @@ class Finished:
     dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
     continued: bool = False  # a Continue: ``reply`` is the whole stored message, ``tokens`` only what was added
     local: LocalTurnFacts | None = None  # where the context came from and how its save went; None from a remote backend
+    # the reply's thinking (``reply`` is the visible text only), how long it took (None: it did not think), and
+    # the tool calls it made (a bound server request with tools: the window's own turns make none)
+    reasoning: str = ""
+    thought_ms: int | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -743,6 +773,11 @@ class ToolCall:
     name: str
     arguments: str
     index: int = 0  # its place among the reply's calls (OpenAI streams ``delta.tool_calls`` by index)
+
+
+def openai_tool_calls(calls: tuple[ToolCall, ...] | list[ToolCall]) -> list[dict]:
+    """Calls as OpenAI's ``tool_calls`` list: what a chat template and an export receive."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
 class PieceKind(StrEnum):

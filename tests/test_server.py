@@ -205,7 +205,7 @@ def test_penalties_and_response_format_reach_the_engine(server):
     ({"temperature": 3}, "temperature"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"messages": []}, "messages"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id"),  # a tool result needs its call
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, None),
     ({"messages": [{"role": "system", "content": "only a system prompt"}]}, "messages"),
     ({"top_logprobs": 2}, "top_logprobs"),

@@ -136,7 +136,7 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
     def on_event(event) -> None:
         if isinstance(event, Waiting):
             sys.stderr.write(f"waiting: conversation {event.conversation} is busy in another Hearth process…\n")
-        elif isinstance(event, Token) and stream is not None:
+        elif isinstance(event, Token) and stream is not None and event.kind == "content":  # not the thinking
             stream(event.text)
 
     try:
@@ -153,6 +153,7 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
     payload = {
         "conversation": turn.conversation,
         "reply": turn.reply,
+        "reasoning": turn.reasoning,  # a model that thinks: its thinking ("" for one that does not)
         "stored": True,
         "tokens": list(turn.tokens),
         "stop_reason": str(turn.stop_reason),

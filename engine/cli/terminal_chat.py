@@ -142,7 +142,7 @@ def _turn(hearth: Hearth, request: TurnRequest) -> Finished | HearthError:
         if isinstance(event, Resumed | Token) and not begun:  # a backend without saved context sends no Resumed
             begun.append(True)
             print("bot> ", end="", flush=True)
-        if isinstance(event, Token):
+        if isinstance(event, Token) and event.kind == "content":  # the reply, not a model's thinking
             say(event.text, end="", flush=True)
 
     def work() -> None:

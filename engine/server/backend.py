@@ -22,6 +22,7 @@ from engine.types import (
     CancelToken,
     LibraryModel,
     ModelStatus,
+    ReplyPiece,
     ServeRequest,
     ServeResult,
 )
@@ -59,6 +60,7 @@ class ModelHost:
         self.paths, self.runner, self.weights = paths, runner, weights
         self.library = ModelLibrary(paths, weights=weights)
         self.default_model = model or self.library.default_name()
+        self._last_loaded = self.default_model
         self.bundled = self._bundled_default(self.default_model)
         self.hearth = hearth or Hearth(paths, model=None if self.bundled else self.default_model, weights=weights,
                                        provider=provider, threads=threads)
@@ -85,8 +87,35 @@ class ModelHost:
     def _runnable(self, model: LibraryModel) -> bool:
         return model.status == ModelStatus.READY or (model.name == self.default_model and self.bundled)
 
+    @property
+    def current(self) -> str:
+        """The loaded model (the window may have switched it), else the one loaded last or to load first:
+        what a request that names no model runs on."""
+        if self.hearth.model is not None and self.hearth.model_key:
+            return self.hearth.model_key
+        return self._last_loaded
+
+    def loaded_name(self) -> str | None:
+        """The model in memory now (None after --idle-unload freed it, or before the first load)."""
+        return self.current if self.hearth.model is not None else None
+
     def ready_models(self) -> list[LibraryModel]:
-        return [m for m in self.library.models() if self._runnable(m)]
+        """The models a request may name, the loaded one (or the one about to load) first."""
+        ready = [m for m in self.library.models() if self._runnable(m)]
+        return sorted(ready, key=lambda m: m.name != self.current)
+
+    def resolve_model(self, name: str | None, any_model: bool = False) -> LibraryModel:
+        """The model a request runs on: the one it names; the loaded one when it names none (as Ollama and
+        LM Studio do), or names one the library does not know and ``any_model`` is set (``--any-model``:
+        clients written for one hosted model name). ApiError 404 otherwise."""
+        if name is None:
+            return self.require_model(self.current)
+        if any_model:
+            try:
+                self.library.get(name)
+            except ModelNotFoundError:
+                return self.require_model(self.current)
+        return self.require_model(name)
 
     def require_model(self, name: str) -> LibraryModel:
         """The library model ``name``, ready to load; ApiError 404 otherwise."""
@@ -119,14 +148,15 @@ class ModelHost:
         except HearthError as exc:  # switch_model brings the previous model back when it can
             self.state, self.problem = ("ready" if hearth.model is not None else "failed"), str(exc)
             raise
-        self.state, self.problem = "ready", ""
+        self.state, self.problem, self._last_loaded = "ready", "", name
         log.info("model %s loaded", name)
 
     # serving --------------------------------------------------------------------------------------------
-    def serve(self, model: str, request: ServeRequest, on_text: Callable[[str], None], cancel: CancelToken, *,
-              max_tokens_given: bool = True) -> Future:
+    def serve(self, model: str, request: ServeRequest, on_text: Callable[[str], None] | None, cancel: CancelToken, *,
+              max_tokens_given: bool = True, on_piece: Callable[[ReplyPiece], None] | None = None) -> Future:
         """Queue one request; the Future gives ``Served``. QueueFullError at once when the queue is full.
-        ``max_tokens_given`` False: the reply may run to the end of the context, as OpenAI's does."""
+        ``max_tokens_given`` False: the reply may run to the end of the context, as OpenAI's does.
+        ``on_text`` gets the visible reply's pieces; ``on_piece`` every piece by kind (thinking, text, calls)."""
         def job() -> Served:
             if cancel.cancelled:  # its client went away while it waited
                 raise ApiError(499, "the client closed the request")
@@ -134,7 +164,7 @@ class ModelHost:
             nonlocal request
             if not max_tokens_given:
                 request = dataclasses.replace(request, max_tokens=self.hearth.model.context_length)
-            result = serve_on(self.hearth, request, on_text, cancel)
+            result = serve_on(self.hearth, request, on_text, cancel, on_piece)
             self.last_result = result
             texts = {}
             for lp in result.logprobs:
@@ -148,6 +178,16 @@ class ModelHost:
         future = self.runner.submit(job)
         future.add_done_callback(lambda _f: self._finished(cancel))
         return future
+
+    def count_prompt(self, model: str, messages: tuple, tools: tuple = (), template_kwargs: dict | None = None) -> Future:
+        """Queue a count of the tokens ``messages`` (and ``tools``) render to on ``model``, the generation
+        prompt included (Anthropic's count_tokens); the Future gives an int."""
+        def job() -> int:
+            self._ensure(model)
+            prompt = self.hearth.render_prompt(list(messages), tools=list(tools), template_kwargs=template_kwargs)
+            return self.hearth.count_tokens(prompt)
+
+        return self.runner.submit(job)
 
     def _finished(self, cancel: CancelToken) -> None:
         with self._lock:
@@ -194,6 +234,9 @@ class ModelHost:
 
 
 # the engine call ------------------------------------------------------------------------------------------
-def serve_on(hearth: Hearth, request: ServeRequest, on_text: Callable[[str], None], cancel: CancelToken) -> ServeResult:
+def serve_on(hearth: Hearth, request: ServeRequest, on_text: Callable[[str], None] | None, cancel: CancelToken,
+             on_piece: Callable[[ReplyPiece], None] | None = None) -> ServeResult:
     """``Hearth.serve``: the prompt cache, constrained decoding, stop strings and penalties."""
-    return hearth.serve(request, on_text, cancel)
+    if on_piece is None:
+        return hearth.serve(request, on_text, cancel)
+    return hearth.serve(request, on_text, cancel, on_piece=on_piece)

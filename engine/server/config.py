@@ -27,6 +27,9 @@ class ServerSettings:
     max_queue: int = DEFAULT_MAX_QUEUE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     idle_unload_s: float | None = None
+    # A request naming a model the library does not know runs on the loaded one (``--any-model``), for clients
+    # that insist on a hosted model's name; off, such a request is a 404. A request naming none always does.
+    any_model: bool = False
     # Run inside the window (EmbeddedServer), which has no --cors-origin to offer: refusals advise what it can do.
     embedded: bool = False
 

@@ -1,4 +1,6 @@
-"""OpenAI-style errors: ``{"error": {"message", "type", "param", "code"}}`` with an HTTP status."""
+"""The server's errors: OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, and on the
+Anthropic endpoints (``/v1/messages*``) Anthropic's, ``{"type": "error", "error": {"type", "message"}}``,
+whoever raised them (a route, a guard, FastAPI's own 404/405)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,42 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                421: "permission_error", 429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
 
 
+# HTTP status → Anthropic's error type; a status Anthropic does not use is answered as the one it would use
+ANTHROPIC_PREFIX = "/v1/messages"
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                   529: "overloaded_error"}
+# statuses of ours that Anthropic has no word for: the one it would answer with
+ANTHROPIC_STATUS = {405: 404, 415: 400, 421: 403, 499: 400, 503: 500}
+OVERLOADED_CODES = {"shutting_down"}  # a 503 that is temporary: Anthropic's 529 overloaded_error
+
+
+def anthropic_path(path: str) -> bool:
+    """Whether ``path`` is one of the Anthropic Messages API's (its errors take Anthropic's shape)."""
+    return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
+
+
+def anthropic_status(status: int, code: str | None = None) -> int:
+    if status == 503 and code in OVERLOADED_CODES:
+        return 529
+    return ANTHROPIC_STATUS.get(status, status)
+
+
+def anthropic_error_body(status: int, message: str) -> dict:
+    """Anthropic's error object for a status already mapped by ``anthropic_status``."""
+    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def shaped(path: str, status: int, message: str, param: str | None = None,
+           code: str | None = None) -> tuple[int, dict]:
+    """(status, body) for an error on ``path``: Anthropic's shape on its endpoints, else OpenAI's."""
+    if anthropic_path(path):
+        status = anthropic_status(status, code)
+        return status, anthropic_error_body(status, message)
+    return status, error_body(status, message, param, code)
+
+
 class ApiError(Exception):
     """A request the server answers with an error status and a message for the client's developer."""
 
@@ -32,6 +70,10 @@ class ApiError(Exception):
 
     def body(self) -> dict:
         return error_body(self.status, self.message, self.param, self.code)
+
+    def shaped(self, path: str) -> tuple[int, dict]:
+        """(status, body) as ``path``'s API answers it."""
+        return shaped(path, self.status, self.message, self.param, self.code)
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:

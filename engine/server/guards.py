@@ -8,15 +8,17 @@ import hmac
 import ipaddress
 import json
 
-from engine.server.errors import error_body
+from engine.server.errors import shaped
 
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 — named to recognise them, not to bind
 OPEN_PATHS = {"/health"}  # answered without a key: it says only whether the server is up
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
-async def _refuse(send, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
-    body = json.dumps(error_body(status, message, None, code)).encode()
+async def _refuse(scope, send, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
+    """The refusal in the shape of the API the path belongs to (OpenAI's, or Anthropic's on /v1/messages*)."""
+    status, shape = shaped(scope.get("path", ""), status, message, None, code)
+    body = json.dumps(shape).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -64,7 +66,7 @@ class HostGuard:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and not self.permits(_header(scope, b"host")):
-            await _refuse(send, 421, "this server answers only to its own address (the Host header named another; "
+            await _refuse(scope, send, 421, "this server answers only to its own address (the Host header named another; "
                                      "start it with --allow-host NAME to add one)", "host_not_allowed")
             return
         await self.app(scope, receive, send)
@@ -89,7 +91,7 @@ class OriginGuard:
         if scope["type"] == "http":
             origin = _header(scope, b"origin")
             if origin is not None and origin.strip().rstrip("/").lower() not in self.allowed:
-                await _refuse(send, 403, f"requests from web pages are refused (Origin: {origin[:100]!r}); {self.hint}",
+                await _refuse(scope, send, 403, f"requests from web pages are refused (Origin: {origin[:100]!r}); {self.hint}",
                               "origin_not_allowed")
                 return
         await self.app(scope, receive, send)
@@ -118,14 +120,31 @@ class JsonOnly:
             declared = _header(scope, b"content-type") or ""
             if declared.split(";", 1)[0].strip().lower() != "application/json":
                 got = f"Content-Type: {declared[:100]!r}" if declared else "no Content-Type"
-                await _refuse(send, 415, f"the body must be sent as 'Content-Type: application/json' (got {got})",
+                await _refuse(scope, send, 415, f"the body must be sent as 'Content-Type: application/json' (got {got})",
                               "unsupported_media_type")
                 return
         await self.app(scope, receive, send)
 
 
+def given_keys(scope) -> tuple[bool, list[str]]:
+    """(whether the client sent any credentials, the keys it sent): ``x-api-key: KEY`` (Anthropic's clients)
+    and ``Authorization: Bearer KEY`` (OpenAI's), on every endpoint; a client may send both."""
+    keys, sent = [], False
+    api_key = _header(scope, b"x-api-key")
+    if api_key is not None:
+        sent = True
+        keys.append(api_key.strip())
+    given = _header(scope, b"authorization")
+    if given is not None:
+        sent = True
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() == "bearer":
+            keys.append(token.strip())
+    return sent, keys
+
+
 class KeyGuard:
-    """``Authorization: Bearer KEY``, compared in constant time."""
+    """The API key, from ``x-api-key`` or ``Authorization: Bearer``, compared in constant time."""
 
     def __init__(self, app, api_key: str | None):
         self.app = app
@@ -134,11 +153,12 @@ class KeyGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and self.key is not None and scope["method"] != "OPTIONS" \
                 and scope["path"] not in OPEN_PATHS:
-            given = _header(scope, b"authorization") or ""
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
-                message = "missing API key: send 'Authorization: Bearer KEY'" if not given else "incorrect API key"
-                await _refuse(send, 401, message, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
+            sent, keys = given_keys(scope)
+            # every key compared (no early exit), each in constant time
+            if not sum(hmac.compare_digest(k.encode(), self.key) for k in keys):
+                message = ("missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'" if not sent
+                           else "incorrect API key")
+                await _refuse(scope, send, 401, message, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
                 return
         await self.app(scope, receive, send)
 
@@ -156,7 +176,7 @@ class BodyLimit:
             return
         declared = _header(scope, b"content-length")
         if declared is not None and (not declared.strip().isdigit() or int(declared) > self.limit):
-            await self._too_large(send)
+            await self._too_large(scope, send)
             return
         chunks, size = [], 0
         while True:
@@ -166,7 +186,7 @@ class BodyLimit:
             body = message.get("body", b"")
             size += len(body)
             if size > self.limit:
-                await self._too_large(send)
+                await self._too_large(scope, send)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -182,6 +202,6 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, send) -> None:
-        await _refuse(send, 413, f"the request body is larger than this server accepts ({self.limit:,} bytes; "
+    async def _too_large(self, scope, send) -> None:
+        await _refuse(scope, send, 413, f"the request body is larger than this server accepts ({self.limit:,} bytes; "
                                  "see --max-body-bytes)", "request_too_large", {"Connection": "close"})

@@ -31,7 +31,8 @@ SHUTDOWN_WAIT_S = 60.0  # the longest a save at shutdown may take before the pro
 
 
 def add_parser(sub, common, model_options) -> None:
-    p = sub.add_parser("serve", parents=[common], help="a local OpenAI-compatible HTTP server (the prompt cache on disk)")
+    p = sub.add_parser("serve", parents=[common],
+                       help="a local OpenAI- and Anthropic-compatible HTTP server (the prompt cache on disk)")
     p.add_argument("--host", default=DEFAULT_HOST, help="the address to listen on (default: %(default)s; any other "
                                                         "needs an API key)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="default: %(default)s (0: any free port)")
@@ -47,6 +48,9 @@ def add_parser(sub, common, model_options) -> None:
                    help="requests that may wait for the model; more get 429 (default: %(default)s)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="the largest request body; larger get 413 (default: %(default)s)")
+    p.add_argument("--any-model", action="store_true",
+                   help="run a request naming a model the library does not know (e.g. gpt-4o, claude-sonnet-4-5) "
+                        "on the loaded model instead of answering 404; a request naming none always runs on it")
     p.add_argument("--provider", default="auto", help="execution provider (default: %(default)s)")
     model_options(p)
     p.set_defaults(func=cmd_serve)
@@ -56,7 +60,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     key = read_key_file(args.api_key_file) if args.api_key_file else args.api_key
     return ServerSettings(host=args.host, port=args.port, api_key=key, cors_origins=tuple(args.cors_origin),
                           allowed_hosts=tuple(args.allow_host), max_queue=args.max_queue,
-                          max_body_bytes=args.max_body_bytes, idle_unload_s=args.idle_unload).check()
+                          max_body_bytes=args.max_body_bytes, idle_unload_s=args.idle_unload,
+                          any_model=args.any_model).check()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -114,7 +119,10 @@ def build_server(host: ModelHost, settings: ServerSettings, announce: bool = Tru
             await super().startup(sockets)
             if self.started and announce:
                 port = self.servers[0].sockets[0].getsockname()[1] if self.servers else settings.port
-                sys.stderr.write(f"hearth-cli: serving http://{_url_host(settings.host)}:{port}/v1\n")
+                root = f"http://{_url_host(settings.host)}:{port}"
+                sys.stderr.write(f"hearth-cli: serving {root}/v1\n")
+                # Anthropic's clients take the root and add /v1/messages themselves
+                sys.stderr.write(f"hearth-cli: Anthropic's Messages API: base URL {root} (ANTHROPIC_BASE_URL)\n")
                 if warning := unkeyed_warning(settings.api_key):
                     sys.stderr.write(f"hearth-cli: warning: {warning}\n")
                 sys.stderr.flush()

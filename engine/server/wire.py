@@ -7,7 +7,7 @@ import time
 import uuid
 
 from engine.server.backend import Served
-from engine.types import CacheReport, ServeResult
+from engine.types import CacheReport, PieceKind, ReplyPiece, ServeResult, ToolCall
 
 CACHE_HEADER, CACHED_TOKENS_HEADER = "X-Hearth-Cache", "X-Hearth-Cached-Tokens"
 # OpenAI's finish reasons; a generation cut short (client gone, server stopping) ended, so "stop"
@@ -67,11 +67,27 @@ def completion_logprobs(served: Served) -> dict | None:
             "text_offset": offsets}
 
 
+def tool_call_object(call: ToolCall) -> dict:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def chat_message(result: ServeResult) -> dict:
+    """The reply as OpenAI's ``message``: content null when it only calls tools; the thinking apart
+    (``reasoning_content``, as llama.cpp's server and DeepSeek's API send it)."""
+    message: dict = {"role": "assistant", "content": result.text if result.text or not result.tool_calls else None,
+                     "refusal": None}
+    if result.tool_calls:
+        message["tool_calls"] = [tool_call_object(c) for c in result.tool_calls]
+    if result.reasoning:
+        message["reasoning_content"] = result.reasoning
+    return message
+
+
 def chat_completion(served: Served, rid: str, created: int) -> dict:
     r = served.result
     return {"id": rid, "object": "chat.completion", "created": created, "model": served.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text, "refusal": None},
-                         "logprobs": chat_logprobs(served), "finish_reason": finish_reason(r)}],
+            "choices": [{"index": 0, "message": chat_message(r), "logprobs": chat_logprobs(served),
+                         "finish_reason": finish_reason(r)}],
             "usage": usage(r), "hearth": hearth_object(r.cache)}
 
 
@@ -107,6 +123,23 @@ class ChunkMaker:
 
     def text(self, piece: str) -> dict:
         return self._chunk([self._choice(piece)])
+
+    def _delta(self, delta: dict) -> dict:
+        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}])
+
+    def piece(self, piece: ReplyPiece) -> list[dict]:
+        """A chat reply's piece as OpenAI streams it: content and ``reasoning_content`` deltas, and a call as
+        ``delta.tool_calls`` by index: first its index, id, type and name with empty arguments, then the
+        arguments (whole: the engine hands over a call only once it parsed)."""
+        if piece.kind == PieceKind.REASONING:
+            return [self._delta({"reasoning_content": piece.text})] if piece.text else []
+        if piece.kind == PieceKind.TOOL_CALL and piece.call is not None:
+            call = piece.call
+            head = {"index": call.index, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""}}
+            return [self._delta({"tool_calls": [head]}),
+                    self._delta({"tool_calls": [{"index": call.index, "function": {"arguments": call.arguments}}]})]
+        return [self.text(piece.text)] if piece.text else []
 
     def last(self, served: Served) -> list[dict]:
         """The end: the logprobs (all at once: pieces of text are not whole tokens) and the finish reason

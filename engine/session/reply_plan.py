@@ -88,6 +88,16 @@ class ReplyPlan:
             return None
         return thinking_grammar(self.fmt, think=think, think_budget=budget, think_first=first)
 
+    def decoding(self, prompt_text: str, options: dict) -> dict:
+        """``options`` (``Engine.decode``'s keyword arguments) with what this plan adds: the grammar of a forced
+        call or a thinking budget, and the markers the parser must see as text."""
+        grammar = self.grammar(prompt_text, response_format="response_format" in options)
+        if grammar is not None:
+            options = {**options, "grammar": grammar}
+        if self.markers:
+            options = {**options, "show_specials": self.markers}
+        return options
+
     @property
     def markers(self) -> tuple[str, ...]:
         """The marker texts the parser must see even where the vocabulary holds them as control tokens."""

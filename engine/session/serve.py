@@ -12,6 +12,7 @@ from engine import serving
 from engine.generation import GenerationResult, TextFn, finish
 from engine.session import prompt_cache, reply_plan
 from engine.session.reply_plan import PieceFn
+from engine.session.reply_split import ReplySplit
 from engine.session.reports import ResumeReport, fold_prefill
 from engine.session.turn import Turns, noop
 from engine.types import CancelToken, ModelInfo, PieceKind, ReplyPiece, ServeRequest, ServeResult
@@ -27,25 +28,36 @@ def serve(turns: Turns, request: ServeRequest, on_text: TextFn | None = None,
     options = serving.generation_options(request)
     if request.conversation is not None:
         with turns.locks.held(request.conversation, noop, cancel):
-            return _serve_bound(turns, request.conversation, messages, request, options, on_text, cancel)
+            return _serve_bound(turns, request.conversation, messages, request, options, on_text, cancel, on_piece)
     return _serve_cached(turns, messages, request, options, on_text, cancel, on_piece)
 
 
 def _serve_bound(turns: Turns, cid: str, messages: list[dict], request: ServeRequest, options: dict,
-                 on_text: TextFn | None, cancel: CancelToken | None) -> ServeResult:
+                 on_text: TextFn | None, cancel: CancelToken | None, on_piece: PieceFn | None) -> ServeResult:
+    """A bound request down the turn path: its tool results and calls are stored with the conversation, its
+    tools and template kwargs rendered with it, and the reply's thinking and calls stored with the reply."""
     loaded = turns.require()
-    started = time.perf_counter()
+    engine, started = loaded.engine, time.perf_counter()
     binding = serving.plan_binding(turns.conversations, cid, messages)
-    loaded.sessions.check_fits(cid, binding.chat)  # a message too long is refused before it is stored
+    plan = reply_plan.plan_reply(engine.template, request, binding.chat)  # bad tools: refused before storing
+    # a message too long (or tools that make the prompt so) is refused before it is stored
+    loaded.sessions.check_fits_text(cid, plan.render(engine.template).encode("utf-8"))
     chat = serving.store_binding(turns.conversations, binding)
+    plan = reply_plan.plan_reply(engine.template, request, chat)  # the chat as stored (its replies' thinking)
+    prompt = plan.render(engine.template)
+    options = plan.decoding(prompt, options)
     try:
         answered = turns.answer(cid, chat, request.params, request.max_tokens, cancel, on_text=on_text,
-                                started=started, top_logprobs=request.top_logprobs, **options)
+                                on_piece=on_piece, started=started, top_logprobs=request.top_logprobs,
+                                prompt_text=prompt.encode("utf-8"), split=ReplySplit(plan.parser(prompt)), **options)
     finally:
         if binding.retry is not None:  # a retry that wrote nothing leaves the cut reply shown, as it was
             turns.restore_reply(cid, binding.retry)
-    turn = answered.turn
-    return _served(turn.generation, turn.resume, turn.prompt_tokens, loaded.info)
+    turn, reply = answered.turn, answered.reply
+    split = reply_plan.SplitReply(turn.generation, reply.content, reply.reasoning, reply.tool_calls)
+    # what this request wrote to the conversation's saved context of its prompt: all it did not reuse, saved
+    saved = turn.prompt_tokens - turn.resume.reused_tokens if turn.save is not None and turn.save.ok else 0
+    return _served(turn.generation, turn.resume, turn.prompt_tokens, loaded.info, split, saved)
 
 
 def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeRequest, options: dict,
@@ -60,11 +72,7 @@ def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeReque
         plan = reply_plan.plan_reply(engine.template, request, messages)
         text = plan.render(engine.template).encode("utf-8")
         key = prompt_cache.thread_key(plan.first_block(engine.template))
-        grammar = plan.grammar(text.decode("utf-8"), response_format="response_format" in options)
-        if grammar is not None:
-            options = {**options, "grammar": grammar}
-        if plan.markers:
-            options = {**options, "show_specials": plan.markers}
+        options = plan.decoding(text.decode("utf-8"), options)
     cache = prompt_cache.PromptCache(loaded.sessions)
     # the saved system prompt is the template's rendering without tools: of no use to a request with them
     prepared = cache.prepare(key, text, messages if plan is None or not plan.offered else None, cancel)

@@ -81,8 +81,11 @@ class ChatSessions:
         touching the KV. Cheap: a rendering shorter in bytes than the context fits (a token spells at
         least one byte); a longer one reuses the live KV's tokens for the prefix they spell and
         tokenizes only the rest (a whole 8k-token conversation would cost ~13 ms a turn)."""
+        self.check_fits_text(conversation, self.engine.render(messages).encode("utf-8"))
+
+    def check_fits_text(self, conversation: str, text: bytes) -> None:
+        """``check_fits`` for a prompt already rendered (a bound request's, with its tools)."""
         tokenizer = self.engine.tokenizer
-        text = self.engine.render(messages).encode("utf-8")
         lead = prefix.lead_tokens(tokenizer, text)
         if len(lead) + len(text) < self.engine.context_length:
             return

@@ -34,6 +34,7 @@ from engine.errors import (
 )
 from engine.generation import Engine, GenerationResult, Step
 from engine.session.context_policy import chat_policy, check_policy
+from engine.session.reply_split import ReplySplit, continue_reply, turn_reply
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
@@ -47,9 +48,11 @@ from engine.types import (
     Finished,
     LocalTurnFacts,
     ModelInfo,
+    PieceKind,
     Progress,
     ProgressPhase,
     Rebuilt,
+    ReplyPiece,
     Resume,
     Resumed,
     SamplingParams,
@@ -99,6 +102,7 @@ class Answered:
 
     turn: TurnResult
     stored: int | None
+    reply: ReplySplit = field(default_factory=ReplySplit)  # the reply's parts: visible text, thinking, calls
 
 
 def ended(result: GenerationResult, cancel: CancelToken | None) -> StopReason:
@@ -108,9 +112,8 @@ def ended(result: GenerationResult, cancel: CancelToken | None) -> StopReason:
 
 
 def continue_prompt(engine: Engine, messages: list[dict]) -> bytes:
-    """The prompt of a Continue: the chat up to the last reply as a turn would render it, then that
-    reply's text with no end-of-turn, so the model writes on where it stopped."""
-    return (engine.render(messages[:-1]) + messages[-1]["content"]).encode("utf-8")
+    """The prompt of a Continue (``continue_reply``'s): what a turn that wrote the last reply leaves the context."""
+    return continue_reply(engine, messages).prompt
 
 
 def chat_of(conv: Conversation, messages: Sequence) -> list[dict]:
@@ -239,77 +242,107 @@ class Turns:
         loaded = self.require()
         engine, info = loaded.engine, loaded.info
         continued = request.continue_reply
+        last = self.conversations.messages(cid)[-1] if continued else None
         before = view.messages[-1]["content"] if continued else ""
-        continued_seq = self.conversations.messages(cid)[-1].seq if continued else None
+        written = continue_reply(engine, view.messages) if continued else None
         if view.moved:
             self._drop_saved_view(cid)
         answered = self.answer(cid, view.messages, request.params, request.max_new_tokens, cancel, emit=emit,
-                               dropped=view.dropped, continued_seq=continued_seq, before=before,
-                               prompt_text=continue_prompt(engine, view.messages) if continued else None)
+                               dropped=view.dropped, continued_seq=last.seq if last else None, before=before,
+                               prompt_text=written.prompt if written else None, split=written.split if written else None,
+                               **(written.decoding if written else {}))
         turn = answered.turn
         result = turn.generation
-        finished = Finished(cid, before + result.text, tuple(result.tokens), ended(result, cancel), answered.stored,
+        reply = answered.reply
+        reasoning, thought_ms = reply.reasoning, reply.thought_ms
+        if last is not None and last.reasoning:  # a Continue: the thinking is the whole message's
+            reasoning, thought_ms = last.reasoning + reasoning, (last.thought_ms or 0) + (thought_ms or 0)
+        finished = Finished(cid, before + reply.content, tuple(result.tokens), ended(result, cancel), answered.stored,
                             turn.prompt_tokens, len(engine.tokens), engine.context_length,
                             result.timings.freeze(info.load_ms), info, dropped_messages=view.dropped,
-                            continued=continued, local=LocalTurnFacts(turn.resume.freeze(), turn.save))
+                            continued=continued, local=LocalTurnFacts(turn.resume.freeze(), turn.save),
+                            reasoning=reasoning, thought_ms=thought_ms, tool_calls=reply.tool_calls)
         emit(finished)
         return finished
 
     # the one path: sync → decode → store → save ------------------------------------------------------------
     def answer(self, cid: str, messages: list[dict], params: SamplingParams | None, max_new_tokens: int,
                cancel: CancelToken | None, *, emit: EventSink | None = None,
-               on_text: Callable[[str], None] | None = None, dropped: int = 0, continued_seq: int | None = None,
-               before: str = "", prompt_text: bytes | None = None, started: float | None = None,
-               top_logprobs: int | None = None, **decoding) -> Answered:
+               on_text: Callable[[str], None] | None = None, on_piece: Callable[[ReplyPiece], None] | None = None,
+               dropped: int = 0, continued_seq: int | None = None, before: str = "", prompt_text: bytes | None = None,
+               started: float | None = None, top_logprobs: int | None = None, split: ReplySplit | None = None,
+               **decoding) -> Answered:
         """The model answers ``messages`` (the chat's view) and the reply is stored, then the context saved.
 
         ``emit``: the window's events (Progress, Resumed, Token) and a reply that cannot be stored raised as
-        "written but could not be stored" with its text; None for a server request, which streams its text
-        to ``on_text`` only. ``continued_seq``: the reply a Continue writes on (``before``: its text so far).
-        ``started``: when the request began (its time to first token counts from there)."""
+        "written but could not be stored" with its text; None for a server request, which streams its visible
+        text to ``on_text`` and every piece (thinking, text, each whole tool call) to ``on_piece``.
+        ``continued_seq``: the reply a Continue writes on (``before``: its text so far). ``prompt_text``: the
+        prompt already rendered (a Continue's, a bound request's with its tools), ``split`` how its reply splits
+        (None: not at all); without them the turn renders its messages and splits the reply when the template
+        thinks (engine/session/reply_split.py). The visible text is stored as the reply, the thinking and the
+        calls beside it. ``started``: when the request began (its time to first token counts from there)."""
         loaded = self.require()
         events = emit or noop
         progress = None if emit is None else (lambda d, t: events(Progress(cid, ProgressPhase.PREFILL, d, t)))
+        if prompt_text is None:
+            planned = turn_reply(loaded.engine, messages)
+            prompt_text, split, decoding = planned.prompt, planned.split, {**planned.decoding, **decoding}
+        elif split is None:  # a Continue writes on the visible reply
+            split = ReplySplit()
+
+        def shown(pieces: list[ReplyPiece], context: int) -> None:
+            for piece in pieces:
+                if piece.kind != PieceKind.TOOL_CALL:
+                    events(Token(cid, piece.text, context, str(piece.kind)))
+                if on_text is not None and piece.kind == PieceKind.CONTENT:
+                    on_text(piece.text)
+                if on_piece is not None:
+                    on_piece(piece)
+
         stored: int | None = None
+        context = 0
         for step in loaded.sessions.run(cid, messages, params, max_new_tokens, progress, cancel, prompt_text,
                                         started=started, top_logprobs=top_logprobs, **decoding):
             if isinstance(step, Step):
-                events(Token(cid, step.text, step.context))
-                if on_text is not None:
-                    on_text(step.text)
+                context = step.context
+                shown(split.feed(step.text), context)
             elif isinstance(step, Ready):
                 events(Resumed(cid, step.report.freeze(), dropped))
             elif isinstance(step, Decoded):  # before the save: the turn rule's step 5
-                stored = self._keep_reply(cid, step.generation, cancel, continued_seq, before, emit is not None)
+                shown(split.finish(), context)  # what the parser held back (a marker that never finished)
+                stored = self._keep_reply(cid, step.generation, split, cancel, continued_seq, before, emit is not None)
             elif isinstance(step, TurnResult):
-                return Answered(step, stored)
+                return Answered(step, stored, split)
         raise RuntimeError("a turn ended without its result")
 
-    def _keep_reply(self, cid: str, result: GenerationResult, cancel: CancelToken | None,
+    def _keep_reply(self, cid: str, result: GenerationResult, split: ReplySplit, cancel: CancelToken | None,
                     continued_seq: int | None, before: str, say_lost: bool) -> int | None:
         try:
-            return self._store_reply(cid, result, cancel, continued_seq)
+            return self._store_reply(cid, result, split, cancel, continued_seq)
         except ConversationError as exc:
             if not say_lost:
                 raise
             lost = type(exc)(f"the reply was written but could not be stored: {exc}")  # say which text was lost
-            lost.unstored_reply = before + result.text
+            lost.unstored_reply = before + split.content
             raise lost from None
 
-    def _store_reply(self, cid: str, result: GenerationResult, cancel: CancelToken | None,
+    def _store_reply(self, cid: str, result: GenerationResult, split: ReplySplit, cancel: CancelToken | None,
                      continued_seq: int | None) -> int | None:
         info = self.require().info
         convs = self.conversations
         finish = str(ended(result, cancel))  # stored with the reply: Continue outlives the session
         if continued_seq is not None:  # the same message, written on
             if result.text:
-                convs.extend_reply(cid, continued_seq, result.text, finish, info.label)
+                convs.extend_reply(cid, continued_seq, split.content, finish, info.label, reasoning=split.reasoning,
+                                   thought_ms=split.thought_ms)
                 convs.set_model(cid, info.label, info.key)
             elif result.stop_reason != StopReason.CANCELLED:  # it ended at once: the reply is whole now
                 convs.set_finish(cid, continued_seq, finish)
             return continued_seq
         if result.text or result.stop_reason != StopReason.CANCELLED:  # a stopped reply keeps what was written
-            seq = convs.append(cid, "assistant", result.text, finish, info.label).seq
+            seq = convs.append(cid, "assistant", split.content, finish, info.label, reasoning=split.reasoning,
+                               thought_ms=split.thought_ms, tool_calls=split.tool_calls).seq
             convs.set_model(cid, info.label, info.key)
             return seq
         return None
@@ -381,7 +414,8 @@ class Turns:
             return None
         system = 1 if messages[0]["role"] == "system" else 0
         messages = messages[:system] + messages[system + dropped:]
-        prompt, report = sessions.prepare(conversation, messages)
+        # rendered as its next turn renders it (a chat with tool turns goes through the template's inputs)
+        prompt, report = sessions.prepare_text(conversation, turn_reply(loaded.engine, messages).prompt)
         resume = report.freeze()
         emit(Resumed(conversation, resume, dropped))
         if resume.source == REBUILT:
