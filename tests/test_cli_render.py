@@ -119,6 +119,17 @@ def test_render_reads_messages_as_the_server_does(capsys, home, tmp_path, tiny_g
                        "message 0 content parts must be")
 
 
+def test_render_refuses_more_messages_or_parts_than_the_server_takes(capsys, home, tmp_path, tiny_gguf):
+    from engine.cli.render import MAX_MESSAGES, MAX_PARTS
+
+    many = [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)
+    assert_clean_error(render(capsys, home, "--messages", write(tmp_path / "m.json", many), "--model", str(tiny_gguf)),
+                       f"at most {MAX_MESSAGES:,} are read")
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}] * (MAX_PARTS + 1)}]
+    assert_clean_error(render(capsys, home, "--messages", write(tmp_path / "p.json", parts), "--model", str(tiny_gguf)),
+                       f"message 0 has {MAX_PARTS + 1:,} content parts")
+
+
 def test_render_escapes_control_characters_on_the_terminal_but_not_in_json(capsys, home, tmp_path, tiny_gguf):
     messages = write(tmp_path / "m.json", [{"role": "user", "content": "a\x1b]0;owned\x07b"}])
     plain = render(capsys, home, "--messages", messages, "--model", str(tiny_gguf))

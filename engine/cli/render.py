@@ -18,6 +18,7 @@ from engine.errors import PromptError
 
 MAX_TOOLS_FILE_BYTES = 4 << 20  # a hundred large schemas fit; the engine's own tool checks bound them further
 MAX_KWARG_JSON_CHARS = 64 << 10  # as the engine's bound on all of chat_template_kwargs
+MAX_MESSAGES, MAX_PARTS = 10_000, 1_000  # as the server bounds a request's messages and a message's parts
 
 
 def template_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -58,6 +59,8 @@ def openai_messages(path: str) -> list[dict]:
     text joined, and the ``developer`` role is ``system``; the engine's own rule checks the rest."""
     data = read_json_file(path, "messages file")
     if isinstance(data, list):
+        if len(data) > MAX_MESSAGES:
+            raise PromptError(f"messages file {path} holds {len(data):,} messages; at most {MAX_MESSAGES:,} are read")
         data = [_as_engine_message(i, m) if isinstance(m, dict) else m for i, m in enumerate(data)]
     validate_messages(data)
     return data
@@ -71,6 +74,8 @@ def _as_engine_message(i: int, m: dict) -> dict:
     if content is None:
         out["content"] = ""
     elif isinstance(content, list):
+        if len(content) > MAX_PARTS:
+            raise PromptError(f"message {i} has {len(content):,} content parts; at most {MAX_PARTS:,} are read")
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise PromptError(f'message {i} content parts must be {{"type": "text", "text": ...}} objects')
         out["content"] = "".join(p["text"] for p in content)
