@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{h['request']:>7} {h['prompt_tokens'] or 0:>10} {h['ttft_s'] * 1000:>15.0f} {h['source'] or '':>8} "
               f"{p['ttft_s'] * 1000:>18.0f} {ratio:>17.1f}×{mark}")
     out = ROOT / "bench" / "results" / "server.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # git-ignored: absent in a fresh checkout
     out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "threads": THREADS,
                                "model": entry.key, "system_tokens": args.system_tokens, "requests": table,
                                "raw": results}, indent=1))
