@@ -214,6 +214,14 @@ def test_the_default_model_makes_a_forced_call_in_the_fallback_format(real_model
         result = serve(hearth, QUESTION, tools=(WEATHER, CLOCK), tool_choice=FORCE_WEATHER, max_tokens=60)
         [call] = result.tool_calls
         jsonschema.validate(json.loads(call.arguments), schema_of(WEATHER))
+        # an open schema (no additionalProperties) is closed by the grammar: SmolLM2 wrote extra keys until
+        # max_tokens under the open one
+        open_weather = json.loads(json.dumps(WEATHER))
+        del open_weather["function"]["parameters"]["additionalProperties"]
+        closed = serve(hearth, QUESTION, tools=(open_weather,), tool_choice=FORCE_WEATHER, max_tokens=60,
+                       parallel_tool_calls=False)
+        assert closed.finish_reason == "tool_calls"
+        assert set(json.loads(closed.tool_calls[0].arguments)) <= {"city", "unit"}
         plain = serve(hearth, QUESTION, tools=(WEATHER, CLOCK), max_tokens=24)  # auto: the model answers in words
         assert plain.finish_reason in ("stop", "length") and not plain.tool_calls and plain.text
     finally:

@@ -236,3 +236,17 @@ def test_a_schema_llguidance_cannot_compile_is_a_constraint_error():
     bad = [tool("weird", {"type": "object", "properties": {"a": {"type": "no-such-type"}}})]
     with pytest.raises(ConstraintError, match="cannot be used"):
         tool_grammar(QWEN25, bad, REQUIRED, True, think=False)
+
+
+def test_an_object_that_does_not_say_is_closed_to_extra_keys(tokenizer):
+    open_schema = {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "where": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+                   "required": ["city"]}
+    grammar = tool_grammar(ReplyFormat(), [tool("find", open_schema)], ToolChoice(ToolChoiceMode.REQUIRED), False,
+                           think=False)
+    assert accepts(tokenizer, grammar, hermes("find", {"city": "Oslo", "where": {"x": 1}}))
+    assert not accepts(tokenizer, grammar, hermes("find", {"city": "Oslo", "extra": 1}))
+    assert not accepts(tokenizer, grammar, hermes("find", {"city": "Oslo", "where": {"x": 1, "y": 2}}))
+    said = dict(open_schema, additionalProperties={"type": "integer"})  # a schema that says is kept as it says
+    grammar = tool_grammar(ReplyFormat(), [tool("find", said)], ToolChoice(ToolChoiceMode.REQUIRED), False, think=False)
+    assert accepts(tokenizer, grammar, hermes("find", {"city": "Oslo", "extra": 1}))

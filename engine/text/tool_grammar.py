@@ -137,10 +137,31 @@ def _call_frame(fmt: ReplyFormat, name: str) -> tuple[str, str]:
 
 
 def _schema(tool: dict) -> dict:
-    schema = dict(tool["function"].get("parameters") or {})
+    schema = _closed(dict(tool["function"].get("parameters") or {}), 0)
     schema.setdefault("type", "object")  # check_tools refused any other type
     schema["x-guidance"] = JSON_OPTIONS
     return schema
+
+
+MAX_SCHEMA_DEPTH = 64  # check_tools bounds a schema's bytes; this bounds the walk below
+
+
+def _closed(schema: object, depth: int) -> object:
+    """``schema`` with every object that does not say otherwise closed (``additionalProperties: false``, as
+    OpenAI's strict tools are): JSON Schema's default lets a call carry any extra key, and a small model
+    under the grammar then writes keys until max_tokens (SmolLM2-135M did: the reply ended "length" with
+    no call). Every value the closed schema allows, the open one allows too."""
+    if depth > MAX_SCHEMA_DEPTH:
+        raise PromptError(f"a tool's parameters schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
+    if isinstance(schema, list):
+        return [_closed(item, depth + 1) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (_closed(v, depth + 1) if k not in ("enum", "const", "default", "examples") else v)
+           for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def _join(first: str, body: str, last: str) -> str:
