@@ -63,6 +63,8 @@ def request_messages(request: ServeRequest) -> list[dict] | None:
     validate_messages(messages)
     for i, m in enumerate(messages):
         _check_text(m["content"], f"message {i + 1}")
+        if m["role"] == "tool" and not m.get("tool_call_id"):  # as OpenAI's API: a result names its call
+            raise PromptError(f"message {i + 1} is a tool result without a tool_call_id: say which call it answers")
     return [{k: m[k] for k in MESSAGE_KEYS if k in m and m[k] is not None} for m in messages]
 
 

@@ -247,3 +247,13 @@ def test_a_thinking_budget_bounds_the_thinking_of_a_plain_reply(qwen):
     assert result.reasoning and len(result.reasoning) <= 8 * CHARS_PER_TOKEN
     assert result.text and not result.tool_calls  # after the closed block, any text
     assert "".join(p.text for p in pieces if p.kind == PieceKind.REASONING) == result.reasoning
+
+
+def test_a_tool_result_must_name_its_call(qwen):
+    lost = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "content": "Sunny"}]
+    with pytest.raises(PromptError, match="tool_call_id"):
+        serve(qwen, lost, tools=(WEATHER,))
+    with pytest.raises(PromptError, match="tool_call_id"):
+        qwen.render_prompt(lost, tools=(WEATHER,))

@@ -99,6 +99,7 @@ def test_chat_reports_usage_and_how_the_context_was_obtained(server):
     assert hearth["reused_tokens"] + hearth["prefilled_tokens"] == usage.prompt_tokens
     assert raw.headers["X-Hearth-Cache"] == hearth["source"]
     assert raw.headers["X-Hearth-Cached-Tokens"] == str(hearth["reused_tokens"])
+    assert hearth["ttft_ms"] > 0  # the engine's own time to the first token
 
 
 def test_text_parts_and_developer_role_read_as_plain_messages(server):

@@ -26,9 +26,13 @@ def cache_headers(cache: CacheReport) -> dict[str, str]:
     return {CACHE_HEADER: str(cache.source), CACHED_TOKENS_HEADER: str(cache.cached_tokens)}
 
 
-def hearth_object(cache: CacheReport) -> dict:
+def hearth_object(result: ServeResult) -> dict:
+    """How the prompt's context was obtained, and the engine's own time to the first token (a streamed tool
+    call reaches the client only once it is whole, so a client's own first-token time is later)."""
+    cache = result.cache
     return {"source": str(cache.source), "reason": cache.reason, "reused_tokens": cache.reused_tokens,
-            "prefilled_tokens": cache.prefilled_tokens, "restore_ms": round(cache.restore_ms, 3)}
+            "prefilled_tokens": cache.prefilled_tokens, "restore_ms": round(cache.restore_ms, 3),
+            "ttft_ms": round(result.timings.ttft_ms, 3) if result.timings is not None else None}
 
 
 def usage(result: ServeResult) -> dict:
@@ -88,7 +92,7 @@ def chat_completion(served: Served, rid: str, created: int) -> dict:
     return {"id": rid, "object": "chat.completion", "created": created, "model": served.model,
             "choices": [{"index": 0, "message": chat_message(r), "logprobs": chat_logprobs(served),
                          "finish_reason": finish_reason(r)}],
-            "usage": usage(r), "hearth": hearth_object(r.cache)}
+            "usage": usage(r), "hearth": hearth_object(r)}
 
 
 def text_completion(served: Served, rid: str, created: int) -> dict:
@@ -96,7 +100,7 @@ def text_completion(served: Served, rid: str, created: int) -> dict:
     return {"id": rid, "object": "text_completion", "created": created, "model": served.model,
             "choices": [{"index": 0, "text": r.text, "logprobs": completion_logprobs(served),
                          "finish_reason": finish_reason(r)}],
-            "usage": usage(r), "hearth": hearth_object(r.cache)}
+            "usage": usage(r), "hearth": hearth_object(r)}
 
 
 class ChunkMaker:
@@ -146,8 +150,8 @@ class ChunkMaker:
         with the ``hearth`` report, then usage when asked (``stream_options.include_usage``)."""
         logprobs = (chat_logprobs if self.chat else completion_logprobs)(served)
         chunks = [self._chunk([self._choice(None if self.chat else "", finish_reason(served.result), logprobs)],
-                              hearth=hearth_object(served.result.cache))]
+                              hearth=hearth_object(served.result))]
         return chunks
 
     def usage(self, served: Served) -> dict:
-        return self._chunk([], usage=usage(served.result), hearth=hearth_object(served.result.cache))
+        return self._chunk([], usage=usage(served.result), hearth=hearth_object(served.result))
