@@ -175,6 +175,7 @@ def test_the_windows_own_turn_on_a_model_that_thinks_shows_and_stores_the_thinki
     w = windows(AppConfig(resolve_paths(home).ensure(), model=str(gguf), weights="int4", provider="cpu"))
     conv = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    wait_idle(qtbot, w)  # the new chat drawn (on a busy machine it lags) before its reply streams into it
     seen: list[str] = []
     w.worker.conversation_event.connect(
         lambda e: seen.append(w.transcript.stream_widget.thinking_block.title)
