@@ -125,6 +125,9 @@ def test_each_default_says_where_it_comes_from_and_which_wins(qtbot, windows, re
     w = windows(real_config)
     requests = sent_requests(w)
     conv = w.new_chat()
+    # the model's recommendations are known once the library has been read and the model named (a busy
+    # machine takes a while): the dialog notes them from then on
+    qtbot.waitUntil(lambda: bool(w.model_defaults(conv)), timeout=TIMEOUT)
     qtbot.keyClick(w, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)  # Edit → Preferences…
     prefs = next(d for d in w.findChildren(PreferencesDialog) if d.isVisible())
     assert "its model's recommended value, else the one here" in prefs.findChildren(QLabel)[0].text()
