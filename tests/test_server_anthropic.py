@@ -102,6 +102,10 @@ def test_a_stream_has_anthropics_event_order_and_the_whole_reply(real):
     assert text == whole.content[0].text
     delta = seen[-2][1]
     assert delta["delta"]["stop_reason"] == whole.stop_reason and delta["usage"]["output_tokens"] == whole.usage.output_tokens
+    # message_start already says how big the prompt is and how much of it came from cache (as Anthropic's does)
+    start = seen[0][1]["message"]["usage"]
+    prompt = whole.usage.input_tokens + whole.usage.cache_read_input_tokens + whole.usage.cache_creation_input_tokens
+    assert start["input_tokens"] + start["cache_read_input_tokens"] == prompt and start["cache_read_input_tokens"] > 0
     with client(real).messages.stream(model=MODEL, max_tokens=16, extra_body=GREEDY, messages=HELLO) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()

@@ -30,6 +30,7 @@ from engine.paths import HearthPaths, bundled_model_dir
 from engine.turn_lock import DEFAULT_TURN_WAIT_S
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
+    CacheReport,
     CancelToken,
     Capabilities,
     ChatTokens,
@@ -456,17 +457,20 @@ class Hearth:
 
     # the local server's requests (issue 17; engine/session/prompt_cache.py, engine/serving.py) --------------
     def serve(self, request: ServeRequest, on_text: Callable[[str], None] | None = None,
-              cancel: CancelToken | None = None, on_piece: Callable[[ReplyPiece], None] | None = None) -> ServeResult:
+              cancel: CancelToken | None = None, on_piece: Callable[[ReplyPiece], None] | None = None,
+              on_ready: Callable[[int, CacheReport], None] | None = None) -> ServeResult:
         """Answer one stateless server request (the whole conversation, or a raw prompt) from the longest
         verified prefix of its prompt among the live KV and the checkpoints of earlier requests, which
         survive restarts (kind "api" in the store); ``result.cache`` says where its context came from.
         With ``request.conversation`` the messages are stored into that conversation and the request runs
         the window's turn path (engine/session/serve.py). Raises PromptError / ConversationError for a bad
         request, ModelNotLoadedError without a model. ``on_text`` gets the visible reply's text as it streams;
-        ``on_piece`` every piece: thinking, visible text, and each tool call once it is whole (``ReplyPiece``)."""
+        ``on_piece`` every piece: thinking, visible text, and each tool call once it is whole (``ReplyPiece``);
+        ``on_ready(prompt_tokens, cache)`` once a stateless request's prompt is in the context, before its first
+        token (a bound request does not call it)."""
         from engine.session import serve
 
-        return serve.serve(self._turns(), request, on_text, cancel, on_piece)
+        return serve.serve(self._turns(), request, on_text, cancel, on_piece, on_ready)
 
     def render_prompt(self, messages: list[dict], tools: Sequence[Mapping] = (),
                       template_kwargs: Mapping | None = None) -> str:

@@ -10,7 +10,7 @@ import uuid
 
 from engine.server.anthropic_requests import anthropic_id
 from engine.server.backend import Served
-from engine.types import PieceKind, ReplyPiece, ServeResult, ToolCall
+from engine.types import CacheReport, PieceKind, ReplyPiece, ServeResult, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +92,21 @@ def event(kind: str, data: dict) -> str:
 
 class EventMaker:
     """One streamed message's events: opens a block when a piece of another kind arrives, closes the last
-    at the end. The usage is known only at the end, so ``message_start`` carries zeros and
-    ``message_delta`` the totals (the client takes them from there)."""
+    at the end. ``message_start`` carries the prompt's usage when the engine reported it before the first
+    token (a stateless request; a bound one: zeros), ``message_delta`` the totals, with what this request
+    saved as cache creation (known only at the end)."""
 
     def __init__(self, mid: str, model: str):
         self.mid, self.model = mid, model
         self.index = -1
         self.open: str | None = None  # the open block's kind: "thinking", "text"
 
-    def start(self) -> list[str]:
-        empty = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    def start(self, ready: tuple[int, CacheReport] | None = None) -> list[str]:
+        prompt, read = (ready[0], ready[1].reused_tokens) if ready is not None else (0, 0)
+        start_usage = {"input_tokens": prompt - read, "output_tokens": 0, "cache_read_input_tokens": read,
+                       "cache_creation_input_tokens": 0}
         shell = {"id": self.mid, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                 "stop_reason": None, "stop_sequence": None, "usage": empty}
+                 "stop_reason": None, "stop_sequence": None, "usage": start_usage}
         return [event("message_start", {"message": shell}), event("ping", {})]
 
     def _close(self) -> list[str]:

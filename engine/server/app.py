@@ -202,7 +202,7 @@ async def _answer(request: Request, host: ModelHost, settings: ServerSettings, p
 async def _answer_anthropic(request: Request, host: ModelHost, settings: ServerSettings, planned: Planned, *,
                             stream: bool) -> Response:
     model = await _resolve(host, settings, planned)
-    started = Pending(host, planned, model, stream=stream, pieces=True)
+    started = Pending(host, planned, model, stream=stream, pieces=True, ready=True)
     mid = anthropic_wire.message_id()
     if not stream:
         served = await started.whole(request, "messages")
@@ -252,9 +252,13 @@ async def _anthropic_events(first: tuple, started: Pending, maker: anthropic_wir
                             path: str) -> AsyncIterator[str]:
     bridge, future = started.bridge, started.future
     try:
-        for event in maker.start():
-            yield event
         kind, value = first
+        ready = None
+        if kind == "ready":  # the prompt's size and what came from cache: message_start's usage
+            ready = value
+            kind, value = await bridge.events.get()
+        for event in maker.start(ready):
+            yield event
         while kind != "done":
             for event in maker.piece(value):
                 yield event

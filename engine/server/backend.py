@@ -19,6 +19,7 @@ from engine.errors import HearthError, ModelNotFoundError
 from engine.server.errors import ApiError
 from engine.server.runner import EngineRunner
 from engine.types import (
+    CacheReport,
     CancelToken,
     LibraryModel,
     ModelStatus,
@@ -153,7 +154,8 @@ class ModelHost:
 
     # serving --------------------------------------------------------------------------------------------
     def serve(self, model: str, request: ServeRequest, on_text: Callable[[str], None] | None, cancel: CancelToken, *,
-              max_tokens_given: bool = True, on_piece: Callable[[ReplyPiece], None] | None = None) -> Future:
+              max_tokens_given: bool = True, on_piece: Callable[[ReplyPiece], None] | None = None,
+              on_ready: Callable[[int, CacheReport], None] | None = None) -> Future:
         """Queue one request; the Future gives ``Served``. QueueFullError at once when the queue is full.
         ``max_tokens_given`` False: the reply may run to the end of the context, as OpenAI's does.
         ``on_text`` gets the visible reply's pieces; ``on_piece`` every piece by kind (thinking, text, calls)."""
@@ -164,7 +166,7 @@ class ModelHost:
             nonlocal request
             if not max_tokens_given:
                 request = dataclasses.replace(request, max_tokens=self.hearth.model.context_length)
-            result = serve_on(self.hearth, request, on_text, cancel, on_piece)
+            result = serve_on(self.hearth, request, on_text, cancel, on_piece, on_ready)
             self.last_result = result
             texts = {}
             for lp in result.logprobs:
@@ -235,8 +237,9 @@ class ModelHost:
 
 # the engine call ------------------------------------------------------------------------------------------
 def serve_on(hearth: Hearth, request: ServeRequest, on_text: Callable[[str], None] | None, cancel: CancelToken,
-             on_piece: Callable[[ReplyPiece], None] | None = None) -> ServeResult:
+             on_piece: Callable[[ReplyPiece], None] | None = None,
+             on_ready: Callable[[int, CacheReport], None] | None = None) -> ServeResult:
     """``Hearth.serve``: the prompt cache, constrained decoding, stop strings and penalties."""
-    if on_piece is None:
+    if on_piece is None and on_ready is None:
         return hearth.serve(request, on_text, cancel)
-    return hearth.serve(request, on_text, cancel, on_piece=on_piece)
+    return hearth.serve(request, on_text, cancel, on_piece=on_piece, on_ready=on_ready)

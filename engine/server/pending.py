@@ -15,7 +15,7 @@ from engine.server.backend import ModelHost, Served
 from engine.server.errors import ApiError, from_engine
 from engine.server.requests import Planned
 from engine.server.runner import QueueFullError, RunnerClosedError
-from engine.types import CancelToken, PieceKind, ReplyPiece
+from engine.types import CacheReport, CancelToken, PieceKind, ReplyPiece
 
 RETRY_AFTER_S = 1
 
@@ -42,6 +42,10 @@ class Bridge:
         calls (a request bound to a conversation, too), in the same order as these."""
         if piece.kind != PieceKind.CONTENT:
             self._put(("piece", piece))
+
+    def on_ready(self, prompt_tokens: int, cache: CacheReport) -> None:
+        """The prompt is in the context (a stateless request): what Anthropic's ``message_start`` reports."""
+        self._put(("ready", (prompt_tokens, cache)))
 
     def attach(self, future: Future) -> None:
         future.add_done_callback(lambda f: self._put(("done", f)))
@@ -88,13 +92,17 @@ class Pending:
     """A request queued on the engine: its bridge, Future and the library model that runs it. ``pieces``: a
     chat reply, whose thinking and calls stream apart from its text."""
 
-    def __init__(self, host: ModelHost, planned: Planned, model: str, *, stream: bool, pieces: bool):
+    def __init__(self, host: ModelHost, planned: Planned, model: str, *, stream: bool, pieces: bool,
+                 ready: bool = False):
+        """``ready``: the stream's first event may be ("ready", (prompt_tokens, cache)), before any piece."""
         self.bridge = Bridge()
         self.model = model
         on_text = self.bridge.on_text if stream else None
         on_piece = self.bridge.on_other_piece if pieces and stream else None
+        on_ready = self.bridge.on_ready if ready and stream else None
         self.future = queued(lambda: host.serve(model, planned.request, on_text, self.bridge.cancel,
-                                                 max_tokens_given=planned.max_tokens_given, on_piece=on_piece))
+                                                 max_tokens_given=planned.max_tokens_given, on_piece=on_piece,
+                                                 on_ready=on_ready))
         self.bridge.attach(self.future)
 
     async def whole(self, request: Request, prompt_param: str) -> Served | None:

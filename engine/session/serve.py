@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 from engine import serving
 from engine.generation import GenerationResult, TextFn, finish
@@ -15,13 +16,17 @@ from engine.session.reply_plan import PieceFn
 from engine.session.reply_split import ReplySplit
 from engine.session.reports import ResumeReport, fold_prefill
 from engine.session.turn import Turns, noop
-from engine.types import CancelToken, ModelInfo, PieceKind, ReplyPiece, ServeRequest, ServeResult
+from engine.types import CacheReport, CancelToken, ModelInfo, PieceKind, ReplyPiece, ServeRequest, ServeResult
+
+ReadyFn = Callable[[int, CacheReport], None]
 
 
 def serve(turns: Turns, request: ServeRequest, on_text: TextFn | None = None,
-          cancel: CancelToken | None = None, on_piece: PieceFn | None = None) -> ServeResult:
+          cancel: CancelToken | None = None, on_piece: PieceFn | None = None,
+          on_ready: ReadyFn | None = None) -> ServeResult:
     """``Hearth.serve``: raises PromptError / ConversationError for a bad request, ModelNotLoadedError
-    without a model — each before anything is stored."""
+    without a model — each before anything is stored. ``on_ready(prompt_tokens, cache)``: the prompt is in
+    the context, before the first token (a stateless request: Anthropic's ``message_start`` usage)."""
     messages = serving.request_messages(request)
     serving.check_options(request)  # what decoding would refuse, refused before anything is stored
     turns.require()  # ModelNotLoadedError before anything is stored
@@ -29,7 +34,7 @@ def serve(turns: Turns, request: ServeRequest, on_text: TextFn | None = None,
     if request.conversation is not None:
         with turns.locks.held(request.conversation, noop, cancel):
             return _serve_bound(turns, request.conversation, messages, request, options, on_text, cancel, on_piece)
-    return _serve_cached(turns, messages, request, options, on_text, cancel, on_piece)
+    return _serve_cached(turns, messages, request, options, on_text, cancel, on_piece, on_ready)
 
 
 def _serve_bound(turns: Turns, cid: str, messages: list[dict], request: ServeRequest, options: dict,
@@ -61,7 +66,8 @@ def _serve_bound(turns: Turns, cid: str, messages: list[dict], request: ServeReq
 
 
 def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeRequest, options: dict,
-                  on_text: TextFn | None, cancel: CancelToken | None, on_piece: PieceFn | None) -> ServeResult:
+                  on_text: TextFn | None, cancel: CancelToken | None, on_piece: PieceFn | None,
+                  on_ready: ReadyFn | None = None) -> ServeResult:
     loaded = turns.require()
     engine, started = loaded.engine, time.perf_counter()
     plan = None
@@ -81,6 +87,8 @@ def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeReque
     if prepared.logits is None:
         result = GenerationResult(prompt, [], "", "cancelled", report.reused_tokens)
     else:
+        if on_ready is not None:
+            on_ready(len(prompt), serving.cache_report(report))
         steps = engine.decode(prompt, request.params, request.max_tokens, cancel=cancel,
                               ready_logits=prepared.logits, top_logprobs=request.top_logprobs, **options)
         if plan is None:
