@@ -39,6 +39,13 @@ def _view(qtbot) -> TranscriptView:
     return view
 
 
+def click(qtbot, button) -> None:
+    """A mouse click once the button is laid out: a busy machine lays the transcript out over several event
+    loop turns, and a click on a button still without its size does nothing."""
+    qtbot.waitUntil(lambda: button.isVisible() and not button.rect().isEmpty(), timeout=TIMEOUT)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
 def _save(widget, name: str) -> None:
     PNG.mkdir(parents=True, exist_ok=True)
     assert widget.grab().save(str(PNG / name))
@@ -61,14 +68,14 @@ def test_thinking_and_tool_blocks_are_collapsed_and_open_by_click_and_keyboard(q
     assert result_msg.body.isHidden() and result_msg.who.text() == "<b>Tool</b>"
     assert answer.thinking_block.title == "Thought for 1 s" and answer.tool_blocks == []
     _save(view, "agent-collapsed.png")
-    qtbot.mouseClick(thinking.toggle, Qt.MouseButton.LeftButton)
+    click(qtbot, thinking.toggle)
     assert thinking.expanded and thinking.text_view.isVisible() and thinking.shown_text() == THOUGHT
     assert thinking.text_view.isReadOnly() and thinking.toggle.accessibleName().endswith("Hide the thinking")
     call_block.toggle.setFocus()
     qtbot.keyClick(call_block.toggle, Qt.Key.Key_Space)  # the keyboard opens it too
     assert call_block.expanded
     assert call_block.shown_text() == '{\n  "city": "Paris",\n  "days": [\n    1,\n    2\n  ]\n}'
-    qtbot.mouseClick(result_msg.result_block.toggle, Qt.MouseButton.LeftButton)
+    click(qtbot, result_msg.result_block.toggle)
     assert result_msg.result_block.shown_text() == '{\n  "temperature": 21,\n  "sky": "clear"\n}'
     qtbot.wait(50)
     _save(view, "agent-open.png")
@@ -83,8 +90,8 @@ def test_copy_copies_the_reply_and_its_calls_never_the_thinking(qtbot):
     qtbot.waitUntil(lambda: len(view.messages) == 4, timeout=TIMEOUT)
     copied = []
     view.copy_requested.connect(copied.append)
-    qtbot.mouseClick(view.messages[3].copy_button, Qt.MouseButton.LeftButton)
-    qtbot.mouseClick(view.messages[1].copy_button, Qt.MouseButton.LeftButton)
+    click(qtbot, view.messages[3].copy_button)
+    click(qtbot, view.messages[1].copy_button)
     assert copied[0] == "It is **21 °C** and clear in Paris."
     assert copied[1].startswith("get_weather({") and "Paris" in copied[1] and "weather tool" not in copied[1]
 
@@ -96,7 +103,7 @@ def test_a_streamed_reply_shows_thinking_then_how_long_it_took(qtbot):
     view.stream("Let me ", "reasoning")
     block = w.thinking_block
     assert block.title == "Thinking…" and block.streaming and not block.expanded
-    qtbot.mouseClick(block.toggle, Qt.MouseButton.LeftButton)  # opened while it streams
+    click(qtbot, block.toggle)  # opened while it streams
     view.stream("think.", "reasoning")
     assert block.shown_text() == "Let me think."  # streams into the open block
     qtbot.wait(50)
@@ -124,7 +131,7 @@ def test_a_long_thinking_is_laid_out_only_in_part_until_show_all(qtbot):
     assert len(block.shown_text()) == DISPLAY_CHARS and block.show_all is not None and block.show_all.isVisibleTo(block)
     block.append_text("more")  # past what is laid out: not drawn until Show all
     assert len(block.shown_text()) == DISPLAY_CHARS
-    qtbot.mouseClick(block.show_all, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(block.show_all, Qt.MouseButton.LeftButton)  # a widget never shown: nothing to wait for
     assert block.shown_text().endswith("xmore")
 
 
@@ -176,11 +183,15 @@ def test_the_windows_own_turn_on_a_model_that_thinks_shows_and_stores_the_thinki
     conv = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
     wait_idle(qtbot, w)  # the new chat drawn (on a busy machine it lags) before its reply streams into it
-    seen: list[str] = []
-    w.worker.conversation_event.connect(
-        lambda e: seen.append(w.transcript.stream_widget.thinking_block.title)
-        if type(e).__name__ == "Token" and w.transcript.stream_widget is not None
-        and w.transcript.stream_widget.thinking_block is not None else None)
+    seen: list[str] = []  # the thinking block's title each time a piece streams into the transcript
+    streamed = w.transcript.stream
+
+    def stream_and_look(piece: str, kind: str = "content") -> None:
+        streamed(piece, kind)
+        block = w.transcript.stream_widget.thinking_block if w.transcript.stream_widget is not None else None
+        seen.append(block.title if block is not None else "")
+
+    w.transcript.stream = stream_and_look
     send(qtbot, w, "What is 2 + 2?")
     wait_idle(qtbot, w)
     stored = w.store.messages(conv)[-1]
@@ -189,12 +200,12 @@ def test_the_windows_own_turn_on_a_model_that_thinks_shows_and_stores_the_thinki
     reply = w.transcript.messages[-1]
     assert reply.thinking_block.title == thought_title(stored.thought_ms) and not reply.thinking_block.expanded
     assert reply.thinking_block.text == stored.reasoning and reply.text == ""
-    qtbot.mouseClick(reply.thinking_block.toggle, Qt.MouseButton.LeftButton)
+    click(qtbot, reply.thinking_block.toggle)
     qtbot.wait(100)
     _save(w, "window-thinking-turn-open.png")
     # the length limit stopped it thinking: Continue writes on in the thinking, in the same message
     qtbot.waitUntil(lambda: w.transcript.messages[-1].continue_button.isVisible(), timeout=TIMEOUT)
-    qtbot.mouseClick(w.transcript.messages[-1].continue_button, Qt.MouseButton.LeftButton)
+    click(qtbot, w.transcript.messages[-1].continue_button)
     wait_idle(qtbot, w)
     longer = w.store.messages(conv)[-1]
     assert len(w.store.messages(conv)) == 2 and longer.content == ""
