@@ -236,16 +236,16 @@ def cache_report(report: ResumeReport) -> CacheReport:
 
 
 def history_text(engine: Engine, messages: Sequence[dict] | None, prompt: bytes, reply: str,
-                 render: Callable[[list[dict]], str] | None = None) -> bytes | None:
+                 render: Callable[[], str] | None = None) -> bytes | None:
     """What the next request of this thread starts with: the conversation with the reply as history
     renders it (a raw prompt: the prompt and the reply); None when the template cannot render it.
-    ``render``: renders the next request's messages (a request with tools: its reply plan's), else the
+    ``render``: renders it (a chat request's reply plan: its tools, calls and template variables), else the
     template with ``messages`` and the reply as plain text."""
     if messages is None:
         return prompt + reply.encode("utf-8")
     try:
         if render is not None:
-            return render(list(messages)).encode("utf-8")
+            return render().encode("utf-8")
         return engine.template.render([*messages, {"role": "assistant", "content": reply}],
                                       add_generation_prompt=False).encode("utf-8")
     except Exception:  # a template that refuses the history shape: only the prompt is sure

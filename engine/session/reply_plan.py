@@ -107,14 +107,14 @@ class ReplyPlan:
         return ReplyParser(self.fmt, tools=self.offered if self.calls_wanted else False,
                            in_thinking=opens_thinking(self.fmt, prompt_text), parallel=self.parallel)
 
-    def history(self, content: str, calls: Sequence[ToolCall]) -> list[dict]:
-        """The conversation as the next request of an agent sends it back: this reply appended as the client
-        sees it (visible text and calls; the thinking is not resent by OpenAI's clients), as template input."""
+    def render_next(self, template: ChatTemplate, content: str, calls: Sequence[ToolCall]) -> str:
+        """The rendering the next request of an agent starts with: this reply appended as the client sends it
+        back (visible text and calls; OpenAI's clients do not resend the thinking), no generation prompt."""
         reply: dict = {"role": "assistant", "content": content}
         if calls:
             reply["tool_calls"] = [wire_call(c) for c in calls]
         messages, _ = template_inputs(self.fmt, [*self.source, reply], self.offered)
-        return messages
+        return template.render(messages, False, tools=self.tools, variables=self.variables)
 
 
 def wire_call(call: ToolCall) -> dict:

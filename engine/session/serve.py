@@ -104,8 +104,7 @@ def _serve_cached(turns: Turns, messages: list[dict] | None, request: ServeReque
     else:
         content, calls = (split.content, split.calls) if split is not None else ("", ())
         next_text = serving.history_text(engine, messages, text, content,
-                                         lambda _m: engine.template.render(plan.history(content, calls), False,
-                                                                           tools=plan.tools, variables=plan.variables))
+                                         lambda: plan.render_next(engine.template, content, calls))
     cache.finish(prepared, next_text, _save_points(engine, plan, request, prepared, text))
     return _served(result, report, len(prompt), loaded.info, split, cache.saved_frontier(prepared) - report.reused_tokens)
 
