@@ -23,6 +23,7 @@ from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision
 from engine.model.quant import PackedWeight, concat_packed
+from engine.runtime import native_matmul
 
 ProgressFn = Callable[[int, int], None]
 MS = "com.microsoft"
@@ -38,6 +39,7 @@ class Graph:
         self._input_forms: dict[str, str] = {}  # block sums and doubled copies, per input
         self._head_matrix = ""  # the tied head's matrix, when embed() stores it for both
         self._tied_head: PackedInitializers | None = None  # embed()'s table in blocks, when the head shares it
+        self._tied_blocks: tuple[str, str] | None = None  # (initializer, type): embed()'s GGUF rows, shared likewise
         self.seqlens = self.total = ""  # the length inputs, once inputs() has declared them
         # Activations and the KV cache: float32, or float16 where the attention kernel needs it (CUDA).
         self.half = precision.compute == "float16"
@@ -91,7 +93,19 @@ class Graph:
     def _matmul(self, x: str, name: str, layer: weights.Layer, named: dict) -> str:
         if isinstance(layer, np.ndarray):
             return self.w.op("MatMul", [x, self._dense_initializer(name, layer)], **named)[0]
+        if isinstance(layer, weights.RawRows):
+            return self._matmul_blocks(x, self._blocks(name, layer), layer.type_name, named)
         return self._matmul_packed(x, self._packed(name, layer), named)
+
+    def _blocks(self, name: str, layer: weights.RawRows) -> str:
+        """The GGUF's rows of ``layer`` as one uint8 initializer [N, bytes per row]."""
+        return self.w.constant(name + ".blocks", layer.raw)
+
+    def _matmul_blocks(self, x: str, blocks: str, type_name: str, named: dict) -> str:
+        """x @ W.T straight from the GGUF's blocks: Hearth's MatMulQ (engine/native/hearth_matmul*.c),
+        exact fp32 or, for int4-fast, int8 activations and integer dots as llama.cpp computes."""
+        return self.w.op(native_matmul.MATMUL_OP, [x, blocks], domain=native_matmul.DOMAIN, **named,
+                         type=native_matmul.TYPE_IDS[type_name], fast=int(self.precision.accuracy_level == 4))[0]
 
     def _packed(self, name: str, layer: PackedWeight) -> PackedInitializers:
         return write_packed(self.w, name, layer, self.np_dtype, self.precision.q4_1_form == "zero_point")
@@ -141,6 +155,10 @@ class Graph:
             merged = np.concatenate(parts, axis=0)
         elif all(isinstance(p, PackedWeight) for p in parts) and len({(p.bits, p.k, p.block) for p in parts}) == 1:
             merged = concat_packed(parts)
+        elif all(isinstance(p, weights.RawRows) for p in parts) and len({(p.type_name, p.k) for p in parts}) == 1:
+            first = parts[0]
+            merged = weights.RawRows(first.type_name, np.concatenate([p.raw for p in parts]), sum(p.n for p in parts),
+                                     first.k)
         if merged is None:
             outs = [self.linear(x, n, layer, biases.get(n)) for n, layer in layers.items()]
             return self.w.op1("Concat", outs, axis=-1)
@@ -273,7 +291,15 @@ class Graph:
         name = weights.EMBEDDING
         if not weights.embedding_in_blocks(self.model, self.precision):
             return self._embed_dense(ids)
-        table = self._packed(name, weights.gathered_table(self.model, self.precision))  # written: not kept
+        gathered = weights.gathered_table(self.model, self.precision)
+        if isinstance(gathered, weights.RawRows):  # Hearth's kernels: GatherQ, and a tied head's MatMulQ, on one copy
+            blocks = self._blocks(name, gathered)
+            if self.cfg.tied_embeddings:
+                self._tied_blocks = (blocks, gathered.type_name)
+            self.model.release_pages()
+            return self.w.op1(native_matmul.GATHER_OP, [ids, blocks], domain=native_matmul.DOMAIN,
+                              type=native_matmul.TYPE_IDS[gathered.type_name], k=gathered.k)
+        table = self._packed(name, gathered)  # written: not kept
         if self.cfg.tied_embeddings and self._head_is_packed():
             self._tied_head = table
         self.model.release_pages()
@@ -295,6 +321,8 @@ class Graph:
         out = io_names.LOGITS + ".half" if self.half else io_names.LOGITS
         if not self.cfg.tied_embeddings:
             self.linear(hidden, "output", self.weight("output.weight"), out=out)
+        elif self._tied_blocks is not None:  # the table's GGUF rows, shared with GatherQ
+            self._matmul_blocks(hidden, *self._tied_blocks, {"outputs": [out]})
         elif self._tied_head is not None:  # the embedding's blocks, one copy for both
             self._matmul_packed(hidden, self._tied_head, {"outputs": [out]})
         elif self._head_is_packed():
@@ -312,4 +340,4 @@ class Graph:
 
 
 def _out_features(layer: weights.Layer) -> int:
-    return layer.n if isinstance(layer, PackedWeight) else layer.shape[0]
+    return layer.shape[0] if isinstance(layer, np.ndarray) else layer.n

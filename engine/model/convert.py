@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 # Bump whenever the weight layout or what a conversion records changes, or a graph change touches
 # every architecture: old conversions then stop matching. (One architecture's graph changes bump its
 # GRAPH_VERSION instead.) 2: conversions record their architecture and graph version. 3: exact int4 runs an
-# 8-bit head as two 4-bit planes, and every architecture gathers an 8-bit token table from its blocks.
-CONVERTER_VERSION = 3
+# 8-bit head as two 4-bit planes, and every architecture gathers an 8-bit token table from its blocks. 4: int4 and
+# int4-fast keep the GGUF's own rows for Hearth's kernels where they run (native_matmul.py), else MatMulNBits.
+CONVERTER_VERSION = 4
 ProgressFn = Callable[[int, int], None]
 MAX_COMPLETE_BYTES = 64 << 10  # complete.json is a few hundred bytes
 
@@ -79,8 +80,19 @@ def gguf_digest(path: Path, check: Callable[[], None] | None = None) -> str:
 
 
 def conversion_dir(converted_root: Path, digest: str, precision: str, logits_mode: str = "last") -> Path:
+    """The folder of one conversion. A precision that runs on Hearth's kernels where they are usable is kept
+    in ONNX Runtime's form (``-ort``) where they are not: the two forms never share a folder."""
     suffix = "" if logits_mode == "last" else f"-{logits_mode}"
-    return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{suffix}"
+    return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{form_suffix(get_precision(precision))}{suffix}"
+
+
+def form_suffix(precision: Precision) -> str:
+    return "-ort" if precision.native_capable and not precision.native else ""
+
+
+def weight_form(precision: Precision) -> str:
+    """What complete.json records: "gguf-blocks" (Hearth's kernels) or "onnxruntime"."""
+    return "gguf-blocks" if precision.native else "onnxruntime"
 
 
 def refuse_fp16_overflow(model: GGUFModel, precision: str) -> None:
@@ -137,12 +149,15 @@ def ensure_converted(
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=converted_root))
     try:
         log.info("converting %s to ONNX (%s)", Path(gguf_path).name, prec.name)
+        if prec.native:
+            log.info("%s keeps its GGUF blocks for Hearth's kernels", Path(gguf_path).name)
         build_onnx(model, prec, tmp, logits_mode=logits_mode, steps=steps,
                    metadata={"hearth.gguf_sha256": digest, "hearth.converter_version": str(CONVERTER_VERSION)})
         steps.saving()
         with atomic_write(tmp / "complete.json") as fh:
             fh.write(json.dumps({"gguf_sha256": digest, "precision": prec.name, "converter_version": CONVERTER_VERSION,
-                                 "architecture": arch.NAME, "graph_version": arch.GRAPH_VERSION}).encode())
+                                 "architecture": arch.NAME, "graph_version": arch.GRAPH_VERSION,
+                                 "weights": weight_form(prec)}).encode())
         steps.check()  # the last point a cancel takes effect: after it the conversion is put in place
         if final.exists() and cached_conversion(final, Path(gguf_path), digest, prec.name) is None:
             # Built by an older graph of this architecture: moved aside, removed later as a stale temporary.
@@ -169,7 +184,7 @@ def cached_conversion(folder: Path, gguf_path: Path, digest: str, precision: str
     try:  # read_json: a FIFO or a 100,000-deep '[' is a conversion to build again, not a hang or a crash
         done = read_json(folder / "complete.json", MAX_COMPLETE_BYTES)
         arch = get_architecture(done["architecture"])
-        if done["graph_version"] != arch.GRAPH_VERSION:
+        if done["graph_version"] != arch.GRAPH_VERSION or done.get("weights") != weight_form(get_precision(precision)):
             return None
     except (OSError, ValueError, KeyError, TypeError, HearthError):
         return None

@@ -14,7 +14,7 @@ from engine.model.gguf_file import GGUFModel
 from engine.model.precision import DEFAULT_PRECISION, get_precision
 from engine.model.quant import is_packable, pack_rows
 from engine.model.weights import EMBEDDING, embedding_in_blocks, planes_for, tensor_rows, will_pack
-from engine.runtime import native_head
+from engine.runtime import native_head, native_matmul
 from engine.types import ModelFootprint, WeightTypeUse
 
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
@@ -79,6 +79,8 @@ def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, 
     dense_bytes = elements * itemsize
     if not _dequantizable(t):
         return "unsupported", dense_bytes
+    if precision.native and native_matmul.supports(type_name):  # the GGUF's rows as they are; a tied head shares them
+        return "packed", int(t.n_bytes)
     packed = will_pack(model, name, precision)
     form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"
     if name != EMBEDDING:

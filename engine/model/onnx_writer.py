@@ -104,7 +104,8 @@ class OnnxWriter:
         graph = helper.make_graph(self.nodes, "hearth", self.inputs, self.outputs, self.initializers)
         model = helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+            opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1),
+                           *(helper.make_opsetid(d, 1) for d in sorted({n.domain for n in self.nodes} - {"", "com.microsoft"}))],
             producer_name="hearth",
         )
         model.ir_version = 10

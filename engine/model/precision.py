@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -20,6 +20,10 @@ class Precision:
     # Where 8-bit forms do not pack as 8-bit: from this GGUF size on, hold them as two 4-bit planes
     # (quant.split_planes) instead of dense rows (None: never).
     split_8bit_from: int | None = None
+    # Whether the precision can run from the GGUF's blocks with Hearth's kernels (engine/runtime/native_matmul.py);
+    # ``native``: it does, on this machine now (get_precision decides, so every reader sees one form).
+    native_capable: bool = False
+    native: bool = False
 
     @property
     def weights_id(self) -> str:
@@ -37,14 +41,16 @@ PRECISIONS: dict[str, Precision] = {
     for p in (
         Precision(
             "int4", True, False, 0, "float32",
-            "GGUF blocks as-is (8-bit ones dense, or as two 4-bit planes in models of 1 GiB and up), fp32 "
-            "activations; matches the dequantized model to ~1e-4",
-            split_8bit_from=SPLIT_8BIT_FROM_BYTES,
+            "the GGUF's own blocks, computed with fp32 activations against each weight exactly as the GGUF "
+            "stores it (Hearth's kernels; elsewhere ONNX Runtime's, 8-bit blocks dense or as two 4-bit planes); "
+            "matches the dequantized model to ~1e-4",
+            split_8bit_from=SPLIT_8BIT_FROM_BYTES, native_capable=True,
         ),
         Precision(
             "int4-fast", True, True, 4, "float32",
-            "GGUF 4-bit blocks as-is, activations quantized to int8 per block of 32 like llama.cpp; fastest, "
-            "but a near-tie between two tokens can go the other way",
+            "the GGUF's own blocks, activations quantized to int8 and integer dot products, as llama.cpp's CPU "
+            "path computes; fastest, but a near-tie between two tokens can go the other way",
+            native_capable=True,
         ),
         Precision("fp16", False, False, 0, "float16", "weights dequantized to fp16 on disk, computed in fp32"),
         Precision("fp32", False, False, 0, "float32", "weights dequantized to fp32; largest, the reference"),
@@ -77,9 +83,19 @@ def get_precision(name: str) -> Precision:
     from engine.errors import HearthError
 
     try:
-        return PRECISIONS[name]
+        precision = PRECISIONS[name]
     except KeyError:
         raise HearthError(f"unknown weight precision {name!r}; choose one of: {', '.join(PRECISIONS)}") from None
+    return resolved(precision)
+
+
+def resolved(precision: Precision) -> Precision:
+    """``precision`` as it runs here: from the GGUF's blocks where Hearth's kernels can (native_matmul.py)."""
+    from engine.runtime import native_matmul
+
+    if precision.native_capable and not precision.native and native_matmul.available():
+        return replace(precision, native=True)
+    return precision
 
 
 # A model below this size runs int4 as dense fp16 on CUDA: its decode step is launch-bound (hundreds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,9 +11,23 @@ from engine.errors import ModelFileError, UnsupportedModelError
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import Precision
 from engine.model.quant import PackedWeight, is_packable, pack_rows, packed_bits
+from engine.runtime import native_matmul
 
 EMBEDDING = "token_embd.weight"
-Layer = PackedWeight | np.ndarray  # np.ndarray: dense fp32 [N, K]
+
+
+@dataclass
+class RawRows:
+    """A layer kept as the GGUF stores it, for Hearth's kernels (precision.native): row n is output
+    feature n's blocks, byte for byte."""
+
+    type_name: str
+    raw: np.ndarray  # uint8 [N, bytes per row]
+    n: int
+    k: int
+
+
+Layer = PackedWeight | RawRows | np.ndarray  # np.ndarray: dense fp32 [N, K]
 RowOrder = Callable[[np.ndarray], np.ndarray]  # rows [N, ...] → the same rows, reordered
 
 
@@ -65,6 +80,8 @@ def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
     forms (Q8_0, and Q5_0/Q5_1/Q5_K/Q6_K, which MatMulNBits holds as 8-bit) where it packs them as
     8-bit or splits this model's into 4-bit planes."""
     type_name = model.tensor(name).tensor_type.name
+    if precision.native:
+        return native_matmul.supports(type_name)
     if not (precision.packed and is_packable(type_name)):
         return False
     return packed_bits(type_name) < 8 or precision.packed_8bit or splits_8bit(model, precision)
@@ -81,6 +98,8 @@ def embedding_in_blocks(model: GGUFModel, precision: Precision) -> bool:
     """Whether the token table stays in GGUF blocks (rows gathered and dequantized in the graph) instead
     of dense rows: with fp32 activations, wherever the precision packs; in the matmul's form where the
     head can share it, else (an 8-bit table whose head is dense) as plain 8-bit blocks."""
+    if precision.native:
+        return native_matmul.supports(model.tensor(EMBEDDING).tensor_type.name)
     return precision.compute == "float32" and precision.packed and is_packable(model.tensor(EMBEDDING).tensor_type.name)
 
 
@@ -89,9 +108,12 @@ def planes_for(model: GGUFModel, type_name: str, precision: Precision) -> int:
     return 2 if packed_bits(type_name) == 8 and splits_8bit(model, precision) else 1
 
 
-def gathered_table(model: GGUFModel, precision: Precision) -> PackedWeight:
-    """The token table as embedding_in_blocks keeps it: the head's packed form where the precision packs
-    the type for a matmul, else plain 8-bit blocks."""
+def gathered_table(model: GGUFModel, precision: Precision) -> PackedWeight | RawRows:
+    """The token table as embedding_in_blocks keeps it: its GGUF rows under Hearth's kernels, else the
+    head's packed form where the precision packs the type for a matmul, else plain 8-bit blocks."""
+    if precision.native:
+        type_name, raw, n, k = tensor_rows(model, EMBEDDING)
+        return RawRows(type_name, raw.reshape(n, -1), n, k)
     if will_pack(model, EMBEDDING, precision):
         layer = linear(model, EMBEDDING, precision)
         assert isinstance(layer, PackedWeight)
@@ -104,6 +126,9 @@ def linear(model: GGUFModel, name: str, precision: Precision, reorder_rows: RowO
     """A linear layer in the form ``precision`` wants. ``reorder_rows``, an architecture's, reorders the
     output rows (llama's Q/K un-permute): applied to the stored rows, so to quantized rows as well."""
     type_name, raw, n, k = tensor_rows(model, name)
+    if will_pack(model, name, precision) and precision.native:
+        rows = raw.reshape(n, -1)
+        return RawRows(type_name, np.ascontiguousarray(rows if reorder_rows is None else reorder_rows(rows)), n, k)
     if will_pack(model, name, precision):
         return pack_rows(type_name, raw if reorder_rows is None else reorder_rows(raw), n, k, name,
                          planes=planes_for(model, type_name, precision))

@@ -11,7 +11,7 @@ import numpy as np
 from engine.arch import io_names
 from engine.arch.config import ModelConfig
 from engine.errors import ModelFileError, ProviderError
-from engine.runtime import native_attention, providers
+from engine.runtime import native_attention, native_matmul, providers
 from engine.runtime.kv_cache import KVCache
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ class ModelRunner:
         self.attention = "onnxruntime"  # whose CPU attention kernel runs: "hearth" (native_attention.py) or this
         self.head = "onnxruntime"  # whose output head: "hearth" (HeadQ8 over the table's blocks) or this
         options = session_options(threads, profile_prefix)
+        if native_matmul.graph_needs_library(self.path):  # weights in the GGUF's blocks: every session needs the kernels
+            native_matmul.register_library(options)
         candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
         self.session = None

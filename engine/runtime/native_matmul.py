@@ -1,0 +1,87 @@
+"""Whether conversions here keep the GGUF's own blocks and run them with Hearth's matmul kernels
+(``ai.hearth.MatMulQ`` / ``GatherQ``, engine/native/hearth_matmul*.c, hearth_gather.c).
+
+The blocks are the model's weights as the GGUF stores them, so such a conversion is the size of the GGUF
+and nothing is re-quantized. The kernels are CPU-only and in the prebuilt library, so the form is chosen
+when a model is converted: the library exists for this platform, loads, says this CPU can run it
+(``HearthKernelsUsable``), and neither ``HEARTH_NATIVE_MATMUL=0`` nor ``HEARTH_NATIVE_ATTENTION=0`` (no
+kernel of the library at all) is set. Anywhere else a conversion is written in ONNX Runtime's own
+MatMulNBits form, the tested fallback; the two are kept in differently named folders (convert.py).
+``HEARTH_KERNEL_ISA`` forces one instruction set (portable, avx2, avx512, avx512vnni) in the kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+from pathlib import Path
+
+from engine.runtime import native_library
+
+log = logging.getLogger(__name__)
+
+ENV_SWITCH = "HEARTH_NATIVE_MATMUL"
+ISA_SWITCH = "HEARTH_KERNEL_ISA"
+DOMAIN = "ai.hearth"
+MATMUL_OP, GATHER_OP = "MatMulQ", "GatherQ"
+# The GGUF block types the kernels read (gguf.GGMLQuantizationType values): every type the supported GGUFs use.
+TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8,
+            "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0" and native_library.enabled()
+
+
+@functools.lru_cache(maxsize=4)
+def _usable(library: Path) -> bool:
+    try:
+        lib = ctypes.CDLL(str(library))
+        usable = lib.HearthKernelsUsable
+    except (OSError, AttributeError) as exc:  # no library for this CPU, or one from before these kernels
+        log.info("native matmul: %s cannot be used (%s)", library.name, exc)
+        return False
+    usable.restype = ctypes.c_int
+    return usable() == 1
+
+
+def available() -> bool:
+    """Whether a conversion made now runs its weights from the GGUF's blocks with Hearth's kernels."""
+    library = native_library.platform_library()
+    return enabled() and library is not None and _usable(library)
+
+
+def supports(type_name: str) -> bool:
+    return type_name in TYPE_IDS
+
+
+def chosen_isa() -> str:
+    """The instruction set the kernels pick under the current environment (``error: ...`` when a forced one
+    is missing), or "" without the library."""
+    library = native_library.platform_library()
+    if library is None or not _usable(library):
+        return ""
+    fn = ctypes.CDLL(str(library)).HearthKernelsIsa
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
+def graph_needs_library(onnx_path: Path) -> bool:
+    """Whether the converted graph at ``onnx_path`` runs ops of Hearth's library (its opset imports say)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return any(o.domain == DOMAIN for o in model.opset_import)
+
+
+def register_library(options) -> None:
+    """Register the kernel library with ``options`` (ONNX Runtime SessionOptions), or ModelFileError."""
+    from engine.errors import ModelFileError
+
+    library = native_library.platform_library()
+    if library is None or not _usable(library):
+        raise ModelFileError("this conversion runs on Hearth's CPU kernels, which cannot run on this machine; "
+                             "delete it (hearth-cli model remove or the converted folder) to convert again")
+    options.register_custom_ops_library(str(library))
