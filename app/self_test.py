@@ -250,7 +250,7 @@ def kernels(info) -> str:
     """Whose attention and head kernels run, as the local engine tells it."""
     if info.local is None:
         return "kernels not told by this backend"
-    return f"attention kernel {info.local.attention}, head {info.local.head}"
+    return f"attention kernel {info.local.attention}, head {info.local.head}, matmuls {info.local.matmul}"
 
 
 # the saved context, as a later launch sees it -------------------------------------------------------------

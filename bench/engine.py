@@ -47,7 +47,7 @@ def measure(weights: str, provider: str, data_dir: str | None, model: str | None
     load_engine(paths, model=model, weights=weights, provider=provider)  # converts once if needed
     start = time.perf_counter()
     engine, _, _ = load_engine(paths, model=model, weights=weights, provider=provider)
-    out = {"weights": weights, "provider": engine.provider, "attention": engine.runner.attention,
+    out = {"weights": weights, "provider": engine.provider, "attention": engine.runner.attention, "matmul": engine.runner.matmul,
            "load_s": time.perf_counter() - start}
     rng = np.random.default_rng(0)
     vocab = engine.runner.config.vocab_size

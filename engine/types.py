@@ -159,6 +159,8 @@ class LocalModelFacts:
 
     attention: str = "onnxruntime"  # whose attention kernel runs: "hearth" (its own CPU kernel) or ONNX Runtime's
     head: str = "onnxruntime"  # whose output head: "hearth" (from the token table's 8-bit blocks) or ONNX Runtime's
+    # whose matmuls: "hearth (avx512vnni)" (the GGUF's blocks, Hearth's kernels, that instruction set) or ONNX Runtime's
+    matmul: str = "onnxruntime"
 
 
 @dataclass(frozen=True)

@@ -199,4 +199,6 @@ def test_cli_and_terminal_text_without_local_facts():
     assert "4 tokens reused (disk), 1 read" in turn_figures(finished(LocalTurnFacts(resume)))
     assert kernels(REMOTE_INFO) == "kernels not told by this backend"
     assert kernels(ModelInfo("m", "cpu", "int4", 1, local=LocalModelFacts("hearth", "onnxruntime"))) == \
-        "attention kernel hearth, head onnxruntime"
+        "attention kernel hearth, head onnxruntime, matmuls onnxruntime"
+    assert kernels(ModelInfo("m", "cpu", "int4", 1, local=LocalModelFacts("hearth", "onnxruntime", "hearth (avx2)"))) \
+        .endswith("matmuls hearth (avx2)")

@@ -230,7 +230,8 @@ class Hearth:
         self._info = ModelInfo(converted.gguf_path.stem, engine.provider, converted.precision, engine.context_length,
                                engine.runner.provider_note, load_ms, engine.kind, engine.template.template_source,
                                engine.template.refused, self._key_of(self.model_path),
-                               LocalModelFacts(engine.runner.attention, engine.runner.head))
+                               LocalModelFacts(engine.runner.attention, engine.runner.head,
+                                               engine.runner.matmul))
         return self._info
 
     @property

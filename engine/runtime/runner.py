@@ -60,8 +60,10 @@ class ModelRunner:
         self.attention = "onnxruntime"  # whose CPU attention kernel runs: "hearth" (native_attention.py) or this
         self.head = "onnxruntime"  # whose output head: "hearth" (HeadQ8 over the table's blocks) or this
         options = session_options(threads, profile_prefix)
+        self.matmul = "onnxruntime"  # whose matmuls: "hearth (ISA)" for a graph on the GGUF's blocks (native_matmul.py)
         if native_matmul.graph_needs_library(self.path):  # weights in the GGUF's blocks: every session needs the kernels
             native_matmul.register_library(options)
+            self.matmul = f"hearth ({native_matmul.chosen_isa()})"
         candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
         self.session = None
