@@ -154,6 +154,14 @@ def test_gathered_rows_are_gguf_rows(qtype):
 
 
 @needs_library
+def test_a_scalar_id_gives_one_row_and_no_ids_give_no_rows():
+    qtype, k = T.Q6_K, 256
+    table = random_rows(np.random.default_rng(8), qtype, 5, k)
+    same_bits(gather(qtype, k, np.array(3, np.int64), table), dequantize(table, qtype)[3])
+    assert gather(qtype, k, np.zeros((1, 0), np.int64), table).shape == (1, 0, k)
+
+
+@needs_library
 def test_many_rows_are_split_across_threads_and_still_exact():
     """Prefill's gather (above GatherQ's serial threshold) runs on the session's threads: same rows."""
     qtype, k = T.Q4_K, 1024
