@@ -249,21 +249,39 @@ HEARTH_INLINE void hearth_unpack_block(int id, const uint8_t *restrict b, int8_t
 /* Whole blocks of one type, its geometry as constants: once inlined with them, every loop has a fixed
  * trip count and the unpack's switch folds away. A centred type (centre c >= 0: Q4_0 8, Q5_0 16, Q8_0 0,
  * Q3_K 4, Q6_K 32) is gguf's s·(q − c); the others are gguf's d·q + m and d·q − dmin·m, i.e. s·q + o.
- * (With the geometry read from the table at run time, the row took 2.5x as long under -mavx2.) */
+ * Measured with gcc 12, a row of 2048, by -m flags (none / avx2 / avx512), what decided the shape:
+ * - blocks are unpacked HEARTH_MAX_ELEMENTS weights at a time (8 of the 32-element types), then converted:
+ *   converting each 32-element block straight after its unpack read codes still in the store buffer at
+ *   another width (a failed store-to-load forward): Q8_0 747 -> 184 ns, Q4_0 1163 -> 215 under avx2;
+ * - weights are converted 32 at a time, two sub-blocks of 16 together: a loop of 16 int8 codes does not
+ *   fill an AVX2 vector of them and came out scalar (Q6_K 700 -> 290 ns, Q3_K 800 -> 450);
+ * - the geometry is constant: read from the table at run time, the row took 2.5x as long under avx2.
+ * Every type now takes 200-560 ns a row under each flag set (bench/gather_q.py gives the library's). */
 HEARTH_INLINE void hearth_dequant_blocks(int id, int elements, int bytes, int sub, int centre,
                                          const uint8_t *restrict row, int64_t k, float *restrict out) {
     int8_t q[HEARTH_MAX_ELEMENTS];
-    float s[HEARTH_MAX_SUBS], o[HEARTH_MAX_SUBS];
-    for (int64_t e = 0; e + elements <= k; e += elements, row += bytes, out += elements) {
-        hearth_unpack_block(id, row, q, s, o);
-        for (int j = 0; j < elements / sub; j++) {
+    float s[HEARTH_MAX_ELEMENTS / 16], o[HEARTH_MAX_ELEMENTS / 16];
+    const int per = HEARTH_MAX_ELEMENTS / elements, subs = elements / sub;
+    for (int64_t e = 0; e < k; e += HEARTH_MAX_ELEMENTS) {
+        const int64_t left = (k - e) / elements;
+        const int blocks = left < per ? (int)left : per;
+        for (int b = 0; b < blocks; b++)
+            hearth_unpack_block(id, row + (int64_t)b * bytes, q + b * elements, s + b * subs, o + b * subs);
+        for (int j = 0; j < blocks * subs; j += 32 / sub) { /* 32 weights: one or two sub-blocks */
             const int8_t *qj = q + j * sub;
             float *w = out + j * sub;
-            if (centre >= 0)
-                for (int i = 0; i < sub; i++) w[i] = s[j] * (float)(qj[i] - centre);
-            else
-                for (int i = 0; i < sub; i++) w[i] = s[j] * (float)qj[i] + o[j];
+            const float s0 = s[j], s1 = s[j + (sub == 16)], o0 = o[j], o1 = o[j + (sub == 16)];
+            if (centre >= 0) {
+                for (int i = 0; i < 32; i++) w[i] = (i < 16 ? s0 : s1) * (float)(qj[i] - centre);
+            } else if (sub == 32) {
+                for (int i = 0; i < 32; i++) w[i] = s0 * (float)qj[i] + o0;
+            } else { /* Q2_K: the two selects above did not vectorize (3x the time of these halves) */
+                for (int i = 0; i < 16; i++) w[i] = s0 * (float)qj[i] + o0;
+                for (int i = 16; i < 32; i++) w[i] = s1 * (float)qj[i] + o1;
+            }
         }
+        row += (int64_t)blocks * bytes;
+        out += blocks * elements;
     }
 }
 
