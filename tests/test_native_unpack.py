@@ -93,6 +93,20 @@ def test_dequantized_rows_are_gguf_bit_for_bit(lib, qtype, n, blocks):
 
 
 @needs_library
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q5_0, T.Q8_0, T.Q3_K, T.Q6_K], ids=lambda t: t.name)
+def test_negative_zeros_of_the_centred_types_are_gguf_s(lib, qtype):
+    """gguf computes these as s·(q − c): a code at the centre under a negative scale is −0, which s·q + o
+    would make +0. The random rows hold such weights, and the row kernel keeps their sign."""
+    k = 5 * TYPES[qtype][0]
+    rows = random_rows(np.random.default_rng(int(qtype) * 100 + 7), qtype, 7, k)
+    expected = dequantize(rows, qtype)
+    negative_zero = (expected == 0) & np.signbit(expected)
+    assert negative_zero.any()
+    got = native_rows(lib, qtype, rows, k)
+    assert np.array_equal(np.signbit(got[negative_zero]), np.ones(negative_zero.sum(), bool))
+
+
+@needs_library
 @pytest.mark.parametrize("qtype", TYPE_IDS, ids=lambda t: t.name)
 def test_unpacked_codes_scales_and_offsets_give_gguf_weights(lib, qtype):
     """w = s·q + o, computed in fp32, equals gguf's weight (a centred type may give +0 for gguf's −0)."""
@@ -190,3 +204,9 @@ def test_bad_inputs_are_refused_with_a_plain_message(qtype, k, width, ids, messa
 def test_a_table_that_is_not_two_dimensional_is_refused():
     with pytest.raises(Exception, match=r"hearth.GatherQ: W must be \[rows, 34\]"):
         gather(int(T.Q8_0), 32, np.array([[0]], np.int64), np.zeros((4, 1, 34), np.uint8))
+
+
+@needs_library
+def test_ids_of_more_than_three_dimensions_are_refused():
+    with pytest.raises(Exception, match="hearth.GatherQ: ids has more than 3 dimensions"):
+        gather(int(T.Q8_0), 32, np.zeros((1, 1, 1, 1), np.int64), np.zeros((4, 34), np.uint8))
