@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 from onnx import TensorProto, helper
 
+from engine.model.gguf_parse import read_gguf
 from engine.runtime import native_library
 from engine.runtime.runner import session_options
 
@@ -210,3 +211,34 @@ def test_a_table_that_is_not_two_dimensional_is_refused():
 def test_ids_of_more_than_three_dimensions_are_refused():
     with pytest.raises(Exception, match="hearth.GatherQ: ids has more than 3 dimensions"):
         gather(int(T.Q8_0), 32, np.zeros((1, 1, 1, 1), np.int64), np.zeros((4, 34), np.uint8))
+
+
+def _real_rows(path, lib: ctypes.CDLL) -> set[str]:
+    """Every supported 2-D tensor of a real GGUF: its first two and last rows through the row kernel ==
+    gguf's, bit for bit. Returns the types seen."""
+    seen = set()
+    for tensor in read_gguf(path).tensors.values():  # gguf's GGUFReader takes 14 s over Gemma's vocabulary
+        if tensor.tensor_type not in TYPES or len(tensor.shape) != 2:
+            continue
+        k = int(tensor.shape[0])
+        rows = np.ascontiguousarray(np.asarray(tensor.data)[[0, 1, -1]])
+        same_bits(native_rows(lib, tensor.tensor_type, rows, k), dequantize(rows, tensor.tensor_type))
+        seen.add(tensor.tensor_type.name)
+    return seen
+
+
+@needs_library
+def test_every_weight_type_of_the_real_models_dequantizes_as_gguf(lib, real_home, gemma_gguf):
+    smollm = real_home / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert _real_rows(smollm, lib) == {"Q4_1", "Q8_0"}
+    assert _real_rows(gemma_gguf, lib) == {"Q8_0", "Q5_0", "Q4_K", "Q6_K"}
+
+
+@needs_library
+def test_gatherq_reads_the_real_token_table(real_home):
+    """The default model's Q8_0 token table [49152, 612 bytes], as the converted graph will feed it."""
+    tensor = read_gguf(real_home / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").tensors["token_embd.weight"]
+    table = np.ascontiguousarray(np.asarray(tensor.data))
+    ids = np.array([[1, 49151, 0, 1, 12345]], np.int64)
+    got = gather(tensor.tensor_type, int(tensor.shape[0]), ids, table)
+    same_bits(got, dequantize(table[ids[0]], tensor.tensor_type)[None])
