@@ -14,7 +14,11 @@
  * exact in fp32; where gguf adds an offset it rounds once, as s·q + o does; where it has none, s·q + o is
  * the exact s·(q − c).) The one difference: a zero weight of a centred type comes out +0 where gguf's
  * s·(q − c) gives −0 for a negative s. hearth_dequant_row computes gguf's own expression, so it is
- * bit-identical, signed zeros included (tests/test_native_unpack.py checks both).
+ * bit-identical, signed zeros included (tests/test_native_unpack.py checks both). Every product s·q is
+ * exact, so a compiler contracting s·q + o into an FMA (-ffp-contract=fast) gives the same bits; the tests
+ * passed with the library built under -mavx2 -mfma and -mavx512f/bw/vl/vnni, both with contraction on.
+ * -ffast-math would not keep them (it drops signed zeros). Byte order: little-endian is what ran; the
+ * big-endian branch of hearth_fifth_bits is untested.
  *
  * Layouts: ggml-quants.c's block_* structs and dequantize_row_*; engine/model/quant.py describes them.
  */
