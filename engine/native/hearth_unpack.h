@@ -10,9 +10,9 @@
  *   Q4_0 s=d, o=−8d      Q4_1 s=d, o=m        Q5_0 s=d, o=−16d     Q5_1 s=d, o=m      Q8_0 s=d, o=0
  *   Q2_K s=d·sc, o=−dmin·m                    Q3_K s=d·(sc−32), o=−4s
  *   Q4_K / Q5_K s=d·sc, o=−dmin·m             Q6_K s=d·sc, o=−32s
- * (d, dmin, m are fp16 — 11 significant bits — and sc, m at most 7, so every product d·sc, d·sc·q is
- * exact in fp32; where gguf adds an offset it rounds once, as s·q + o does; where it has none, s·q + o is
- * the exact s·(q − c).) The one difference: a zero weight of a centred type comes out +0 where gguf's
+ * (d, dmin and Q4_1/Q5_1's m are fp16, 11 significant bits; the K-quants' integer scales and mins have
+ * at most 7 and the codes at most 6, so every d·sc and s·q fits fp32's 24 bits and is exact; where gguf
+ * adds an offset it rounds once, as s·q + o does; where it has none, s·q + o is the exact s·(q − c).) The one difference: a zero weight of a centred type comes out +0 where gguf's
  * s·(q − c) gives −0 for a negative s. hearth_dequant_row computes gguf's own expression, so it is
  * bit-identical, signed zeros included (tests/test_native_unpack.py checks both). Every product s·q is
  * exact, so a compiler contracting s·q + o into an FMA (-ffp-contract=fast) gives the same bits; the tests
