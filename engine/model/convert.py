@@ -81,14 +81,14 @@ def gguf_digest(path: Path, check: Callable[[], None] | None = None) -> str:
 
 
 def conversion_dir(converted_root: Path, digest: str, precision: str, logits_mode: str = "last") -> Path:
-    """The folder of one conversion. A precision that runs on Hearth's kernels where they are usable is kept
-    in ONNX Runtime's form (``-ort``) where they are not: the two forms never share a folder."""
+    """The folder of one conversion. A precision run from the GGUF's blocks by Hearth's kernels (opt-in,
+    native_matmul.py) is kept apart (``-blocks``) from ONNX Runtime's form: the two never share a folder."""
     suffix = "" if logits_mode == "last" else f"-{logits_mode}"
     return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{form_suffix(native_matmul.running(precision))}{suffix}"
 
 
 def form_suffix(precision: Precision) -> str:
-    return "-ort" if precision.native_capable and not precision.native else ""
+    return "-blocks" if precision.native else ""
 
 
 def weight_form(precision: Precision) -> str:

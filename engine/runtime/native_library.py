@@ -14,7 +14,9 @@ from pathlib import Path
 ENV_SWITCH = "HEARTH_NATIVE_ATTENTION"  # 0: no kernel of the library runs (the head runs only beside attention)
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
 SOURCES = (  # build.sh's order
-    "hearth_attention.c", "hearth_gather.c", "hearth_head.c", "hearth_ort.c", "hearth_ort.h", "hearth_unpack.h", "ort_abi.h",
+    "hearth_attention.c", "hearth_gather.c", "hearth_head.c", "hearth_matmul.c", "hearth_matmul.h",
+    "hearth_matmul_impl.h", "hearth_matmul_avx2.c", "hearth_matmul_avx512.c", "hearth_matmul_avx512vnni.c",
+    "hearth_matmul_portable.c", "hearth_ort.c", "hearth_ort.h", "hearth_unpack.h", "ort_abi.h",
 )
 
 
