@@ -36,8 +36,8 @@ void *hearth_scratch(size_t bytes);
 /* Rows of W a path decodes together (and a parallel work item's size): each is decoded once per op call
  * and reused for every row of X. */
 #define HEARTH_TILE_ROWS 16
-/* A tile's bytes: fp32 rows (exact); codes, a scale per 4 codes and an offset per 16 (fast). */
+/* A tile's bytes: fp32 rows (exact); codes and a scale and an offset per 16 codes (fast, fused exact). */
 #define HEARTH_EXACT_TILE_BYTES(k) ((size_t)HEARTH_TILE_ROWS * (size_t)(k) * sizeof(float))
-#define HEARTH_FAST_TILE_BYTES(k) ((size_t)HEARTH_TILE_ROWS * (size_t)(k) * 9 / 4 + 64)
+#define HEARTH_FAST_TILE_BYTES(k) ((size_t)HEARTH_TILE_ROWS * (size_t)(k) * 3 / 2 + 64)
 
 #endif

@@ -137,27 +137,107 @@ static void quantize_x(HearthMatJob *j) {
     }
 }
 
-/* fast: weights ---------------------------------------------------------------------------------- */
+/* weights, unpacked for the fused paths ------------------------------------------------------------ */
 
-/* One row → codes[k], the scale of each run of 4 codes sc[k / 4], the offset of each run of 16 off[k / 16]. */
-static inline void unpack_row(int type, const uint8_t *restrict row, int64_t k, int8_t *restrict codes,
-                              float *restrict sc, float *restrict off) {
-    const HearthQType *t = hearth_qtype(type);
+/* One row → codes[k] and, per run of 16 codes, the sub-block's scale s16 and offset o16 (w = s·q + o). */
+HEARTH_INLINE void unpack_row(int type, int elements, int bytes, int sub, const uint8_t *restrict row, int64_t k,
+                              int8_t *restrict codes, float *restrict s16, float *restrict o16) {
     float s[HEARTH_MAX_SUBS], o[HEARTH_MAX_SUBS];
-    for (int64_t e = 0; e < k; e += t->elements, row += t->bytes) {
+    for (int64_t e = 0; e < k; e += elements, row += bytes) {
         hearth_unpack_block(type, row, codes + e, s, o);
-        for (int g = 0; g < t->elements / 16; g++) {
-            const int sub = g * 16 / t->sub;
-            for (int l = 0; l < 4; l++) sc[(e + 16 * g) / 4 + l] = s[sub];
-            off[(e + 16 * g) / 16] = o[sub];
+        for (int g = 0; g < elements / 16; g++) {
+            s16[e / 16 + g] = s[g * 16 / sub];
+            o16[e / 16 + g] = o[g * 16 / sub];
         }
     }
 }
 
+typedef struct {
+    int8_t *codes;
+    float *s16, *o16;
+} Tile;
+
+/* The per-thread tile for ``rows`` rows of k: codes, then the scales and offsets per 16; NULL (and the job
+ * marked failed) when out of memory. */
+static inline int tile_for(const HearthMatJob *j, Tile *t) {
+    char *buf = hearth_scratch(HEARTH_FAST_TILE_BYTES(j->k));
+    if (!buf) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    t->codes = (int8_t *)buf;
+    t->s16 = (float *)(void *)(buf + ((HEARTH_TILE_ROWS * j->k + 63) & ~(int64_t)63));
+    t->o16 = t->s16 + HEARTH_TILE_ROWS * (j->k / 16);
+    return 1;
+}
+
+/* exact, decode: the weights are decoded in registers (s·q + o per 16, exact: hearth_unpack.h), never
+ * stored as fp32; below this many rows of X that beats decoding a float tile (the tile wins when reused). */
+#define FUSED_EXACT_ROWS 4
+
+/* exact decode's inner loop: 16 codes a step under AVX-512, 8 (one ymm) otherwise. Composing a 16-lane
+ * vector of two converted halves went through the stack under -mavx2 and stalled on the reload (a 2048 x
+ * 2048 Q4_K took 3.7 ms against 0.86 for a float tile); gcc 12 also scalarized __builtin_convertvector
+ * from int8 lanes (2.3 ms), hence the intrinsics. */
+#if defined(__AVX512F__)
+HEARTH_INLINE float dot_fused_exact(const float *restrict x, const int8_t *restrict q, const float *restrict s16,
+                                    const float *restrict o16, int64_t k) {
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t g = 0; g < k / 16; g++) {
+        const __m512 w = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 16 * g)))),
+            _mm512_set1_ps(s16[g]), _mm512_set1_ps(o16[g]));
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16 * g), w, a);
+    }
+    return _mm512_reduce_add_ps(a);
+}
+#elif defined(__AVX2__)
+HEARTH_INLINE float dot_fused_exact(const float *restrict x, const int8_t *restrict q, const float *restrict s16,
+                                    const float *restrict o16, int64_t k) {
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    for (int64_t g = 0; g < k / 16; g++) {
+        const __m256 s = _mm256_set1_ps(s16[g]), o = _mm256_set1_ps(o16[g]);
+        const __m128i codes = _mm_loadu_si128((const __m128i *)(const void *)(q + 16 * g));
+        const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)), s, o);
+        const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(codes, 8))), s, o);
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16 * g), lo, a);
+        b = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16 * g + 8), hi, b);
+    }
+    v8f t;
+    const __m256 sum = _mm256_add_ps(a, b);
+    memcpy(&t, &sum, sizeof t);
+    return hsum8f(t);
+}
+#else
+HEARTH_INLINE float dot_fused_exact(const float *restrict x, const int8_t *restrict q, const float *restrict s16,
+                                    const float *restrict o16, int64_t k) {
+    v16f a = {0};
+    for (int64_t g = 0; g < k / 16; g++) {
+        v16f w;
+        for (int i = 0; i < 16; i++) w[i] = (float)q[16 * g + i];
+        a += ld16(x + 16 * g) * (w * s16[g] + o16[g]);
+    }
+    return hsum16(a);
+}
+#endif
+
+HEARTH_INLINE void rows_fused_exact_t(const HearthMatJob *j, int64_t first, int64_t last, int type, int elements,
+                                      int bytes, int sub) {
+    Tile t;
+    if (!tile_for(j, &t)) return;
+    const int64_t k = j->k;
+    for (int64_t n = first; n < last; n++) {
+        unpack_row(type, elements, bytes, sub, j->w + n * j->row_bytes, k, t.codes, t.s16, t.o16);
+        for (int64_t m = 0; m < j->rows; m++) j->y[m * j->n + n] = dot_fused_exact(j->x + m * k, t.codes, t.s16, t.o16, k);
+    }
+}
+
+/* fast ------------------------------------------------------------------------------------------- */
+
 /* 32 weight codes · 32 activation codes → 8 lanes, each the sum of 4 products. Q8_0's codes are signed
  * (``is_signed``); every other type's are 0..63, which maddubs' unsigned operand takes as they are
  * (63 · 127 · 2 fits its int16 pairs). For signed codes the sign moves onto the activations. */
-static inline v8i dot32_lanes(const int8_t *restrict w, const int8_t *restrict x, int is_signed) {
+HEARTH_INLINE v8i dot32_lanes(const int8_t *restrict w, const int8_t *restrict x, int is_signed) {
 #if defined(__AVX2__)
     __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)w);
     __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)x);
@@ -185,79 +265,76 @@ static inline v8i dot32_lanes(const int8_t *restrict w, const int8_t *restrict x
 #endif
 }
 
-/* The offsets' share of one dot: sum over runs of 16 of off · (dx · sum of x codes). */
-static inline float offsets(const float *restrict off, const float *restrict xs, int64_t runs) {
+/* The scales of a run of 32 codes, one per lane of 4: one sub-block's, or two of 16 each. */
+HEARTH_INLINE v8f lane_scales(const float *s16, int sub) {
+    if (sub == 32) return (v8f){0} + s16[0];
+    const float a = s16[0], b = s16[1];
+    return (v8f){a, a, a, a, b, b, b, b};
+}
+
+/* The offsets' share of one dot: sum over runs of 16 of o · (dx · sum of x codes). */
+HEARTH_INLINE float offsets(const float *restrict o16, const float *restrict xs, int64_t runs) {
     v16f a = {0};
     int64_t g = 0;
-    for (; g + 16 <= runs; g += 16) a += ld16(off + g) * ld16(xs + g);
+    for (; g + 16 <= runs; g += 16) a += ld16(o16 + g) * ld16(xs + g);
     float t = hsum16(a);
-    for (; g < runs; g++) t += off[g] * xs[g];
+    for (; g < runs; g++) t += o16[g] * xs[g];
     return t;
 }
 
-typedef struct {
-    int8_t *codes;
-    float *sc, *off;
-} FastTile;
-
-static inline void dot4_fast(const HearthMatJob *j, const FastTile *t, int64_t r, int64_t m, int is_signed,
-                             int has_offsets, float *out) {
+HEARTH_INLINE float dot_fast(const HearthMatJob *j, const int8_t *restrict w, const float *restrict s16,
+                             const float *restrict o16, int64_t m, int sub, int is_signed) {
     const int64_t k = j->k;
     const int8_t *xq = j->xq + m * k;
     const float *xd = j->xd + m * (k / 32);
-    v8f a[4] = {{0}, {0}, {0}, {0}};
-    for (int64_t c = 0; c < k / 32; c++) {
-        const float d = xd[c];
-        for (int i = 0; i < 4; i++) {
-            const v8i lanes = dot32_lanes(t->codes + (r + i) * k + 32 * c, xq + 32 * c, is_signed);
-            a[i] += __builtin_convertvector(lanes, v8f) * (ld8(t->sc + (r + i) * (k / 4) + 8 * c) * d);
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        out[i] = hsum8f(a[i]) + (has_offsets ? offsets(t->off + (r + i) * (k / 16), j->xs + m * (k / 16), k / 16) : 0.0f);
-}
-
-static inline float dot1_fast(const HearthMatJob *j, const FastTile *t, int64_t r, int64_t m, int is_signed,
-                              int has_offsets) {
-    const int64_t k = j->k;
-    const int8_t *xq = j->xq + m * k, *w = t->codes + r * k;
-    const float *xd = j->xd + m * (k / 32), *sc = t->sc + r * (k / 4);
     v8f a = {0};
     for (int64_t c = 0; c < k / 32; c++)
-        a += __builtin_convertvector(dot32_lanes(w + 32 * c, xq + 32 * c, is_signed), v8f) * (ld8(sc + 8 * c) * xd[c]);
-    return hsum8f(a) + (has_offsets ? offsets(t->off + r * (k / 16), j->xs + m * (k / 16), k / 16) : 0.0f);
+        a += __builtin_convertvector(dot32_lanes(w + 32 * c, xq + 32 * c, is_signed), v8f) *
+             (lane_scales(s16 + 2 * c, sub) * xd[c]);
+    return hsum8f(a) + (is_signed ? 0.0f : offsets(o16, j->xs + m * (k / 16), k / 16)); /* Q8_0: no offsets */
 }
 
-static void rows_fast(const HearthMatJob *j, int64_t first, int64_t last) {
-    const int64_t k = j->k, tile_rows = HEARTH_TILE_ROWS;
-    char *buf = hearth_scratch(HEARTH_FAST_TILE_BYTES(k));
-    if (!buf) {
-        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
-        return;
-    }
-    FastTile t = {.codes = (int8_t *)buf};
-    t.sc = (float *)(void *)(buf + ((tile_rows * k + 63) & ~(int64_t)63));
-    t.off = t.sc + tile_rows * (k / 4);
-    const int is_signed = j->type == HEARTH_Q8_0, has_offsets = j->type != HEARTH_Q8_0;
-    for (int64_t n0 = first; n0 < last; n0 += tile_rows) {
-        const int64_t count = last - n0 < tile_rows ? last - n0 : tile_rows;
+HEARTH_INLINE void rows_fast_t(const HearthMatJob *j, int64_t first, int64_t last, int type, int elements, int bytes,
+                               int sub) {
+    Tile t;
+    if (!tile_for(j, &t)) return;
+    const int64_t k = j->k, g16 = k / 16;
+    const int is_signed = type == HEARTH_Q8_0;
+    for (int64_t n0 = first; n0 < last; n0 += HEARTH_TILE_ROWS) {
+        const int64_t count = last - n0 < HEARTH_TILE_ROWS ? last - n0 : HEARTH_TILE_ROWS;
         for (int64_t r = 0; r < count; r++)
-            unpack_row(j->type, j->w + (n0 + r) * j->row_bytes, k, t.codes + r * k, t.sc + r * (k / 4),
-                       t.off + r * (k / 16));
-        for (int64_t m = 0; m < j->rows; m++) {
-            float *y = j->y + m * j->n + n0;
-            int64_t r = 0;
-            for (; r + 4 <= count; r += 4) dot4_fast(j, &t, r, m, is_signed, has_offsets, y + r);
-            for (; r < count; r++) y[r] = dot1_fast(j, &t, r, m, is_signed, has_offsets);
-        }
+            unpack_row(type, elements, bytes, sub, j->w + (n0 + r) * j->row_bytes, k, t.codes + r * k,
+                       t.s16 + r * g16, t.o16 + r * g16);
+        for (int64_t m = 0; m < j->rows; m++)
+            for (int64_t r = 0; r < count; r++)
+                j->y[m * j->n + n0 + r] = dot_fast(j, t.codes + r * k, t.s16 + r * g16, t.o16 + r * g16, m, sub, is_signed);
     }
 }
+
+/* Each type's geometry as constants, so the unpack's switch and every loop bound fold away. */
+#define FOR_EACH_TYPE(fn, ...)                                                                           \
+    switch (j->type) {                                                                                 \
+    case HEARTH_Q4_0: fn(__VA_ARGS__, HEARTH_Q4_0, 32, 18, 32); break;                                 \
+    case HEARTH_Q4_1: fn(__VA_ARGS__, HEARTH_Q4_1, 32, 20, 32); break;                                 \
+    case HEARTH_Q5_0: fn(__VA_ARGS__, HEARTH_Q5_0, 32, 22, 32); break;                                 \
+    case HEARTH_Q5_1: fn(__VA_ARGS__, HEARTH_Q5_1, 32, 24, 32); break;                                 \
+    case HEARTH_Q8_0: fn(__VA_ARGS__, HEARTH_Q8_0, 32, 34, 32); break;                                 \
+    case HEARTH_Q2_K: fn(__VA_ARGS__, HEARTH_Q2_K, 256, 84, 16); break;                                \
+    case HEARTH_Q3_K: fn(__VA_ARGS__, HEARTH_Q3_K, 256, 110, 16); break;                               \
+    case HEARTH_Q4_K: fn(__VA_ARGS__, HEARTH_Q4_K, 256, 144, 32); break;                               \
+    case HEARTH_Q5_K: fn(__VA_ARGS__, HEARTH_Q5_K, 256, 176, 32); break;                               \
+    case HEARTH_Q6_K: fn(__VA_ARGS__, HEARTH_Q6_K, 256, 210, 16); break;                               \
+    default: break;                                                                                    \
+    }
 
 static void rows(const HearthMatJob *j, int64_t first, int64_t last) {
-    if (j->fast)
-        rows_fast(j, first, last);
-    else
+    if (j->fast) {
+        FOR_EACH_TYPE(rows_fast_t, j, first, last)
+    } else if (j->rows <= FUSED_EXACT_ROWS) {
+        FOR_EACH_TYPE(rows_fused_exact_t, j, first, last)
+    } else {
         rows_exact(j, first, last);
+    }
 }
 
 const HearthMatIsa HEARTH_ISA_TABLE = {HEARTH_ISA_NAME, quantize_x, rows};

@@ -29,6 +29,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 /* The unpack and the row loops are forced inline so that a caller's constant type folds their switches. */
 #if defined(__GNUC__)
 #define HEARTH_INLINE static inline __attribute__((always_inline))
@@ -70,8 +74,12 @@ static inline const HearthQType *hearth_qtype(int id) {
     return NULL;
 }
 
-/* IEEE half (little-endian bytes) → float, exactly; no F16C needed, so the portable path has it too. */
+/* IEEE half (little-endian bytes) → float, exactly; no F16C needed, so the portable path has it too
+ * (a TU built with -mf16c uses its one instruction: the same value, subnormals included). */
 static inline float hearth_fp16(const uint8_t *p) {
+#if defined(__F16C__)
+    return _cvtsh_ss((unsigned short)((unsigned)p[0] | (unsigned)p[1] << 8));
+#else
     const uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
     const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
     uint32_t bits;
@@ -88,6 +96,7 @@ static inline float hearth_fp16(const uint8_t *p) {
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+#endif
 }
 
 /* ggml's half-split nibbles: byte j of a run of n holds element j (low) and n + j (high). For the runs of
