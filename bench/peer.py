@@ -255,12 +255,12 @@ def died_message(code: int, during: str, features: tuple[str, ...]) -> str:
             f"  The build is kept under {PEER_WHEELS / build_key(features)}; its stamp is {PEER_STAMP}.")
 
 
-def smoke_probe(python: Path, gguf: Path, threads: int, features: tuple[str, ...]) -> None:
+def smoke_probe(python: Path, gguf: Path, threads: int, features: tuple[str, ...], flash_attn: bool = True) -> None:
     """A short prefill (SMOKE_TOKENS) of ``gguf`` in a worker of its own, before anything is measured:
     a build that faults (signal 11 in the AMX path, say) stops the run with one plain message."""
     during = f"the smoke probe (load {gguf.name}, prefill {SMOKE_TOKENS} tokens)"
     requests = [{"op": "load", "model": str(gguf), "n_ctx": 256, "threads": threads, "n_batch": 256,
-                 "flash_attn": True},
+                 "flash_attn": flash_attn},
                 {"op": "prefill", "tokens": [1 + i % 64 for i in range(SMOKE_TOKENS)]}, {"op": "quit"}]
     try:
         proc = subprocess.run([str(python), str(WORKER)], input="".join(json.dumps(r) + "\n" for r in requests),
@@ -501,7 +501,7 @@ def main() -> int:
             raise
         print(f"llama-cpp-python {PEER_VERSION} ready in {PEER_VENV}; no smoke probe: {exc}")
         return 0
-    smoke_probe(python, gguf, threads, features)
+    smoke_probe(python, gguf, threads, features, flash_attn=not args.no_flash_attn)
     if args.setup_only:
         print(f"llama-cpp-python {PEER_VERSION} ready in {PEER_VENV} (a {SMOKE_TOKENS}-token prefill of {gguf.name} ran)")
         return 0
