@@ -5,9 +5,13 @@
 
 llama.cpp runs through llama-cpp-python, which is no dependency of Hearth: the first run makes its own
 venv (bench/.peer-venv) and compiles llama.cpp from source for this CPU (about 15 minutes on 2 cores),
-keeping the wheel under bench/.peer-wheels/<cpu> so later runs only install it. Its side runs in a
-worker process (bench/peer_worker.py) speaking JSON lines; Hearth's runs in this process. Hearth
-tokenizes every prompt once and both engines get those ids.
+keeping the wheel under bench/.peer-wheels/<cpu>-<build> so later runs only install it. The build names
+its instruction sets explicitly from /proc/cpuinfo's flags (AVX2, FMA, F16C, AVX-512 and its VNNI/BF16
+parts...) instead of GGML_NATIVE, with AMX off: GGML_NATIVE's AMX path faults (``ldtilecfg``, signal 11)
+on the first prefill on some Xeons here. The venv keeps a stamp of its build, so a venv built otherwise
+(say the old GGML_NATIVE way) is rebuilt, and a short prefill in a separate worker checks the build
+before anything is measured. Its side runs in a worker process (bench/peer_worker.py) speaking JSON
+lines; Hearth's runs in this process. Hearth tokenizes every prompt once and both engines get those ids.
 
 Rows, each measured ``--repeats`` times, alternating the engines A/B/B/A so drift cancels (medians):
   prefill N     N tokens of fixed text from an empty cache (tok/s; the model load is not timed);
@@ -33,12 +37,13 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +57,36 @@ PEER_VERSION = "0.3.36"  # pinned: the llama.cpp it vendors is part of what the 
 PEER_VENV = ROOT / "bench" / ".peer-venv"
 PEER_WHEELS = ROOT / "bench" / ".peer-wheels"
 WORKER = ROOT / "bench" / "peer_worker.py"
-# A CPU build for this machine: GGML_NATIVE compiles for the host's instruction set (so the wheel is
-# kept per CPU); nothing else that llama-cpp-python could build is needed here.
-CMAKE_ARGS = ("-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_VULKAN=OFF "
-              "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF "
-              "-DLLAMA_BUILD_MTMD=OFF -DLLAVA_BUILD=OFF")
+PEER_STAMP = PEER_VENV / "hearth-peer-build.json"  # what the llama.cpp in the venv was built with
+# A CPU build and nothing else that llama-cpp-python could build.
+COMMON_CMAKE_ARGS = ("-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_VULKAN=OFF "
+                     "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF "
+                     "-DLLAMA_BUILD_MTMD=OFF -DLLAVA_BUILD=OFF")
+# llama.cpp's x86 instruction-set options (ggml/CMakeLists.txt of the ggml 0.25.3 that llama-cpp-python
+# 0.3.36 vendors; the same names are in its installed lib/cmake/ggml/ggml-config.cmake), in order: our
+# name, the option, and the /proc/cpuinfo flags it compiles for (GGML_AVX512 is -mavx512f/cd/vl/dq/bw).
+X86_OPTIONS = (
+    ("sse42", "GGML_SSE42", ("sse4_2",)),
+    ("avx", "GGML_AVX", ("avx",)),
+    ("avx2", "GGML_AVX2", ("avx2",)),
+    ("bmi2", "GGML_BMI2", ("bmi2",)),
+    ("fma", "GGML_FMA", ("fma",)),
+    ("f16c", "GGML_F16C", ("f16c",)),
+    ("avx_vnni", "GGML_AVX_VNNI", ("avx_vnni",)),
+    ("avx512", "GGML_AVX512", ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
+    ("avx512_vbmi", "GGML_AVX512_VBMI", ("avx512vbmi",)),
+    ("avx512_vnni", "GGML_AVX512_VNNI", ("avx512_vnni",)),
+    ("avx512_bf16", "GGML_AVX512_BF16", ("avx512_bf16",)),
+)
+AVX512_PARTS = ("avx512_vbmi", "avx512_vnni", "avx512_bf16")  # only with GGML_AVX512 itself
+# Always off, whatever the CPU has: GGML_NATIVE turned these on where the CPU has AMX, and that build dies
+# in its AMX path (``ldtilecfg``, a general protection fault, signal 11) on the first prefill on some
+# Xeons here.
+AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+AMX_WHY = "GGML_NATIVE's AMX path faults on some Xeons here"
+NATIVE = "native"  # the one feature of a build that is not x86: GGML_NATIVE (it has no AMX path)
+SMOKE_TOKENS = 32  # the smoke probe's prefill
 DECODE_STEPS, DECODE_WARMUP = 32, 4
 N_BATCH = 2048  # llama-bench's default (with n_ubatch 512)
 PAUSE_S = 0.2  # between engines: let the other one's spinning threads go to sleep
@@ -64,13 +94,100 @@ PAUSE_S = 0.2  # between engines: let the other one's spinning threads go to sle
 
 # the peer venv --------------------------------------------------------------------------------------
 def cpu_key() -> str:
-    """A short name for this CPU's model and flags: a native build only runs where it was built."""
+    """A short name for this CPU's model and flags (the wheels are kept per CPU and build)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
         text = "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags"))}))
     except OSError:
         text = platform.processor() or platform.machine()
     return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The instruction-set flags of /proc/cpuinfo's first ``flags`` line (x86; ``Features`` elsewhere)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def build_features(flags: Iterable[str], machine: str = "x86_64") -> tuple[str, ...]:
+    """The instruction sets to build llama.cpp for on a CPU with these /proc/cpuinfo ``flags``, in
+    X86_OPTIONS' order; AMX never. Not x86: (NATIVE,), GGML_NATIVE (the fault is x86's AMX path). A CPU
+    without AVX2 gets a portable build of what it has (slow, but runs: build_line says so)."""
+    if machine.lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return (NATIVE,)
+    have = set(flags)
+    on = [name for name, _, needs in X86_OPTIONS if have.issuperset(needs)]
+    if "avx512" not in on:
+        on = [name for name in on if name not in AVX512_PARTS]
+    return tuple(on)
+
+
+def cmake_args(features: Iterable[str]) -> str:
+    """CMAKE_ARGS for llama-cpp-python's build: every x86 option named ON or OFF (GGML_NATIVE off, AMX
+    off), so nothing is left to the compiler's view of the host."""
+    features = tuple(features)
+    if features == (NATIVE,):
+        return f"-DGGML_NATIVE=ON {COMMON_CMAKE_ARGS}"
+    unknown = set(features) - {name for name, _, _ in X86_OPTIONS}
+    if unknown:
+        raise ValueError(f"unknown llama.cpp build features: {', '.join(sorted(unknown))}")
+    isa = [f"-D{option}={'ON' if name in features else 'OFF'}" for name, option, _ in X86_OPTIONS]
+    amx = [f"-D{option}=OFF" for option in AMX_OPTIONS]
+    return " ".join(["-DGGML_NATIVE=OFF", *isa, *amx, COMMON_CMAKE_ARGS])
+
+
+def build_stamp(features: Iterable[str]) -> dict:
+    """What the peer venv records of its llama.cpp: a venv whose stamp differs is rebuilt."""
+    return {"llama_cpp_python": PEER_VERSION, "cmake_args": cmake_args(features)}
+
+
+def stamp_matches(stamp_text: str | None, wanted: dict) -> bool:
+    """Whether a stamp file's text (None: no file, as in a venv from before stamps, built with
+    GGML_NATIVE) records the build ``wanted``."""
+    if not stamp_text:
+        return False
+    try:
+        stamp = json.loads(stamp_text)
+    except ValueError:
+        return False
+    return isinstance(stamp, dict) and all(stamp.get(k) == v for k, v in wanted.items())
+
+
+def setup_plan(installed: bool, stamp_text: str | None, wanted: dict, wheel_cached: bool) -> str:
+    """What ensure_peer does: "use" the venv as it is, "install" the kept wheel of this build into it
+    (replacing any other build), or "build" that wheel first."""
+    if installed and stamp_matches(stamp_text, wanted):
+        return "use"
+    return "install" if wheel_cached else "build"
+
+
+def build_key(features: Iterable[str]) -> str:
+    """This CPU and these build flags: the folder under bench/.peer-wheels that keeps their wheel."""
+    return f"{cpu_key()}-{hashlib.sha256(cmake_args(features).encode()).hexdigest()[:8]}"
+
+
+def build_line(features: tuple[str, ...], flags: Iterable[str]) -> str:
+    """One plain line saying what llama.cpp is built for, and that AMX is off and why."""
+    if features == (NATIVE,):
+        return f"peer: llama.cpp built with GGML_NATIVE for this {platform.machine()} CPU (no AMX there)"
+    has_amx = any(flag in set(flags) for flag in AMX_FLAGS)
+    line = (f"peer: llama.cpp built for {' '.join(features) or 'no SIMD extension'}, AMX off "
+            f"({AMX_WHY}{'' if has_amx else '; this CPU has none anyway'})")
+    if "avx2" not in features:
+        line += "; no AVX2 here, so a portable build: its figures are far below llama.cpp's usual"
+    return line
+
+
+def this_cpu() -> tuple[frozenset[str], tuple[str, ...]]:
+    """This CPU's flags and the features to build for."""
+    try:
+        flags = cpu_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        flags = frozenset()
+    return flags, build_features(flags, platform.machine())
 
 
 def peer_python() -> Path:
@@ -83,28 +200,80 @@ def peer_ready() -> bool:
                                                      capture_output=True).returncode == 0
 
 
-def ensure_peer() -> Path:
-    """The peer venv's python with llama-cpp-python installed, compiling it once per CPU."""
-    if peer_ready():
+def read_stamp() -> str | None:
+    try:
+        return PEER_STAMP.read_text()
+    except OSError:
+        return None
+
+
+def ensure_peer(features: tuple[str, ...]) -> Path:
+    """The peer venv's python with llama-cpp-python built for ``features`` installed, compiling it once
+    per CPU and build (a venv of another build, or of none recorded, gets this one)."""
+    wanted = build_stamp(features)
+    wheels = PEER_WHEELS / build_key(features)
+    wheel = sorted(wheels.glob(f"llama_cpp_python-{PEER_VERSION}-*.whl"))
+    plan = setup_plan(peer_ready(), read_stamp(), wanted, bool(wheel))
+    if plan == "use":
         return peer_python()
     if not peer_python().exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-    wheels = PEER_WHEELS / cpu_key()
-    wheel = sorted(wheels.glob(f"llama_cpp_python-{PEER_VERSION}-*.whl"))
     pip = [str(peer_python()), "-m", "pip", "--disable-pip-version-check"]
-    if not wheel:
-        print(f"compiling llama.cpp (llama-cpp-python {PEER_VERSION}) for this CPU; about 15 minutes on 2 cores",
-              file=sys.stderr)
-        env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
+    if plan == "build":
+        print(f"compiling llama.cpp (llama-cpp-python {PEER_VERSION}) for this CPU; about 15 minutes on 2 cores\n"
+              f"  CMAKE_ARGS={wanted['cmake_args']}", file=sys.stderr)
+        env = {**os.environ, "CMAKE_ARGS": wanted["cmake_args"],
+               "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
         started = time.perf_counter()
-        subprocess.run(pip + ["wheel", "--no-deps", "-w", str(wheels), f"llama-cpp-python=={PEER_VERSION}"],
-                       check=True, env=env)
+        # --no-cache-dir: pip keeps the wheels it builds keyed by the source archive alone, so its cache
+        # would hand back a wheel built with other CMAKE_ARGS (the old GGML_NATIVE one, say).
+        subprocess.run(pip + ["wheel", "--no-deps", "--no-cache-dir", "-w", str(wheels),
+                              f"llama-cpp-python=={PEER_VERSION}"], check=True, env=env)
         print(f"built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    subprocess.run(pip + ["install", "--quiet", "--find-links", str(wheels), f"llama-cpp-python=={PEER_VERSION}"],
-                   check=True)
+        wheel = sorted(wheels.glob(f"llama_cpp_python-{PEER_VERSION}-*.whl"))
+        if not wheel:
+            raise SystemExit(f"pip built no llama-cpp-python {PEER_VERSION} wheel into {wheels}")
+    PEER_STAMP.unlink(missing_ok=True)  # no stamp until this build is in
+    subprocess.run(pip + ["uninstall", "--quiet", "--yes", "llama-cpp-python"], capture_output=True)
+    subprocess.run(pip + ["install", "--quiet", str(wheel[-1])], check=True)
     if not peer_ready():
         raise SystemExit(f"llama-cpp-python {PEER_VERSION} did not install into {PEER_VENV}")
+    PEER_STAMP.write_text(json.dumps({**wanted, "features": list(features), "wheel": str(wheel[-1])}, indent=2))
     return peer_python()
+
+
+def died_message(code: int, during: str, features: tuple[str, ...]) -> str:
+    """A plain report of the llama.cpp worker dying (``code`` < 0: by that signal) with its build."""
+    how = f"exited with code {code}"
+    if code < 0:
+        try:
+            how = f"died with signal {signal.Signals(-code).name} ({code})"
+        except ValueError:
+            how = f"died with signal {-code} ({code})"
+    return (f"peer: the llama.cpp worker {how} during {during}.\n"
+            f"  It was built for {' '.join(features) or 'no SIMD extension'} (AMX off), CMAKE_ARGS={cmake_args(features)}\n"
+            f"  The build is kept under {PEER_WHEELS / build_key(features)}; its stamp is {PEER_STAMP}.")
+
+
+def smoke_probe(python: Path, gguf: Path, threads: int, features: tuple[str, ...], flash_attn: bool = True) -> None:
+    """A short prefill (SMOKE_TOKENS) of ``gguf`` in a worker of its own, before anything is measured:
+    a build that faults (signal 11 in the AMX path, say) stops the run with one plain message."""
+    during = f"the smoke probe (load {gguf.name}, prefill {SMOKE_TOKENS} tokens)"
+    requests = [{"op": "load", "model": str(gguf), "n_ctx": 256, "threads": threads, "n_batch": 256,
+                 "flash_attn": flash_attn},
+                {"op": "prefill", "tokens": [1 + i % 64 for i in range(SMOKE_TOKENS)]}, {"op": "quit"}]
+    try:
+        proc = subprocess.run([str(python), str(WORKER)], input="".join(json.dumps(r) + "\n" for r in requests),
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"peer: {during} took over 600 s") from None
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise SystemExit(died_message(proc.returncode, during, features)
+                         + "".join(f"\n  | {line}" for line in tail))
+    errors = [r["error"] for r in (json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()) if "error" in r]
+    if errors:
+        raise SystemExit(f"peer: {during} failed: {errors[0]}")
 
 
 # the two engines ------------------------------------------------------------------------------------
@@ -209,8 +378,8 @@ class HearthSide:
 class PeerSide:
     name = "llama.cpp"
 
-    def __init__(self, python: Path, workdir: Path):
-        self.workdir = workdir
+    def __init__(self, python: Path, workdir: Path, features: tuple[str, ...]):
+        self.workdir, self.features = workdir, features
         self.proc = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, cwd=ROOT)
         self.prompt: list[int] = []
@@ -223,7 +392,10 @@ class PeerSide:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the llama.cpp worker exited (code {self.proc.wait()}) during {op!r}")
+            code = self.proc.wait()
+            if code < 0:  # a signal (a fault in llama.cpp): say so plainly, with the build, not a traceback
+                raise SystemExit(died_message(code, repr(op), self.features))
+            raise RuntimeError(f"the llama.cpp worker exited (code {code}) during {op!r}")
         reply = json.loads(line)
         if "error" in reply:
             raise RuntimeError(f"llama.cpp worker, {op}: {reply['error']}")
@@ -269,7 +441,7 @@ def alternate(sides: list, repeats: int, measure: Callable[[Any], Any]) -> dict[
     return out
 
 
-def machine_info(threads: int, peer_info: dict, hearth_provider: str | None) -> dict:
+def machine_info(threads: int, peer_info: dict, hearth_provider: str | None, features: tuple[str, ...]) -> dict:
     import onnxruntime
 
     cpu = ""
@@ -280,7 +452,9 @@ def machine_info(threads: int, peer_info: dict, hearth_provider: str | None) -> 
         pass
     return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
             "threads": threads, "onnxruntime": onnxruntime.__version__, "hearth_provider": hearth_provider,
-            "llama_cpp_python": peer_info.get("llama_cpp_python"), "llama_cpp_system": peer_info.get("system_info")}
+            "llama_cpp_python": peer_info.get("llama_cpp_python"), "llama_cpp_system": peer_info.get("system_info"),
+            "llama_cpp_build": {"features": list(features), "cmake_args": cmake_args(features),
+                                "amx": f"off: {AMX_WHY}"}}
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -309,10 +483,9 @@ def main() -> int:
     prefill_sizes = int_list(args.sizes or args.prefill)
     contexts = int_list(args.sizes or args.contexts)
 
-    python = ensure_peer()
-    if args.setup_only:
-        print(f"llama-cpp-python {PEER_VERSION} ready in {PEER_VENV}")
-        return 0
+    flags, features = this_cpu()
+    python = ensure_peer(features)
+    print(build_line(features, flags), file=sys.stderr)
 
     from engine.errors import HearthError
     from engine.loader import load_engine, resolve_gguf
@@ -320,8 +493,18 @@ def main() -> int:
     from engine.runtime.runner import default_threads
 
     paths = resolve_paths(args.data_dir).ensure()
-    gguf = resolve_gguf(paths, args.model).resolve()
     threads = args.threads or default_threads()
+    try:
+        gguf = resolve_gguf(paths, args.model).resolve()
+    except HearthError as exc:
+        if not args.setup_only:
+            raise
+        print(f"llama-cpp-python {PEER_VERSION} ready in {PEER_VENV}; no smoke probe: {exc}")
+        return 0
+    smoke_probe(python, gguf, threads, features, flash_attn=not args.no_flash_attn)
+    if args.setup_only:
+        print(f"llama-cpp-python {PEER_VERSION} ready in {PEER_VENV} (a {SMOKE_TOKENS}-token prefill of {gguf.name} ran)")
+        return 0
     engine, hearth_note = None, ""
     try:
         engine, _, _ = load_engine(paths, model=gguf, weights=args.weights, provider="cpu", threads=threads)
@@ -332,7 +515,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="hearth-peer-") as tmp:
         workdir = Path(tmp)
-        peer = PeerSide(python, workdir)
+        peer = PeerSide(python, workdir, features)
         try:
             n_ctx = max(prefill_sizes + contexts) + 64
             peer_info = peer.call("load", model=str(gguf), n_ctx=n_ctx, threads=threads, n_batch=N_BATCH,
@@ -345,7 +528,7 @@ def main() -> int:
 
     print_table(rows, [s.name for s in sides], hearth_note)
     result = {"command": shlex.join([Path(sys.executable).name, *sys.argv]),
-              "machine": machine_info(threads, peer_info, engine.provider if engine is not None else None),
+              "machine": machine_info(threads, peer_info, engine.provider if engine is not None else None, features),
               "model": str(gguf), "model_bytes": gguf.stat().st_size, "hearth_weights": args.weights,
               "hearth_note": hearth_note, "llama_cpp": {"n_ctx": peer_info["n_ctx"], "n_batch": N_BATCH,
                                                         "n_ubatch": min(N_BATCH, 512),
