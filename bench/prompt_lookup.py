@@ -1,0 +1,78 @@
+"""Prompt-lookup decoding against plain decoding, greedy, one process (not a test).
+
+    python -m bench.prompt_lookup [--home DIR] [--drafts 0,4,8,16] [--lines 300] [--tokens 400] [--rounds 2]
+
+Two workloads on the default model: "edit" asks it to repeat a source file (``--lines`` lines of
+engine/generation.py) with one change; "chat" is an ordinary question. Each draft limit runs in turn
+(0 = off), alternated over ``--rounds`` so drift on a shared machine cancels; prints decode tokens/s
+(medians), drafted/accepted counts, and whether the tokens equal plain decoding's.
+Writes bench/results/prompt_lookup.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from engine.generation import Engine
+from engine.model.convert import ensure_converted
+from engine.model.fetch import default_model, fetch_model
+from engine.types import SamplingParams
+
+log = logging.getLogger("bench.prompt_lookup")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def workloads(lines: int) -> dict[str, str]:
+    source = "\n".join((ROOT / "engine" / "generation.py").read_text().splitlines()[:lines])
+    return {"edit": "Repeat this Python file exactly, but rename the variable `timings` to `times`. Output only "
+                    f"the code.\n\n```python\n{source}\n```",
+            "chat": "What are three good habits for staying healthy? Answer in a short paragraph."}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=None, help="a data dir with the default model in models/")
+    parser.add_argument("--drafts", default="0,4,8,16")
+    parser.add_argument("--lines", type=int, default=300)
+    parser.add_argument("--tokens", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    home = args.home or Path(tempfile.mkdtemp(prefix="lookup-bench-"))
+    gguf = fetch_model(default_model(), home / "models")
+    engine = Engine.load(ensure_converted(gguf, "int4", home / "converted"), "cpu")
+    drafts = [int(d) for d in args.drafts.split(",")]
+    results: dict = {}
+    for name, text in workloads(args.lines).items():
+        prompt = engine.prompt_tokens([{"role": "user", "content": text}])
+        rates: dict[int, list[float]] = {d: [] for d in drafts}
+        runs: dict[int, object] = {}
+        for r in range(args.rounds):
+            for d in drafts if r % 2 == 0 else reversed(drafts):
+                engine.reset()
+                out = engine.generate(prompt, replace(SamplingParams.greedy_params(), prompt_lookup=d), args.tokens)
+                rates[d].append(out.timings.decode_tokens_per_s)
+                runs[d] = out
+        plain = runs[drafts[0]].tokens
+        results[name] = {}
+        for d in drafts:
+            t = runs[d].timings
+            row = {"tokens_per_s": statistics.median(rates[d]), "tokens": len(runs[d].tokens),
+                   "drafted": t.drafted_tokens, "accepted": t.accepted_tokens, "same_tokens": runs[d].tokens == plain}
+            results[name][d] = row
+            log.info("%-4s prompt %5d tok  drafts %2d: %7.1f tok/s (%.2fx)  %4d tokens  drafted %5d accepted %5d  same %s",
+                     name, len(prompt), d, row["tokens_per_s"], row["tokens_per_s"] / results[name][drafts[0]]["tokens_per_s"],
+                     row["tokens"], row["drafted"], row["accepted"], row["same_tokens"])
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "prompt_lookup.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
