@@ -13,9 +13,9 @@ import pytest
 
 from engine.generation import Engine
 from engine.model.convert import ensure_converted
-from engine.model.precision import get_precision
 from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
 from engine.paths import HearthPaths, resolve_paths
+from engine.runtime import native_matmul
 from tests.arch_models import ARCH_SPECS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ def tiny_converted(tiny_gguf, tiny_dir):
     done: dict = {}
 
     def get(precision: str = "int4", logits_mode: str = "last"):
-        key = (precision, logits_mode, get_precision(precision).native)  # a test may turn the kernels off
+        key = (precision, logits_mode, native_matmul.running(precision).native)  # a test may turn the kernels off
         if key not in done:
             done[key] = ensure_converted(tiny_gguf, precision, tiny_dir / "converted", logits_mode=logits_mode)
         return done[key]
@@ -67,7 +67,7 @@ def arch_converted(arch_gguf, tiny_dir):
     done: dict = {}
 
     def get(name: str, precision: str = "int4", logits_mode: str = "last"):
-        key = (name, precision, logits_mode, get_precision(precision).native)
+        key = (name, precision, logits_mode, native_matmul.running(precision).native)
         if key not in done:
             done[key] = ensure_converted(arch_gguf(name), precision, tiny_dir / "converted", logits_mode=logits_mode)
         return done[key]

@@ -103,7 +103,7 @@ class Graph:
 
     def _matmul_blocks(self, x: str, blocks: str, type_name: str, named: dict) -> str:
         """x @ W.T straight from the GGUF's blocks: Hearth's MatMulQ (engine/native/hearth_matmul*.c),
-        exact fp32 or, for int4-fast, int8 activations and integer dots as llama.cpp computes."""
+        exact fp32 or, for int4-fast, int8 activations and integer dots, as the GGUF's own CPU kernels compute."""
         return self.w.op(native_matmul.MATMUL_OP, [x, blocks], domain=native_matmul.DOMAIN, **named,
                          type=native_matmul.TYPE_IDS[type_name], fast=int(self.precision.accuracy_level == 4))[0]
 

@@ -25,6 +25,7 @@ from engine.model.conversion_steps import CHECKING, READING, Cancel, ConversionS
 from engine.model.facts import sidecar_digest
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import Precision, get_precision
+from engine.runtime import native_matmul
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def conversion_dir(converted_root: Path, digest: str, precision: str, logits_mod
     """The folder of one conversion. A precision that runs on Hearth's kernels where they are usable is kept
     in ONNX Runtime's form (``-ort``) where they are not: the two forms never share a folder."""
     suffix = "" if logits_mode == "last" else f"-{logits_mode}"
-    return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{form_suffix(get_precision(precision))}{suffix}"
+    return converted_root / f"{digest[:16]}-c{CONVERTER_VERSION}-{precision}{form_suffix(native_matmul.running(precision))}{suffix}"
 
 
 def form_suffix(precision: Precision) -> str:
@@ -122,7 +123,7 @@ def ensure_converted(
     nothing of the conversion is kept, so a later call converts from scratch.
     """
     steps = ConversionSteps(Path(gguf_path).name, step_reporter(progress, report), cancel)
-    prec = get_precision(precision)
+    prec = native_matmul.running(precision)
     if not Path(gguf_path).is_file():
         kind = irregular_kind(Path(gguf_path))
         raise ModelFileError(f"model file {gguf_path} is not a regular file: it is {kind}" if kind
@@ -184,7 +185,7 @@ def cached_conversion(folder: Path, gguf_path: Path, digest: str, precision: str
     try:  # read_json: a FIFO or a 100,000-deep '[' is a conversion to build again, not a hang or a crash
         done = read_json(folder / "complete.json", MAX_COMPLETE_BYTES)
         arch = get_architecture(done["architecture"])
-        if done["graph_version"] != arch.GRAPH_VERSION or done.get("weights") != weight_form(get_precision(precision)):
+        if done["graph_version"] != arch.GRAPH_VERSION or done.get("weights") != weight_form(native_matmul.running(precision)):
             return None
     except (OSError, ValueError, KeyError, TypeError, HearthError):
         return None

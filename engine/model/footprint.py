@@ -26,7 +26,7 @@ def model_footprint(gguf: Path | GGUFModel, weights: str = DEFAULT_PRECISION) ->
     an architecture that cannot run yet (then without the KV cache). ``gguf``: a path, or the file
     already open (saves reading its header again)."""
     model = gguf if isinstance(gguf, GGUFModel) else GGUFModel(gguf)
-    precision = get_precision(weights)
+    precision = native_matmul.running(weights)
     tied = not model.has_tensor("output.weight")
     totals: dict[str, list] = {}  # type → [tensors, form, file bytes, ram bytes, fp32 bytes]
     for t in model.tensors:
@@ -124,7 +124,7 @@ def largest_dense_matmul_bytes(gguf: Path | GGUFModel, weights: str = DEFAULT_PR
     packed). ONNX Runtime prepacks such a matrix into a copy while a session loads, so for a moment it is
     in memory twice: the load's peak (engine/model/memory.py)."""
     model = gguf if isinstance(gguf, GGUFModel) else GGUFModel(gguf)
-    precision = get_precision(weights)
+    precision = native_matmul.running(weights)
     itemsize = 2 if "float16" in (precision.dense_dtype, precision.compute) else 4
     tied = not model.has_tensor("output.weight")
     largest = 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -21,7 +21,7 @@ class Precision:
     # (quant.split_planes) instead of dense rows (None: never).
     split_8bit_from: int | None = None
     # Whether the precision can run from the GGUF's blocks with Hearth's kernels (engine/runtime/native_matmul.py);
-    # ``native``: it does, on this machine now (get_precision decides, so every reader sees one form).
+    # ``native``: it does, on this machine now (native_matmul.running decides; conversion and footprints ask it).
     native_capable: bool = False
     native: bool = False
 
@@ -86,15 +86,6 @@ def get_precision(name: str) -> Precision:
         precision = PRECISIONS[name]
     except KeyError:
         raise HearthError(f"unknown weight precision {name!r}; choose one of: {', '.join(PRECISIONS)}") from None
-    return resolved(precision)
-
-
-def resolved(precision: Precision) -> Precision:
-    """``precision`` as it runs here: from the GGUF's blocks where Hearth's kernels can (native_matmul.py)."""
-    from engine.runtime import native_matmul
-
-    if precision.native_capable and not precision.native and native_matmul.available():
-        return replace(precision, native=True)
     return precision
 
 

@@ -73,6 +73,7 @@ __attribute__((visibility("default"))) OrtStatus *RegisterCustomOps(OrtSessionOp
     OrtStatus *st = CALL(CreateCustomOpDomainFn, SLOT_CreateCustomOpDomain)("ai.hearth", &domain);
     if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &hearth_attention_op);
     if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &hearth_head_op);
+    if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &hearth_gather_op);
     if (!st) st = CALL(AddCustomOpDomainFn, SLOT_AddCustomOpDomain)(options, domain);
     return st;
 }

@@ -42,6 +42,6 @@ int hearth_end_version(const struct OrtCustomOp *op);
     .GetVariadicOutputMinArity = hearth_one, .GetVariadicOutputHomogeneity = hearth_zero,           \
     .GetStartVersion = hearth_one, .GetEndVersion = hearth_end_version
 
-extern const OrtCustomOp hearth_attention_op, hearth_head_op;
+extern const OrtCustomOp hearth_attention_op, hearth_head_op, hearth_gather_op;
 
 #endif

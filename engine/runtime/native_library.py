@@ -13,7 +13,9 @@ from pathlib import Path
 
 ENV_SWITCH = "HEARTH_NATIVE_ATTENTION"  # 0: no kernel of the library runs (the head runs only beside attention)
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
-SOURCES = ("hearth_attention.c", "hearth_head.c", "hearth_ort.c", "hearth_ort.h", "ort_abi.h")  # build.sh's order
+SOURCES = (  # build.sh's order
+    "hearth_attention.c", "hearth_gather.c", "hearth_head.c", "hearth_ort.c", "hearth_ort.h", "hearth_unpack.h", "ort_abi.h",
+)
 
 
 def platform_library() -> Path | None:

@@ -16,8 +16,10 @@ import ctypes
 import functools
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
+from engine.model.precision import Precision, get_precision
 from engine.runtime import native_library
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,15 @@ def available() -> bool:
     """Whether a conversion made now runs its weights from the GGUF's blocks with Hearth's kernels."""
     library = native_library.platform_library()
     return enabled() and library is not None and _usable(library)
+
+
+def running(precision: Precision | str) -> Precision:
+    """``precision`` (or its name) as it runs here: from the GGUF's blocks where Hearth's kernels can."""
+    if isinstance(precision, str):
+        precision = get_precision(precision)
+    if precision.native_capable and not precision.native and available():
+        return replace(precision, native=True)
+    return precision
 
 
 def supports(type_name: str) -> bool:
