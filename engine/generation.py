@@ -25,7 +25,7 @@ import numpy as np
 
 from engine import types
 from engine.errors import ContextLengthError, HearthError, NumericalError, PromptError
-from engine.lookup import propose
+from engine.lookup import Backoff, propose
 from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
 from engine.runtime.runner import ModelRunner
@@ -355,6 +355,8 @@ class Engine:
                      max_new_tokens, timings, start, result, logits, reused, stream, pieces, history, counts,
                      lookup, draft, ahead) -> Iterator[Step | GenerationResult]:
         decode_start = None
+        backoff = Backoff()
+        drafted = 0  # length of the draft in flight, to tell how many of it were accepted
 
         def show(text: str, token: int | None) -> Iterator[Step]:
             if text:  # the token is not in the cache yet: the context it makes is one more
@@ -413,12 +415,15 @@ class Engine:
                 logits = ahead.pop(0)
                 timings.accepted_tokens += 1
                 continue
+            if drafted:  # the draft in flight ended: all accepted, or rejected at some token
+                backoff.outcome(drafted - len(draft))
+                drafted = 0
             if draft:  # rejected: the cache goes back to the accepted context
                 draft.clear()
                 ahead.clear()
                 self.cache.truncate(len(self.tokens))
             room = min(lookup, self.context_length - len(self.tokens) - 2, max_new_tokens - len(result.tokens))
-            proposed = propose(history, room) if room > 0 else []
+            proposed = propose(history, room) if room > 0 and backoff.ready() else []
             out = self.runner.forward([token, *proposed], self.cache, last=1 + len(proposed))
             out = out[-1 - len(proposed):]
             self.tokens.append(token)
@@ -427,6 +432,7 @@ class Engine:
                 draft.extend(proposed)
                 ahead.extend(out[1:])
                 timings.drafted_tokens += len(proposed)
+                drafted = len(proposed)
         if not stops.stopped:
             yield from show(stops.push(stream.flush()), None)
             yield from show(stops.flush(), None)

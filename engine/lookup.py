@@ -20,6 +20,40 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 NGRAM_MAX = 3
 MAX_DRAFT_LIMIT = 64  # the most tokens one verification pass may draft (SamplingParams.prompt_lookup)
+# Backing off where drafts keep missing (ordinary chat, where a verification pass costs more than the
+# single-token pass it replaces): after MISSES_BEFORE_PAUSE drafts in a row with no token accepted, draft
+# nothing for PAUSE_TOKENS tokens, twice as long after each further miss (at most PAUSE_MAX); a draft
+# with any token accepted ends the back-off. PAUSE_TOKENS = 0 turns it off.
+MISSES_BEFORE_PAUSE = 2
+PAUSE_TOKENS = 16
+PAUSE_MAX = 256
+
+
+class Backoff:
+    """When to draft: counts drafts in a row that had no token accepted and pauses drafting after them."""
+
+    def __init__(self, misses_before_pause: int | None = None, pause_tokens: int | None = None) -> None:
+        self.misses_before_pause = MISSES_BEFORE_PAUSE if misses_before_pause is None else misses_before_pause
+        self.pause_tokens = PAUSE_TOKENS if pause_tokens is None else pause_tokens
+        self.misses = 0
+        self.wait = 0  # tokens left before drafting again
+
+    def ready(self) -> bool:
+        """Whether to draft at this step; a step that may not draft counts down the pause."""
+        if self.wait > 0:
+            self.wait -= 1
+            return False
+        return True
+
+    def outcome(self, accepted: int) -> None:
+        """A draft ended with ``accepted`` of its tokens kept."""
+        if accepted > 0 or self.pause_tokens <= 0:
+            self.misses = 0
+            return
+        self.misses += 1
+        over = self.misses - self.misses_before_pause
+        if over >= 0:
+            self.wait = min(self.pause_tokens << over, PAUSE_MAX)
 
 
 def propose(history: Sequence[int] | np.ndarray, max_draft: int, ngram_max: int = NGRAM_MAX) -> list[int]:
