@@ -165,3 +165,35 @@ def test_sampling_with_lookup_drafts_and_keeps_the_cache_consistent(smol):
     assert len(smol.tokens) == smol.cache.length == len(prompt) + len(result.tokens) - 1
     again = _run(smol, prompt, params, 32)  # the same seed, the same reply
     assert again.tokens == result.tokens
+
+
+def test_the_back_off_pauses_after_drafts_that_keep_missing_and_ends_on_a_hit():
+    from engine.lookup import Backoff
+
+    b = Backoff(misses_before_pause=2, pause_tokens=4)
+    b.outcome(0)
+    assert b.ready()  # one miss: keep drafting
+    b.outcome(0)
+    assert [b.ready() for _ in range(5)] == [False] * 4 + [True]  # two in a row: a pause of 4 tokens
+    b.outcome(0)
+    assert [b.ready() for _ in range(9)] == [False] * 8 + [True]  # each further miss doubles it
+    b.outcome(1)
+    b.outcome(0)
+    assert b.ready()  # a draft with a token accepted starts the count again
+    off = Backoff(misses_before_pause=2, pause_tokens=0)
+    for _ in range(5):
+        off.outcome(0)
+        assert off.ready()  # pause 0: never pauses
+
+
+def test_the_back_off_drafts_less_where_drafts_miss_and_keeps_the_tokens(smol, monkeypatch):
+    from engine import lookup
+
+    prompt = smol.prompt_tokens([{"role": "user", "content": PROMPTS[0]}])
+    plain = _run(smol, prompt, GREEDY, 48)
+    monkeypatch.setattr(lookup, "PAUSE_TOKENS", 0)
+    always = _run(smol, prompt, LOOKUP, 48)
+    monkeypatch.setattr(lookup, "PAUSE_TOKENS", 16)
+    backing_off = _run(smol, prompt, LOOKUP, 48)
+    assert plain.tokens == always.tokens == backing_off.tokens
+    assert backing_off.timings.drafted_tokens <= always.timings.drafted_tokens
