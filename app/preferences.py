@@ -31,7 +31,8 @@ POLICY_LABELS = {"stop": "Stop the reply", "drop_oldest": "Drop the oldest messa
 # (key, label, step, decimals) of the numeric settings, in the order shown
 NUMERIC_FIELDS = (("temperature", "Temperature", 0.05, 2), ("top_p", "Top-p", 0.01, 2), ("top_k", "Top-k (0: off)", 1, 0),
                   ("min_p", "Min-p", 0.01, 2), ("repeat_penalty", "Repetition penalty", 0.01, 2),
-                  ("max_new_tokens", "Longest reply (tokens)", 1, 0))
+                  ("max_new_tokens", "Longest reply (tokens)", 1, 0),
+                  ("prompt_lookup", "Prompt lookup (draft tokens, 0 = off)", 1, 0))
 
 
 def number_box(key: str, step: float, decimals: int, value: float, name: str) -> QDoubleSpinBox | QSpinBox:

@@ -39,7 +39,8 @@ CONTEXT_POLICY_CHOICES = ((ContextPolicy.STOP, "Stop"), (ContextPolicy.DROP_OLDE
 def default_settings() -> dict:
     d = SamplingParams()
     return {"temperature": d.temperature, "top_p": d.top_p, "top_k": d.top_k, "min_p": d.min_p,
-            "repeat_penalty": d.repetition_penalty, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "seed": None}
+            "repeat_penalty": d.repetition_penalty, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "seed": None,
+            "prompt_lookup": d.prompt_lookup}
 
 
 def turn_settings(settings: dict) -> tuple[SamplingParams, int]:
@@ -51,7 +52,8 @@ def turn_settings(settings: dict) -> tuple[SamplingParams, int]:
         params = SamplingParams(temperature=float(values["temperature"]), top_k=int(values["top_k"]),
                                 top_p=float(values["top_p"]), min_p=float(values["min_p"]),
                                 repetition_penalty=float(values["repeat_penalty"]),
-                                seed=None if seed is None else int(seed))
+                                seed=None if seed is None else int(seed),
+                                prompt_lookup=int(values["prompt_lookup"]))
         max_new_tokens = int(values["max_new_tokens"])
     except (TypeError, ValueError) as exc:
         raise HearthError(f"this chat's settings are not valid ({exc}); fix them in Chat settings") from None

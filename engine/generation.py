@@ -25,6 +25,7 @@ import numpy as np
 
 from engine import types
 from engine.errors import ContextLengthError, HearthError, NumericalError, PromptError
+from engine.lookup import Backoff, propose
 from engine.model.convert import ConvertedModel
 from engine.model.gguf_file import GGUFModel
 from engine.runtime.runner import ModelRunner
@@ -337,7 +338,25 @@ class Engine:
         pieces: list[str] = []
         history = list(prompt)
         counts = np.zeros(logits.size, dtype=np.float32) if sampler.has_reply_penalties else None
+        # Prompt lookup: ``draft`` lists drafted tokens the cache already holds past self.tokens, and
+        # ``ahead`` the logits after each of them (from the one verification pass that ran them).
+        lookup = params.prompt_lookup if self.runner.can_verify else 0
+        draft: list[int] = []
+        ahead: list[np.ndarray] = []
+        try:
+            yield from self._decode_loop(prompt, sampler, stops, stop_ids, constraint, top_logprobs, progress,
+                                         cancel, max_new_tokens, timings, start, result, logits, reused, stream,
+                                         pieces, history, counts, lookup, draft, ahead)
+        finally:  # rows of a rejected or unused draft are scratch past the accepted context
+            if self.cache.length > len(self.tokens):
+                self.cache.truncate(len(self.tokens))
+
+    def _decode_loop(self, prompt, sampler, stops, stop_ids, constraint, top_logprobs, progress, cancel,
+                     max_new_tokens, timings, start, result, logits, reused, stream, pieces, history, counts,
+                     lookup, draft, ahead) -> Iterator[Step | GenerationResult]:
         decode_start = None
+        backoff = Backoff()
+        drafted = 0  # length of the draft in flight, to tell how many of it were accepted
 
         def show(text: str, token: int | None) -> Iterator[Step]:
             if text:  # the token is not in the cache yet: the context it makes is one more
@@ -347,7 +366,7 @@ class Engine:
         while True:
             allowed = constraint.allowed() if constraint is not None else None
             try:
-                token = sampler.sample(logits, history, counts, allowed)
+                token = sampler.sample(logits, history, counts, allowed, draft[0] if draft else None)
             except NumericalError as exc:
                 if reused and not result.tokens:  # maybe the reused context: rebuilt once from the prompt
                     log.warning("NaN logits after reusing %d cached tokens: rebuilding the context", reused)
@@ -390,8 +409,30 @@ class Engine:
             if cancel is not None and cancel.cancelled:
                 result.stop_reason = "cancelled"
                 break
-            logits = self.runner.forward([token], self.cache)[-1]
+            if draft and draft[0] == token:  # the model agrees with the draft: its logits are computed
+                draft.pop(0)
+                self.tokens.append(token)
+                logits = ahead.pop(0)
+                timings.accepted_tokens += 1
+                continue
+            if drafted:  # the draft in flight ended: all accepted, or rejected at some token
+                backoff.outcome(drafted - len(draft))
+                drafted = 0
+            if draft:  # rejected: the cache goes back to the accepted context
+                draft.clear()
+                ahead.clear()
+                self.cache.truncate(len(self.tokens))
+            room = min(lookup, self.context_length - len(self.tokens) - 2, max_new_tokens - len(result.tokens))
+            proposed = propose(history, room) if room > 0 and backoff.ready() else []
+            out = self.runner.forward([token, *proposed], self.cache, last=1 + len(proposed))
+            out = out[-1 - len(proposed):]
             self.tokens.append(token)
+            logits = out[0]
+            if proposed:
+                draft.extend(proposed)
+                ahead.extend(out[1:])
+                timings.drafted_tokens += len(proposed)
+                drafted = len(proposed)
         if not stops.stopped:
             yield from show(stops.push(stream.flush()), None)
             yield from show(stops.flush(), None)

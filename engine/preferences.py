@@ -38,8 +38,9 @@ SETTING_LIMITS: dict[str, tuple[float, float]] = {
     "min_p": (0.0, 0.99),
     "repeat_penalty": (0.5, 2.0),
     "max_new_tokens": (1, 8192),
+    "prompt_lookup": (0, 64),  # draft tokens per verification pass (engine/lookup.py); 0 = off
 }
-WHOLE_NUMBERS = frozenset({"top_k", "max_new_tokens"})
+WHOLE_NUMBERS = frozenset({"top_k", "max_new_tokens", "prompt_lookup"})
 # The engine's names for settings chats store under shorter ones (a model's defaults may use either).
 ALIASES = {"repetition_penalty": "repeat_penalty"}
 
@@ -60,6 +61,7 @@ class Preferences:
     min_p: float = _sampling_default("min_p")
     repeat_penalty: float = _sampling_default("repetition_penalty")
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    prompt_lookup: int = _sampling_default("prompt_lookup")
     context_policy: str = "stop"
 
     def settings(self) -> dict:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.errors import NumericalError, PromptError
+from engine.lookup import speculative_accept
 from engine.types import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
 
 PENALTY_RANGE = (-2.0, 2.0)  # OpenAI's range for presence_penalty and frequency_penalty
@@ -36,9 +37,10 @@ class Sampler:
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     def sample(self, logits: np.ndarray, history: Sequence[int], reply_counts: np.ndarray | None = None,
-               allowed: np.ndarray | None = None) -> int:
+               allowed: np.ndarray | None = None, draft: int | None = None) -> int:
         """``reply_counts``: how often each token id occurs in the reply so far (for the OpenAI penalties);
-        ``allowed``: a boolean mask over the vocabulary, False for tokens a constraint forbids."""
+        ``allowed``: a boolean mask over the vocabulary, False for tokens a constraint forbids; ``draft``: a
+        prompt-lookup token to accept or replace by the speculative rule (engine/lookup.py), same distribution."""
         p = self.params
         logits = np.asarray(logits, dtype=np.float32)
         if not np.isfinite(logits).all():  # argmax of NaNs is token 0: garbage that looks like output
@@ -52,6 +54,8 @@ class Sampler:
         if p.greedy or p.temperature == 0:
             return int(np.argmax(logits))
         ids, probs = _candidates(logits, p)
+        if draft is not None:
+            return speculative_accept(ids, probs, draft, self.rng)
         return int(self.rng.choice(ids, p=probs))
 
 

@@ -56,8 +56,14 @@ class SamplingParams:
     penalty_window: int = 64  # how many recent tokens the repetition penalty looks at
     seed: int | None = None
     greedy: bool = False
+    # Prompt-lookup decoding (engine/lookup.py): draft at most this many tokens from earlier context and
+    # verify them in one forward pass; 0 turns it off. The tokens (greedy) or their distribution stay the same.
+    prompt_lookup: int = 0
 
     def validate(self) -> None:
+        if (not isinstance(self.prompt_lookup, int) or isinstance(self.prompt_lookup, bool)
+                or not 0 <= self.prompt_lookup <= 64):
+            raise PromptError(f"prompt lookup drafts 0 (off) to 64 tokens, got {self.prompt_lookup!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**64):
             # numpy's generator takes none else; refused here, before a turn stores anything
             raise PromptError(f"the seed must be a whole number from 0 to {2**64 - 1}, got {self.seed!r}")
@@ -384,6 +390,8 @@ class Timings:
     decode_tokens_per_s: float = 0.0
     ttft_ms: float = 0.0
     load_ms: float = 0.0
+    drafted_tokens: int = 0  # prompt lookup: tokens drafted, and how many of them the model agreed with
+    accepted_tokens: int = 0
 
     def as_dict(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}

@@ -292,3 +292,41 @@ def test_the_first_run_dialog_says_plainly_when_the_conversion_was_cancelled(qtb
     assert dialog.stage.text() == NOT_LOADED and dialog.retry.isVisible() and not dialog.cancel.isVisible()
     assert "nothing was kept" in dialog.error.text() and w.status.model.text() == "The model was not loaded"
     w.host.stop()
+
+
+# prompt lookup ------------------------------------------------------------------------------------------
+def test_the_prompt_lookup_preference_is_saved_and_reaches_the_turn(qtbot, windows, config):
+    w = windows()
+    requests = sent_requests(w)
+    dialog = w.open_preferences()
+    box = dialog.boxes["prompt_lookup"]
+    assert box.accessibleName() == "Prompt lookup (draft tokens, 0 = off)"
+    assert (box.minimum(), box.maximum(), box.value()) == (0, 64, 0)  # off by default
+    dialog.reject()
+    set_preferences(qtbot, w, prompt_lookup=4, max_new_tokens=4)
+    assert w.preferences.prompt_lookup == 4
+    assert load_preferences(config.paths).preferences.prompt_lookup == 4  # kept on disk
+    w.new_chat()
+    send(qtbot, w, "hello")
+    wait_idle(qtbot, w)
+    (request,) = requests
+    assert request.params.prompt_lookup == 4
+    windows.close(w)
+    assert windows().preferences.prompt_lookup == 4
+
+
+def test_the_status_line_shows_drafted_and_accepted_tokens():
+    from app.status import speed_label
+
+    assert speed_label(21.3, None) == "21.3 tokens/s"  # no drafts: nothing said about them
+    assert speed_label(21.3, None, 52, 40) == "21.3 tokens/s · 40 of 52 drafted tokens accepted"
+
+
+def test_a_stored_prompt_lookup_out_of_range_is_refused_when_the_turn_is_built():
+    from app.settings_dialog import turn_settings
+    from engine.errors import HearthError
+
+    assert turn_settings({"prompt_lookup": 8})[0].prompt_lookup == 8
+    assert turn_settings({})[0].prompt_lookup == 0
+    with pytest.raises(HearthError, match="prompt lookup"):
+        turn_settings({"prompt_lookup": 65})

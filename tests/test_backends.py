@@ -187,6 +187,15 @@ def test_window_text_without_local_facts():
     assert model_label(local) == "SmolLM2 · int4 · CPU"
 
 
+def test_the_terminal_chat_says_how_many_drafted_tokens_were_accepted():
+    from dataclasses import replace
+
+    from engine.cli.terminal_chat import turn_figures
+
+    drafted = replace(finished(None), timings=Timings(decode_tokens_per_s=3.0, drafted_tokens=52, accepted_tokens=40))
+    assert turn_figures(drafted) == "3.0 tok/s, 40 of 52 drafted tokens accepted"
+
+
 def test_cli_and_terminal_text_without_local_facts():
     from app.self_test import kernels
     from engine.cli.store import turn_line

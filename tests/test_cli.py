@@ -493,3 +493,40 @@ def test_a_million_token_model_runs_at_the_picked_context_and_context_is_honoure
         errors = [line for line in proc.stderr.splitlines() if "error" in line]
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert errors == [proc.stderr.splitlines()[-1]] and "argument --context: must be" in errors[0]
+
+
+# prompt lookup ----------------------------------------------------------------------------------------------
+def test_prompt_lookup_option_reaches_the_sampling_params():
+    from engine.cli.common import lookup_figures, sampling_from_args
+    from engine.cli.main import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["generate", "--prompt", "hi", "--prompt-lookup", "8"])
+    assert sampling_from_args(args).prompt_lookup == 8
+    args = parser.parse_args(["generate", "--prompt", "hi", "--greedy", "--prompt-lookup", "4"])
+    params = sampling_from_args(args)
+    assert params.greedy and params.prompt_lookup == 4
+    assert sampling_from_args(parser.parse_args(["generate", "--prompt", "hi"])).prompt_lookup == 0  # off
+    assert lookup_figures({"drafted_tokens": 0, "accepted_tokens": 0}) == ""
+    assert lookup_figures({"drafted_tokens": 52, "accepted_tokens": 40}) == "; 40 of 52 drafted tokens accepted"
+
+
+@pytest.mark.parametrize("value", ["65", "-1"])
+def test_a_bad_prompt_lookup_is_one_plain_error_before_any_model_loads(tmp_path, value):
+    proc = run_cli("generate", "--prompt", "hi", "--prompt-lookup", value, home=tmp_path / "empty")
+    assert_clean_error(proc, "prompt lookup")
+
+
+def test_a_prompt_lookup_that_is_not_a_number_is_refused(tmp_path):
+    proc = run_cli("generate", "--prompt", "hi", "--prompt-lookup", "lots", home=tmp_path / "empty")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--prompt-lookup" in proc.stderr
+
+
+def test_generate_reports_drafted_and_accepted_tokens(tiny_home, tiny_gguf):
+    out = generate_json(tiny_home, tiny_gguf, "--prompt", "a b c a b c a b c", "--greedy", "--max-new-tokens", "6",
+                        "--prompt-lookup", "4")
+    plain = generate_json(tiny_home, tiny_gguf, "--prompt", "a b c a b c a b c", "--greedy", "--max-new-tokens", "6")
+    assert out["tokens"] == plain["tokens"]
+    assert 0 <= out["timings"]["accepted_tokens"] <= out["timings"]["drafted_tokens"]
+    assert plain["timings"]["drafted_tokens"] == 0

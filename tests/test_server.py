@@ -214,10 +214,25 @@ def test_penalties_and_response_format_reach_the_engine(server):
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"model": ""}, "model"),
+    ({"prompt_lookup": 65}, "prompt_lookup"),
+    ({"prompt_lookup": -1}, "prompt_lookup"),
+    ({"prompt_lookup": "4"}, "prompt_lookup"),
 ])
 def test_invalid_fields_are_400_naming_them(server, change, param):
     body = {"model": TINY, "messages": CHAT, "max_tokens": 4, "unknown_field": {"ignored": True}, **change}
     assert_error(post(server, "/v1/chat/completions", body), 400, param)
+
+
+def test_prompt_lookup_is_a_hearth_field_and_the_hearth_object_counts_its_drafts(server):
+    body = {"model": TINY, "messages": CHAT, "max_tokens": 6, "temperature": 0}
+    plain = post(server, "/v1/chat/completions", body)
+    drafted = post(server, "/v1/chat/completions", dict(body, prompt_lookup=8))
+    assert plain.status_code == drafted.status_code == 200, drafted.text
+    for r in (plain, drafted):
+        hearth = r.json()["hearth"]
+        assert 0 <= hearth["accepted_tokens"] <= hearth["drafted_tokens"]
+    assert plain.json()["hearth"]["drafted_tokens"] == 0  # off unless asked
+    assert drafted.json()["choices"][0]["message"]["content"] == plain.json()["choices"][0]["message"]["content"]
 
 
 def test_n_above_one_is_refused_through_the_client(server):

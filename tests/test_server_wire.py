@@ -120,6 +120,12 @@ def test_counts_are_capped(body):
             {"name": "f", "input_schema": {"type": "object"}}] * 129)
 
 
+def test_prompt_lookup_reaches_the_sampling_params_greedy_or_not():
+    assert chat_request(chat(), None).request.params.prompt_lookup == 0
+    assert chat_request(chat(prompt_lookup=4), None).request.params.prompt_lookup == 4
+    assert chat_request(chat(prompt_lookup=4, temperature=0), None).request.params.prompt_lookup == 4
+
+
 # OpenAI results ---------------------------------------------------------------------------------------------
 def test_a_reply_that_only_calls_has_null_content_and_finish_reason_tool_calls():
     calls = (ToolCall("call_1", "get_weather", '{"city": "Oslo"}', 0),)
@@ -130,6 +136,13 @@ def test_a_reply_that_only_calls_has_null_content_and_finish_reason_tool_calls()
     assert choice["message"]["tool_calls"] == [CALL]
     plain = chat_completion(Served(result(text="hello"), "m"), "id", 0)["choices"][0]["message"]
     assert plain["content"] == "hello" and "tool_calls" not in plain and "reasoning_content" not in plain
+
+
+def test_the_hearth_object_reports_drafted_and_accepted_tokens():
+    from engine.types import Timings
+
+    body = chat_completion(Served(result(timings=Timings(drafted_tokens=12, accepted_tokens=7)), "m"), "id", 0)
+    assert body["hearth"]["drafted_tokens"] == 12 and body["hearth"]["accepted_tokens"] == 7
 
 
 def test_stream_chunks_carry_reasoning_content_and_tool_calls_by_index():

@@ -313,7 +313,9 @@ class Graph:
         was asked for all), as the ``logits`` output."""
         w = self.w
         if self.logits_mode == "last":
-            starts = w.constant("last.start", np.array([-1], np.int64))
+            # The slice starts where the runner says (-1 to decode, -n to verify n drafted positions
+            # at once: prompt-lookup decoding), so one conversion serves both.
+            starts = w.add_input(io_names.LOGITS_START, TensorProto.INT64, [1])
             ends = w.constant("last.end", np.array([np.iinfo(np.int64).max], np.int64))
             axis = w.constant("last.axis", np.array([1], np.int64))
             hidden = w.op1("Slice", [hidden, starts, ends, axis])

@@ -7,6 +7,7 @@ The command modules (``main.py``, ``store.py``, ``library.py``, ``bundle.py``, `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -106,8 +107,11 @@ def read_messages(path: str) -> list[dict]:
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    lookup = getattr(args, "prompt_lookup", 0)
     if args.greedy:
-        return SamplingParams.greedy_params()
+        params = dataclasses.replace(SamplingParams.greedy_params(), prompt_lookup=lookup)
+        params.validate()
+        return params
     defaults = SamplingParams()
     params = SamplingParams(
         temperature=defaults.temperature if args.temperature is None else args.temperature,
@@ -116,9 +120,17 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         min_p=defaults.min_p if args.min_p is None else args.min_p,
         repetition_penalty=defaults.repetition_penalty if args.repeat_penalty is None else args.repeat_penalty,
         seed=args.seed,
+        prompt_lookup=lookup,
     )
     params.validate()
     return params
+
+
+def lookup_figures(timings: dict) -> str:
+    """"; 40 of 52 drafted tokens accepted" when prompt lookup drafted any, else ""."""
+    if not timings.get("drafted_tokens"):
+        return ""
+    return f"; {timings['accepted_tokens']} of {timings['drafted_tokens']} drafted tokens accepted"
 
 
 def sampling_options(p: argparse.ArgumentParser) -> None:
@@ -131,6 +143,10 @@ def sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float)
     p.add_argument("--repeat-penalty", type=float)
     p.add_argument("--seed", type=int, help="the same seed reproduces the same reply")
+    p.add_argument("--prompt-lookup", type=int, default=0, metavar="N",
+                   help="prompt-lookup decoding: draft up to N tokens from earlier context and verify them "
+                        "in one pass (0 = off, the default; up to 64). Pays when the reply repeats the "
+                        "prompt, e.g. editing a file; slows ordinary chat")
     p.add_argument("--provider", choices=PROVIDER_CHOICES, default="auto")
 
 

@@ -42,6 +42,7 @@ from engine.cli.common import (
     Progress,
     data_paths,
     emit,
+    lookup_figures,
     read_messages,
     sampling_from_args,
     sampling_options,
@@ -178,7 +179,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(terminal_safe(logprob_table(hearth, result)))
         sys.stderr.write(
             f"[{len(result.tokens)} tokens, {result.stop_reason}; prefill {timings['prefill_tokens_per_s']:.0f} tok/s, "
-            f"decode {timings['decode_tokens_per_s']:.1f} tok/s on {model.provider}]\n"
+            f"decode {timings['decode_tokens_per_s']:.1f} tok/s on {model.provider}{lookup_figures(timings)}]\n"
         )
     return 0
 

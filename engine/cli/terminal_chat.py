@@ -124,7 +124,10 @@ def _attach(hearth: Hearth, path: str, pending: list[Attachment]) -> None:
 
 def turn_figures(outcome: Finished) -> str:
     """A turn's speed, and where its context came from when the backend knows (a local one)."""
-    figures = f"{outcome.timings.decode_tokens_per_s:.1f} tok/s"
+    t = outcome.timings
+    figures = f"{t.decode_tokens_per_s:.1f} tok/s"
+    if t.drafted_tokens:  # prompt lookup ran
+        figures += f", {t.accepted_tokens} of {t.drafted_tokens} drafted tokens accepted"
     if outcome.local is None:
         return figures
     r = outcome.local.resume

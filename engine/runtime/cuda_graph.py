@@ -40,6 +40,9 @@ class GraphDecoder:
         b.bind_ortvalue_input(io_names.INPUT_IDS, self.ids)
         b.bind_ortvalue_input(io_names.SEQLENS_K, self.seqlens)
         b.bind_ortvalue_input(io_names.TOTAL_SEQUENCE_LENGTH, self.total)
+        if io_names.LOGITS_START in {i.name for i in self.session.get_inputs()}:
+            self.start = ort.OrtValue.ortvalue_from_numpy(np.array([-1], np.int64))
+            b.bind_ortvalue_input(io_names.LOGITS_START, self.start)
         b.bind_ortvalue_output(io_names.LOGITS, self.logits)
         for i in range(cache.n_layers):
             cache.bind_layer(b, i)

@@ -114,6 +114,10 @@ class ModelRunner:
         self.kv_dtype = np.dtype(np.float16 if meta.get("hearth.kv_dtype") == "float16" else np.float32)
         self.all_logits = meta.get("hearth.logits") == "all"
         self._binding = self.session.io_binding()
+        # Graphs whose last-position slice reads logits_start can return the last n positions' logits
+        # (prompt-lookup verification); older conversions cannot, and decode one token at a time.
+        self.can_verify = self.all_logits or io_names.LOGITS_START in {i.name for i in self.session.get_inputs()}
+        self._has_start = io_names.LOGITS_START in {i.name for i in self.session.get_inputs()}
         # Decode steps replay a CUDA graph where every node runs on the GPU (the fp16 graphs): 2.4× the
         # decode speed on an H200, the same tokens (cuda_graph.py). HEARTH_CUDA_GRAPH=0 turns it off.
         self.graph = None
@@ -130,15 +134,18 @@ class ModelRunner:
         c = self.config
         return KVCache(c.n_layers, c.n_head_kv, c.head_dim, c.context_length, device=self.provider, dtype=self.kv_dtype)
 
-    def forward(self, token_ids: np.ndarray | list[int], cache: KVCache) -> np.ndarray:
+    def forward(self, token_ids: np.ndarray | list[int], cache: KVCache, last: int = 1) -> np.ndarray:
         """Run ``token_ids`` after the cache's rows; return logits [n_positions, vocab] as float32.
 
-        ``n_positions`` is 1 (the last token) unless the model was built with all logits.
+        ``n_positions`` is ``last`` (the last positions, 1 to decode; more needs ``can_verify``) unless the
+        model was built with all logits.
         """
         ids = np.asarray(token_ids, dtype=np.int64).reshape(1, -1)
         n = ids.shape[1]
         if n == 0:
             raise ValueError("forward needs at least one token")
+        if not 1 <= last <= n or (last > 1 and not self.can_verify):
+            raise ValueError(f"cannot return logits for the last {last} of {n} positions with this graph")
         if n == 1 and self.graph is not None and cache.length + 1 <= cache.capacity:
             return self.graph.step(int(ids[0, 0]), cache)
         total = cache.length + n
@@ -152,6 +159,8 @@ class ModelRunner:
         b.bind_cpu_input(io_names.INPUT_IDS, ids)
         b.bind_cpu_input(io_names.SEQLENS_K, np.array([total - 1], dtype=np.int32))
         b.bind_cpu_input(io_names.TOTAL_SEQUENCE_LENGTH, np.array(total, dtype=np.int32))
+        if self._has_start:
+            b.bind_cpu_input(io_names.LOGITS_START, np.array([-last], dtype=np.int64))
         b.bind_output(io_names.LOGITS, "cpu")  # bound first, so it is output 0 below
         for i in range(cache.n_layers):
             cache.bind_layer(b, i)

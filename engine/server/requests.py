@@ -37,11 +37,11 @@ def sampling(body: _Sampling) -> SamplingParams:
     penalty: OpenAI's API has presence/frequency penalties instead, and clients expect none otherwise."""
     seed = None if body.seed == RANDOM_SEED else body.seed
     if body.temperature == 0 or body.top_p == 0:
-        return SamplingParams(greedy=True, repetition_penalty=1.0, seed=seed)
+        return SamplingParams(greedy=True, repetition_penalty=1.0, seed=seed, prompt_lookup=body.prompt_lookup)
     defaults = SamplingParams()
     return SamplingParams(temperature=defaults.temperature if body.temperature is None else body.temperature,
                           top_p=defaults.top_p if body.top_p is None else body.top_p, repetition_penalty=1.0,
-                          seed=seed)
+                          seed=seed, prompt_lookup=body.prompt_lookup)
 
 
 def conversation(body: _Sampling, header: str | None) -> str | None:

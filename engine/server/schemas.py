@@ -98,6 +98,8 @@ class _Sampling(_Lenient):
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     n: int = Field(default=1, ge=1)  # only 1: requests.py says so clearly
     user: str | None = Field(default=None, max_length=256)
+    # Hearth extension: prompt-lookup decoding, draft up to this many tokens from the context (0 = off)
+    prompt_lookup: int = Field(default=0, ge=0, le=64, strict=True)
 
     @field_validator("seed")
     @classmethod

@@ -32,7 +32,10 @@ def hearth_object(result: ServeResult) -> dict:
     cache = result.cache
     return {"source": str(cache.source), "reason": cache.reason, "reused_tokens": cache.reused_tokens,
             "prefilled_tokens": cache.prefilled_tokens, "restore_ms": round(cache.restore_ms, 3),
-            "ttft_ms": round(result.timings.ttft_ms, 3) if result.timings is not None else None}
+            "ttft_ms": round(result.timings.ttft_ms, 3) if result.timings is not None else None,
+            # prompt lookup (the request's prompt_lookup): tokens drafted, and how many the model agreed with
+            "drafted_tokens": result.timings.drafted_tokens if result.timings is not None else 0,
+            "accepted_tokens": result.timings.accepted_tokens if result.timings is not None else 0}
 
 
 def usage(result: ServeResult) -> dict:
