@@ -18,11 +18,11 @@ import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from engine.runtime import native_library
 from engine.runtime.runner import session_options
-from tests.test_native_unpack import TYPES
+from tests.test_native_unpack import TYPES, one_op_model
 
 LIBRARY = native_library.platform_library()
 needs_library = pytest.mark.skipif(LIBRARY is None, reason="no prebuilt kernel for this platform")
@@ -82,13 +82,7 @@ def quantized_x(qtype: T, x: np.ndarray) -> np.ndarray:
 
 
 def matmul_model(qtype: int, fast: int) -> bytes:
-    """One MatMulQ node; no declared shapes, so bad shapes reach the kernel itself."""
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
-              helper.make_tensor_value_info("w", TensorProto.UINT8, None)]
-    node = helper.make_node("MatMulQ", ["x", "w"], ["y"], domain=DOMAIN, type=int(qtype), fast=fast)
-    graph = helper.make_graph([node], "matmul", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)],
-                             ir_version=9).SerializeToString()
+    return one_op_model("MatMulQ", {"x": TensorProto.FLOAT, "w": TensorProto.UINT8}, type=int(qtype), fast=fast)
 
 
 def matmul(qtype: int, fast: int, x: np.ndarray, w: np.ndarray) -> np.ndarray:

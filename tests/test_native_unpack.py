@@ -139,14 +139,18 @@ def test_the_test_exports_refuse_an_unknown_type_or_a_bad_k(lib):
     assert not out.any()
 
 
-def gather_model(qtype: int, k: int) -> bytes:
-    """One GatherQ node; no declared shapes, so bad shapes reach the kernel itself."""
-    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, None),
-              helper.make_tensor_value_info("w", TensorProto.UINT8, None)]
-    node = helper.make_node("GatherQ", ["ids", "w"], ["y"], domain=DOMAIN, type=int(qtype), k=k)
-    graph = helper.make_graph([node], "gather", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+def one_op_model(op: str, inputs: dict[str, int], **attributes) -> bytes:
+    """One node of Hearth's ``op`` over ``inputs`` (name → element type), output y float32; no declared
+    shapes, so bad shapes reach the kernel itself."""
+    values = [helper.make_tensor_value_info(name, element, None) for name, element in inputs.items()]
+    node = helper.make_node(op, list(inputs), ["y"], domain=DOMAIN, **attributes)
+    graph = helper.make_graph([node], op, values, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)],
                              ir_version=9).SerializeToString()
+
+
+def gather_model(qtype: int, k: int) -> bytes:
+    return one_op_model("GatherQ", {"ids": TensorProto.INT64, "w": TensorProto.UINT8}, type=int(qtype), k=k)
 
 
 def gather(qtype: int, k: int, ids: np.ndarray, w: np.ndarray) -> np.ndarray:

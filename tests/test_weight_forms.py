@@ -18,13 +18,7 @@ from engine.runtime import native_library, native_matmul
 from engine.runtime.runner import ModelRunner
 from tests.reference import ReferenceLlama
 
-
-def _kernels_usable() -> bool:
-    library = native_library.platform_library()
-    return library is not None and native_matmul._usable(library)
-
-
-needs_kernels = pytest.mark.skipif(not _kernels_usable(), reason="Hearth's matmul kernels cannot run here")
+needs_kernels = pytest.mark.skipif(not native_matmul.usable(), reason="Hearth's matmul kernels cannot run here")
 
 
 @pytest.fixture(autouse=True)

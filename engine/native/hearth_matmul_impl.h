@@ -5,11 +5,14 @@
  *
  * Both numerics decode HEARTH_TILE_ROWS rows of W at a time into a per-thread tile and reuse it for
  * every row of X, so a prefill decodes each block once per call, and decode streams the blocks once:
- * - exact: each row is decoded to fp32 by hearth_dequant_row (bit-identical to gguf), and the dots are
- *   fp32 FMAs, so a result differs from the float64 reference only by fp32 summation;
- * - fast: each row is unpacked to its codes with, per run of 4 codes, the sub-block's scale, and per run
- *   of 16 its offset; X was quantized by quantize() as llama.cpp's CPU path does (Q8_0 / Q8_1 per 32,
- *   Q8_K per 256); the codes meet in 8-bit integer dots of 4 codes a lane, and each lane is scaled once:
+ * - exact: up to FUSED_EXACT_ROWS rows of X (decode), each row of W is unpacked to its codes with a scale
+ *   and offset per run of 16, and the weights s·q + o are formed in registers (exactly gguf's values,
+ *   hearth_unpack.h); more rows of X (prefill), the tile holds rows decoded to fp32 by hearth_dequant_row
+ *   (bit-identical to gguf). Either way the dots are fp32 FMAs, so a result differs from the float64
+ *   reference only by fp32 summation;
+ * - fast: each row is unpacked to the same codes, scales and offsets; X was quantized by quantize() as
+ *   llama.cpp's CPU path does (Q8_0 / Q8_1 per 32, Q8_K per 256); the codes meet in 8-bit integer dots
+ *   of 4 codes a lane, and each lane is scaled once:
  *   y = sum over lanes of s·dx·(codes · x codes) + sum over runs of 16 of o·dx·(sum of x codes).
  * BF16 (present on some of these CPUs) is not used: it keeps neither numerics.
  */

@@ -50,10 +50,15 @@ def _usable(library: Path) -> bool:
     return usable() == 1
 
 
+def usable() -> bool:
+    """Whether this machine can run the kernels (the library exists, loads and accepts this CPU)."""
+    library = native_library.platform_library()
+    return library is not None and _usable(library)
+
+
 def available() -> bool:
     """Whether a conversion made now runs its weights from the GGUF's blocks with Hearth's kernels."""
-    library = native_library.platform_library()
-    return enabled() and library is not None and _usable(library)
+    return enabled() and usable()
 
 
 def running(precision: Precision | str) -> Precision:
@@ -72,10 +77,9 @@ def supports(type_name: str) -> bool:
 def chosen_isa() -> str:
     """The instruction set the kernels pick under the current environment (``error: ...`` when a forced one
     is missing), or "" without the library."""
-    library = native_library.platform_library()
-    if library is None or not _usable(library):
+    if not usable():
         return ""
-    fn = ctypes.CDLL(str(library)).HearthKernelsIsa
+    fn = ctypes.CDLL(str(native_library.platform_library())).HearthKernelsIsa
     fn.restype = ctypes.c_char_p
     return fn().decode()
 
@@ -92,8 +96,7 @@ def register_library(options) -> None:
     """Register the kernel library with ``options`` (ONNX Runtime SessionOptions), or ModelFileError."""
     from engine.errors import ModelFileError
 
-    library = native_library.platform_library()
-    if library is None or not _usable(library):
+    if not usable():
         raise ModelFileError("this conversion runs on Hearth's CPU kernels, which cannot run on this machine; "
                              "delete it (hearth-cli model remove or the converted folder) to convert again")
-    options.register_custom_ops_library(str(library))
+    options.register_custom_ops_library(str(native_library.platform_library()))
