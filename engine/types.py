@@ -501,6 +501,8 @@ class Finished:
     dropped_messages: int = 0  # stored messages the model did not read this turn (policy "drop_oldest")
     continued: bool = False  # a Continue: ``reply`` is the whole stored message, ``tokens`` only what was added
     local: LocalTurnFacts | None = None  # where the context came from and how its save went; None from a remote backend
+    # what a remote server said of its prefix cache (usage.prompt_tokens_details.cached_tokens); None: not reported
+    server_cached_tokens: int | None = None
     # the reply's thinking (``reply`` is the visible text only), how long it took (None: it did not think), and
     # the tool calls it made (a bound server request with tools: the window's own turns make none)
     reasoning: str = ""
@@ -661,6 +663,8 @@ class ModelOrigin(StrEnum):
     CATALOG = "catalog"  # resources/models.json, fetched by Hearth
     ADDED = "added"  # a file the user added by path (linked in place, or copied into the models dir)
     FOLDER = "folder"  # a .gguf found in the models folder the user chose
+    REMOTE = "remote"  # a model an added remote server lists (engine/remotes.py): its name is NAME/MODEL
+    HUB = "hub"  # a GGUF downloaded from the Hugging Face Hub (engine/hub.py)
 
 
 @dataclass(frozen=True)

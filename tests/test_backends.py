@@ -28,7 +28,7 @@ from engine.types import (
     Token,
     TurnRequest,
 )
-from tests.remote_backend import RemoteBackend
+from engine.backends.remote import RemoteBackend
 from tests.server_helpers import LiveServer
 
 GREEDY = SamplingParams.greedy_params()
