@@ -21,6 +21,7 @@ from tests.arch_models import ARCH_SPECS
 REPO = Path(__file__).resolve().parent.parent
 TEST_CACHE = Path(os.environ.get("HEARTH_TEST_CACHE", REPO / ".test-cache"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HEARTH_KEYRING", "0")  # secrets go to the data dir's private file, never the desktop's keyring
 WINDOW_TIMEOUT = 60_000
 
 
