@@ -455,9 +455,16 @@ class ChatPane(QWidget):
     def _on_failed(self, failed: ReplyFailed) -> None:
         """The turn failed after its message was stored: no empty reply stays behind; the message's block
         says why and offers to answer it again (also when the chat is opened later)."""
-        self.model.note_no_reply(failed.conversation, failed.message)
         if self.model.shows(failed.conversation):
             self.transcript.remove(self.transcript.stream_widget)
+            stored = self.model.stored()
+            if stored and stored[-1][1] == "assistant":  # cut off mid-reply (a server that stopped): what arrived is kept
+                self.render(stored)
+                self.update_buttons()
+                self._problem(failed.conversation, failed.message)
+                return
+        self.model.note_no_reply(failed.conversation, failed.message)
+        if self.model.shows(failed.conversation):
             self._offer_next_step()
         self._problem(failed.conversation, failed.message)
 

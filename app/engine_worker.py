@@ -20,7 +20,8 @@ from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 from app.config import AppConfig
 from app.conversation_events import OpenFailed, Rebuilding, TurnFailed
 from app.settings_dialog import turn_settings
-from engine.api import Hearth, bundles, effective_settings, load_preferences, saved_contexts
+from engine.api import Hearth, RemoteRegistry, bundles, effective_settings, load_preferences, open_remote, saved_contexts
+from engine.backends import Backend
 from engine.errors import (
     ConversionCancelledError,
     HearthError,
@@ -75,6 +76,9 @@ class EngineWorker(QObject):
         super().__init__()
         self.config = config
         self._hearth: Hearth | None = None
+        # the remote server's backend while the chat shown runs on one of its models (NAME/MODEL), else None:
+        # turns go to it; the local Hearth stays as it was (its model loaded, its saved contexts on disk)
+        self._remote: Backend | None = None
         self._turning = False  # inside run_turn (a REBUILT resume there is not an opening's rebuild)
         self._load_cancel: CancelToken | None = None  # the running load's, while one runs (cancel_load sets it)
         # Set by shutdown: work the window posted while it was closing (an opening queued by the model's
@@ -89,8 +93,50 @@ class EngineWorker(QObject):
             self._hearth = Hearth(c.paths, model=c.model, weights=c.weights, provider=c.provider)
         return self._hearth
 
+    @property
+    def backend(self) -> Backend:
+        """What turns run on: the remote server's backend while one is chosen, else the local Hearth."""
+        return self._remote if self._remote is not None else self.hearth
+
     def _loaded(self) -> bool:
+        """A model is ready for turns (the remote's, or the local one)."""
+        if self._closed:
+            return False
+        if self._remote is not None:
+            return self._remote.model is not None
+        return self._hearth is not None and self._hearth.model is not None
+
+    def _local_loaded(self) -> bool:
         return not self._closed and self._hearth is not None and self._hearth.model is not None
+
+    def _drop_remote(self) -> None:
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            try:
+                remote.close()  # the shared conversation store stays open: it is the local Hearth's
+            except Exception:
+                log.warning("closing the remote backend failed:\n%s", traceback.format_exc())
+
+    def _switch_remote(self, name: str) -> bool:
+        """``name`` is NAME/MODEL of an added server: make its backend the one turns run on (True), else False.
+        Raises HearthError (RemoteError) in plain words when the server cannot be reached or refuses."""
+        if RemoteRegistry(self.config.paths.data).find(name) is None:
+            return False
+        if self._remote is not None and self._remote.model is not None and self._remote.model_key == name:
+            self.ready.emit(self._remote.model)
+            return True
+        backend = open_remote(self.config.paths, name, conversations=self.hearth.conversations)
+        if backend is None:  # removed meanwhile
+            return False
+        try:
+            info = backend.load()
+        except BaseException:
+            backend.close()
+            raise
+        self._drop_remote()
+        self._remote = backend
+        self.ready.emit(info)
+        return True
 
     # model ----------------------------------------------------------------------------------------------
     def cancel_load(self) -> None:
@@ -160,9 +206,20 @@ class EngineWorker(QObject):
     @Slot(str, bool)
     def switch_model(self, name: str, force: bool) -> None:
         """Run ``name`` instead (the live context is saved first); ``force``: even if it may not fit in memory."""
+        try:
+            if self._switch_remote(name):
+                self._emit_cache_states()
+                return
+        except HearthError as exc:
+            self.switch_failed.emit(name, str(exc))
+            return
+        except Exception as exc:
+            self.switch_failed.emit(name, str(_unexpected("reaching the server", exc)))
+            return
+        self._drop_remote()  # a local model: the local Hearth runs the turns again
         self._load_cancel = CancelToken()
         try:
-            if self._loaded() and self.hearth.model_key == name:
+            if self._local_loaded() and self.hearth.model_key == name:
                 info = self.hearth.model
             else:
                 info = self.hearth.switch_model(name, progress=self.setup_progress.emit, force=force,
@@ -192,7 +249,7 @@ class EngineWorker(QObject):
         except HearthError as exc:
             self.context_refused.emit(name, str(exc))
             return
-        if info is not None and self._loaded():
+        if info is not None and self._local_loaded() and self._remote is None:
             self.ready.emit(info)
         self.context_set.emit(name)
 
@@ -202,7 +259,7 @@ class EngineWorker(QObject):
         have loaded another model or made a conversation live: the window hears of both."""
         before = self._hearth.model if self._hearth is not None else None
         job()  # it reports its own result and errors to the server
-        if self._loaded() and self.hearth.model is not before:
+        if self._local_loaded() and self._remote is None and self.hearth.model is not before:
             self.ready.emit(self.hearth.model)
         self._emit_cache_states()
 
@@ -213,7 +270,7 @@ class EngineWorker(QObject):
         conversation = request.conversation
         self._turning = True
         try:
-            self.hearth.run_turn(request, self._event, cancel)
+            self.backend.run_turn(request, self._event, cancel)
         except HearthError as exc:
             self.conversation_event.emit(TurnFailed(conversation, exc))
         except Exception as exc:
@@ -229,7 +286,7 @@ class EngineWorker(QObject):
             return
         try:
             max_new_tokens, policy = self._view_settings(conversation)
-            self.hearth.open_conversation(conversation, self._event, cancel, max_new_tokens=max_new_tokens,
+            self.backend.open_conversation(conversation, self._event, cancel, max_new_tokens=max_new_tokens,
                                           context_policy=policy)
         except HearthError as exc:
             self.conversation_event.emit(OpenFailed(conversation, exc))
@@ -315,6 +372,7 @@ class EngineWorker(QObject):
     def shutdown(self) -> None:
         """Save what is live; the window waits for ``stopped`` before it lets the process end."""
         self._closed = True
+        self._drop_remote()
         try:
             if self._hearth is not None:
                 self._hearth.close()
@@ -327,7 +385,7 @@ class EngineWorker(QObject):
     def count_chat_tokens(self, conversation: str) -> None:
         """A version of the chat's last reply was chosen: its size with it (tokenizing, no model run), for the
         context meter, and the sidebar's count through the list of contexts."""
-        if not self._loaded():
+        if not self._loaded() or self._remote is not None:  # a remote server tokenizes nothing for us
             return
         try:
             max_new_tokens, policy = self._view_settings(conversation)
@@ -345,7 +403,7 @@ class EngineWorker(QObject):
         tokens = None
         if self._loaded():
             try:
-                tokens = self.hearth.count_tokens(text)
+                tokens = self.backend.count_tokens(text)
             except HearthError as exc:  # the chip says "counting…" until the next model is ready
                 log.warning("could not count the tokens of an attachment: %s", exc)
         self.tokens_counted.emit(key, tokens)
@@ -357,7 +415,7 @@ class EngineWorker(QObject):
         self._emit_cache_states()
 
     def _emit_cache_states(self) -> None:
-        if not self._loaded():  # before a model is loaded every saved context would look stale
+        if not self._local_loaded():  # before a model is loaded every saved context would look stale
             return
         try:
             self.cache_states.emit(saved_contexts(self.hearth).context_states())

@@ -228,8 +228,10 @@ class MainWindow(ShellMixin, QMainWindow):
         """The list as stored (the newest activity first); if the open chat is gone, show another."""
         self.sidebar.set_pinned_ids(self.store.pinned_ids())
         # An imported chat has no model key (exports carry the model's name only): show that name.
+        chats = self.store.list()
         self.sidebar.sync([(c.id, c.title, c.updated_ms, self.models.short_title(c.model_key) or c.model)
-                           for c in self.store.list()])
+                           for c in chats])
+        self.sidebar.set_remote_ids({c.id for c in chats if self.models.is_remote(c.model_key)})
         if self.current is not None and self.sidebar.item_for(self.current) is None:
             self.sidebar.blockSignals(True)  # the list may have moved its current item already, silently
             self.sidebar.setCurrentItem(self.sidebar.item(0))

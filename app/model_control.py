@@ -15,9 +15,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QWidget
 
+from app.hub_worker import HubHost
 from app.library_worker import LibraryHost
 from app.model_picker import ModelPicker
+from app.remote_worker import RemoteHost
 from app.text import display_safe
+from engine.api import split_model_key
 from engine.types import LibraryModel, ModelInfo
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,12 @@ class ModelControl(QObject):
         self.window = window
         self.host = window.host
         self.library = LibraryHost(window.config.paths, self)
+        self.remotes = RemoteHost(window.config.paths, self)
+        self.hub = HubHost(window.config.paths, self)
         self.models: dict[str, LibraryModel] = {}
+        self.local_models: list[LibraryModel] = []
+        self.servers: list = []  # [(RemoteServer, list[LibraryModel] | str why not)], as the remote worker listed them
+        self.server_names: set[str] = set()
         self.loaded: str | None = None  # the model the engine has (or is loading, once asked)
         self.dialog = None
         self._after_add_use = False  # the file being added was opened to run the chat on it
@@ -46,6 +54,7 @@ class ModelControl(QObject):
         lw.listed.connect(self._on_listed)
         lw.added.connect(self._on_added)
         lw.changed.connect(self._on_changed)
+        self.remotes.worker.listed.connect(self._on_servers_listed)
         w = self.host.worker
         w.ready.connect(self._on_ready)
         w.switch_failed.connect(self._on_switch_failed)
@@ -53,6 +62,7 @@ class ModelControl(QObject):
         w.context_set.connect(lambda _name: self.library.request_refresh.emit())
         w.context_refused.connect(self._on_context_refused)
         self.library.request_refresh.emit()
+        self.remotes.request_refresh.emit()
 
     def _build_header(self) -> None:
         """Above the chat: the model picker and a note when the chat's model is not available."""
@@ -86,7 +96,14 @@ class ModelControl(QObject):
         m = self.models.get(self.chat_model(conversation) or self.loaded or "")
         return dict(m.defaults) if m is not None else {}
 
+    def is_remote(self, key: str | None) -> bool:
+        """``key`` is NAME/MODEL of an added server (its chats run there: no saved context on this disk)."""
+        split = split_model_key(key or "")
+        return split is not None and split[0] in self.server_names
+
     def title(self, name: str | None) -> str:
+        if self.is_remote(name):
+            return display_safe(name)
         m = self.models.get(name or "")
         return m.title if m is not None else (display_safe(name) if name else "the model")  # a path: anyone's text
 
@@ -107,7 +124,7 @@ class ModelControl(QObject):
             self.picker.show_current(self.loaded)
             return False
         m = self.models.get(wanted)
-        if m is not None and m.status == "ready":
+        if (m is not None and m.status == "ready") or self.is_remote(wanted):  # a server says itself what it lacks
             self.picker.show_current(wanted)
             self.switch(wanted)
             return True
@@ -154,6 +171,12 @@ class ModelControl(QObject):
         self.picker.show_current(self.loaded)
 
     def _on_switch_failed(self, name: str, message: str) -> None:
+        if self.is_remote(name):  # no dialog: the header says why, plainly, and the chat stays readable
+            self.window.status.problem(f"{self.title(name)} cannot be used now")
+            self.loaded = None
+            self.missing_note.setText(f"{self.title(name)} cannot be used now: {display_safe(message)}")
+            self.missing_note.show()
+            return
         self.window.status.problem(f"{self.title(name)} could not be loaded")
         self.loaded = None
         QMessageBox.warning(self.window, "Hearth", f"{self.title(name)} could not be loaded:\n\n{message}")
@@ -176,20 +199,32 @@ class ModelControl(QObject):
 
     # the library ------------------------------------------------------------------------------------------
     def _on_listed(self, models: list) -> None:
-        self.models = {m.name: m for m in models}
-        self.picker.set_models(models)
+        self.local_models = list(models)
+        self._show_models()
+
+    def _on_servers_listed(self, servers: list) -> None:
+        self.servers = list(servers)
+        self.server_names = {server.name for server, _models in servers}
+        self._show_models()
+
+    def _show_models(self) -> None:
+        remote = [m for _server, listed in self.servers if not isinstance(listed, str) for m in listed]
+        self.models = {m.name: m for m in (*self.local_models, *remote)}
+        self.picker.set_models(self.local_models, self.servers)
         self.picker.show_current(self.loaded)
-        self.window.reload_list()  # the sidebar names each chat's model by its title
+        self.window.reload_list()  # the sidebar names each chat's model by its title, and marks remote ones
 
     def show_dialog(self) -> None:
         from app.models_dialog import ModelsDialog
 
         if self.dialog is None:
-            self.dialog = ModelsDialog(self.library, self.window, current=self.loaded)
+            self.dialog = ModelsDialog(self.library, self.window, current=self.loaded, remotes=self.remotes,
+                                       hub=self.hub)
             self.dialog.use_requested.connect(self.choose)
             self.dialog.context_requested.connect(self.host.request_set_context)
         else:
             self.library.request_refresh.emit()
+        self.remotes.request_refresh.emit()
         self.dialog.current = self.loaded
         self.dialog.show()
         self.dialog.raise_()
@@ -231,3 +266,5 @@ class ModelControl(QObject):
         if self.dialog is not None:
             self.dialog.close()
         self.library.stop()
+        self.remotes.stop()
+        self.hub.stop()

@@ -25,18 +25,37 @@ class ModelPicker(QComboBox):
         self.activated.connect(self._on_activated)
         self.set_models([])
 
-    def set_models(self, models: list[LibraryModel]) -> None:
-        """Ready models (the ones a chat can run on), then "Manage models…"."""
+    def set_models(self, models: list[LibraryModel], servers: list | tuple = ()) -> None:
+        """Ready models (the ones a chat can run on), then each remote server's models under its name
+        (NAME/MODEL; a server that could not list them shows why, greyed), then "Manage models…"."""
         self.blockSignals(True)
         self.clear()
         for m in models:
             if m.status == "ready":
                 self.addItem(m.title, m.name)  # the library thread made the title display-safe (shown_model)
                 self.setItemData(self.count() - 1, m.description or display_safe(m.path or m.name), 3)  # ToolTipRole
+        for server, listed in servers:
+            self.insertSeparator(self.count())
+            self.addItem(f"{server.name} — {display_safe(server.base_url)}", None)
+            self._disable(self.count() - 1)
+            if isinstance(listed, str):
+                self.addItem(f"    cannot list its models: {display_safe(listed)}"[:120], None)
+                self.setItemData(self.count() - 1, display_safe(listed), 3)
+                self._disable(self.count() - 1)
+                continue
+            for m in listed:
+                self.addItem(display_safe(m.name), m.name)
+                self.setItemData(self.count() - 1, f"on the server {server.name} ({display_safe(server.base_url)})", 3)
         self.insertSeparator(self.count())
         self.addItem("Manage models…", MANAGE)
         self.blockSignals(False)
         self.show_current(self._current)
+
+    def _disable(self, index: int) -> None:
+        """A heading or a note in the list: shown, not choosable."""
+        item = self.model().item(index)
+        if item is not None:
+            item.setEnabled(False)
 
     def show_current(self, name: str | None) -> None:
         """Show ``name`` as the chat's model without reporting a choice (one not listed is shown as is)."""

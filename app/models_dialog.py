@@ -7,7 +7,6 @@ one can be retried: the engine resumes from the bytes already fetched.
 
 from __future__ import annotations
 
-import time
 from html import escape
 
 from PySide6.QtCore import Qt, Signal
@@ -23,47 +22,22 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app.hub_panel import HubPanel
+from app.hub_worker import HubHost
 from app.library_worker import LibraryHost
+from app.models_meter import SPEED_WINDOW_S, DownloadMeter  # noqa: F401 - where the tests and others find them
+from app.remote_servers import RemoteServersPanel
+from app.remote_worker import RemoteHost
 from app.text import byte_size, count, display_safe, quant_label
 from app.theme import error_colour
 from engine.types import LibraryModel
 
 COLUMNS = ("Model", "Status", "Architecture", "Parameters", "Quantization", "File", "Context", "Memory")
-SPEED_WINDOW_S = 3.0  # the speed shown is the average over the last few seconds
-
-
-class DownloadMeter:
-    """Speed and time left from (time, bytes) samples over a short window."""
-
-    def __init__(self) -> None:
-        self.samples: list[tuple[float, int]] = []
-
-    def add(self, done: int, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        self.samples.append((now, done))
-        while len(self.samples) > 2 and now - self.samples[0][0] > SPEED_WINDOW_S:
-            self.samples.pop(0)
-
-    def speed(self) -> float:
-        """Bytes per second, 0 until two samples exist."""
-        if len(self.samples) < 2:
-            return 0.0
-        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
-        return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-
-    def describe(self, done: int, total: int) -> str:
-        speed = self.speed()
-        parts = [f"{byte_size(done)} of {byte_size(total)}" if total else byte_size(done)]
-        if speed > 0:
-            parts.append(f"{byte_size(int(speed))}/s")
-            if total > done:
-                left = (total - done) / speed
-                parts.append(f"about {int(left)} s left" if left < 120 else f"about {int(left // 60)} min left")
-        return " · ".join(parts)
 
 
 def status_text(m: LibraryModel) -> str:
@@ -82,9 +56,13 @@ class ModelsDialog(QDialog):
     use_requested = Signal(str)  # run the open chat (and new chats) on this model
     context_requested = Signal(str, int)  # a model's context length (0: automatic)
 
-    def __init__(self, library: LibraryHost, parent: QWidget | None = None, current: str | None = None):
+    def __init__(self, library: LibraryHost, parent: QWidget | None = None, current: str | None = None,
+                 remotes: RemoteHost | None = None, hub: HubHost | None = None):
         super().__init__(parent)
         self.library = library
+        self.remotes, self.hub = remotes, hub
+        self.servers: RemoteServersPanel | None = None
+        self.hub_panel: HubPanel | None = None
         self.current = current  # the model the open chat runs
         self.models: dict[str, LibraryModel] = {}
         self.downloads: dict[str, DownloadMeter] = {}
@@ -101,7 +79,21 @@ class ModelsDialog(QDialog):
         library.request_refresh.emit()
 
     def _build(self) -> None:
-        layout = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        outer.addWidget(self.tabs, 1)
+        local = QWidget()
+        self.tabs.addTab(local, "On this computer")
+        if self.remotes is not None:
+            self.servers = RemoteServersPanel(self.remotes)
+            self.servers.use_requested.connect(self._use_remote)
+            self.tabs.addTab(self.servers, "Servers")
+        if self.hub is not None:
+            self.hub_panel = HubPanel(self.hub)
+            self.hub_panel.installed.connect(lambda _m: self.library.request_refresh.emit())
+            self.tabs.addTab(self.hub_panel, "Hugging Face")
+        layout = QVBoxLayout(local)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setAccessibleName("Models Hearth knows")
@@ -164,8 +156,11 @@ class ModelsDialog(QDialog):
             row.addWidget(b)
         row.addStretch(1)
         row.addWidget(self.use_button)
-        row.addWidget(close)
         layout.addLayout(row)
+        bottom = QHBoxLayout()
+        bottom.addStretch(1)
+        bottom.addWidget(close)
+        outer.addLayout(bottom)
         self.add_button.clicked.connect(self._add)
         self.download_button.clicked.connect(self._download)
         self.cancel_button.clicked.connect(self._cancel)
@@ -335,3 +330,8 @@ class ModelsDialog(QDialog):
         if m is not None and m.status == "ready":
             self.use_requested.emit(m.name)
             self.current = m.name
+
+    def _use_remote(self, key: str) -> None:
+        """A remote server's model (NAME/MODEL) for the open chat."""
+        self.use_requested.emit(key)
+        self.current = key

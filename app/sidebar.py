@@ -37,7 +37,7 @@ HEADER_ROLE = Qt.ItemDataRole.UserRole + 7  # the group name drawn above this ch
 PINNED, TODAY, YESTERDAY, PREVIOUS_WEEK, OLDER = "Pinned", "Today", "Yesterday", "Previous 7 days", "Older"
 # White text on each badge reads at ≥ 4.5:1 (tests/test_app_shell.py checks).
 BADGE_COLORS = {"live": "#23804a", "saved": "#3566b0", "stale": "#9a6a12", "rebuilding": "#7d4fb8", "none": "#6b6b6b",
-                "damaged": "#c0392b"}
+                "damaged": "#c0392b", "remote": "#2d6a73"}
 BADGE_TIPS = {
     "live": "in memory: continues at once",
     "saved": "saved context on disk: reopens without re-reading",
@@ -45,6 +45,7 @@ BADGE_TIPS = {
     "rebuilding": "the context is being rebuilt",
     "none": "no saved context: it will be read from scratch",
     "damaged": "the saved context failed its check: it is rebuilt when the chat is opened",
+    "remote": "runs on a remote server: saved context on this disk does not apply to it",
 }
 
 
@@ -135,6 +136,7 @@ class ConversationList(QListWidget):
         self.setUniformItemSizes(False)  # a group's first chat is taller: its header is drawn above it
         self._badges: dict[str, str] = {}
         self._pinned: set[str] = set()
+        self._remote: set[str] = set()  # chats whose model is NAME/MODEL of an added server: badge "remote"
         self._filter = ""
 
     def item_for(self, conversation: str) -> QListWidgetItem | None:
@@ -211,7 +213,7 @@ class ConversationList(QListWidget):
             if item.data(BADGE_ROLE) == ContextBadge.REBUILDING and cid not in states:
                 continue
             state = states.get(cid)
-            item.setData(BADGE_ROLE, str(state.badge if state else ContextBadge.NONE))
+            item.setData(BADGE_ROLE, "remote" if cid in self._remote else str(state.badge if state else ContextBadge.NONE))
             if state is not None and state.badge == ContextBadge.STALE:
                 item.setData(TOKENS_ROLE, None)
             elif state is not None and state.tokens:
@@ -221,7 +223,22 @@ class ConversationList(QListWidget):
     def set_badge(self, conversation: str, badge: ContextBadge) -> None:
         item = self.item_for(conversation)
         if item is not None:
-            item.setData(BADGE_ROLE, str(badge))
+            item.setData(BADGE_ROLE, "remote" if conversation in self._remote else str(badge))
+            self._refresh(item)
+
+    def set_remote_ids(self, conversations: set[str]) -> None:
+        """The chats on a remote server's model: their badge says ``remote`` (a chat moved back to a local
+        model gets its saved-context badge at the engine's next report; "none" until then)."""
+        before, self._remote = self._remote, set(conversations)
+        for i in range(self.count()):
+            item = self.item(i)
+            cid = item.data(ID_ROLE)
+            if cid in self._remote:
+                item.setData(BADGE_ROLE, "remote")
+            elif cid in before:
+                item.setData(BADGE_ROLE, str(ContextBadge.NONE))
+            else:
+                continue
             self._refresh(item)
 
     def badge(self, conversation: str) -> str | None:

@@ -8,7 +8,15 @@ import time
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar
 
 from app.elided_label import ElidedLabel
-from app.text import context_label, duration, model_label, model_tooltip, resume_summary, short_model_label
+from app.text import (
+    context_label,
+    duration,
+    model_label,
+    model_tooltip,
+    resume_summary,
+    server_cache_note,
+    short_model_label,
+)
 from app.turns import LiveFigures
 from engine.types import Finished, ModelInfo, Resume
 
@@ -77,6 +85,8 @@ class StatusLine:
                                        t.accepted_tokens))
         self.limit = finished.context_limit
         self.tokens_in_context(finished.context_tokens)
+        if finished.local is None:  # a remote server's turn: what it said of its prefix cache
+            self.resume.setText(server_cache_note(finished))
 
     def live(self, figures: LiveFigures) -> None:
         """A reply being written: its speed so far, and the context filling as its tokens arrive."""

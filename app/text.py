@@ -103,10 +103,25 @@ def turn_note(finished: Finished) -> str:
     return " · ".join(parts)
 
 
+def server_cache_note(finished: Finished) -> str:
+    """What a remote server said of its prefix cache for the turn: "the server had 5,129 of 5,180 tokens
+    cached", or that it did not say."""
+    cached = finished.server_cached_tokens
+    if cached is None:
+        return "cached tokens not reported"
+    return f"the server had {count(cached)} of {count(finished.prompt_tokens)} tokens cached"
+
+
+def server_name(info: ModelInfo) -> str:
+    """The server a remote model runs on, as its key names it (NAME/MODEL), else its provider as given."""
+    name, sep, _model = (info.key or "").partition("/")
+    return name if sep and name and info.provider in ("", "remote") else info.provider
+
+
 def model_label(info: ModelInfo) -> str:
     base = " · base model" if info.kind == "base" else ""
     local = info.local is not None or info.provider in ("cpu", "cuda")  # a remote backend names its own provider
-    where = ("CUDA" if info.provider == "cuda" else "CPU") if local else display_safe(info.provider)
+    where = ("CUDA" if info.provider == "cuda" else "CPU") if local else display_safe(server_name(info))
     weights = f" · {info.weights}" if info.weights else ""  # a remote server may not say its precision
     return f"{display_safe(info.name)}{base}{weights} · {where}"
 
