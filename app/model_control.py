@@ -15,7 +15,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QWidget
 
-from app.hub_worker import HubHost
 from app.library_worker import LibraryHost
 from app.model_picker import ModelPicker
 from app.remote_worker import RemoteHost
@@ -40,7 +39,7 @@ class ModelControl(QObject):
         self.host = window.host
         self.library = LibraryHost(window.config.paths, self)
         self.remotes = RemoteHost(window.config.paths, self)
-        self.hub = HubHost(window.config.paths, self)
+        self.hub = None  # the Hub's worker, made with the Models dialog (HubHost)
         self.models: dict[str, LibraryModel] = {}
         self.local_models: list[LibraryModel] = []
         self.servers: list = []  # [(RemoteServer, list[LibraryModel] | str why not)], as the remote worker listed them
@@ -218,6 +217,7 @@ class ModelControl(QObject):
         from app.models_dialog import ModelsDialog
 
         if self.dialog is None:
+            self.hub = self._hub_host()
             self.dialog = ModelsDialog(self.library, self.window, current=self.loaded, remotes=self.remotes,
                                        hub=self.hub)
             self.dialog.use_requested.connect(self.choose)
@@ -228,6 +228,13 @@ class ModelControl(QObject):
         self.dialog.current = self.loaded
         self.dialog.show()
         self.dialog.raise_()
+
+    def _hub_host(self):
+        try:  # TEMPORARY until i32-hub lands
+            from app.hub_worker import HubHost
+        except ImportError:
+            return None
+        return HubHost(self.window.config.paths, self)
 
     def open_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self.window, "Open a model file", str(Path.home()),
@@ -267,4 +274,5 @@ class ModelControl(QObject):
             self.dialog.close()
         self.library.stop()
         self.remotes.stop()
-        self.hub.stop()
+        if self.hub is not None:
+            self.hub.stop()

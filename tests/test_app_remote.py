@@ -1,0 +1,278 @@
+"""The window on a remote server (issue 32): a server added in the Models dialog's Servers tab (typed into
+the real widgets), its models in the picker as NAME/MODEL, turns streamed from it into the transcript and
+stored here, Stop, what the server said of its cache, the `remote` badge, plain errors (a refused key, an
+unreachable server, bad input), a chat moved local → remote → local, and the key kept out of every file
+but the secret store and out of the log. The remote is a real Hearth server on 127.0.0.1 with its own
+data dir (tests/server_helpers.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from engine.api import ModelLibrary, resolve_paths
+from engine.server.config import ServerSettings
+from engine.types import Finished, ResumeSource, StopReason, Token
+from tests.qt_helpers import TIMEOUT, collect_dispatched, send, use_settings, wait_idle
+from tests.server_helpers import LiveServer
+
+KEY = "lab-secret-key-4242"
+TINY = "tiny"
+SHOTS = Path("/tmp")
+
+
+@pytest.fixture
+def server(tmp_path, tiny_dir, tiny_gguf, tiny_converted):
+    """A real Hearth server on the tiny model, with its own data dir, asking for KEY."""
+    tiny_converted("int4")
+    home = tmp_path / "server-home"
+    home.mkdir()
+    (home / "converted").symlink_to(tiny_dir / "converted")
+    paths = resolve_paths(home).ensure()
+    assert ModelLibrary(paths).add(tiny_gguf).name == TINY
+    live = LiveServer(paths, TINY, ServerSettings(api_key=KEY))
+    yield live
+    live.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def servers_tab(qtbot, w):
+    w.models.show_dialog()
+    dialog = w.models.dialog
+    dialog.tabs.setCurrentWidget(dialog.servers)
+    return dialog, dialog.servers
+
+
+def add_server(qtbot, panel, name: str, url: str, key: str = ""):
+    """Type a server into the Add dialog and press Add, as a person would."""
+    qtbot.mouseClick(panel.add_button, Qt.MouseButton.LeftButton)
+    add = panel.add_dialog
+    assert add is not None and add.isVisible()
+    add.name.clear()
+    add.url.clear()
+    add.key.clear()
+    qtbot.keyClicks(add.name, name)
+    qtbot.keyClicks(add.url, url)
+    if key:
+        qtbot.keyClicks(add.key, key)
+    assert add.key.echoMode() == add.key.EchoMode.Password
+    qtbot.mouseClick(add.add_button, Qt.MouseButton.LeftButton)
+    return add
+
+
+def wait_row(qtbot, panel, name: str, status_has: str = ""):
+    qtbot.waitUntil(lambda: panel.server_row(name) is not None and status_has in panel.server_row(name).text(3),
+                    timeout=TIMEOUT)
+    return panel.server_row(name)
+
+
+def pick(w, key: str) -> None:
+    index = w.models.picker.findData(key)
+    assert index >= 0, f"{key} is not offered by the picker"
+    w.models.picker.setCurrentIndex(index)
+    w.models.picker.activated.emit(index)
+
+
+def wait_model(qtbot, w, key: str) -> None:
+    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.key == key, timeout=TIMEOUT)
+
+
+def files_holding(root: Path, text: str) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                if text.encode() in path.read_bytes():
+                    found.append(path.name)
+            except OSError:
+                pass
+    return found
+
+
+def test_a_server_added_in_the_dialog_runs_chats_that_stream_and_are_stored_here(qtbot, windows, server, caplog):
+    caplog.set_level(logging.DEBUG)
+    w = windows()
+    dialog, panel = servers_tab(qtbot, w)
+    add = add_server(qtbot, panel, "lab", server.base, KEY)
+    row = wait_row(qtbot, panel, "lab", "model")
+    qtbot.waitUntil(lambda: not add.isVisible(), timeout=TIMEOUT)  # it closed: the server was added
+    assert add.key.text() == ""  # the dialog forgot the key
+    assert row.text(2) == "yes" and row.text(1) == server.base
+    assert [row.child(i).data(0, Qt.ItemDataRole.UserRole) for i in range(row.childCount())] == ["lab/tiny"]
+    dialog.resize(900, 480)
+    dialog.grab().save(str(SHOTS / "hearth-servers-tab.png"))
+    # the picker lists the server's model under its name
+    qtbot.waitUntil(lambda: w.models.picker.findData("lab/tiny") >= 0, timeout=TIMEOUT)
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
+    dialog.close()
+    pick(w, "lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    assert "lab" in w.status.model.text()  # the provider shown is the server's name
+    tokens = collect_dispatched(w.turns, Token)
+    finished = collect_dispatched(w.turns, Finished)
+    send(qtbot, w, "Name three rivers.")
+    wait_idle(qtbot, w)
+    assert tokens and finished and finished[-1][1].local is None  # streamed from the server
+    stored = w.store.messages(chat)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content == finished[-1][1].reply
+    assert w.store.get(chat).model_key == "lab/tiny"
+    first = w.status.resume.text()
+    assert "cached" in first  # "the server had N of M tokens cached", or that it did not say
+    send(qtbot, w, "And three lakes?")
+    wait_idle(qtbot, w)
+    last = finished[-1][1]
+    if last.server_cached_tokens is not None:  # Hearth's server reports its prefix cache
+        assert w.status.resume.text() == (f"the server had {last.server_cached_tokens:,} of "
+                                          f"{last.prompt_tokens:,} tokens cached")
+    else:
+        assert w.status.resume.text() == "cached tokens not reported"
+    qtbot.waitUntil(lambda: w.sidebar.badge(chat) == "remote", timeout=TIMEOUT)
+    w.resize(1100, 700)
+    w.grab().save(str(SHOTS / "hearth-remote-chat.png"))
+    # the key: in the secret store only, never in the log
+    data = w.config.paths.data
+    assert set(files_holding(data, KEY)) <= {"secrets.json"}
+    assert KEY not in caplog.text
+
+
+def test_stop_closes_the_stream_and_keeps_what_arrived(qtbot, windows, server):
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    w.models.dialog.close()
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.8, "max_new_tokens": 400})
+    qtbot.waitUntil(lambda: w.models.picker.findData("lab/tiny") >= 0, timeout=TIMEOUT)
+    pick(w, "lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    finished = collect_dispatched(w.turns, Finished)
+    send(qtbot, w, "Write a long story about a lighthouse keeper.")
+    qtbot.waitUntil(lambda: w.turns.turn(chat) is not None and len(w.turns.turn(chat).reply) > 0, timeout=TIMEOUT)
+    w.stop()
+    wait_idle(qtbot, w)
+    assert finished and finished[-1][1].stop_reason in (StopReason.CANCELLED, StopReason.EOS)
+    stored = w.store.messages(chat)
+    assert stored[0].role == "user"
+    if finished[-1][1].stop_reason == StopReason.CANCELLED:
+        assert len(finished[-1][1].reply) < 1600
+    assert w.send_button.isEnabled()
+
+
+def test_a_refused_key_says_so_plainly_and_never_shows_the_key(qtbot, windows, server, caplog):
+    caplog.set_level(logging.DEBUG)
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    wrong = "not-the-right-key-777"
+    add_server(qtbot, panel, "lab", server.base, wrong)
+    row = wait_row(qtbot, panel, "lab")
+    qtbot.waitUntil(lambda: row.text(3) != "" or panel.server_row("lab").text(3) != "", timeout=TIMEOUT)
+    status = panel.server_row("lab").text(3)
+    assert status and wrong not in status and "Traceback" not in status
+    w.models.dialog.close()
+    w.new_chat()
+    w.models.choose("lab/tiny")
+    qtbot.waitUntil(lambda: w.models.missing_note.isVisible(), timeout=TIMEOUT)
+    note = w.models.missing_note.text()
+    assert "lab/tiny" in note and wrong not in note and "Traceback" not in note
+    assert wrong not in caplog.text
+    w.grab().save(str(SHOTS / "hearth-remote-refused.png"))
+
+
+def test_an_unreachable_server_shows_why_in_its_row(qtbot, windows):
+    w = windows()
+    dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "gone", f"http://127.0.0.1:{closed_port()}", "some-key-123456")
+    qtbot.waitUntil(lambda: panel.server_row("gone") is not None and panel.server_row("gone").text(3) != "",
+                    timeout=TIMEOUT)
+    row = panel.server_row("gone")
+    assert row.childCount() == 0 and "model" not in row.text(3)
+    assert "some-key-123456" not in row.text(3)
+    assert not panel.use_button.isEnabled()
+    # the picker says it too, greyed, and offers nothing to choose from it
+    assert w.models.picker.findData("gone/tiny") < 0
+    dialog.resize(900, 420)
+    dialog.grab().save(str(SHOTS / "hearth-servers-unreachable.png"))
+    # removing it
+    panel.tree.setCurrentItem(row)
+    assert panel.remove_button.isEnabled()
+    qtbot.mouseClick(panel.remove_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.server_row("gone") is None, timeout=TIMEOUT)
+    assert "some-key-123456" not in (w.config.paths.data / "secrets.json").read_text() \
+        if (w.config.paths.data / "secrets.json").exists() else True
+
+
+@pytest.mark.parametrize("name, url, why", [
+    ("", "http://127.0.0.1:1", "name"),
+    ("Lab Server", "http://127.0.0.1:1", "cannot name a server"),
+    ("lab", "ftp://example.org", "not a server address"),
+    ("lab", "http://user:pw@example.org", "own field"),
+    ("lab", "http://example.org/?q=1", "query"),
+])
+def test_bad_input_in_the_add_dialog_is_refused_in_words(qtbot, windows, name, url, why):
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add = add_server(qtbot, panel, name, url)
+    qtbot.waitUntil(lambda: add.error.isVisible(), timeout=TIMEOUT)
+    assert why in add.error.text() and add.isVisible() and add.add_button.isEnabled()
+    assert not (w.config.paths.data / "remotes.json").exists()
+
+
+def test_a_second_server_of_the_same_name_is_refused(qtbot, windows, server):
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    add = add_server(qtbot, panel, "lab", "http://127.0.0.1:9")
+    qtbot.waitUntil(lambda: add.error.isVisible(), timeout=TIMEOUT)
+    assert "exists already" in add.error.text()
+
+
+def test_a_chat_moved_local_remote_local_resumes_its_saved_context(qtbot, windows, server):
+    w = windows()
+    local = w.model_info.key
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    w.models.dialog.close()
+    finished = collect_dispatched(w.turns, Finished)
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 6})
+    send(qtbot, w, "Name three rivers.")
+    wait_idle(qtbot, w)
+    assert finished[-1][1].local is not None
+    w.models.choose("lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    send(qtbot, w, "And three lakes?")
+    wait_idle(qtbot, w)
+    assert finished[-1][1].local is None and w.store.get(chat).model_key == "lab/tiny"
+    qtbot.waitUntil(lambda: w.sidebar.badge(chat) == "remote", timeout=TIMEOUT)
+    w.models.choose(local)
+    wait_model(qtbot, w, local)
+    qtbot.waitUntil(lambda: w.sidebar.badge(chat) != "remote", timeout=TIMEOUT)
+    send(qtbot, w, "And three seas?")
+    wait_idle(qtbot, w)
+    back = finished[-1][1]
+    assert back.local is not None and back.model.key == local
+    assert back.local.resume.source != ResumeSource.REBUILT or back.local.resume.reused_tokens > 0
+    assert back.local.resume.reused_tokens > 0  # the local context of the first turn was used, not re-read
+    assert [m.role for m in w.store.messages(chat)] == ["user", "assistant"] * 3
+    # reopening the chat later on the remote model switches to it (per-chat model memory)
+    w.models.choose("lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    other = w.new_chat()
+    w.models.choose(local)
+    wait_model(qtbot, w, local)
+    assert w.store.get(other).model_key == local
+    w.sidebar.setCurrentItem(w.sidebar.item_for(chat))
+    wait_model(qtbot, w, "lab/tiny")
