@@ -210,11 +210,11 @@ class EngineWorker(QObject):
             if self._switch_remote(name):
                 self._emit_cache_states()
                 return
-        except HearthError as exc:
-            self.switch_failed.emit(name, str(exc))
-            return
         except Exception as exc:
-            self.switch_failed.emit(name, str(_unexpected("reaching the server", exc)))
+            why = exc if isinstance(exc, HearthError) else _unexpected("reaching the server", exc)
+            self.switch_failed.emit(name, str(why))
+            if self._loaded():  # what runs the turns still, so the window shows it (and the chat opens on it)
+                self.ready.emit(self.backend.model)
             return
         self._drop_remote()  # a local model: the local Hearth runs the turns again
         self._load_cancel = CancelToken()

@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPu
 from app.library_worker import LibraryHost
 from app.model_picker import ModelPicker
 from app.remote_worker import RemoteHost
-from app.text import display_safe
+from app.server_banner import ServerBanner
+from app.text import display_safe, sentence
 from engine.api import split_model_key
 from engine.types import LibraryModel, ModelInfo
 
@@ -82,6 +83,10 @@ class ModelControl(QObject):
         row.addWidget(self.continue_button)
         row.addStretch(0)
         self.window.chat.layout().insertWidget(0, self.header)
+        self.server_banner = ServerBanner()
+        self.server_banner.retry_requested.connect(lambda key: self.switch(key))
+        self.server_banner.manage_requested.connect(self.show_servers)
+        self.window.chat.layout().insertWidget(1, self.server_banner)
         self.picker.chosen.connect(self.choose)
         self.picker.manage_requested.connect(self.show_dialog)
 
@@ -137,6 +142,7 @@ class ModelControl(QObject):
         return False
 
     def _hide_missing(self) -> None:
+        self.server_banner.hide()
         self.missing_note.hide()
         self.continue_button.hide()
 
@@ -166,15 +172,18 @@ class ModelControl(QObject):
 
     # the engine's answers --------------------------------------------------------------------------------
     def _on_ready(self, info: ModelInfo) -> None:
+        if info.key == self.server_banner.key:
+            self.server_banner.hide()
         self.loaded = info.key or self.loaded
         self.picker.show_current(self.loaded)
 
     def _on_switch_failed(self, name: str, message: str) -> None:
-        if self.is_remote(name):  # no dialog: the header says why, plainly, and the chat stays readable
+        if self.is_remote(name):  # no dialog: a banner says why, plainly, and the chat stays usable
             self.window.status.problem(f"{self.title(name)} cannot be used now")
-            self.loaded = None
-            self.missing_note.setText(f"{self.title(name)} cannot be used now: {display_safe(message)}")
-            self.missing_note.show()
+            self.loaded = None  # the engine says next what still runs (its "ready")
+            running = self.window.model_info
+            self.server_banner.failed(name, sentence(display_safe(message)),
+                                     self.short_title(running.key) if running else None)
             return
         self.window.status.problem(f"{self.title(name)} could not be loaded")
         self.loaded = None
@@ -228,6 +237,11 @@ class ModelControl(QObject):
         self.dialog.current = self.loaded
         self.dialog.show()
         self.dialog.raise_()
+
+    def show_servers(self) -> None:
+        self.show_dialog()
+        if self.dialog.servers is not None:
+            self.dialog.tabs.setCurrentWidget(self.dialog.servers)
 
     def _hub_host(self):
         try:  # TEMPORARY until i32-hub lands

@@ -182,9 +182,13 @@ def test_a_refused_key_says_so_plainly_and_never_shows_the_key(qtbot, windows, s
     w.models.dialog.close()
     w.new_chat()
     w.models.choose("lab/tiny")
-    qtbot.waitUntil(lambda: w.models.missing_note.isVisible(), timeout=TIMEOUT)
-    note = w.models.missing_note.text()
-    assert "lab/tiny" in note and wrong not in note and "Traceback" not in note
+    banner = w.models.server_banner
+    qtbot.waitUntil(lambda: banner.isVisible(), timeout=TIMEOUT)
+    note = banner.message.text()
+    assert "lab/tiny cannot be used now" in note and wrong not in note and "Traceback" not in note
+    qtbot.waitUntil(lambda: w.models.loaded == w.model_info.key, timeout=TIMEOUT)  # the local model answers meanwhile
+    assert "Loading" not in w.status.model.text()
+    assert banner.isVisible()
     assert wrong not in caplog.text
     w.grab().save(str(SHOTS / "hearth-remote-refused.png"))
 
