@@ -189,7 +189,7 @@ def body_html(w) -> str:
 
 
 def test_dark_mode_redraws_the_transcript_and_is_remembered(qtbot, windows):
-    w = windows(wait_ready=False)
+    w = windows()  # ready first: a model becoming ready mid-test reopens the chat and clears the transcript
     w.new_chat()
     w.notice.say("Something to know")
     w.transcript.add(6, "user", "Show me code")
