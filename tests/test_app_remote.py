@@ -280,3 +280,101 @@ def test_a_chat_moved_local_remote_local_resumes_its_saved_context(qtbot, window
     assert w.store.get(other).model_key == local
     w.sidebar.setCurrentItem(w.sidebar.item_for(chat))
     wait_model(qtbot, w, "lab/tiny")
+
+
+class FlakyServer:
+    """A real OpenAI-compatible HTTP server on 127.0.0.1 that misbehaves on purpose: ``mode`` "drop" streams
+    two pieces of a reply then closes the connection; "429" and "503" refuse the request as busy."""
+
+    def __init__(self, mode: str):
+        import http.server
+        import json
+        import threading
+
+        outer = self
+        self.mode = mode
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _json(self, status: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                self._json(200, {"object": "list", "data": [{"id": "flaky", "object": "model"}]})
+
+            def do_POST(self):  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if outer.mode in ("429", "503"):
+                    self._json(int(outer.mode), {"error": {"message": "the server is busy", "type": "busy"}})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for piece in ("The Nile", ", the Amazon"):
+                    chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.close_connection = True  # and no [DONE]: the server stopped mid-reply
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def flaky():
+    made: list[FlakyServer] = []
+    yield lambda mode: made.append(FlakyServer(mode)) or made[-1]
+    for s in made:
+        s.close()
+
+
+def chat_on_flaky(qtbot, w, base: str) -> str:
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "flaky", base)
+    wait_row(qtbot, panel, "flaky", "model")
+    w.models.dialog.close()
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 16})
+    w.models.choose("flaky/flaky")
+    wait_model(qtbot, w, "flaky/flaky")
+    return chat
+
+
+def test_a_server_that_stops_mid_reply_keeps_what_arrived_and_says_so(qtbot, windows, flaky):
+    w = windows()
+    chat = chat_on_flaky(qtbot, w, flaky("drop").base)
+    send(qtbot, w, "Name three rivers.")
+    wait_idle(qtbot, w)
+    stored = w.store.messages(chat)
+    assert stored[0].role == "user" and stored[0].content == "Name three rivers."  # stored before the request
+    assert stored[-1].role == "assistant" and stored[-1].content.startswith("The Nile")  # what arrived is kept
+    line, note = w.status.resume.text(), w.transcript.messages[-1].note.text()
+    assert "server" in line + note and "Traceback" not in line + note, (line, note)  # it says the server stopped
+    w.grab().save(str(SHOTS / "hearth-remote-dropped.png"))
+
+
+@pytest.mark.parametrize("mode", ["429", "503"])
+def test_a_busy_server_is_said_plainly_and_the_message_is_kept(qtbot, windows, flaky, mode):
+    w = windows()
+    chat = chat_on_flaky(qtbot, w, flaky(mode).base)
+    send(qtbot, w, "Name three rivers.")
+    wait_idle(qtbot, w)
+    assert [m.role for m in w.store.messages(chat)] == ["user"]  # the message is kept, no empty reply
+    line = w.status.resume.text()
+    assert mode in line or "busy" in line, line
+    assert "Traceback" not in line and w.send_button.isEnabled()
