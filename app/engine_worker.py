@@ -20,8 +20,7 @@ from PySide6.QtCore import QEventLoop, QObject, QThread, QTimer, Signal, Slot
 from app.config import AppConfig
 from app.conversation_events import OpenFailed, Rebuilding, TurnFailed
 from app.settings_dialog import turn_settings
-from engine.api import Hearth, RemoteRegistry, bundles, effective_settings, load_preferences, open_remote, saved_contexts
-from engine.backends import Backend
+from engine.api import Backend, Hearth, RemoteRegistry, bundles, effective_settings, load_preferences, open_remote, saved_contexts
 from engine.errors import (
     ConversionCancelledError,
     HearthError,

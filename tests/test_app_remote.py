@@ -112,6 +112,12 @@ def test_a_server_added_in_the_dialog_runs_chats_that_stream_and_are_stored_here
     dialog.grab().save(str(SHOTS / "hearth-servers-tab.png"))
     # the picker lists the server's model under its name
     qtbot.waitUntil(lambda: w.models.picker.findData("lab/tiny") >= 0, timeout=TIMEOUT)
+    picker = w.models.picker
+    heading = picker.findText(f"lab — {server.base}")
+    assert heading >= 0 and not picker.model().item(heading).isEnabled()  # a heading, not a choice
+    picker.showPopup()
+    picker.view().window().grab().save(str(SHOTS / "hearth-picker-remote.png"))
+    picker.hidePopup()
     chat = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 8})
     dialog.close()
