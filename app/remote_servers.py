@@ -111,6 +111,11 @@ class RemoteServersPanel(QWidget):
 
     def _build(self) -> None:
         layout = QVBoxLayout(self)
+        intro = QLabel("Chat with models served elsewhere (vLLM, SGLang, llama.cpp, Ollama, LM Studio, another "
+                       "Hearth). Conversations stay on this computer; only the messages of a chat go to its server.")
+        intro.setWordWrap(True)
+        intro.setEnabled(False)
+        layout.addWidget(intro)
         self.tree = QTreeWidget()
         self.tree.setColumnCount(len(COLUMNS))
         self.tree.setHeaderLabels(COLUMNS)
