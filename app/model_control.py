@@ -54,6 +54,7 @@ class ModelControl(QObject):
         lw.listed.connect(self._on_listed)
         lw.added.connect(self._on_added)
         lw.changed.connect(self._on_changed)
+        self.remotes.worker.known.connect(self._on_servers_known)
         self.remotes.worker.listed.connect(self._on_servers_listed)
         w = self.host.worker
         w.ready.connect(self._on_ready)
@@ -209,6 +210,15 @@ class ModelControl(QObject):
     def _on_listed(self, models: list) -> None:
         self.local_models = list(models)
         self._show_models()
+
+    def _on_servers_known(self, servers: list) -> None:
+        """The servers added: a chat shown on one of their models switches to it (the models' list comes later)."""
+        before, self.server_names = self.server_names, {server.name for server in servers}
+        if self.server_names != before:
+            self.window.reload_list()  # the `remote` badges
+        wanted = self.chat_model(self.window.current)
+        if self.is_remote(wanted) and wanted != self.loaded:
+            self.on_chat_shown(self.window.current)  # the window opens the chat once it is ready there
 
     def _on_servers_listed(self, servers: list) -> None:
         self.servers = list(servers)

@@ -21,6 +21,7 @@ LIST_TIMEOUT_S = 5.0
 
 
 class RemoteWorker(QObject):
+    known = Signal(object)  # list[RemoteServer]: the servers added, before their models are asked for
     listed = Signal(object)  # list[(RemoteServer, list[LibraryModel] | str why not)]
     changed = Signal(str, str)  # what ("add NAME", "remove NAME", "list"), "" or why it failed
 
@@ -42,6 +43,9 @@ class RemoteWorker(QObject):
 
     @Slot()
     def refresh(self) -> None:
+        servers: list = []
+        if not self._guard("reading the servers", lambda: servers.extend(RemoteRegistry(self.paths.data).servers())):
+            self.known.emit(servers)  # quick: a chat on a server is known as one before a slow server answers
         found: list = []
         problem = self._guard("listing the servers' models",
                               lambda: found.extend(remote_models(self.paths, timeout_s=LIST_TIMEOUT_S)))

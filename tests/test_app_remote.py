@@ -384,3 +384,25 @@ def test_a_busy_server_is_said_plainly_and_the_message_is_kept(qtbot, windows, f
     line = w.status.resume.text()
     assert mode in line or "busy" in line, line
     assert "Traceback" not in line and w.send_button.isEnabled()
+
+
+def test_a_chat_on_a_server_reopens_on_it_after_a_restart(qtbot, windows, server):
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    w.models.dialog.close()
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 6})
+    w.models.choose("lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    send(qtbot, w, "Name three rivers.")
+    wait_idle(qtbot, w)
+    windows.close(w)
+    again = windows(wait_ready=False)
+    qtbot.waitUntil(lambda: again.current == chat, timeout=TIMEOUT)
+    wait_model(qtbot, again, "lab/tiny")  # the chat's remembered model, on its server
+    qtbot.waitUntil(lambda: again.sidebar.badge(chat) == "remote", timeout=TIMEOUT)
+    send(qtbot, again, "And three lakes?")
+    wait_idle(qtbot, again)
+    assert [m.role for m in again.store.messages(chat)] == ["user", "assistant"] * 2
