@@ -290,9 +290,3 @@ def render_prompt(paths: HearthPaths, model: str | None, messages: list[dict], t
     extra = int(tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos))  # as Engine.encode_prompt
     return RenderedPrompt(text, len(ids) + extra, template.template_source, plan.fmt.tool_style)
 
-
-# TEMPORARY (i32-app): until i32-remote lands ------------------------------------------------------------
-from engine._remote_shim import open_remote, remote_models  # noqa: E402
-from engine.remotes import RemoteError, RemoteRegistry, RemoteServer, split_model_key  # noqa: E402
-
-__all__ += ["RemoteError", "RemoteRegistry", "RemoteServer", "open_remote", "remote_models", "split_model_key"]
