@@ -197,11 +197,15 @@ def test_the_terminal_chat_says_how_many_drafted_tokens_were_accepted():
 
 
 def test_cli_and_terminal_text_without_local_facts():
+    from dataclasses import replace
+
     from app.self_test import kernels
     from engine.cli.store import turn_line
     from engine.cli.terminal_chat import turn_figures
 
-    assert turn_line(finished(None)) == "[2 new tokens, eos]"
+    assert turn_line(finished(None)) == "[eos; cached tokens not reported]"  # a remote model's turn
+    assert turn_line(replace(finished(None), server_cached_tokens=5129, prompt_tokens=5180)) == \
+        "[eos; the server had 5,129 of 5,180 tokens cached]"
     assert turn_figures(finished(None)) == "3.0 tok/s"
     resume = Resume(ResumeSource.DISK, reused_tokens=4, prefilled_tokens=1, elapsed_ms=2.0)
     assert "4 tokens reused (disk)" in turn_line(finished(LocalTurnFacts(resume)))
