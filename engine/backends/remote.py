@@ -370,8 +370,9 @@ class ReplyWriter:
 
     def close(self, stop: StopReason) -> int:
         """Store what is left, with ``stop``; the characters of reply stored this turn."""
-        if self.seq is None and not self._text and not self._thinking and stop == StopReason.CANCELLED:
-            return 0  # stopped before a word: nothing to keep (a regenerate gets its last reply back)
+        if self.seq is None and not self._text and not self._thinking and stop in (StopReason.CANCELLED,
+                                                                                  StopReason.INTERRUPTED):
+            return 0  # stopped or broken before a word: nothing to keep (a regenerate gets its last reply back)
         self._flush(str(stop))
         return self.written
 
