@@ -177,6 +177,8 @@ class ServerClient:
             return RemoteError(f"server {self.name} ({where}) did not answer within {CONNECT_TIMEOUT_S:g} s")
         if isinstance(exc, httpx.TimeoutException):
             return RemoteError(f"server {self.name} ({where}) sent nothing for {self.timeout_s:g} s")
+        if isinstance(exc, httpx.RemoteProtocolError):
+            return RemoteStoppedError(f"server {self.name} ({where}) closed the connection before answering")
         return RemoteError(self.scrub(f"server {self.name} cannot be reached at {where} ({_why(exc, self.timeout_s)})"))
 
     def _refusal_text(self, response: httpx.Response) -> str:
