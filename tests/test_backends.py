@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine.api import Backend, Hearth, ModelLibrary, resolve_paths, saved_contexts
+from engine.backends.remote import RemoteBackend
 from engine.errors import HearthError, ModelNotLoadedError
 from engine.types import (
     Accepted,
@@ -28,7 +29,6 @@ from engine.types import (
     Token,
     TurnRequest,
 )
-from engine.backends.remote import RemoteBackend
 from tests.server_helpers import LiveServer
 
 GREEDY = SamplingParams.greedy_params()
