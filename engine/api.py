@@ -108,6 +108,7 @@ from engine.saved_context_files import (
     verify_checkpoint,
 )
 from engine.search import fts_query, search, snippet_html
+from engine.secret_store import SecretError, read_secret_file
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.tool_messages import pretty_arguments
@@ -159,7 +160,7 @@ __all__ += [
 # GGUFs from the Hugging Face Hub (engine/hub.py): search, list, download, install; the token for gated repos
 __all__ += [
     "HubClient", "HubFile", "HubProgress", "HubRepo", "parse_hub_ref", "DownloadCancelledError", "HubChecksumError",
-    "HubError", "HubGatedError", "HubNotFoundError", "HubOfflineError",
+    "HubError", "HubGatedError", "HubNotFoundError", "HubOfflineError", "SecretError", "read_secret_file",
 ]
 # documents attached to a message (engine/documents.py; docs/documents.md): read a file off the UI thread
 __all__ += [
