@@ -195,14 +195,14 @@ class HubClient:
         if len(parts) == 1:
             os.replace(paths[0], target)
             fsync_dir(models)
-            _rmdir_if_empty(downloads)
+            _clean_downloads(downloads, parts)
             return target
         from engine.hub_split import merge_split_gguf
 
         merged = merge_split_gguf(paths, target, cancel=cancel)
         for p in paths:  # joined and checked: the parts are no longer needed
             p.unlink(missing_ok=True)
-        _rmdir_if_empty(downloads)
+        _clean_downloads(downloads, parts)
         return merged
 
     def install(self, file: HubFile, progress: HubProgressFn | None = None,
@@ -303,9 +303,12 @@ def _reporter(progress: HubProgressFn | None, before: int, total: int, part: int
     return lambda done, speed: progress(HubProgress(before + done, total, speed, part, parts, filename))
 
 
-def _rmdir_if_empty(folder: Path) -> None:
+def _clean_downloads(downloads: Path, parts: list[RemoteBlob]) -> None:
+    """Once installed: the parts' lock files (as engine/model/fetch.py's), and the folder when it is empty."""
+    for b in parts:
+        (downloads / (local_name(b.filename) + ".lock")).unlink(missing_ok=True)
     try:
-        folder.rmdir()
+        downloads.rmdir()
     except OSError:  # other downloads are still there
         pass
 

@@ -32,7 +32,7 @@ from engine.types import CancelToken, ModelOrigin, ModelStatus, SamplingParams
 from tests.gguf_split import split_gguf
 from tests.hub_server import HubServer
 
-REAL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+REAL = "SmolLM2-135M-Instruct-Q4_1.gguf"  # the default model's real GGUF, named as a hub repo would
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 TOKEN = "hf_testtoken0123456789abcdefABCDEF"
 
@@ -51,7 +51,7 @@ def hub(monkeypatch):
 
 @pytest.fixture
 def real_gguf(real_home) -> Path:
-    return real_home / "models" / REAL
+    return real_home / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture
