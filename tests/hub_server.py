@@ -9,8 +9,8 @@
   a gated repo answers 401 (no token) or 403 (another token) with ``X-Error-Code: GatedRepo``; an unknown
   repo or file 404 with ``RepoNotFound`` / ``EntryNotFound``.
 
-Switches: ``cut_after`` (send that many bytes of the next file download, then drop the connection); a repo
-added with ``wrong_sha256`` lists a SHA-256 its file does not have. ``requests`` records what came
+Switches: ``pause_s`` (a slow download), ``cut_after`` (send that many bytes of the next file download,
+then drop the connection); a repo added with ``wrong_sha256`` lists a SHA-256 its file does not have. ``requests`` records what came
 (method, path, Range, whether an Authorization header came — never the token itself).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -58,6 +59,7 @@ class HubServer:
         self.repos: dict[str, Repo] = {}
         self.requests: list[dict] = []
         self.cut_after: int | None = None
+        self.pause_s = 0.0  # a pause after each MiB of a file, for a download slow enough to interrupt
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
@@ -212,5 +214,7 @@ def _handler(hub: HubServer):
                     except (BrokenPipeError, ConnectionResetError):  # the client cancelled
                         return
                     sent += len(block)
+                    if hub.pause_s:
+                        time.sleep(hub.pause_s)
 
     return Handler
