@@ -215,12 +215,13 @@ class HubClient:
 
     # helpers ------------------------------------------------------------------------------------------------
     def _api(self):
-        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        _quiet_client()
         from huggingface_hub import HfApi
 
         return HfApi(endpoint=self.endpoint, token=self._token(), library_name="hearth")
 
     def _headers(self) -> dict[str, str]:
+        _quiet_client()
         from huggingface_hub.utils import build_hf_headers
 
         return build_hf_headers(token=self._token(), library_name="hearth")
@@ -273,6 +274,12 @@ class HubClient:
         except (ValueError, KeyError, TypeError) as exc:  # a reply that is not the hub's JSON
             raise HubError(f"the Hugging Face Hub at {self.endpoint} sent a reply Hearth cannot read while "
                            f"{_while(what, repo)} ({type(exc).__name__})") from None
+
+
+def _quiet_client() -> None:
+    """Before huggingface_hub is first imported (it reads its settings then): no telemetry, no update checks."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
 
 
 def _while(what: str, repo: str | None) -> str:

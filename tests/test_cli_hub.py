@@ -62,10 +62,12 @@ def test_search_and_files_json_and_text(hub, home, real_gguf, tiny_gguf):
     assert "Q4_1" in table.stdout and f"hf:{REPO}/FILE" in table.stdout
 
 
-def test_fetch_adds_the_model_to_the_library(hub, home, real_gguf):
+def test_fetch_adds_the_model_to_the_library(hub, home, real_gguf, tmp_path):
     hub.add_repo(REPO, {FILE: real_gguf})
-    proc = cli(hub, home, "model", "fetch", f"hf:{REPO}/{FILE}", "--json")
+    hf_home = tmp_path / "hf-home"  # where huggingface_hub would cache: Hearth writes nothing there
+    proc = cli(hub, home, "model", "fetch", f"hf:{REPO}/{FILE}", "--json", env={"HF_HOME": str(hf_home)})
     assert proc.returncode == 0, proc.stderr
+    assert not hf_home.exists()
     fetched = json.loads(proc.stdout)
     assert Path(fetched["path"]).read_bytes() == real_gguf.read_bytes()
     listed = json.loads(cli(hub, home, "model", "ls", "--json").stdout)["models"]
