@@ -162,6 +162,10 @@ class HubClient:
         if missing:
             raise HubNotFoundError(f"{missing[0]} is no longer in {file.repo}; list its files again")
         parts = [blobs[p] for p in file.parts]
+        unchecked = [b.filename for b in parts if not (b.sha256 or b.git_sha1)]
+        if unchecked:  # refused before a byte comes: Hearth keeps no file it cannot check
+            raise HubChecksumError(f"the hub lists no hash for {unchecked[0]} in {file.repo}, so it cannot be "
+                                   "checked; Hearth does not download it")
         models = self.paths.models
         private_dir(models)
         downloads = models / DOWNLOADS_DIR

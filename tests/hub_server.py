@@ -9,8 +9,8 @@
   a gated repo answers 401 (no token) or 403 (another token) with ``X-Error-Code: GatedRepo``; an unknown
   repo or file 404 with ``RepoNotFound`` / ``EntryNotFound``.
 
-Switches: ``pause_s`` (a slow download), ``cut_after`` (send that many bytes of the next file download,
-then drop the connection); a repo added with ``wrong_sha256`` lists a SHA-256 its file does not have. ``requests`` records what came
+Switches: ``api_status`` / ``resolve_status`` (refuse those requests), ``pause_s`` (a slow download),
+``cut_after`` (send that many bytes of the next file download, then drop the connection); a repo added with ``wrong_sha256`` lists a SHA-256 its file does not have. ``requests`` records what came
 (method, path, Range, whether an Authorization header came — never the token itself).
 """
 
@@ -49,6 +49,8 @@ class Repo:
     token: str = ""  # the token that opens a gated repo
     wrong_sha256: bool = False
     lfs: bool = True  # False: listed as plain git files (blobId only)
+    no_hash: bool = False  # listed with neither an LFS hash nor a blob id
+    size_delta: int = 0  # listed this many bytes larger (negative: smaller) than the file served
     downloads: int = 0
     likes: int = 0
     tags: list[str] = field(default_factory=lambda: ["gguf"])
@@ -59,6 +61,8 @@ class HubServer:
         self.repos: dict[str, Repo] = {}
         self.requests: list[dict] = []
         self.cut_after: int | None = None
+        self.api_status: int | None = None  # answer every /api/ request with this status
+        self.resolve_status: int | None = None  # answer every file request with this status
         self.pause_s = 0.0  # a pause after each MiB of a file, for a download slow enough to interrupt
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -87,7 +91,9 @@ class HubServer:
 
 
 def _sibling(repo: Repo, name: str, path: Path) -> dict:
-    size = path.stat().st_size
+    size = path.stat().st_size + repo.size_delta
+    if repo.no_hash:
+        return {"rfilename": name, "size": size}
     if not repo.lfs:
         blob = hashlib.sha1(f"blob {size}\0".encode() + path.read_bytes()).hexdigest()  # noqa: S324
         return {"rfilename": name, "size": size, "blobId": blob}
@@ -136,6 +142,8 @@ def _handler(hub: HubServer):
             hub.record({"method": self.command, "path": path, "query": url.query, "range": self.headers.get("Range"),
                         "authorized": self.headers.get("Authorization") is not None})
             query = parse_qs(url.query)
+            if path.startswith("/api/") and hub.api_status:
+                return self._error(hub.api_status, "", "Internal Error")
             if path == "/api/models":
                 return self._search(query)
             if path.startswith("/api/models/"):
@@ -161,6 +169,9 @@ def _handler(hub: HubServer):
             repo = hub.repos.get(repo_id)
             if repo is None:
                 return self._error(401, "RepoNotFound", "Repository not found")
+            if hub.resolve_status:
+                code = "EntryNotFound" if hub.resolve_status == 404 else ""
+                return self._error(hub.resolve_status, code, "refused")
             if repo.gated:
                 auth = self.headers.get("Authorization")
                 if auth is None:

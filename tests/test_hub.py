@@ -247,6 +247,95 @@ def test_a_full_disk_is_refused_before_downloading(hub, paths, real_gguf, monkey
     assert hub.downloads() == []
 
 
+def test_a_stale_part_from_another_file_is_caught_by_the_hash_then_starts_over(hub, paths, real_gguf):
+    hub.add_repo(REPO, {REAL: real_gguf})
+    client = HubClient(paths)
+    file = client.file(REPO, REAL)
+    part = paths.models / ".downloads" / (REAL + ".part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"\xff" * 1000)  # not the start of this file
+    with pytest.raises(HubChecksumError, match="deleted"):
+        client.download(file)
+    assert hub.downloads()[-1]["range"] == "bytes=1000-" and not part.exists()
+    assert sha256(client.download(file)) == file.sha256
+
+
+def test_a_part_longer_than_the_file_is_dropped(hub, paths, tiny_gguf):
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf})
+    client = HubClient(paths)
+    part = paths.models / ".downloads" / "tiny.gguf.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * (tiny_gguf.stat().st_size + 10))
+    assert client.download(client.file("owner/tiny-GGUF", "tiny.gguf")).read_bytes() == tiny_gguf.read_bytes()
+    assert hub.downloads()[-1]["range"] is None
+
+
+@pytest.mark.parametrize("delta, error, words", [(-100, HubChecksumError, "sent more than"),
+                                                 (100, HubError, "run it again to resume")])
+def test_a_file_not_the_size_listed(hub, paths, tiny_gguf, delta, error, words):
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf}, size_delta=delta)
+    client = HubClient(paths)
+    with pytest.raises(error, match=words):
+        client.download(client.file("owner/tiny-GGUF", "tiny.gguf"))
+    assert not (paths.models / "tiny.gguf").exists()
+
+
+def test_a_file_listed_without_a_hash_is_not_kept(hub, paths, tiny_gguf):
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf}, no_hash=True)
+    client = HubClient(paths)
+    with pytest.raises(HubChecksumError, match="lists no hash"):
+        client.download(client.file("owner/tiny-GGUF", "tiny.gguf"))
+    assert not list(paths.models.rglob("tiny.gguf*")) and hub.downloads() == []
+
+
+@pytest.mark.parametrize("status, error, words", [(404, HubNotFoundError, "is not in owner/tiny-GGUF"),
+                                                  (500, HubError, "answered 500")])
+def test_the_hub_refusing_the_file(hub, paths, tiny_gguf, status, error, words):
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf})
+    client = HubClient(paths)
+    file = client.file("owner/tiny-GGUF", "tiny.gguf")
+    hub.resolve_status = status
+    with pytest.raises(error, match=words):
+        client.download(file)
+
+
+def test_the_hub_failing_its_api(hub, paths):
+    hub.api_status = 503
+    with pytest.raises(HubError, match="answered 503 while searching"):
+        HubClient(paths).search("smollm2")
+
+
+def test_a_file_gone_since_it_was_listed(hub, paths, tiny_gguf):
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf})
+    client = HubClient(paths)
+    file = client.file("owner/tiny-GGUF", "tiny.gguf")
+    del hub.repos["owner/tiny-GGUF"].files["tiny.gguf"]
+    with pytest.raises(HubNotFoundError, match="no longer in owner/tiny-GGUF"):
+        client.download(file)
+
+
+def test_another_file_of_that_name_is_not_overwritten(hub, paths, tiny_gguf):
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf})
+    mine = paths.models / "tiny.gguf"
+    mine.write_bytes(b"my own file")
+    client = HubClient(paths)
+    with pytest.raises(HubError, match="already there"):
+        client.download(client.file("owner/tiny-GGUF", "tiny.gguf"))
+    assert mine.read_bytes() == b"my own file"
+
+
+def test_one_download_of_a_file_at_a_time(hub, paths, tiny_gguf):
+    from engine.hub_download import HubDownloadLock
+
+    hub.add_repo("owner/tiny-GGUF", {"tiny.gguf": tiny_gguf})
+    client = HubClient(paths)
+    file = client.file("owner/tiny-GGUF", "tiny.gguf")
+    (paths.models / ".downloads").mkdir()
+    with HubDownloadLock(paths.models / ".downloads" / "tiny.gguf").held():
+        with pytest.raises(HubError, match="another Hearth process is downloading tiny.gguf"):
+            client.download(file)
+
+
 # gated repositories and the token ----------------------------------------------------------------------------
 def test_gated_repo_without_then_with_a_token(hub, paths, real_gguf, caplog):
     caplog.set_level("DEBUG")
