@@ -10,8 +10,10 @@
   repo or file 404 with ``RepoNotFound`` / ``EntryNotFound``.
 
 Switches: ``api_status`` / ``resolve_status`` (refuse those requests), ``pause_s`` (a slow download),
-``cut_after`` (send that many bytes of the next file download, then drop the connection); a repo added with ``wrong_sha256`` lists a SHA-256 its file does not have. ``requests`` records what came
-(method, path, Range, whether an Authorization header came — never the token itself).
+``cut_after`` (send that many bytes of the next file download, then drop the connection). A repo added with
+``wrong_sha256`` lists a SHA-256 its file does not have; ``size_delta``, a wrong size; ``no_hash``, no hash;
+``lfs=False``, git blob ids only. ``requests`` records what came (method, path, query, Range, whether an
+Authorization header came — never the token itself).
 """
 
 from __future__ import annotations
