@@ -124,9 +124,10 @@ class HubClient:
     def files(self, repo: str) -> list[HubFile]:
         """The repository's GGUF models (a split one as one HubFile), by file name."""
         repo = check_repo_id(repo)
-        return gguf_files(repo, self._blobs(repo))
+        return gguf_files(repo, self._blobs(repo)[0])
 
-    def _blobs(self, repo: str) -> list[RemoteBlob]:
+    def _blobs(self, repo: str) -> tuple[list[RemoteBlob], str]:
+        """The repository's files with sizes and hashes, and the commit they are of ("main" when unsaid)."""
         api = self._api()
         info = self._call(lambda: api.model_info(repo, files_metadata=True, timeout=API_TIMEOUT_S), repo, repo)
         blobs = []
@@ -141,7 +142,7 @@ class HubClient:
                 continue  # the hub did not say how big: it cannot be checked or planned for
             blobs.append(RemoteBlob(name, size, _hex(s.lfs.sha256, 64) if s.lfs is not None else None,
                                     _hex(s.blob_id, 40) if s.lfs is None else None))
-        return blobs
+        return blobs, _hex(info.sha, 40) or "main"
 
     # downloading --------------------------------------------------------------------------------------------
     def file(self, repo: str, filename: str) -> HubFile:
@@ -157,7 +158,8 @@ class HubClient:
         """Download ``file`` (all its parts, each checked against the hub's hash), and return the one GGUF
         in the models dir: a split GGUF joined into one. A failure or a cancel keeps what was downloaded
         (``<models>/.downloads``) and the next call resumes it."""
-        blobs = {b.filename: b for b in self._blobs(file.repo)}
+        listed, commit = self._blobs(file.repo)
+        blobs = {b.filename: b for b in listed}
         missing = [p for p in file.parts if p not in blobs]
         if missing:
             raise HubNotFoundError(f"{missing[0]} is no longer in {file.repo}; list its files again")
@@ -180,18 +182,17 @@ class HubClient:
         done_before, paths = 0, []
         headers = self._headers()
         for n, blob in enumerate(parts, 1):
-            dest = downloads / local_name(blob.filename) if len(parts) > 1 else target
-            if len(parts) > 1 and dest.is_file() and dest.stat().st_size == blob.size:
-                paths.append(dest)  # verified by an earlier, interrupted run
+            dest = downloads / local_name(blob.filename)
+            if dest.is_file() and dest.stat().st_size == blob.size:
+                paths.append(dest)  # verified by an earlier run that stopped before the join (or the rename)
                 done_before += blob.size
                 continue
             report = _reporter(progress, done_before, total, n, len(parts), blob.filename)
             if cancelled(cancel):
                 raise DownloadCancelledError("the download was cancelled; nothing was installed")
             try:
-                path = download_blob(self._url(file.repo, blob.filename), headers, blob,
-                                     dest if len(parts) > 1 else downloads / local_name(blob.filename),
-                                     file.repo, report, cancel)
+                path = download_blob(self._url(file.repo, blob.filename, commit), headers, blob, dest, file.repo,
+                                     report, cancel)
             except HubGatedError:
                 raise HubGatedError(self._gated_words(file.repo), file.repo) from None
             paths.append(path)
@@ -203,7 +204,15 @@ class HubClient:
             return target
         from engine.hub_split import merge_split_gguf
 
-        merged = merge_split_gguf(paths, target, cancel=cancel)
+        try:
+            merged = merge_split_gguf(paths, target, cancel=cancel)
+        except DownloadCancelledError:
+            raise  # the verified parts stay: the next call only joins them
+        except HubError as exc:  # genuine parts (their hashes matched) that do not make one model: nothing to resume
+            for p in paths:
+                p.unlink(missing_ok=True)
+            _clean_downloads(downloads, parts)
+            raise HubError(f"{exc}; the downloaded parts were deleted") from None
         for p in paths:  # joined and checked: the parts are no longer needed
             p.unlink(missing_ok=True)
         _clean_downloads(downloads, parts)
@@ -230,10 +239,11 @@ class HubClient:
 
         return build_hf_headers(token=self._token(), library_name="hearth")
 
-    def _url(self, repo: str, filename: str) -> str:
+    def _url(self, repo: str, filename: str, commit: str) -> str:
+        """The file at the commit its listed hash is of, so every part of a split model is of one commit."""
         from urllib.parse import quote
 
-        return f"{self.endpoint}/{repo}/resolve/main/{quote(filename)}"
+        return f"{self.endpoint}/{repo}/resolve/{commit}/{quote(filename)}"
 
     def _gated_words(self, repo: str) -> str:
         if self.has_token():

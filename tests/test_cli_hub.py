@@ -161,3 +161,10 @@ def test_ctrl_c_keeps_the_part_and_the_same_command_resumes(hub, home, real_gguf
     assert again.returncode == 0, again.stderr
     assert hub.downloads()[-1]["range"] == f"bytes={kept}-"
     assert Path(json.loads(again.stdout)["path"]).read_bytes() == real_gguf.read_bytes()
+
+
+def test_hf_hub_offline_is_a_plain_message(hub, home, real_gguf):
+    hub.add_repo(REPO, {FILE: real_gguf})
+    proc = cli(hub, home, "model", "files", REPO, env={"HF_HUB_OFFLINE": "1"})
+    assert_clean_error(proc, "HF_HUB_OFFLINE is set", "models already here keep working")
+    assert hub.requests == []

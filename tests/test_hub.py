@@ -30,7 +30,7 @@ from engine.hub_split import merge_split_gguf
 from engine.secret_store import SecretError
 from engine.types import CancelToken, ModelOrigin, ModelStatus, SamplingParams
 from tests.gguf_split import split_gguf
-from tests.hub_server import HubServer
+from tests.hub_server import COMMIT, HubServer
 
 REAL = "SmolLM2-135M-Instruct-Q4_1.gguf"  # the default model's real GGUF, named as a hub repo would
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
@@ -354,6 +354,7 @@ def test_gated_repo_without_then_with_a_token(hub, paths, real_gguf, caplog):
     model = client.install(file)
     assert sha256(Path(model.path)) == file.sha256
     assert hub.downloads()[-1]["authorized"]
+    assert hub.downloads()[-1]["path"] == f"/meta/Gated-GGUF/resolve/{COMMIT}/{REAL}"  # the listed commit
     assert TOKEN not in caplog.text
     for f in paths.data.rglob("*"):
         if f.is_file() and f.name != "secrets.json" and f.stat().st_size < 50 << 20:
@@ -444,6 +445,16 @@ def test_an_interrupted_split_download_keeps_finished_parts(hub, paths, split_pa
     client.download(file)
     fetched = [r["path"].rsplit("/", 1)[-1] for r in hub.downloads()[before:]]
     assert split_parts[0].name not in fetched  # verified last time: not downloaded again
+
+
+def test_parts_that_do_not_make_one_model_are_refused_and_deleted(hub, paths, split_parts, tiny_gguf):
+    mixed = {split_parts[0].name: split_parts[0], split_parts[1].name: split_parts[2],
+             split_parts[2].name: split_parts[1]}  # parts 2 and 3 swapped on the hub
+    hub.add_repo("owner/tiny-split-GGUF", mixed)
+    client = HubClient(paths)
+    with pytest.raises(HubError, match="says it is part 3 of 3, not part 2 of 3; the downloaded parts were deleted"):
+        client.download(client.file("owner/tiny-split-GGUF", split_parts[0].name))
+    assert not list(paths.models.rglob("*.gguf*"))
 
 
 def test_parts_out_of_order_or_not_split_are_refused(split_parts, tiny_gguf, tmp_path):
