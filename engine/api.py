@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.backends.local import Hearth, model_key_for, open_conversations
 from engine.backends.protocol import Backend
+from engine.backends.remote import RemoteBackend, open_remote, remote_models
 from engine.chat_messages import validate_messages
 from engine.checkpoint.block_store import BlockStore
 from engine.checkpoint.store import CheckpointStore
@@ -61,9 +62,17 @@ from engine.documents import (
 )
 from engine.errors import (
     AttachmentError,
+    DownloadCancelledError,
     HearthError,
+    HubChecksumError,
+    HubError,
+    HubGatedError,
+    HubNotFoundError,
+    HubOfflineError,
 )
 from engine.fsutil import open_regular
+from engine.hub import HubClient, parse_hub_ref
+from engine.hub_files import HubFile, HubProgress, HubRepo
 from engine.import_dedupe import COPY_SUFFIX, DuplicatePolicy, apply_duplicates, find_duplicates
 from engine.importer import import_conversations
 from engine.library import ModelLibrary
@@ -90,6 +99,7 @@ from engine.preferences import (
     effective_settings,
     recommended_values,
 )
+from engine.remotes import RemoteError, RemoteRegistry, RemoteServer, split_model_key
 from engine.reply_notes import reply_caption
 from engine.runtime.providers import PROVIDER_CHOICES
 from engine.saved_context_files import (
@@ -100,6 +110,7 @@ from engine.saved_context_files import (
     verify_checkpoint,
 )
 from engine.search import fts_query, search, snippet_html
+from engine.secret_store import SecretError, SecretStore, read_secret_file
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.tool_messages import pretty_arguments
@@ -127,6 +138,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "salvage_database", "search", "snippet_html", "to_document",
     # backends (engine/backends) and the local backend's services (engine/services)
     "Backend", "Capabilities", "bundles", "saved_contexts",
+    # remote servers (engine/remotes.py, engine/secret_store.py, engine/backends/remote.py)
+    "RemoteBackend", "RemoteError", "RemoteRegistry", "RemoteServer", "SecretError", "SecretStore", "open_remote",
+    "read_secret_file", "remote_models", "split_model_key",
     # preferences
     "CONTEXT_POLICIES", "SETTING_LIMITS", "LoadedPreferences", "Preferences", "effective_settings", "load_preferences",
     "save_preferences", "recommended_values",
@@ -147,6 +161,11 @@ __all__ += [
     "database_way_out", "restore_database_file", "salvage_database_file",
     "open_regular", "validate_messages",
     "RenderedPrompt", "render_prompt",
+]
+# GGUFs from the Hugging Face Hub (engine/hub.py): search, list, download, install; the token for gated repos
+__all__ += [
+    "HubClient", "HubFile", "HubProgress", "HubRepo", "parse_hub_ref", "DownloadCancelledError", "HubChecksumError",
+    "HubError", "HubGatedError", "HubNotFoundError", "HubOfflineError", "SecretError", "read_secret_file",
 ]
 # documents attached to a message (engine/documents.py; docs/documents.md): read a file off the UI thread
 __all__ += [

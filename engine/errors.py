@@ -145,3 +145,28 @@ class AttachmentError(HearthError):
     def __init__(self, message: str, reason: str, name: str = ""):
         super().__init__(message)
         self.reason, self.name = reason, name
+
+
+# GGUFs from the Hugging Face Hub (engine/hub.py) ---------------------------------------------------------
+class HubError(ModelFetchError):
+    """Searching, listing or downloading from the Hugging Face Hub failed; the message says what to do."""
+
+
+class HubOfflineError(HubError):
+    """The hub cannot be reached (no network, a closed port, a proxy refusing); local models keep working."""
+
+
+class HubGatedError(HubError):
+    """The repository is gated: its terms must be accepted on huggingface.co and a token given."""
+
+    def __init__(self, message: str, repo: str = ""):
+        super().__init__(message)
+        self.repo = repo
+
+
+class HubNotFoundError(HubError):
+    """No such repository or file on the hub (or a private one the token cannot see)."""
+
+
+class HubChecksumError(HubError):
+    """A downloaded file does not match the SHA-256 the hub lists for it; the file was deleted."""

@@ -1,11 +1,13 @@
 """The model library: every model Hearth knows, what each is, whether it can run, and what it needs.
 
-Three kinds of models (``LibraryModel.source``):
+Four kinds of models (``LibraryModel.source``):
 
 * **catalog**: ``resources/models.json`` (fetched by Hearth; listed with their pinned facts before a download);
 * **added**: a GGUF the user added by path. It is linked where it is (never copied unless asked: then
   it is copied atomically into the models dir, and that copy is Hearth's). Removing it only forgets it;
   a copy Hearth made is deleted;
+* **hub**: a GGUF engine/hub.py downloaded from the Hugging Face Hub into the models dir (kept with the
+  added files, ``"origin": "hub"``; it is Hearth's, so removing it deletes it);
 * **folder**: the ``.gguf`` files in the models folder the user chose, and in its subfolders one level
   down, found each time the library is listed. They cannot be removed here: a folder model belongs to
   the folder (``remove`` refuses and says to move the file or clear the folder).
@@ -214,9 +216,13 @@ class ModelLibrary:
         return fetch_model(item.entry, self.paths.models, index=index, progress=progress, force=force, cancel=cancel)
 
     # changes --------------------------------------------------------------------------------------------------
-    def add(self, path: str | Path, copy: bool = False, *, progress: ProgressFn | None = None) -> LibraryModel:
+    def add(self, path: str | Path, copy: bool = False, *, progress: ProgressFn | None = None,
+            origin: ModelOrigin = ModelOrigin.ADDED) -> LibraryModel:
         """Add a GGUF by path: linked where it is, or (``copy``) copied into the models dir. Adding a file
-        the library has already returns its entry. A file that is not a GGUF is refused (ModelFileError)."""
+        the library has already returns its entry. A file that is not a GGUF is refused (ModelFileError).
+        ``origin`` HUB: a file engine/hub.py downloaded into the models dir, Hearth's (removing it deletes it)."""
+        if origin not in (ModelOrigin.ADDED, ModelOrigin.HUB):
+            raise ValueError(f"a model is added by path or from the hub, not as {origin}")
         source = Path(path).expanduser()
         if source.is_dir():
             raise ModelFileError(f"{source} is a folder; to list every GGUF in it, run 'hearth-cli model folder {source}'")
@@ -236,7 +242,10 @@ class ModelLibrary:
             if len(state["added"]) >= MAX_ADDED:
                 raise ModelFileError(f"the library holds {MAX_ADDED} added models already; remove some first")
             name = self._free_name(state, slug(source.stem))
-            state["added"].append({"name": name, "path": str(stored), "copied": copy})
+            entry = {"name": name, "path": str(stored), "copied": copy or origin == ModelOrigin.HUB}
+            if origin == ModelOrigin.HUB:
+                entry["origin"] = str(ModelOrigin.HUB)
+            state["added"].append(entry)
             state["folder_names"] = {k: v for k, v in state["folder_names"].items() if not _same_file(Path(k), stored)}
             self._write(state)
         return self.get(name)
@@ -317,7 +326,8 @@ class ModelLibrary:
         default, entries = load_manifest()
         items = [_Item(key, ModelOrigin.CATALOG, self._catalog_file(entry, key == default), entry)
                  for key, entry in entries.items()]
-        items += [_Item(a["name"], ModelOrigin.ADDED, Path(a["path"]), copied=a["copied"]) for a in state["added"]]
+        items += [_Item(a["name"], ModelOrigin(a.get("origin", ModelOrigin.ADDED)), Path(a["path"]), copied=a["copied"])
+                  for a in state["added"]]
         taken = [i.path for i in items if i.path is not None]
         files = [f for f in self._folder_files(state) if not any(_same_file(f, t) for t in taken)]
         missing = [f for f in files if str(f) not in state["folder_names"]]
@@ -565,7 +575,8 @@ def _validated(data) -> dict:
     for a in added:
         if not (isinstance(a, dict) and isinstance(a.get("name"), str) and _NAME.match(a["name"])
                 and isinstance(a.get("path"), str) and 0 < len(a["path"]) <= MAX_PATH_CHARS
-                and os.path.isabs(a["path"]) and isinstance(a.get("copied"), bool)):
+                and os.path.isabs(a["path"]) and isinstance(a.get("copied"), bool)
+                and a.get("origin", "added") in ("added", "hub")):
             raise ValueError("bad added model entry")
     names = data["folder_names"]
     if not isinstance(names, dict) or len(names) > MAX_FOLDER_FILES * 2:
@@ -582,7 +593,8 @@ def _validated(data) -> dict:
     if len(set(every)) != len(every):
         raise ValueError("two models share a name")
     return {"version": STATE_VERSION, "default": default, "folder": folder,
-            "added": [{"name": a["name"], "path": a["path"], "copied": a["copied"]} for a in added],
+            "added": [{"name": a["name"], "path": a["path"], "copied": a["copied"],
+                       **({"origin": a["origin"]} if a.get("origin", "added") != "added" else {})} for a in added],
             "folder_names": dict(names), "contexts": dict(contexts)}
 
 

@@ -1,5 +1,5 @@
 """The backend protocol (engine/backends/protocol.py), run over two real backends: the local engine
-(``engine.api.Hearth``) and a remote one (tests/remote_backend.py) that runs turns on Hearth's own
+(``engine.api.Hearth``) and a remote one (engine/backends/remote.py) that runs turns on Hearth's own
 OpenAI-compatible server over HTTP on 127.0.0.1 — the proof of docs/architecture.md's "How to add a backend".
 Then the front ends' text for records with no local part, as a remote backend gives them."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.api import Backend, Hearth, ModelLibrary, resolve_paths, saved_contexts
-from engine.backends.remote import RemoteBackend
+from engine.api import Backend, Hearth, ModelLibrary, RemoteBackend, RemoteServer, resolve_paths, saved_contexts
 from engine.errors import HearthError, ModelNotLoadedError
 from engine.types import (
     Accepted,
@@ -46,7 +45,7 @@ def backend(request, tiny_home, tiny_gguf, tmp_path):
         made.close()
         return
     server = LiveServer(paths, TINY)  # the server's own data dir; the front end's text lives in another
-    made = RemoteBackend(resolve_paths(tmp_path / "front"), server.base)
+    made = RemoteBackend(resolve_paths(tmp_path / "front"), RemoteServer("peer", server.base), None, model=TINY)
     try:
         yield made
     finally:
@@ -63,10 +62,11 @@ def test_it_is_a_backend_that_says_what_it_can(backend):
     caps = backend.capabilities
     assert isinstance(caps, Capabilities) and not caps.tools
     if isinstance(backend, RemoteBackend):  # what the remote one lacks, it says
-        assert not caps.saved_context and not caps.local_facts and not caps.model_switching
+        assert not caps.saved_context and not caps.local_facts and caps.model_switching
     else:
         assert caps.saved_context and caps.local_facts and caps.raw_completion and caps.model_switching
-    assert TINY in [m.name for m in backend.list_models()]
+    names = [m.name for m in backend.list_models()]
+    assert (f"peer/{TINY}" if isinstance(backend, RemoteBackend) else TINY) in names
 
 
 def test_load_then_a_turn_streams_tokens_then_finished(backend):
@@ -156,7 +156,7 @@ def test_both_backends_write_the_same_greedy_reply(tiny_home, tiny_gguf, tmp_pat
     finally:
         local.close()
     server = LiveServer(paths, TINY)
-    remote = RemoteBackend(resolve_paths(tmp_path / "front"), server.base)
+    remote = RemoteBackend(resolve_paths(tmp_path / "front"), RemoteServer("peer", server.base), None, model=TINY)
     try:
         remote.load()
         assert turn(remote, "hello there").reply == mine
@@ -197,11 +197,15 @@ def test_the_terminal_chat_says_how_many_drafted_tokens_were_accepted():
 
 
 def test_cli_and_terminal_text_without_local_facts():
+    from dataclasses import replace
+
     from app.self_test import kernels
     from engine.cli.store import turn_line
     from engine.cli.terminal_chat import turn_figures
 
-    assert turn_line(finished(None)) == "[2 new tokens, eos]"
+    assert turn_line(finished(None)) == "[eos; cached tokens not reported]"  # a remote model's turn
+    assert turn_line(replace(finished(None), server_cached_tokens=5129, prompt_tokens=5180)) == \
+        "[eos; the server had 5,129 of 5,180 tokens cached]"
     assert turn_figures(finished(None)) == "3.0 tok/s"
     resume = Resume(ResumeSource.DISK, reused_tokens=4, prefilled_tokens=1, elapsed_ms=2.0)
     assert "4 tokens reused (disk)" in turn_line(finished(LocalTurnFacts(resume)))

@@ -16,9 +16,13 @@ from typing import Any
 from engine.api import (
     DEFAULT_MAX_NEW_TOKENS,
     PROVIDER_CHOICES,
+    Backend,
     HearthPaths,
+    RemoteRegistry,
     open_regular,
+    open_remote,
     resolve_paths,
+    split_model_key,
     terminal_safe,
     validate_messages,
 )
@@ -73,6 +77,20 @@ def stream_text(text: str) -> None:
 
 def data_paths(args: argparse.Namespace) -> HearthPaths:
     return resolve_paths(args.data_dir).ensure()
+
+
+def remote_backend(paths: HearthPaths, model: str | None) -> Backend | None:
+    """The remote backend for ``--model NAME/MODEL`` of an added server; None for a local model. A NAME/MODEL
+    whose NAME is no added server (and that is no file) is refused in words naming the servers there are."""
+    if not model:
+        return None
+    remote = open_remote(paths, model)
+    if remote is not None:
+        return remote
+    split = split_model_key(model)
+    if split is not None and not model.endswith(".gguf") and not Path(model).expanduser().exists():
+        RemoteRegistry(paths.data).get(split[0])  # raises: there is no server of that name
+    return None
 
 
 def read_json_file(path: str, what: str, cap: int = MAX_MESSAGES_BYTES) -> Any:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine.api import DEFAULT_PRECISION, MAX_CONTEXT_LENGTH, PRECISIONS, ModelLibrary, size_words
+from engine.api import DEFAULT_PRECISION, MAX_CONTEXT_LENGTH, PRECISIONS, ModelLibrary, remote_models, size_words
 from engine.cli.common import Progress, data_paths, emit
-from engine.types import LibraryModel, ModelStatus
+from engine.types import LibraryModel, ModelOrigin, ModelStatus
 
 MIN_CONTEXT_ARG = 16
+REMOTE_LIST_TIMEOUT_S = 5.0  # a dead server costs this once (servers are asked in parallel), never a hang
 
 
 def add_commands(msub, common: argparse.ArgumentParser) -> None:
@@ -82,13 +83,21 @@ def _library(args: argparse.Namespace) -> ModelLibrary:
 def cmd_ls(args: argparse.Namespace) -> int:
     library = _library(args)
     models = library.models()
+    remote, unreachable = [], []
+    for server, listed in remote_models(library.paths, REMOTE_LIST_TIMEOUT_S):
+        if isinstance(listed, str):
+            unreachable.append({"server": server.name, "url": server.base_url, "problem": listed})
+        else:
+            remote += listed
     folder, problem = library.folder, library.folder_problem()
-    payload = {"models": [m.as_dict() for m in models], "default": library.default_name(),
-               "folder": None if folder is None else str(folder), "folder_problem": problem, "weights": library.weights}
-    lines = model_table(models)
+    payload = {"models": [m.as_dict() for m in models + remote], "default": library.default_name(),
+               "folder": None if folder is None else str(folder), "folder_problem": problem, "weights": library.weights,
+               "remote_problems": unreachable}
+    lines = model_table(models + remote)
     lines.append(f"* loads by default; memory for {library.weights} weights at the context shown")
     if folder is not None:
         lines.append(f"models folder: {folder}" + (f" — {problem}" if problem else ""))
+    lines += [f"remote server {u['server']} ({u['url']}): {u['problem']}" for u in unreachable]
     emit(args, payload, "\n".join(lines))
     return 0
 
@@ -107,7 +116,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
     library = _library(args)
     model = library.get(args.name)
     library.remove(args.name)
-    done = {"catalog": "deleted its download and conversions", "added": "forgotten"}[str(model.source)]
+    done = {"catalog": "deleted its download and conversions", "added": "forgotten",
+            "hub": "deleted its download"}[str(model.source)]
     emit(args, {"removed": args.name, "source": str(model.source)}, f"removed {args.name} ({done})")
     return 0
 
@@ -156,6 +166,8 @@ def model_table(models: list[LibraryModel]) -> list[str]:
 
 
 def row(m: LibraryModel) -> tuple[str, ...]:
+    if m.source == ModelOrigin.REMOTE:  # what a server tells: its id, at most a context length
+        return ("", m.name, "remote", "-", "-", "-", "-", f"{m.context_length:,}" if m.context_length else "?", "-", "-")
     known = m.status in (ModelStatus.READY, ModelStatus.NOT_DOWNLOADED)
     return ("*" if m.is_default else "", m.name, str(m.status), m.architecture or "?", m.parameters or "?",
             m.quant or "?", size_words(m.file_bytes) if m.file_bytes else "?",

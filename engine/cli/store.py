@@ -19,12 +19,14 @@ from engine.api import (
     KV_ENCODINGS,
     MAX_ATTACHMENTS,
     Attachment,
+    Backend,
     BlockStore,
     ConversationStore,
     DuplicatePolicy,
     Hearth,
     HearthPaths,
     ModelLibrary,
+    RemoteRegistry,
     SoundDatabaseError,
     apply_duplicates,
     backup_database_file,
@@ -49,7 +51,7 @@ from engine.api import (
     terminal_safe,
     verify_checkpoint,
 )
-from engine.cli.common import Progress, data_paths, emit, sampling_from_args, stream_text
+from engine.cli.common import Progress, data_paths, emit, remote_backend, sampling_from_args, stream_text
 from engine.errors import AttachmentError, ContextFullError, ConversationError, HearthError, PromptError
 from engine.types import ContextPolicy, ConversationSummary, Finished, Token, TurnRequest, Waiting
 
@@ -79,8 +81,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise PromptError(f"--wait must be 0 or more seconds, got {args.wait}")
     paths = data_paths(args)
     model, why = chat_model(paths, args.conversation, args.model)
-    hearth = Hearth(paths, model=model, weights=args.weights, provider=args.provider, turn_wait_s=args.wait,
-                    context_length=args.context)
+    hearth = remote_backend(paths, model)  # NAME/MODEL of an added server (hearth-cli remote add)
+    if hearth is None:
+        hearth = Hearth(paths, model=model, weights=args.weights, provider=args.provider, turn_wait_s=args.wait,
+                        context_length=args.context)
     try:
         return _chat(args, hearth, params, why, attachments)
     finally:
@@ -112,6 +116,8 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
         return requested, None
     if requested is not None:
         return requested, None if model_key_for(requested) == remembered else f"last used with {remembered}"
+    if RemoteRegistry(paths.data).find(remembered) is not None:  # an added server's model: reached when the turn loads it
+        return remembered, None
     if remembered == ModelLibrary(paths).default_name():  # the default (the one 'hearth-cli model use' chose)
         return None, None  # the default model is found by its own rules (a packaged build ships it converted)
     try:
@@ -121,7 +127,7 @@ def chat_model(paths: HearthPaths, conversation: str, requested: str | None) -> 
     return remembered, None
 
 
-def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = None,
+def _chat(args: argparse.Namespace, hearth: Backend, params, why: str | None = None,
           attachments: tuple[Attachment, ...] = ()) -> int:
     request = TurnRequest(args.conversation, args.message, params, args.max_new_tokens, args.system,
                           attachments=attachments)
@@ -167,6 +173,7 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
         "timings": turn.timings.as_dict(),
         "model": model.label,
         "model_key": hearth.model_key,
+        "server_cached_tokens": turn.server_cached_tokens,  # a remote server's prefix-cache hit; None: not told
         "attachments": [{"name": a.name, "kind": a.kind, "size": a.size, "sha256": a.sha256, "pages": a.pages,
                          "chars": len(a.text)} for a in attachments],
     }
@@ -185,11 +192,20 @@ def _chat(args: argparse.Namespace, hearth: Hearth, params, why: str | None = No
 def turn_line(turn: Finished) -> str:
     """``chat``'s summary of a turn on stderr; where its context came from only when the backend knows."""
     done = f"{len(turn.tokens)} new tokens, {turn.stop_reason}"
+    if turn.model.provider == "remote":  # token ids do not come over the wire; the server's cache may be told
+        return f"[{turn.stop_reason}; {cached_words(turn)}]"
     if turn.local is None:
         return f"[{done}]"
     r = turn.local.resume
     how = r.source + (f" ({r.plain})" if r.reason else "")
     return f"[{r.reused_tokens} tokens reused ({how}), {r.prefilled_tokens} prefilled in {r.elapsed_ms:.0f} ms; {done}]"
+
+
+def cached_words(turn: Finished) -> str:
+    """What a remote server said of its prefix cache for the turn's prompt."""
+    if turn.server_cached_tokens is None:
+        return "cached tokens not reported"
+    return f"the server had {turn.server_cached_tokens:,} of {turn.prompt_tokens:,} tokens cached"
 
 
 def context_full(conversation: str, exc: ContextFullError) -> ContextFullError:
