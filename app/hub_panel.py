@@ -33,7 +33,7 @@ FILE_COLUMNS = ("File", "Quantization", "Size", "Memory")
 
 def file_title(f) -> str:
     """A split GGUF is one file to the person: its first part's name without the -00001-of-0000N."""
-    return display_safe(f.filename) + (f" ({f.parts} parts)" if f.parts > 1 else "")
+    return display_safe(f.filename) + (f" (one model in {len(f.parts)} parts)" if len(f.parts) > 1 else "")
 
 
 def _table(columns: tuple[str, ...], name: str) -> QTableWidget:

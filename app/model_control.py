@@ -15,6 +15,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QWidget
 
+from app.hub_worker import HubHost
 from app.library_worker import LibraryHost
 from app.model_picker import ModelPicker
 from app.remote_worker import RemoteHost
@@ -40,7 +41,7 @@ class ModelControl(QObject):
         self.host = window.host
         self.library = LibraryHost(window.config.paths, self)
         self.remotes = RemoteHost(window.config.paths, self)
-        self.hub = None  # the Hub's worker, made with the Models dialog (HubHost)
+        self.hub: HubHost | None = None  # the Hub's worker, made with the Models dialog
         self.models: dict[str, LibraryModel] = {}
         self.local_models: list[LibraryModel] = []
         self.servers: list = []  # [(RemoteServer, list[LibraryModel] | str why not)], as the remote worker listed them
@@ -253,11 +254,7 @@ class ModelControl(QObject):
         if self.dialog.servers is not None:
             self.dialog.tabs.setCurrentWidget(self.dialog.servers)
 
-    def _hub_host(self):
-        try:  # TEMPORARY until i32-hub lands
-            from app.hub_worker import HubHost
-        except ImportError:
-            return None
+    def _hub_host(self) -> HubHost:
         return HubHost(self.window.config.paths, self)
 
     def open_file(self) -> None:

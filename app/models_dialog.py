@@ -27,6 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.hub_panel import HubPanel
+from app.hub_worker import HubHost
 from app.library_worker import LibraryHost
 from app.models_meter import SPEED_WINDOW_S, DownloadMeter  # noqa: F401 - where the tests and others find them
 from app.remote_servers import RemoteServersPanel
@@ -55,12 +57,12 @@ class ModelsDialog(QDialog):
     context_requested = Signal(str, int)  # a model's context length (0: automatic)
 
     def __init__(self, library: LibraryHost, parent: QWidget | None = None, current: str | None = None,
-                 remotes: RemoteHost | None = None, hub=None):
+                 remotes: RemoteHost | None = None, hub: HubHost | None = None):
         super().__init__(parent)
         self.library = library
         self.remotes, self.hub = remotes, hub
         self.servers: RemoteServersPanel | None = None
-        self.hub_panel = None
+        self.hub_panel: HubPanel | None = None
         self.current = current  # the model the open chat runs
         self.models: dict[str, LibraryModel] = {}
         self.downloads: dict[str, DownloadMeter] = {}
@@ -88,8 +90,6 @@ class ModelsDialog(QDialog):
             self.servers.use_requested.connect(self._use_remote)
             self.tabs.addTab(self.servers, "Servers")
         if self.hub is not None:
-            from app.hub_panel import HubPanel
-
             self.hub_panel = HubPanel(self.hub)
             self.hub_panel.installed.connect(lambda _m: self.library.request_refresh.emit())
             self.tabs.addTab(self.hub_panel, "Hugging Face")
