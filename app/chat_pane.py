@@ -460,6 +460,8 @@ class ChatPane(QWidget):
             stored = self.model.stored()
             if stored and stored[-1][1] == "assistant":  # cut off mid-reply (a server that stopped): what arrived is kept
                 self.render(stored)
+                if self.transcript.messages:  # the stored caption cannot tell a server that stopped from a quit
+                    self.transcript.messages[-1].set_note("the server stopped mid-reply; what arrived is kept")
                 self.update_buttons()
                 self._problem(failed.conversation, failed.message)
                 return

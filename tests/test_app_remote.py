@@ -369,8 +369,11 @@ def test_a_server_that_stops_mid_reply_keeps_what_arrived_and_says_so(qtbot, win
     stored = w.store.messages(chat)
     assert stored[0].role == "user" and stored[0].content == "Name three rivers."  # stored before the request
     assert stored[-1].role == "assistant" and stored[-1].content.startswith("The Nile")  # what arrived is kept
+    qtbot.waitUntil(lambda: [e[1] for e in w.transcript.entries()] == ["user", "assistant"], timeout=TIMEOUT)
     line, note = w.status.resume.text(), w.transcript.messages[-1].note.text()
     assert "server" in line + note and "Traceback" not in line + note, (line, note)  # it says the server stopped
+    assert note == "the server stopped mid-reply; what arrived is kept"
+    qtbot.wait(200)
     w.grab().save(str(SHOTS / "hearth-remote-dropped.png"))
 
 
