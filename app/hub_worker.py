@@ -13,7 +13,7 @@ import traceback
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.text import shown_model
+from app.text import sentence, shown_model
 from engine.api import HearthPaths, HubClient, HubGatedError, HubNotFoundError, HubOfflineError
 from engine.errors import DownloadCancelledError, HearthError
 from engine.types import CancelToken
@@ -27,14 +27,14 @@ def hub_problem(what: str, exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, HubOfflineError):
         return "offline", OFFLINE
     if isinstance(exc, HubGatedError):
-        return "gated", (f"{exc} Paste an access token from huggingface.co/settings/tokens below, after "
+        return "gated", (f"{sentence(str(exc))} Paste an access token from huggingface.co/settings/tokens below, after "
                          "accepting the model's terms on its page.")
     if isinstance(exc, HubNotFoundError):
-        return "missing", str(exc)
+        return "missing", sentence(str(exc))
     if isinstance(exc, DownloadCancelledError):
         return "cancelled", "The download was cancelled. Download again to resume where it stopped."
     if isinstance(exc, HearthError):
-        return "error", str(exc)
+        return "error", sentence(str(exc))
     if isinstance(exc, OSError):
         return "error", f"{what} failed: {exc.strerror or exc}"
     log.error("%s failed:\n%s", what, traceback.format_exc())

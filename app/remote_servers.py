@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.remote_worker import RemoteHost
-from app.text import display_safe, plural
+from app.text import display_safe, plural, sentence
 from app.theme import error_colour
 
 COLUMNS = ("Server / model", "Address", "API key", "Status")
@@ -90,7 +90,7 @@ class AddServerDialog(QDialog):
 
     def show_error(self, message: str) -> None:
         self.add_button.setEnabled(True)
-        self.error.setText(message)
+        self.error.setText(sentence(message))
         self.error.show()
 
     def done(self, result: int) -> None:
@@ -173,8 +173,8 @@ class RemoteServersPanel(QWidget):
             top.setData(0, SERVER_ROLE, server.name)
             top.setData(0, MODEL_ROLE, None)
             if isinstance(models, str):
-                top.setText(3, display_safe(models))
-                top.setToolTip(3, display_safe(models))
+                top.setText(3, sentence(display_safe(models)))
+                top.setToolTip(3, sentence(display_safe(models)))
                 top.setForeground(3, red)
             else:
                 top.setText(3, plural(len(models), "model") if models else "no models listed")
@@ -243,7 +243,7 @@ class RemoteServersPanel(QWidget):
                 self.add_dialog.accept()
             return
         if problem:
-            self.message.setText(problem)
+            self.message.setText(sentence(problem))
             self.message.show()
         else:
             self.message.hide()
