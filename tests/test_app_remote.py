@@ -408,3 +408,34 @@ def test_a_chat_on_a_server_reopens_on_it_after_a_restart(qtbot, windows, server
     send(qtbot, again, "And three lakes?")
     wait_idle(qtbot, again)
     assert [m.role for m in again.store.messages(chat)] == ["user", "assistant"] * 2
+
+
+def test_versions_continue_and_export_work_for_a_remote_chat(qtbot, windows, server, tmp_path):
+    from engine.api import export_markdown
+
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    w.models.dialog.close()
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 1.2, "max_new_tokens": 4, "seed": 5})
+    w.models.choose("lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    send(qtbot, w, "hello there")
+    wait_idle(qtbot, w)
+    last = w.transcript.last_reply()
+    assert "length limit" in last.note.text() and not last.continue_button.isHidden()
+    before = w.store.messages(chat)[-1].content
+    qtbot.mouseClick(last.continue_button, Qt.MouseButton.LeftButton)  # Continue, through the server
+    wait_idle(qtbot, w)
+    stored = w.store.messages(chat)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].content.startswith(before)
+    assert len(stored[-1].content) >= len(before)
+    w.regenerate()  # a second version, through the server
+    wait_idle(qtbot, w)
+    qtbot.waitUntil(lambda: w.transcript.last_reply() is not None
+                    and w.transcript.last_reply().versions.label.text() == "2/2", timeout=TIMEOUT)
+    out = tmp_path / "remote.md"
+    assert export_markdown(w.store, [chat], out) == 1
+    assert "hello there" in out.read_text() and KEY not in out.read_text()
