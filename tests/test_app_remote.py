@@ -154,13 +154,16 @@ def test_stop_closes_the_stream_and_keeps_what_arrived(qtbot, windows, server):
     w = windows()
     _dialog, panel = servers_tab(qtbot, w)
     add_server(qtbot, panel, "lab", server.base, KEY)
-    wait_row(qtbot, panel, "lab", "model")
-    w.models.dialog.close()
+    row = wait_row(qtbot, panel, "lab", "model")
     chat = w.new_chat()
     use_settings(w, {"temperature": 0.8, "max_new_tokens": 400})
-    qtbot.waitUntil(lambda: w.models.picker.findData("lab/tiny") >= 0, timeout=TIMEOUT)
-    pick(w, "lab/tiny")
+    assert not panel.use_button.isEnabled()  # nothing chosen yet
+    panel.tree.setCurrentItem(row.child(0))
+    assert panel.use_button.isEnabled()
+    qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)  # "Use for this chat" in the Servers tab
     wait_model(qtbot, w, "lab/tiny")
+    assert w.store.get(chat).model_key == "lab/tiny" and w.models.picker.currentData() == "lab/tiny"
+    w.models.dialog.close()
     finished = collect_dispatched(w.turns, Finished)
     send(qtbot, w, "Write a long story about a lighthouse keeper.")
     qtbot.waitUntil(lambda: w.turns.turn(chat) is not None and len(w.turns.turn(chat).reply) > 0, timeout=TIMEOUT)
