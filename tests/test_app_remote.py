@@ -301,6 +301,7 @@ class FlakyServer:
 
         outer = self
         self.mode = mode
+        self.closed_at: int | None = None  # "slow": the piece at which the client closed the stream
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -327,6 +328,19 @@ class FlakyServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
+                if outer.mode == "slow":  # a piece every 50 ms, for 10 s: until the client closes the stream
+                    import time
+
+                    try:
+                        for n in range(200):
+                            chunk = {"choices": [{"index": 0, "delta": {"content": f"word{n} "}, "finish_reason": None}]}
+                            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                            self.wfile.flush()
+                            time.sleep(0.05)
+                    except OSError:
+                        outer.closed_at = n  # the client hung up: Stop closed the stream
+                    self.close_connection = True
+                    return
                 for piece in ("The Nile", ", the Amazon"):
                     chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -442,3 +456,19 @@ def test_versions_continue_and_export_work_for_a_remote_chat(qtbot, windows, ser
     out = tmp_path / "remote.md"
     assert export_markdown(w.store, [chat], out) == 1
     assert "hello there" in out.read_text() and KEY not in out.read_text()
+
+
+def test_stop_closes_the_servers_stream(qtbot, windows, flaky):
+    w = windows()
+    slow = flaky("slow")
+    chat = chat_on_flaky(qtbot, w, slow.base)
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 1000})
+    send(qtbot, w, "Count.")
+    qtbot.waitUntil(lambda: w.turns.turn(chat) is not None and "word3" in w.turns.turn(chat).reply, timeout=TIMEOUT)
+    w.stop()
+    wait_idle(qtbot, w)
+    qtbot.waitUntil(lambda: slow.closed_at is not None, timeout=TIMEOUT)  # the server saw the stream closed
+    assert slow.closed_at < 150
+    stored = w.store.messages(chat)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].content.startswith("word0 word1")
+    assert w.transcript.last_reply().note.text().startswith("stopped")
