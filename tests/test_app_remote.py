@@ -472,3 +472,26 @@ def test_stop_closes_the_servers_stream(qtbot, windows, flaky):
     stored = w.store.messages(chat)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].content.startswith("word0 word1")
     assert w.transcript.last_reply().note.text().startswith("stopped")
+
+
+def test_a_chat_on_a_model_the_server_does_not_have_says_so(qtbot, windows, server):
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    w.models.dialog.close()
+    local = w.model_info.key
+    chat = w.new_chat()
+    w.models.choose("lab/no-such-model")
+    banner = w.models.server_banner
+    qtbot.waitUntil(lambda: banner.isVisible(), timeout=TIMEOUT)
+    assert "lab/no-such-model cannot be used now" in banner.message.text()
+    assert "no-such-model" in banner.message.toolTip() and "Traceback" not in banner.message.text()
+    qtbot.waitUntil(lambda: w.models.loaded == local, timeout=TIMEOUT)  # the local model still answers
+    send(qtbot, w, "hello")
+    wait_idle(qtbot, w)
+    assert [m.role for m in w.store.messages(chat)] == ["user", "assistant"]
+    # Try again after the server has it is the banner's button; here it still does not: the banner stays
+    qtbot.mouseClick(banner.retry, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.models.loaded == local, timeout=TIMEOUT)
+    assert banner.isVisible()
