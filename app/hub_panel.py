@@ -60,6 +60,7 @@ def _number(n: int) -> QTableWidgetItem:
 
 class HubPanel(QWidget):
     installed = Signal(object)  # LibraryModel: the library lists it now
+    use_requested = Signal(str)  # the model just downloaded, for the open chat
 
     def __init__(self, hub: HubHost, parent: QWidget | None = None):
         super().__init__(parent)
@@ -140,7 +141,11 @@ class HubPanel(QWidget):
         self.cancel_button = QPushButton("Cancel download")
         self.retry_button = QPushButton("Retry download")
         self.retry_button.setToolTip("Resumes from the bytes already fetched")
-        for b in (self.retry_button, self.cancel_button, self.download_button):
+        self.use_button = QPushButton("Use for this chat")
+        self.use_button.setToolTip("Run the open chat on the model just downloaded")
+        self.use_button.clicked.connect(self._use)
+        self.installed_model = None  # the last model downloaded
+        for b in (self.use_button, self.retry_button, self.cancel_button, self.download_button):
             row.addWidget(b)
         layout.addLayout(row)
         self.save_token.clicked.connect(self._save_token)
@@ -222,7 +227,7 @@ class HubPanel(QWidget):
         file = file or self.selected_file()
         if file is None or self.downloading is not None:
             return
-        self.downloading, self.last_failed = file, None
+        self.downloading, self.last_failed, self.installed_model = file, None, None
         self.meter = DownloadMeter()
         self.message.hide()
         self.progress.setRange(0, 0)
@@ -254,6 +259,7 @@ class HubPanel(QWidget):
         name = file_title(file) if file is not None else model.title
         self.progress_text.setText(f"Downloaded {name}: it is in the list of models on this computer as "
                                    f"{model.title}.")
+        self.installed_model = model if model.status == "ready" else None
         self._update_buttons()
         self.installed.emit(model)
 
@@ -286,8 +292,13 @@ class HubPanel(QWidget):
         self.token_note.setText("a token is saved" if has else "no token saved")
         self.forget_token.setEnabled(has)
 
+    def _use(self) -> None:
+        if self.installed_model is not None:
+            self.use_requested.emit(self.installed_model.name)
+
     def _update_buttons(self) -> None:
         busy = self.downloading is not None
+        self.use_button.setVisible(not busy and self.installed_model is not None)
         self.download_button.setEnabled(not busy and self.selected_file() is not None)
         self.cancel_button.setVisible(busy)
         self.retry_button.setVisible(not busy and self.last_failed is not None)

@@ -92,6 +92,7 @@ class ModelsDialog(QDialog):
         if self.hub is not None:
             self.hub_panel = HubPanel(self.hub)
             self.hub_panel.installed.connect(lambda _m: self.library.request_refresh.emit())
+            self.hub_panel.use_requested.connect(self._use_remote)
             self.tabs.addTab(self.hub_panel, "Hugging Face")
         layout = QVBoxLayout(local)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -332,6 +333,6 @@ class ModelsDialog(QDialog):
             self.current = m.name
 
     def _use_remote(self, key: str) -> None:
-        """A remote server's model (NAME/MODEL) for the open chat."""
+        """A remote server's model (NAME/MODEL), or one just downloaded from the Hub, for the open chat."""
         self.use_requested.emit(key)
         self.current = key

@@ -92,6 +92,13 @@ def test_search_list_and_download_into_the_library(qtbot, windows, hub):
                     timeout=TIMEOUT)
     qtbot.waitUntil(lambda: any(dialog.models[name].source == "hub" for name in dialog.models), timeout=TIMEOUT)
     assert (w.config.paths.models / TINY).is_file()
+    dialog.grab().save(str(SHOTS / "hearth-hub-downloaded.png"))
+    assert panel.use_button.isVisible()
+    chat = w.new_chat()
+    qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)  # the downloaded model for the open chat
+    name = panel.installed_model.name
+    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.key == name, timeout=TIMEOUT)
+    assert w.store.get(chat).model_key == name
 
 
 def test_a_split_gguf_is_one_file(qtbot, windows, hub):
