@@ -29,7 +29,7 @@ from engine.conversations import ConversationStore, check_id
 from engine.errors import ConversationError, HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.paths import HearthPaths
 from engine.remotes import RemoteError, RemoteRegistry, RemoteServer, split_model_key
-from engine.session.turn import check_message, check_rewrite, user_content
+from engine.turn_checks import check_message, check_rewrite, user_content
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
     Accepted,

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.conversations import Conversation, ConversationStore, check_id
-from engine.documents import check_attachments, compose_message
 from engine.errors import (
     ContextFullError,
     ConversationError,
@@ -38,6 +37,7 @@ from engine.session.reply_split import ReplySplit, continue_reply, turn_reply
 from engine.session.reports import REBUILT, Decoded, Ready, TurnResult
 from engine.session.sessions import ChatSessions
 from engine.session.view_window import ViewPlanner, ViewWindow
+from engine.turn_checks import check_message, check_rewrite, user_content
 from engine.turn_lock import TurnLock
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -425,27 +425,3 @@ class Turns:
             saved = sessions.save("rebuild") if logits is not None else None  # "saved again" is true when said
             emit(Rebuilt(conversation, len(prompt), (time.perf_counter() - started) * 1000, logits is None, saved))
         return resume
-
-
-def check_message(request: TurnRequest) -> None:
-    """A new message has words or files (or both); files go only with a new message, at most MAX_ATTACHMENTS."""
-    if request.attachments:
-        if request.user_message is None:
-            raise PromptError("attached files go with a new message: this turn has none")
-        check_attachments(request.attachments)
-    elif request.user_message is not None and not request.user_message.strip():
-        raise PromptError("the message is empty: write something to say")
-
-
-def user_content(request: TurnRequest) -> str | None:
-    """The user message the model reads: the attached files' text, then the typed words (engine/documents.py)."""
-    if request.user_message is None:
-        return None
-    return compose_message(request.user_message, request.attachments)
-
-
-def check_rewrite(request: TurnRequest) -> None:
-    if request.regenerate and request.continue_reply:
-        raise PromptError("a turn either writes the last reply again or continues it, not both")
-    if (request.regenerate or request.continue_reply) and request.user_message is not None:
-        raise PromptError("regenerating or continuing a reply answers what is stored: it takes no new message")
