@@ -495,3 +495,32 @@ def test_a_chat_on_a_model_the_server_does_not_have_says_so(qtbot, windows, serv
     qtbot.mouseClick(banner.retry, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.models.loaded == local, timeout=TIMEOUT)
     assert banner.isVisible()
+
+
+def test_the_browser_lists_and_opens_a_remote_chat_while_a_server_runs_it(qtbot, windows, server, tmp_path):
+    import json
+
+    w = windows()
+    _dialog, panel = servers_tab(qtbot, w)
+    add_server(qtbot, panel, "lab", server.base, KEY)
+    wait_row(qtbot, panel, "lab", "model")
+    w.models.dialog.close()
+    chat = w.new_chat()
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 6})
+    w.models.choose("lab/tiny")
+    wait_model(qtbot, w, "lab/tiny")
+    send(qtbot, w, "Name three rivers.")
+    wait_idle(qtbot, w)
+    other = w.new_chat()
+    w.show_browser()
+    b = w.browser
+    qtbot.waitUntil(lambda: b.usage_label.text() != "Saved context: …", timeout=TIMEOUT)  # the local services answer
+    assert chat in b.ids_shown()
+    b.table.selectRow(b.ids_shown().index(chat))
+    out = tmp_path / "chats.json"
+    assert b.transfers.export_selected(str(out), "json") == 1
+    text = out.read_text()
+    assert "Name three rivers." in text and KEY not in text and json.loads(text)
+    b.open_selected()
+    qtbot.waitUntil(lambda: w.current == chat, timeout=TIMEOUT)
+    assert w.current != other and w.model_info.key == "lab/tiny"
