@@ -158,7 +158,8 @@ class ModelControl(QObject):
     def choose(self, name: str) -> None:
         """The user picked ``name`` for the open chat: it runs there now and new chats start with it."""
         conversation = self.window.current
-        self.library.request_use.emit(name)
+        if not self.is_remote(name):  # the library's default is a local model (a server may be gone next run)
+            self.library.request_use.emit(name)
         self._hide_missing()
         if conversation:
             self.window.store.set_model(conversation, self.title(name), name)

@@ -163,6 +163,8 @@ def test_stop_closes_the_stream_and_keeps_what_arrived(qtbot, windows, server):
     qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)  # "Use for this chat" in the Servers tab
     wait_model(qtbot, w, "lab/tiny")
     assert w.store.get(chat).model_key == "lab/tiny" and w.models.picker.currentData() == "lab/tiny"
+    qtbot.wait(300)
+    assert not w.models.dialog.message.isVisible() and not panel.message.isVisible()  # no error anywhere
     w.models.dialog.close()
     finished = collect_dispatched(w.turns, Finished)
     send(qtbot, w, "Write a long story about a lighthouse keeper.")
