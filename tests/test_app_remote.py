@@ -215,6 +215,15 @@ def test_an_unreachable_server_shows_why_in_its_row(qtbot, windows):
     assert not panel.use_button.isEnabled()
     # the picker says it too, greyed, and offers nothing to choose from it
     assert w.models.picker.findData("gone/tiny") < 0
+    picker = w.models.picker
+    qtbot.waitUntil(lambda: any(picker.itemText(i).strip().startswith("cannot list its models")
+                                for i in range(picker.count())), timeout=TIMEOUT)
+    note = next(i for i in range(picker.count()) if picker.itemText(i).strip().startswith("cannot list its models"))
+    assert not picker.model().item(note).isEnabled()
+    dialog.tabs.setCurrentIndex(0)
+    dialog.resize(980, 520)
+    dialog.grab().save(str(SHOTS / "hearth-models-local-tab.png"))
+    dialog.tabs.setCurrentWidget(panel)
     dialog.resize(900, 420)
     dialog.grab().save(str(SHOTS / "hearth-servers-unreachable.png"))
     # removing it
