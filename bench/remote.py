@@ -42,14 +42,15 @@ QUESTIONS = ["Which tool reads a file?", "And which one writes it?", "Summarise 
              "Which tools change nothing?", "Thanks. One more: which tool lists folders?"]
 
 
-def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int) -> dict:
-    """One streamed request with nothing of Hearth's between: wall time, time to first text, chunks."""
+def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int, http: httpx.Client | None = None) -> dict:
+    """One streamed request with nothing of Hearth's between: wall time, time to first text, chunks. ``http``: a
+    client whose connection is kept between calls, as the remote backend keeps its own."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True}}
     started = time.perf_counter()
     first, pieces, lines = None, 0, []
-    with httpx.Client(timeout=600, trust_env=False) as http, http.stream("POST", base + "/v1/chat/completions",
-                                                                          json=body) as response:
+    client = http or httpx.Client(timeout=600, trust_env=False)
+    with client.stream("POST", base + "/v1/chat/completions", json=body) as response:
         for line in response.iter_lines():
             lines.append(line)
             if line.startswith("data: ") and line != "data: [DONE]":
@@ -58,6 +59,8 @@ def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int) -> 
                     first = first or time.perf_counter()
                     pieces += 1
     ended = time.perf_counter()
+    if http is None:
+        client.close()
     return {"wall_ms": (ended - started) * 1000, "ttft_ms": ((first or ended) - started) * 1000, "pieces": pieces,
             "body": "".join(line + "\n" for line in lines).encode()}
 
@@ -76,11 +79,9 @@ class Replay:
                 pass
 
             def _send(self, kind: str, data: bytes) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                # one write, head and body: two would meet Nagle and the client's delayed ACK (40 ms a request)
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(data)}\r\n\r\n"
+                self.wfile.write(head.encode() + data)
 
             def do_GET(self) -> None:
                 self._send("application/json", json.dumps({"data": [{"id": model}]}).encode())
@@ -106,7 +107,8 @@ def hearth_overhead(body: bytes, messages: list[dict], model: str, front: Path, 
 
     replay = Replay(body, model)
     try:
-        raw = [raw_stream(replay.base, model, messages, 64) for _ in range(rounds)]
+        with httpx.Client(timeout=60, trust_env=False) as http:
+            raw = [raw_stream(replay.base, model, messages, 64, http) for _ in range(rounds)]
         backend = RemoteBackend(resolve_paths(front / "replay").ensure(), RemoteServer("replay", replay.base), None,
                                 model=model)
         backend.conversations.ensure("r", messages[0]["content"] if messages[0]["role"] == "system" else "")
@@ -140,12 +142,13 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
         backend.load()
         convs = open_conversations(paths)
         convs.ensure("bench", system)
+        http = httpx.Client(timeout=600, trust_env=False)
         rows = []
         for i in range(turns):
             question = QUESTIONS[i % len(QUESTIONS)]
             messages = convs.chat_messages("bench") + [{"role": "user", "content": question}]
-            raw_stream(base, model, messages, max_tokens)  # warms the prefix cache as the turn will find it
-            raw = raw_stream(base, model, messages, max_tokens)
+            raw_stream(base, model, messages, max_tokens, http)  # warms the prefix cache as the turn will find it
+            raw = raw_stream(base, model, messages, max_tokens, http)
             pieces: list[Token] = []
             started = time.perf_counter()
             done = backend.run_turn(TurnRequest("bench", question, SamplingParams.greedy_params(), max_tokens),
@@ -164,6 +167,7 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
                   f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']})", flush=True)
         backend.close()
         convs.close()
+        http.close()
         isolated = hearth_overhead(last_body, last_messages, model, front / name)
         print(f"{name:>9} replayed: a raw stream takes {isolated['raw_ms']:.2f} ms, a RemoteBackend turn "
               f"{isolated['turn_ms']:.2f} ms: Hearth adds {isolated['hearth_ms']:.2f} ms a turn, "

@@ -89,7 +89,7 @@ def test_ls_json_contract(home):
     proc = run_cli("model", "ls", "--json", home=home)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"models", "default", "folder", "folder_problem", "weights"}
+    assert set(out) == {"models", "default", "folder", "folder_problem", "weights", "remote_problems"}
     assert (out["default"], out["folder"], out["folder_problem"], out["weights"]) == (CATALOG[0], None, "", "int4")
     keys = {f.name for f in fields(LibraryModel)} | {"ram_bytes"}
     assert [m["name"] for m in out["models"]] == CATALOG and all(set(m) == keys for m in out["models"])
