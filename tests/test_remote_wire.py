@@ -136,6 +136,20 @@ def test_stop_while_the_server_is_silent_returns_at_once(replay, backend):
     assert time.monotonic() - started < 2.5 and done.stop_reason == StopReason.CANCELLED and done.reply == "a"
 
 
+def test_a_silent_server_times_out_per_chunk(replay, tmp_path):
+    def stalls():
+        yield sse(piece("slow "))
+        time.sleep(3)  # longer than the read timeout below
+        yield sse(piece("end", "stop"))
+
+    made = RemoteBackend(resolve_paths(tmp_path / "t"), RemoteServer("w", replay.base), None, model="m", timeout_s=1)
+    made.load()
+    replay.answers.append(Answer(body=stalls()))
+    with pytest.raises(RemoteStoppedError, match="broke mid-reply \\(nothing came for 1 s\\).*5 characters"):
+        turn(made)
+    made.close()
+
+
 def test_a_server_that_stops_mid_reply_keeps_what_arrived(replay, backend):
     replay.answers.append(Answer(body=sse(piece("half a "))))  # the connection closes: no finish_reason, no [DONE]
     with pytest.raises(RemoteStoppedError, match="stopped mid-reply.*7 characters that arrived are kept"):
