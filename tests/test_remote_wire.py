@@ -184,10 +184,11 @@ def test_wrong_content_type_and_html_pages(replay, backend):
 
 
 def test_a_whole_json_answer_to_a_stream_request_is_read(replay, backend):
-    whole = {"choices": [{"index": 0, "message": {"content": "x"}, "delta": {"content": "whole"},
-                          "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}
+    whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}}}
     replay.answers.append(Answer(body=json.dumps(whole).encode(), content_type="application/json"))
-    assert turn(backend).reply == "whole"
+    done = turn(backend)
+    assert (done.reply, done.server_cached_tokens) == ("whole", 2)
 
 
 def test_refused_key_unknown_model_and_bad_request(replay, backend):

@@ -26,10 +26,10 @@ from engine.backends import remote_wire as wire
 from engine.backends.local import open_conversations
 from engine.backends.remote_http import DEFAULT_READ_TIMEOUT_S, RemoteModelError, RemoteStoppedError, ServerClient
 from engine.conversations import ConversationStore, check_id
+from engine.documents import compose_message
 from engine.errors import ConversationError, HearthError, ModelNotLoadedError, PromptError, TurnCancelledError
 from engine.paths import HearthPaths
 from engine.remotes import RemoteError, RemoteRegistry, RemoteServer, split_model_key
-from engine.session.turn import check_message, check_rewrite, user_content
 from engine.types import (
     DEFAULT_MAX_NEW_TOKENS,
     Accepted,
@@ -170,6 +170,10 @@ class RemoteBackend:
         request.params.validate()
         if request.max_new_tokens < 1:
             raise PromptError("the longest reply must be at least 1 token")
+        # the local turn's own checks, imported here: engine.session would pull the model runtime into every
+        # process that imports engine.api (tokenize, model info: tests/test_cli_fast.py)
+        from engine.session.turn import check_message, check_rewrite
+
         check_message(request)
         check_rewrite(request)
         with self._turn_lock(cid, emit, cancel):
@@ -195,7 +199,7 @@ class RemoteBackend:
         conv = convs.get(cid) if create else convs.require(cid)
         system = (conv.system_prompt if conv is not None else "") if request.system_prompt is None \
             else request.system_prompt
-        content = user_content(request)
+        content = None if request.user_message is None else compose_message(request.user_message, request.attachments)
         stored = [m.as_chat() for m in convs.messages(cid)] if conv is not None else []
         chat = ([{"role": "system", "content": system}] if system else []) + stored + \
             ([] if content is None else [{"role": "user", "content": content}])

@@ -141,7 +141,7 @@ def feed(state: StreamState, chunk: dict, server: str) -> tuple[str, str]:
     for choice in choices if isinstance(choices, list) else ():
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
-        delta = choice.get("delta")
+        delta = choice.get("delta", choice.get("message"))  # a whole answer (stream ignored) has "message"
         if isinstance(delta, dict):
             piece = delta.get("content")
             thinking = delta.get("reasoning_content") or delta.get("reasoning")  # vLLM/SGLang/llama.cpp; Ollama
