@@ -269,3 +269,31 @@ def test_sse_lines_and_events_edge_cases():
     assert remote_wire.body_message(500, "", b"") == "HTTP 500 with no explanation"
     assert remote_wire.body_message(400, "application/json", b'{"detail": "bad"}') == "bad"  # FastAPI's shape
     assert remote_wire.body_message(500, "text/plain", b"a\nb\x1b " * 200).endswith("…")
+
+
+def test_a_continue_stopped_before_a_word_keeps_the_reply_as_it_was(replay, backend):
+    replay.answers.append(Answer(body=sse(piece("cut at the", "length"), "[DONE]")))
+    assert turn(backend).stop_reason == StopReason.LENGTH
+
+    def silent():
+        time.sleep(3)
+        yield sse(piece(" end", "stop"))
+
+    replay.answers.append(Answer(body=silent()))
+    cancel = CancelToken()
+    threading.Timer(0.3, cancel.cancel).start()
+    done = backend.run_turn(TurnRequest("c", None, GREEDY, 16, continue_reply=True), cancel=cancel)
+    assert done.stop_reason == StopReason.CANCELLED and done.reply == "cut at the"
+    assert finish_of(backend) == "length"  # still offered for Continue, as before the Stop
+
+
+def test_regenerate_that_writes_nothing_gives_the_last_reply_back(replay, backend):
+    replay.answers.append(Answer(body=sse(piece("first", "stop"), "[DONE]")))
+    turn(backend)
+    replay.answers.append(Answer(500, b'{"error": {"message": "boom"}}', "application/json"))
+    with pytest.raises(RemoteError, match="server w failed \\(500\\): boom"):
+        backend.run_turn(TurnRequest("c", None, GREEDY, 16, regenerate=True))
+    assert backend.conversations.messages("c")[-1].content == "first"
+    replay.answers.append(Answer(body=sse(piece("second", "stop"), "[DONE]")))
+    again = backend.run_turn(TurnRequest("c", None, GREEDY, 16, regenerate=True))
+    assert backend.conversations.reply_versions("c", again.reply_seq).texts == ("first", "second")
