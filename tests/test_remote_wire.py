@@ -297,3 +297,11 @@ def test_regenerate_that_writes_nothing_gives_the_last_reply_back(replay, backen
     replay.answers.append(Answer(body=sse(piece("second", "stop"), "[DONE]")))
     again = backend.run_turn(TurnRequest("c", None, GREEDY, 16, regenerate=True))
     assert backend.conversations.reply_versions("c", again.reply_seq).texts == ("first", "second")
+
+
+def test_an_endless_keep_alive_stream_is_bounded_too(replay, backend, monkeypatch):
+    monkeypatch.setattr(remote_wire, "MAX_STREAM_BYTES", 1 << 16)
+    replay.answers.append(Answer(body=(b": keep-alive\n\n" for _ in itertools.count())))
+    with pytest.raises(RemoteError, match="sent more than 0.0625 MiB for one reply"):
+        turn(backend)
+    assert [m.role for m in backend.conversations.messages("c")] == ["user"]
