@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from engine.api import ModelLibrary, resolve_paths
+from engine.api import ConversationStore, ModelLibrary, resolve_paths
 from engine.server.config import ServerSettings
 
 from .server_helpers import LiveServer
@@ -22,15 +25,21 @@ KEY = "sk-cli-remote-SECRET-7f3a9"
 TINY = "tiny"
 
 
-@pytest.fixture
-def peer(tmp_path, tiny_dir, tiny_gguf, tiny_converted):
-    """A second Hearth with its own data dir, asking for KEY."""
+def peer_paths(tmp_path, tiny_dir, tiny_gguf, tiny_converted):
+    """The second Hearth's own data dir, sharing the tiny model's conversion."""
+    tiny_converted("int4")
     home = tmp_path / "peer"
     home.mkdir()
     (home / "converted").symlink_to(tiny_dir / "converted")
     paths = resolve_paths(home).ensure()
     ModelLibrary(paths).add(tiny_gguf)
-    server = LiveServer(paths, TINY, ServerSettings(api_key=KEY))
+    return paths
+
+
+@pytest.fixture
+def peer(tmp_path, tiny_dir, tiny_gguf, tiny_converted):
+    """A second Hearth with its own data dir, asking for KEY."""
+    server = LiveServer(peer_paths(tmp_path, tiny_dir, tiny_gguf, tiny_converted), TINY, ServerSettings(api_key=KEY))
     yield server
     server.close()
 
@@ -141,3 +150,20 @@ def test_a_chat_moves_local_remote_local_and_the_key_is_nowhere(tiny_home, tiny_
     assert leaks == []
     secrets = home / "secrets.json"
     assert KEY in secrets.read_text() and secrets.stat().st_mode & 0o777 == 0o600  # where it is kept, privately
+
+
+def test_talk_runs_on_a_remote_model(tmp_path, tiny_dir, tiny_gguf, tiny_converted):
+    server = LiveServer(peer_paths(tmp_path, tiny_dir, tiny_gguf, tiny_converted), TINY)
+    try:
+        front = tmp_path / "front"
+        assert run_cli("remote", "add", "peer", server.base, home=front).returncode == 0
+        proc = subprocess.run([sys.executable, "-m", "engine.cli", "talk", "--model", "peer/tiny", "--conversation",
+                               "t", "--max-new-tokens", "4"], input="hello\n/quit\n", capture_output=True, text=True,
+                              env={**os.environ, "HEARTH_HOME": str(front)}, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "tiny" in proc.stdout and "on remote" in proc.stdout and "Traceback" not in proc.stderr
+        store = ConversationStore(front / "conversations.sqlite3")
+        assert [m.role for m in store.messages("t")] == ["user", "assistant"] and store.model_key("t") == "peer/tiny"
+        store.close()
+    finally:
+        server.close()
