@@ -109,8 +109,8 @@ class RemoteRegistry:
         name, url = check_name(name), check_base_url(base_url)
         entries = self._read()
         if name in entries and not replace:
-            raise RemoteError(f"a server named {name!r} exists already ({entries[name]}); remove it first, or "
-                              "choose another name")
+            raise RemoteError(f"a server named {name!r} exists already ({entries[name]}); replace it with "
+                              "--replace, remove it first, or choose another name")
         if name not in entries and len(entries) >= MAX_SERVERS:
             raise RemoteError(f"Hearth keeps at most {MAX_SERVERS} servers; remove one first")
         if api_key is not None:

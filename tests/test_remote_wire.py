@@ -136,6 +136,20 @@ def test_stop_while_the_server_is_silent_returns_at_once(replay, backend):
     assert time.monotonic() - started < 2.5 and done.stop_reason == StopReason.CANCELLED and done.reply == "a"
 
 
+def test_a_silent_server_times_out_per_chunk(replay, tmp_path):
+    def stalls():
+        yield sse(piece("slow "))
+        time.sleep(3)  # longer than the read timeout below
+        yield sse(piece("end", "stop"))
+
+    made = RemoteBackend(resolve_paths(tmp_path / "t"), RemoteServer("w", replay.base), None, model="m", timeout_s=1)
+    made.load()
+    replay.answers.append(Answer(body=stalls()))
+    with pytest.raises(RemoteStoppedError, match="broke mid-reply \\(nothing came for 1 s\\).*5 characters"):
+        turn(made)
+    made.close()
+
+
 def test_a_server_that_stops_mid_reply_keeps_what_arrived(replay, backend):
     replay.answers.append(Answer(body=sse(piece("half a "))))  # the connection closes: no finish_reason, no [DONE]
     with pytest.raises(RemoteStoppedError, match="stopped mid-reply.*7 characters that arrived are kept"):
@@ -170,10 +184,11 @@ def test_wrong_content_type_and_html_pages(replay, backend):
 
 
 def test_a_whole_json_answer_to_a_stream_request_is_read(replay, backend):
-    whole = {"choices": [{"index": 0, "message": {"content": "x"}, "delta": {"content": "whole"},
-                          "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}
+    whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}}}
     replay.answers.append(Answer(body=json.dumps(whole).encode(), content_type="application/json"))
-    assert turn(backend).reply == "whole"
+    done = turn(backend)
+    assert (done.reply, done.server_cached_tokens) == ("whole", 2)
 
 
 def test_refused_key_unknown_model_and_bad_request(replay, backend):
@@ -254,3 +269,39 @@ def test_sse_lines_and_events_edge_cases():
     assert remote_wire.body_message(500, "", b"") == "HTTP 500 with no explanation"
     assert remote_wire.body_message(400, "application/json", b'{"detail": "bad"}') == "bad"  # FastAPI's shape
     assert remote_wire.body_message(500, "text/plain", b"a\nb\x1b " * 200).endswith("…")
+
+
+def test_a_continue_stopped_before_a_word_keeps_the_reply_as_it_was(replay, backend):
+    replay.answers.append(Answer(body=sse(piece("cut at the", "length"), "[DONE]")))
+    assert turn(backend).stop_reason == StopReason.LENGTH
+
+    def silent():
+        time.sleep(3)
+        yield sse(piece(" end", "stop"))
+
+    replay.answers.append(Answer(body=silent()))
+    cancel = CancelToken()
+    threading.Timer(0.3, cancel.cancel).start()
+    done = backend.run_turn(TurnRequest("c", None, GREEDY, 16, continue_reply=True), cancel=cancel)
+    assert done.stop_reason == StopReason.CANCELLED and done.reply == "cut at the"
+    assert finish_of(backend) == "length"  # still offered for Continue, as before the Stop
+
+
+def test_regenerate_that_writes_nothing_gives_the_last_reply_back(replay, backend):
+    replay.answers.append(Answer(body=sse(piece("first", "stop"), "[DONE]")))
+    turn(backend)
+    replay.answers.append(Answer(500, b'{"error": {"message": "boom"}}', "application/json"))
+    with pytest.raises(RemoteError, match="server w failed \\(500\\): boom"):
+        backend.run_turn(TurnRequest("c", None, GREEDY, 16, regenerate=True))
+    assert backend.conversations.messages("c")[-1].content == "first"
+    replay.answers.append(Answer(body=sse(piece("second", "stop"), "[DONE]")))
+    again = backend.run_turn(TurnRequest("c", None, GREEDY, 16, regenerate=True))
+    assert backend.conversations.reply_versions("c", again.reply_seq).texts == ("first", "second")
+
+
+def test_an_endless_keep_alive_stream_is_bounded_too(replay, backend, monkeypatch):
+    monkeypatch.setattr(remote_wire, "MAX_STREAM_BYTES", 1 << 16)
+    replay.answers.append(Answer(body=(b": keep-alive\n\n" for _ in itertools.count())))
+    with pytest.raises(RemoteError, match="sent more than 0.0625 MiB for one reply"):
+        turn(backend)
+    assert [m.role for m in backend.conversations.messages("c")] == ["user"]

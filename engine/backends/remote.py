@@ -370,9 +370,10 @@ class ReplyWriter:
 
     def close(self, stop: StopReason) -> int:
         """Store what is left, with ``stop``; the characters of reply stored this turn."""
-        if self.seq is None and not self._text and not self._thinking and stop in (StopReason.CANCELLED,
+        if not self.written and not self._text and not self._thinking and stop in (StopReason.CANCELLED,
                                                                                   StopReason.INTERRUPTED):
-            return 0  # stopped or broken before a word: nothing to keep (a regenerate gets its last reply back)
+            return 0  # stopped or broken before a word: nothing to keep (a regenerate gets its last reply back,
+            # a Continue's reply keeps why it ended before)
         self._flush(str(stop))
         return self.written
 

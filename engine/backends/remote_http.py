@@ -9,6 +9,7 @@ quoted, in case the server echoes it.
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import socket
 import threading
@@ -76,8 +77,6 @@ class ServerClient:
         with self._request("GET", "/v1/models", None, None) as response:
             body = _read_bounded(response, self.name)
         try:
-            import json
-
             value = json.loads(body)
         except (ValueError, RecursionError):
             raise RemoteError(self.scrub(f"server {self.name} did not answer /v1/models with JSON: "

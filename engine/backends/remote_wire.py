@@ -17,6 +17,7 @@ from engine.types import StopReason
 
 MAX_LINE_BYTES = 1 << 20  # one SSE line: a chunk is a few hundred bytes; a megabyte is not a chunk
 MAX_REPLY_CHARS = 4 << 20  # a whole reply's text (max_tokens bounds it on any honest server)
+MAX_STREAM_BYTES = 256 << 20  # a whole stream, keep-alive comments and JSON wrapping included
 MAX_BODY_BYTES = 8 << 20  # a non-streamed body: /v1/models, a whole completion, an error
 MAX_MODELS = 1000  # models one server lists (Ollama with many pulls lists dozens)
 MAX_MODEL_ID_CHARS = 256
@@ -66,8 +67,12 @@ def _count(value: object) -> int | None:
 
 def lines(chunks: Iterable[bytes], server: str) -> Iterator[str]:
     """The stream's lines (without their end), each at most MAX_LINE_BYTES; CRLF, CR and LF all end one."""
-    pending = b""
+    pending, total = b"", 0
     for chunk in chunks:
+        total += len(chunk)
+        if total > MAX_STREAM_BYTES:  # an endless stream of comments or empty events: no reply grows, yet it never ends
+            raise RemoteError(f"server {server} sent more than {MAX_STREAM_BYTES / 2**20:g} MiB for one reply; the rest "
+                              "was not read")
         pending += chunk
         start = 0
         while True:
@@ -141,7 +146,7 @@ def feed(state: StreamState, chunk: dict, server: str) -> tuple[str, str]:
     for choice in choices if isinstance(choices, list) else ():
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
-        delta = choice.get("delta")
+        delta = choice.get("delta", choice.get("message"))  # a whole answer (stream ignored) has "message"
         if isinstance(delta, dict):
             piece = delta.get("content")
             thinking = delta.get("reasoning_content") or delta.get("reasoning")  # vLLM/SGLang/llama.cpp; Ollama

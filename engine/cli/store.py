@@ -192,7 +192,7 @@ def _chat(args: argparse.Namespace, hearth: Backend, params, why: str | None = N
 def turn_line(turn: Finished) -> str:
     """``chat``'s summary of a turn on stderr; where its context came from only when the backend knows."""
     done = f"{len(turn.tokens)} new tokens, {turn.stop_reason}"
-    if turn.local is None and turn.model.provider == "remote":  # no ids over the wire; maybe the cache
+    if turn.local is None and turn.model.provider == "remote":  # no token ids over the wire
         return f"[{turn.stop_reason}; {cached_words(turn)}]"
     if turn.local is None:
         return f"[{done}]"

@@ -12,8 +12,8 @@ import argparse
 import sys
 import threading
 
-from engine.api import MAX_ATTACHMENTS, Attachment, Hearth, HearthPaths, attachment_block, read_attachment, terminal_safe
-from engine.cli.common import Progress, data_paths
+from engine.api import MAX_ATTACHMENTS, Attachment, Backend, Hearth, HearthPaths, attachment_block, read_attachment, terminal_safe
+from engine.cli.common import Progress, data_paths, remote_backend
 from engine.errors import AttachmentError, HearthError, ModelNotInstalledError
 from engine.types import CancelToken, Finished, Resumed, SamplingParams, Token, TurnRequest
 
@@ -42,14 +42,15 @@ def cmd_talk(args: argparse.Namespace) -> int:
 
 def run_terminal_chat(paths: HearthPaths, *, weights: str = "int4", provider: str = "auto", model: str | None = None,
                       max_new_tokens: int = 512, conversation: str | None = None) -> int:
-    hearth = Hearth(paths, model=model, weights=weights, provider=provider)
+    # an added server's NAME/MODEL (hearth-cli remote add) runs there; anything else here
+    hearth = remote_backend(paths, model) or Hearth(paths, model=model, weights=weights, provider=provider)
     try:
         return _chat(hearth, max_new_tokens, conversation)
     finally:
         hearth.close()  # saves the live context
 
 
-def _load(hearth: Hearth):
+def _load(hearth: Backend):
     try:
         return hearth.load(Progress("preparing the model (one time)").setup)
     except ModelNotInstalledError:
@@ -59,7 +60,7 @@ def _load(hearth: Hearth):
         return hearth.load(Progress("preparing the model (one time)").setup)
 
 
-def _chat(hearth: Hearth, max_new_tokens: int, conversation: str | None) -> int:
+def _chat(hearth: Backend, max_new_tokens: int, conversation: str | None) -> int:
     model = _load(hearth)
     note = f" ({model.note})" if model.note else ""
     convs = hearth.conversations
