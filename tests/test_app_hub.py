@@ -231,3 +231,17 @@ def test_without_the_network_it_says_so_and_local_models_keep_working(qtbot, win
     dialog.grab().save(str(SHOTS / "hearth-hub-offline.png"))
     dialog.tabs.setCurrentIndex(0)
     qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=TIMEOUT)  # the local models are listed still
+
+
+@pytest.mark.parametrize("status", [503])  # the hub client retries a refusal a while: one status is enough
+def test_a_hub_that_refuses_says_so_plainly(qtbot, windows, hub, status):
+    w = windows()
+    _dialog, panel = hub_tab(w)
+    hub.api_status = status
+    search(qtbot, panel, "tiny")
+    qtbot.waitUntil(lambda: panel.message.isVisible() and panel.search_button.isEnabled(), timeout=TIMEOUT)
+    text = panel.message.text()
+    assert text and "Traceback" not in text and "{" not in text, text
+    hub.api_status = None
+    search(qtbot, panel, "tiny")  # and it works again once the hub answers
+    qtbot.waitUntil(lambda: panel.repo_table.rowCount() == 2, timeout=TIMEOUT)
