@@ -186,6 +186,8 @@ class HubClient:
             if dest.is_file() and dest.stat().st_size == blob.size:
                 paths.append(dest)  # verified by an earlier run that stopped before the join (or the rename)
                 done_before += blob.size
+                if progress:
+                    progress(HubProgress(done_before, total, 0.0, n, len(parts), blob.filename))
                 continue
             report = _reporter(progress, done_before, total, n, len(parts), blob.filename)
             if cancelled(cancel):

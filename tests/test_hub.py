@@ -442,7 +442,9 @@ def test_an_interrupted_split_download_keeps_finished_parts(hub, paths, split_pa
         client.download(file, lambda p: p.part == 2 and token.cancel(), token)
     assert (paths.models / ".downloads" / split_parts[0].name).is_file()
     before = len(hub.downloads())
-    client.download(file)
+    seen = []
+    client.download(file, seen.append)
+    assert seen[0].part == 1 and seen[0].done_bytes == split_parts[0].stat().st_size  # the kept part counts
     fetched = [r["path"].rsplit("/", 1)[-1] for r in hub.downloads()[before:]]
     assert split_parts[0].name not in fetched  # verified last time: not downloaded again
 
@@ -469,3 +471,22 @@ def test_parts_out_of_order_or_not_split_are_refused(split_parts, tiny_gguf, tmp
     with pytest.raises(HubError, match="not a readable GGUF"):
         merge_split_gguf([junk], tmp_path / "m.gguf")
     assert not (tmp_path / "m.gguf").exists()
+
+
+# hub models in the library ---------------------------------------------------------------------------------------
+def test_the_library_keeps_hub_models_and_refuses_a_foreign_origin(paths, tiny_gguf):
+    import json
+
+    library = ModelLibrary(paths)
+    with pytest.raises(ValueError):
+        library.add(tiny_gguf, origin=ModelOrigin.CATALOG)
+    copy = paths.models / "tiny-hub.gguf"
+    shutil.copy(tiny_gguf, copy)
+    model = library.add(copy, origin=ModelOrigin.HUB)
+    assert model.source == ModelOrigin.HUB
+    state = json.loads(library.state_file.read_text())
+    assert state["added"] == [{"name": model.name, "path": str(copy), "copied": True, "origin": "hub"}]
+    state["added"][0]["origin"] = "somewhere"  # a damaged or foreign state file
+    library.state_file.write_text(json.dumps(state))
+    assert all(m.name != model.name for m in library.models())
+    assert library.state_file.with_name("library.json.bad").exists()
