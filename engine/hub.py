@@ -57,7 +57,8 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_KIND, TOKEN_NAME = "hub", "huggingface"
 MAX_SEARCH_RESULTS = 100
 MAX_QUERY_CHARS = 200
-API_TIMEOUT_S = 20.0
+API_TIMEOUT_S = 20.0  # a listing's answer (the download's own timeouts are engine/hub_download.py's)
+CONNECT_TIMEOUT_S = 15.0
 DISK_MARGIN_BYTES = 64 << 20
 HubProgressFn = Callable[[HubProgress], None]
 
@@ -292,10 +293,34 @@ class HubClient:
                            f"{_while(what, repo)} ({type(exc).__name__})") from None
 
 
+_session_ready = False
+
+
 def _quiet_client() -> None:
-    """Before huggingface_hub is first imported (it reads its settings then): no telemetry, no update checks."""
+    """Before huggingface_hub is first imported (it reads its settings then): no telemetry, no implicit token.
+    And its shared HTTP client gets timeouts: its default has none, and ``list_models`` passes none, so a
+    server that accepts the connection and never answers would hold a search for ever."""
+    global _session_ready
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    if _session_ready:
+        return
+    from huggingface_hub.utils import _http, set_client_factory
+
+    def bounded(request) -> None:
+        # list_models passes timeout=None explicitly, which overrides a client default: set it on the request.
+        timeout = request.extensions.get("timeout") or {}
+        if all(v is None for v in timeout.values()):
+            request.extensions["timeout"] = {"connect": CONNECT_TIMEOUT_S, "read": API_TIMEOUT_S,
+                                             "write": API_TIMEOUT_S, "pool": API_TIMEOUT_S}
+
+    def factory():
+        client = _http.default_client_factory()  # its request hook (offline mode, request ids) kept
+        client.event_hooks["request"] = [*client.event_hooks["request"], bounded]
+        return client
+
+    set_client_factory(factory)
+    _session_ready = True
 
 
 def _while(what: str, repo: str | None) -> str:

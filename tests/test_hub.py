@@ -387,6 +387,27 @@ def test_offline_is_a_plain_message_and_local_models_keep_working(paths, monkeyp
     assert any(m.path == str(tiny_gguf) for m in ModelLibrary(paths).models())
 
 
+def test_a_hub_that_never_answers_times_out(paths, monkeypatch):
+    from huggingface_hub.utils import close_session
+
+    import engine.hub
+
+    silent = socket.socket()  # listens, never accepts: the connection opens, no answer ever comes
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(engine.hub, "API_TIMEOUT_S", 1.0)
+    close_session()  # the next call makes a client with the short timeout
+    # huggingface_hub's search retries a timeout 5 times with backoff (~30 s here): bounded, not for ever
+    try:
+        with pytest.raises(HubOfflineError, match="cannot reach the Hugging Face Hub"):
+            HubClient(paths).search("smollm2")
+    finally:
+        silent.close()
+        monkeypatch.undo()
+        close_session()
+
+
 def test_a_server_that_is_not_the_hub(paths, monkeypatch, tmp_path):
     import http.server
     import threading
