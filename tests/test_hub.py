@@ -398,7 +398,6 @@ def test_a_hub_that_never_answers_times_out(paths, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
     monkeypatch.setattr(engine.hub, "API_TIMEOUT_S", 1.0)
     close_session()  # the next call makes a client with the short timeout
-    # huggingface_hub's search retries a timeout 5 times with backoff (~30 s here): bounded, not for ever
     try:
         with pytest.raises(HubOfflineError, match="cannot reach the Hugging Face Hub"):
             HubClient(paths).search("smollm2")
