@@ -3,12 +3,14 @@ repositories, list a repository's GGUF files (a split GGUF as one, with its quan
 estimate), download one (progress with speed, Cancel, resume, checked against the hub's SHA-256) and add it
 to the model library.
 
-The hub's address is ``HF_ENDPOINT``, read at each call (``huggingface_hub`` reads it once, at import, so
-the endpoint is passed to ``HfApi`` and used to build the download URLs explicitly). The token, for gated
-repositories, is kept in engine/secret_store.py's store (kind "hub", name "huggingface"), never the hub
-client's own ``~/.cache/huggingface/token``: with no token stored, ``token=False`` sends none (the client
-would otherwise pick up HF_TOKEN or that file). Nothing is written under ``~/.cache/huggingface``: the
-metadata calls cache nothing, and the bytes go through Hearth's own loop (engine/hub_download.py says why).
+Listings come from ``HfApi.model_info`` and, for a search, ``list_models``' request made through the
+client's session (``HubClient._list_models`` says why). The hub's address is ``HF_ENDPOINT``, read at each
+call (``huggingface_hub`` reads it once, at import, so the endpoint is passed to ``HfApi`` and used to build
+the search and download URLs explicitly). The token, for gated repositories, is kept in
+engine/secret_store.py's store (kind "hub", name "huggingface"), never the hub client's own
+``~/.cache/huggingface/token``: with no token stored, ``token=False`` sends none (the client would otherwise
+pick up HF_TOKEN or that file). Nothing is written under ``~/.cache/huggingface``: the metadata calls cache
+nothing, and the bytes go through Hearth's own loop (engine/hub_download.py says why).
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_KIND, TOKEN_NAME = "hub", "huggingface"
 MAX_SEARCH_RESULTS = 100
 MAX_QUERY_CHARS = 200
-API_TIMEOUT_S = 20.0
+API_TIMEOUT_S = 20.0  # a listing's answer (the download's own timeouts are engine/hub_download.py's)
+CONNECT_TIMEOUT_S = 15.0
 DISK_MARGIN_BYTES = 64 << 20
+MAX_LISTING_BYTES = 16 << 20  # 100 repositories' entries are ~100 KB
 HubProgressFn = Callable[[HubProgress], None]
 
 
@@ -115,11 +119,30 @@ class HubClient:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise HubError(f"the number of results must be a whole number of at least 1, got {limit!r}")
         limit = min(limit, MAX_SEARCH_RESULTS)
-        api = self._api()
-        found = self._call(lambda: list(api.list_models(
-            search=query, filter="gguf", sort="downloads", limit=limit,
-            expand=["downloads", "likes", "gated", "lastModified"])), f"searching for {query!r}")
+        found = self._call(lambda: self._list_models(query, limit), f"searching for {query!r}")
         return [_repo(m) for m in found[:limit]]
+
+    def _list_models(self, query: str, limit: int) -> list:
+        """``HfApi.list_models(search=, filter="gguf", sort="downloads", limit=, expand=)``'s one request,
+        made here: list_models sends it through http_backoff, which retries a refused connection or a 5xx
+        five times with waits (about 20 s before "no network" could be said), with no timeout. The same
+        session, headers, error codes (hf_raise_for_status) and ModelInfo parsing as list_models; a limit of
+        at most 100 is one page."""
+        _quiet_client()
+        from huggingface_hub.hf_api import ModelInfo
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        params = {"search": query, "filter": ["gguf"], "sort": "downloads", "limit": limit,
+                  "expand": ["downloads", "likes", "gated", "lastModified"]}
+        r = get_session().get(f"{self.endpoint}/api/models", params=params, headers=self._headers(),
+                              timeout=API_TIMEOUT_S)
+        hf_raise_for_status(r)
+        if len(r.content) > MAX_LISTING_BYTES:
+            raise ValueError("the search answer is too large")
+        items = r.json()
+        if not isinstance(items, list):
+            raise TypeError("the search answer is not a list")
+        return [ModelInfo(**{"siblings": None, **item}) for item in items[:limit] if isinstance(item, dict)]
 
     def files(self, repo: str) -> list[HubFile]:
         """The repository's GGUF models (a split one as one HubFile), by file name."""
@@ -186,6 +209,8 @@ class HubClient:
             if dest.is_file() and dest.stat().st_size == blob.size:
                 paths.append(dest)  # verified by an earlier run that stopped before the join (or the rename)
                 done_before += blob.size
+                if progress:
+                    progress(HubProgress(done_before, total, 0.0, n, len(parts), blob.filename))
                 continue
             report = _reporter(progress, done_before, total, n, len(parts), blob.filename)
             if cancelled(cancel):
@@ -290,10 +315,34 @@ class HubClient:
                            f"{_while(what, repo)} ({type(exc).__name__})") from None
 
 
+_session_ready = False
+
+
 def _quiet_client() -> None:
-    """Before huggingface_hub is first imported (it reads its settings then): no telemetry, no update checks."""
+    """Before huggingface_hub is first imported (it reads its settings then): no telemetry, no implicit token.
+    And its shared HTTP client gets timeouts: its default has none, and ``list_models`` passes none, so a
+    server that accepts the connection and never answers would hold a search for ever."""
+    global _session_ready
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    if _session_ready:
+        return
+    from huggingface_hub.utils import _http, set_client_factory
+
+    def bounded(request) -> None:
+        # list_models passes timeout=None explicitly, which overrides a client default: set it on the request.
+        timeout = request.extensions.get("timeout") or {}
+        if all(v is None for v in timeout.values()):
+            request.extensions["timeout"] = {"connect": CONNECT_TIMEOUT_S, "read": API_TIMEOUT_S,
+                                             "write": API_TIMEOUT_S, "pool": API_TIMEOUT_S}
+
+    def factory():
+        client = _http.default_client_factory()  # its request hook (offline mode, request ids) kept
+        client.event_hooks["request"] = [*client.event_hooks["request"], bounded]
+        return client
+
+    set_client_factory(factory)
+    _session_ready = True
 
 
 def _while(what: str, repo: str | None) -> str:

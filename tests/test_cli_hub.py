@@ -168,3 +168,38 @@ def test_hf_hub_offline_is_a_plain_message(hub, home, real_gguf):
     proc = cli(hub, home, "model", "files", REPO, env={"HF_HUB_OFFLINE": "1"})
     assert_clean_error(proc, "HF_HUB_OFFLINE is set", "models already here keep working")
     assert hub.requests == []
+
+
+def test_progress_with_speed_on_a_terminal(hub, home, tiny_gguf):
+    import pty
+
+    hub.add_repo("owner/tiny-GGUF", {"tiny-Q8_0.gguf": tiny_gguf})
+    import threading
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "HEARTH_HOME": str(home), "HF_ENDPOINT": hub.url}
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # read as it comes: a full pty would stop the writer
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO once the process and our copy of the follower are gone
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "model", "fetch", "hf:owner/tiny-GGUF/tiny-Q8_0.gguf"],
+                            env=env, stdout=subprocess.PIPE, stderr=follower, text=True)
+    out, _ = proc.communicate(timeout=120)
+    os.close(follower)
+    reader.join(10)
+    os.close(leader)
+    seen = b"".join(chunks)
+    assert proc.returncode == 0, seen
+    text = seen.decode()
+    assert "\r" in text and "downloading tiny-Q8_0.gguf: 100%" in text and "/s)" in text
+    assert "--model tiny-q8_0" in out

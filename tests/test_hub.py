@@ -387,6 +387,26 @@ def test_offline_is_a_plain_message_and_local_models_keep_working(paths, monkeyp
     assert any(m.path == str(tiny_gguf) for m in ModelLibrary(paths).models())
 
 
+def test_a_hub_that_never_answers_times_out(paths, monkeypatch):
+    from huggingface_hub.utils import close_session
+
+    import engine.hub
+
+    silent = socket.socket()  # listens, never accepts: the connection opens, no answer ever comes
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(engine.hub, "API_TIMEOUT_S", 1.0)
+    close_session()  # the next call makes a client with the short timeout
+    try:
+        with pytest.raises(HubOfflineError, match="cannot reach the Hugging Face Hub"):
+            HubClient(paths).search("smollm2")
+    finally:
+        silent.close()
+        monkeypatch.undo()
+        close_session()
+
+
 def test_a_server_that_is_not_the_hub(paths, monkeypatch, tmp_path):
     import http.server
     import threading
@@ -442,7 +462,9 @@ def test_an_interrupted_split_download_keeps_finished_parts(hub, paths, split_pa
         client.download(file, lambda p: p.part == 2 and token.cancel(), token)
     assert (paths.models / ".downloads" / split_parts[0].name).is_file()
     before = len(hub.downloads())
-    client.download(file)
+    seen = []
+    client.download(file, seen.append)
+    assert seen[0].part == 1 and seen[0].done_bytes == split_parts[0].stat().st_size  # the kept part counts
     fetched = [r["path"].rsplit("/", 1)[-1] for r in hub.downloads()[before:]]
     assert split_parts[0].name not in fetched  # verified last time: not downloaded again
 
@@ -469,3 +491,22 @@ def test_parts_out_of_order_or_not_split_are_refused(split_parts, tiny_gguf, tmp
     with pytest.raises(HubError, match="not a readable GGUF"):
         merge_split_gguf([junk], tmp_path / "m.gguf")
     assert not (tmp_path / "m.gguf").exists()
+
+
+# hub models in the library ---------------------------------------------------------------------------------------
+def test_the_library_keeps_hub_models_and_refuses_a_foreign_origin(paths, tiny_gguf):
+    import json
+
+    library = ModelLibrary(paths)
+    with pytest.raises(ValueError):
+        library.add(tiny_gguf, origin=ModelOrigin.CATALOG)
+    copy = paths.models / "tiny-hub.gguf"
+    shutil.copy(tiny_gguf, copy)
+    model = library.add(copy, origin=ModelOrigin.HUB)
+    assert model.source == ModelOrigin.HUB
+    state = json.loads(library.state_file.read_text())
+    assert state["added"] == [{"name": model.name, "path": str(copy), "copied": True, "origin": "hub"}]
+    state["added"][0]["origin"] = "somewhere"  # a damaged or foreign state file
+    library.state_file.write_text(json.dumps(state))
+    assert all(m.name != model.name for m in library.models())
+    assert library.state_file.with_name("library.json.bad").exists()

@@ -1,6 +1,6 @@
 """What every ``hearth-cli`` command shares: progress on stderr, output, paths, sampling flags.
 
-The command modules (``main.py``, ``store.py``, ``library.py``, ``bundle.py``, ``render.py``,
+The command modules (``main.py``, ``store.py``, ``library.py``, ``hub.py``, ``bundle.py``, ``render.py``,
 ``terminal_chat.py``) import this one and never each other, except ``main.py``, which builds the parser over all of them.
 """
 
