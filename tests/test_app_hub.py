@@ -233,7 +233,7 @@ def test_without_the_network_it_says_so_and_local_models_keep_working(qtbot, win
     qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=TIMEOUT)  # the local models are listed still
 
 
-@pytest.mark.parametrize("status", [503])  # the hub client retries a refusal a while: one status is enough
+@pytest.mark.parametrize("status", [429, 503, 500])
 def test_a_hub_that_refuses_says_so_plainly(qtbot, windows, hub, status):
     w = windows()
     _dialog, panel = hub_tab(w)
