@@ -216,8 +216,9 @@ class ModelControl(QObject):
     def _on_servers_known(self, servers: list) -> None:
         """The servers added: a chat shown on one of their models switches to it (the models' list comes later)."""
         before, self.server_names = self.server_names, {server.name for server in servers}
-        if self.server_names != before:
-            self.window.reload_list()  # the `remote` badges
+        if self.server_names == before:
+            return  # a refresh of the same servers: a chat whose switch failed waits for Try again
+        self.window.reload_list()  # the `remote` badges
         wanted = self.chat_model(self.window.current)
         if self.is_remote(wanted) and wanted != self.loaded:
             self.on_chat_shown(self.window.current)  # the window opens the chat once it is ready there
