@@ -172,6 +172,9 @@ class RemoteServersPanel(QWidget):
             top = QTreeWidgetItem([server.name, display_safe(server.base_url), "yes" if server.has_key else "no", ""])
             top.setData(0, SERVER_ROLE, server.name)
             top.setData(0, MODEL_ROLE, None)
+            bold = top.font(0)
+            bold.setBold(True)
+            top.setFont(0, bold)
             if isinstance(models, str):
                 top.setText(3, sentence(display_safe(models)))
                 top.setToolTip(3, sentence(display_safe(models)))
