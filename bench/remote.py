@@ -11,7 +11,12 @@ reply), and over the streamed tokens its per-token cost. On a busy machine the e
 that, so the last turn's recorded stream is then replayed by a local server that answers at once, 30 times
 to each client: the medians' difference is Hearth's cost alone. Goal: under 5 ms a turn, under 1 ms a token.
 
-    python bench/remote.py [--turns 6] [--system-tokens 4000]   # results: bench/results/remote.json
+    python bench/remote.py [--turns 6] [--system-tokens 4000] [--peer-python P] [--server-extras]
+                                                                  # results: bench/results/remote.json
+
+Cached tokens are what the server's usage says (``prompt_tokens_details.cached_tokens``); a server whose usage
+lacks it (llama-cpp-python 0.3.36's) shows "not reported". The load average (``uptime``) before and after is
+printed and stored: on a shared 2-core box the timings are noisy.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from peer import ensure_server_extras  # noqa: E402
 from server import Server, free_port, hearth_server, llama_server, shared_home, tool_descriptions  # noqa: E402
 
 PEER_PYTHON = ROOT / "bench" / ".peer-venv" / "bin" / "python"
@@ -162,7 +168,8 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
                          "streamed": len(pieces), "hearth_ms": round(overhead, 2),
                          "hearth_ms_per_token": round(overhead / max(1, len(pieces)), 3)})
             r = rows[-1]
-            print(f"{name:>9} turn {r['turn']}: {r['prompt_tokens']:>5} prompt tokens, cached {r['cached_tokens']}, "
+            cached = "not reported" if r["cached_tokens"] is None else r["cached_tokens"]
+            print(f"{name:>9} turn {r['turn']}: {r['prompt_tokens']:>5} prompt tokens, cached {cached}, "
                   f"TTFT {r['ttft_ms']:.0f} ms (raw {r['raw_ttft_ms']:.0f}), Hearth adds {r['hearth_ms']:+.1f} ms "
                   f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']})", flush=True)
         backend.close()
@@ -183,7 +190,9 @@ def llama_available(peer: Path) -> str | None:
         return f"no peer venv at {peer.parent.parent}"
     probe = subprocess.run([str(peer), "-c", "import llama_cpp.server.app"], capture_output=True, text=True)
     if probe.returncode != 0:
-        return "llama-cpp-python's server extras (uvicorn, fastapi …) are not installed in the peer venv"
+        return ("llama-cpp-python's server extras (uvicorn, fastapi …) are not installed in the peer venv "
+                f"(bench/peer.py --server-extras, or this bench's --server-extras, installs them): "
+                f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     return None
 
 
@@ -197,12 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--peer-python", type=Path, default=PEER_PYTHON, help="the peer venv's python (llama-cpp-python)")
+    ap.add_argument("--server-extras", action="store_true",
+                    help="install llama-cpp-python's server dependencies into the peer venv first (no rebuild)")
     args = ap.parse_args(argv)
     entry = default_model()
     gguf = args.data_dir / "models" / entry.filename
     if not gguf.is_file():
         raise SystemExit(f"{gguf} is missing: run 'hearth-cli model fetch --data-dir {args.data_dir}' first")
+    if args.server_extras and args.peer_python.exists():
+        ensure_server_extras(args.peer_python)
     load_before = os.getloadavg()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)} ({os.cpu_count()} CPUs; a shared "
+          "machine: timings are noisy)", flush=True)
+    started = time.perf_counter()
     system = tool_descriptions(args.system_tokens)
     results: dict[str, object] = {}
     skipped: dict[str, str] = {}
@@ -216,25 +232,34 @@ def main(argv: list[str] | None = None) -> int:
             skipped["llamacpp"] = why
             print(f"llama.cpp's server skipped: {why}")
         for name, server in engines.items():
-            results[name] = run_engine(name, server, entry.key, system, args.turns, args.max_tokens, Path(tmp))
+            try:
+                results[name] = run_engine(name, server, entry.key, system, args.turns, args.max_tokens, Path(tmp))
+            except RuntimeError as exc:  # the server did not start: say why, measure the others
+                skipped[name] = f"{server.name} did not run: {exc}"
+                print(f"{name} skipped: {skipped[name]}", flush=True)
     summary = {}
     for name, result in results.items():
         rows = result["turns"]
         warm = rows[1:] or rows  # the first turn's cold prefill is the engine's, and noisy
-        summary[name] = {"median_hearth_ms": statistics.median(r["hearth_ms"] for r in warm),
+        cached = [r["cached_tokens"] for r in warm]
+        summary[name] = {"cached_tokens": "not reported" if all(c is None for c in cached) else cached,
+                         "median_hearth_ms": statistics.median(r["hearth_ms"] for r in warm),
                          "median_hearth_ms_per_token": statistics.median(r["hearth_ms_per_token"] for r in warm),
                          "median_ttft_ms": statistics.median(r["ttft_ms"] for r in warm),
                          "replayed": result["replayed"]}
         print(f"{name}: median over turns 2+: TTFT {summary[name]['median_ttft_ms']:.0f} ms; against the live engine "
               f"the turn took {summary[name]['median_hearth_ms']:+.2f} ms more than the raw stream (engine noise "
-              "included); replayed, Hearth adds " f"{result['replayed']['hearth_ms']:.2f} ms a turn")
+              "included); replayed, Hearth adds " f"{result['replayed']['hearth_ms']:.2f} ms a turn; cached tokens "
+              f"{summary[name]['cached_tokens']}")
     out = ROOT / "bench" / "results" / "remote.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "model": entry.key,
                                "load_before": load_before, "load_after": os.getloadavg(),
+                               "wall_s": round(time.perf_counter() - started, 1), "noisy_shared_machine": True,
                                "system_tokens": args.system_tokens, "turns": results, "summary": summary,
                                "skipped": skipped}, indent=1))
-    print(f"wrote {out}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+    print(f"wrote {out}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
+          f"{time.perf_counter() - started:.0f} s")
     return 0
 
 
