@@ -36,8 +36,12 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))  # the engine first: bench/engine.py (on the path as this script's folder) would hide it
+
+import engine.api  # noqa: E402, F401  (imported now, while the package comes first on the path)
+import engine.model.fetch  # noqa: E402, F401
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules
 
 from peer import ensure_server_extras  # noqa: E402
 from server import Server, free_port, hearth_server, llama_server, shared_home, tool_descriptions  # noqa: E402
