@@ -58,13 +58,16 @@ def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int, htt
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True}}
     started = time.perf_counter()
-    first, pieces, lines = None, 0, []
+    first, finish, usage, pieces, lines = None, None, None, 0, []
     client = http or httpx.Client(timeout=600, trust_env=False)
     with client.stream("POST", base + "/v1/chat/completions", json=body) as response:
         for line in response.iter_lines():
             lines.append(line)
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunk = json.loads(line[6:])
+                usage = chunk.get("usage") or usage
+                if finish is None and any(c.get("finish_reason") for c in chunk.get("choices", [])):
+                    finish = time.perf_counter()
                 if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
                     first = first or time.perf_counter()
                     pieces += 1
@@ -72,6 +75,7 @@ def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int, htt
     if http is None:
         client.close()
     return {"wall_ms": (ended - started) * 1000, "ttft_ms": ((first or ended) - started) * 1000, "pieces": pieces,
+            "finish_to_end_ms": (ended - (finish or ended)) * 1000, "usage": usage,
             "body": "".join(line + "\n" for line in lines).encode()}
 
 
@@ -170,12 +174,15 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
                          "ttft_ms": round(done.timings.ttft_ms, 2), "raw_ttft_ms": round(raw["ttft_ms"], 2),
                          "wall_ms": round(wall, 2), "raw_wall_ms": round(raw["wall_ms"], 2),
                          "streamed": len(pieces), "hearth_ms": round(overhead, 2),
+                         "ttft_delta_ms": round(done.timings.ttft_ms - raw["ttft_ms"], 2),
+                         "raw_finish_to_end_ms": round(raw["finish_to_end_ms"], 1), "raw_usage": raw["usage"],
                          "hearth_ms_per_token": round(overhead / max(1, len(pieces)), 3)})
             r = rows[-1]
             cached = "not reported" if r["cached_tokens"] is None else r["cached_tokens"]
             print(f"{name:>9} turn {r['turn']}: {r['prompt_tokens']:>5} prompt tokens, cached {cached}, "
                   f"TTFT {r['ttft_ms']:.0f} ms (raw {r['raw_ttft_ms']:.0f}), Hearth adds {r['hearth_ms']:+.1f} ms "
-                  f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']})", flush=True)
+                  f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']}); raw: finish chunk to stream end "
+                  f"{r['raw_finish_to_end_ms']:.0f} ms, usage {'sent' if r['raw_usage'] else 'not sent'}", flush=True)
         backend.close()
         convs.close()
         http.close()
