@@ -164,10 +164,17 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
             raw_stream(base, model, messages, max_tokens, http)  # warms the prefix cache as the turn will find it
             raw = raw_stream(base, model, messages, max_tokens, http)
             pieces: list[Token] = []
+            last = [0.0]  # when the last token came out of the backend
+
+            def sink(e, got=pieces, last=last) -> None:
+                if isinstance(e, Token):
+                    got.append(e)
+                    last[0] = time.perf_counter()
+
             started = time.perf_counter()
-            done = backend.run_turn(TurnRequest("bench", question, SamplingParams.greedy_params(), max_tokens),
-                                    lambda e, got=pieces: got.append(e) if isinstance(e, Token) else None)
-            wall = (time.perf_counter() - started) * 1000
+            done = backend.run_turn(TurnRequest("bench", question, SamplingParams.greedy_params(), max_tokens), sink)
+            ended = time.perf_counter()
+            wall = (ended - started) * 1000
             overhead = wall - raw["wall_ms"]
             last_body, last_messages = raw["body"], messages
             rows.append({"turn": i + 1, "prompt_tokens": done.prompt_tokens, "cached_tokens": done.server_cached_tokens,
@@ -175,14 +182,16 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
                          "wall_ms": round(wall, 2), "raw_wall_ms": round(raw["wall_ms"], 2),
                          "streamed": len(pieces), "hearth_ms": round(overhead, 2),
                          "ttft_delta_ms": round(done.timings.ttft_ms - raw["ttft_ms"], 2),
-                         "raw_finish_to_end_ms": round(raw["finish_to_end_ms"], 1), "raw_usage": raw["usage"],
+                         "raw_finish_to_end_ms": round(raw["finish_to_end_ms"], 1),
+                         "turn_last_token_to_end_ms": round((ended - (last[0] or ended)) * 1000, 1), "raw_usage": raw["usage"],
                          "hearth_ms_per_token": round(overhead / max(1, len(pieces)), 3)})
             r = rows[-1]
             cached = "not reported" if r["cached_tokens"] is None else r["cached_tokens"]
             print(f"{name:>9} turn {r['turn']}: {r['prompt_tokens']:>5} prompt tokens, cached {cached}, "
                   f"TTFT {r['ttft_ms']:.0f} ms (raw {r['raw_ttft_ms']:.0f}), Hearth adds {r['hearth_ms']:+.1f} ms "
                   f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']}); raw: finish chunk to stream end "
-                  f"{r['raw_finish_to_end_ms']:.0f} ms, usage {'sent' if r['raw_usage'] else 'not sent'}", flush=True)
+                  f"{r['raw_finish_to_end_ms']:.0f} ms (turn: last token to end {r['turn_last_token_to_end_ms']:.0f} ms), "
+                  f"usage {'sent' if r['raw_usage'] else 'not sent'}", flush=True)
         backend.close()
         convs.close()
         http.close()
