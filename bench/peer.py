@@ -90,6 +90,10 @@ SMOKE_TOKENS = 32  # the smoke probe's prefill
 DECODE_STEPS, DECODE_WARMUP = 32, 4
 N_BATCH = 2048  # llama-bench's default (with n_ubatch 512)
 PAUSE_S = 0.2  # between engines: let the other one's spinning threads go to sleep
+# llama-cpp-python 0.3.36's ``[server]`` extra (its dist-info METADATA), what ``python -m llama_cpp.server``
+# imports beyond the library: installed on their own, so the compiled llama-cpp-python is left as it is.
+SERVER_EXTRAS = ("uvicorn>=0.22.0", "fastapi>=0.100.0", "pydantic-settings>=2.0.1", "sse-starlette>=1.6.1",
+                 "starlette-context>=0.3.6,<0.4", "PyYAML>=5.1")
 
 
 # the peer venv --------------------------------------------------------------------------------------
@@ -240,6 +244,26 @@ def ensure_peer(features: tuple[str, ...]) -> Path:
         raise SystemExit(f"llama-cpp-python {PEER_VERSION} did not install into {PEER_VENV}")
     PEER_STAMP.write_text(json.dumps({**wanted, "features": list(features), "wheel": str(wheel[-1])}, indent=2))
     return peer_python()
+
+
+def server_extras_ready(python: Path) -> bool:
+    """Whether ``python`` (the peer venv's) can import llama-cpp-python's server app."""
+    return python.exists() and subprocess.run([str(python), "-c", "import llama_cpp.server.app"],
+                                              capture_output=True).returncode == 0
+
+
+def ensure_server_extras(python: Path) -> Path:
+    """``python`` with llama-cpp-python's server dependencies (SERVER_EXTRAS) installed from the package
+    index, without touching llama-cpp-python itself (no rebuild, no reinstall; its build stamp stays)."""
+    if server_extras_ready(python):
+        return python
+    print(f"peer: installing llama.cpp's server dependencies into {python.parent.parent}: {' '.join(SERVER_EXTRAS)}",
+          file=sys.stderr)
+    subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet", *SERVER_EXTRAS],
+                   check=True)
+    if not server_extras_ready(python):
+        raise SystemExit(f"peer: llama_cpp.server.app still does not import in {python.parent.parent}")
+    return python
 
 
 def died_message(code: int, during: str, features: tuple[str, ...]) -> str:
@@ -478,6 +502,8 @@ def main() -> int:
     ap.add_argument("--no-flash-attn", action="store_true",
                     help="llama.cpp without flash attention (its own default, 'auto', uses it on the CPU)")
     ap.add_argument("--setup-only", action="store_true", help="make the peer venv and stop")
+    ap.add_argument("--server-extras", action="store_true",
+                    help="also install llama-cpp-python's server dependencies (uvicorn, fastapi …), no rebuild")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "peer.json"))
     args = ap.parse_args()
     prefill_sizes = int_list(args.sizes or args.prefill)
@@ -485,6 +511,8 @@ def main() -> int:
 
     flags, features = this_cpu()
     python = ensure_peer(features)
+    if args.server_extras:
+        ensure_server_extras(python)
     print(build_line(features, flags), file=sys.stderr)
 
     from engine.errors import HearthError

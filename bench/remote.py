@@ -11,7 +11,12 @@ reply), and over the streamed tokens its per-token cost. On a busy machine the e
 that, so the last turn's recorded stream is then replayed by a local server that answers at once, 30 times
 to each client: the medians' difference is Hearth's cost alone. Goal: under 5 ms a turn, under 1 ms a token.
 
-    python bench/remote.py [--turns 6] [--system-tokens 4000]   # results: bench/results/remote.json
+    python bench/remote.py [--turns 6] [--system-tokens 4000] [--peer-python P] [--server-extras]
+                                                                  # results: bench/results/remote.json
+
+Cached tokens are what the server's usage says (``prompt_tokens_details.cached_tokens``); a server whose usage
+lacks it (llama-cpp-python 0.3.36's) shows "not reported". The load average (``uptime``) before and after is
+printed and stored: on a shared 2-core box the timings are noisy.
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))  # the engine first: bench/engine.py (on the path as this script's folder) would hide it
 
+import engine.api  # noqa: E402, F401  (imported now, while the package comes first on the path)
+import engine.model.fetch  # noqa: E402, F401
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules
+
+from peer import ensure_server_extras  # noqa: E402
 from server import Server, free_port, hearth_server, llama_server, shared_home, tool_descriptions  # noqa: E402
 
 PEER_PYTHON = ROOT / "bench" / ".peer-venv" / "bin" / "python"
@@ -48,13 +58,16 @@ def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int, htt
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True}}
     started = time.perf_counter()
-    first, pieces, lines = None, 0, []
+    first, finish, usage, pieces, lines = None, None, None, 0, []
     client = http or httpx.Client(timeout=600, trust_env=False)
     with client.stream("POST", base + "/v1/chat/completions", json=body) as response:
         for line in response.iter_lines():
             lines.append(line)
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunk = json.loads(line[6:])
+                usage = chunk.get("usage") or usage
+                if finish is None and any(c.get("finish_reason") for c in chunk.get("choices", [])):
+                    finish = time.perf_counter()
                 if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
                     first = first or time.perf_counter()
                     pieces += 1
@@ -62,6 +75,7 @@ def raw_stream(base: str, model: str, messages: list[dict], max_tokens: int, htt
     if http is None:
         client.close()
     return {"wall_ms": (ended - started) * 1000, "ttft_ms": ((first or ended) - started) * 1000, "pieces": pieces,
+            "finish_to_end_ms": (ended - (finish or ended)) * 1000, "usage": usage,
             "body": "".join(line + "\n" for line in lines).encode()}
 
 
@@ -150,21 +164,34 @@ def run_engine(name: str, server: Server, model: str, system: str, turns: int, m
             raw_stream(base, model, messages, max_tokens, http)  # warms the prefix cache as the turn will find it
             raw = raw_stream(base, model, messages, max_tokens, http)
             pieces: list[Token] = []
+            last = [0.0]  # when the last token came out of the backend
+
+            def sink(e, got=pieces, last=last) -> None:
+                if isinstance(e, Token):
+                    got.append(e)
+                    last[0] = time.perf_counter()
+
             started = time.perf_counter()
-            done = backend.run_turn(TurnRequest("bench", question, SamplingParams.greedy_params(), max_tokens),
-                                    lambda e, got=pieces: got.append(e) if isinstance(e, Token) else None)
-            wall = (time.perf_counter() - started) * 1000
+            done = backend.run_turn(TurnRequest("bench", question, SamplingParams.greedy_params(), max_tokens), sink)
+            ended = time.perf_counter()
+            wall = (ended - started) * 1000
             overhead = wall - raw["wall_ms"]
             last_body, last_messages = raw["body"], messages
             rows.append({"turn": i + 1, "prompt_tokens": done.prompt_tokens, "cached_tokens": done.server_cached_tokens,
                          "ttft_ms": round(done.timings.ttft_ms, 2), "raw_ttft_ms": round(raw["ttft_ms"], 2),
                          "wall_ms": round(wall, 2), "raw_wall_ms": round(raw["wall_ms"], 2),
                          "streamed": len(pieces), "hearth_ms": round(overhead, 2),
+                         "ttft_delta_ms": round(done.timings.ttft_ms - raw["ttft_ms"], 2),
+                         "raw_finish_to_end_ms": round(raw["finish_to_end_ms"], 1),
+                         "turn_last_token_to_end_ms": round((ended - (last[0] or ended)) * 1000, 1), "raw_usage": raw["usage"],
                          "hearth_ms_per_token": round(overhead / max(1, len(pieces)), 3)})
             r = rows[-1]
-            print(f"{name:>9} turn {r['turn']}: {r['prompt_tokens']:>5} prompt tokens, cached {r['cached_tokens']}, "
+            cached = "not reported" if r["cached_tokens"] is None else r["cached_tokens"]
+            print(f"{name:>9} turn {r['turn']}: {r['prompt_tokens']:>5} prompt tokens, cached {cached}, "
                   f"TTFT {r['ttft_ms']:.0f} ms (raw {r['raw_ttft_ms']:.0f}), Hearth adds {r['hearth_ms']:+.1f} ms "
-                  f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']})", flush=True)
+                  f"({r['hearth_ms_per_token']:+.2f} ms/token over {r['streamed']}); raw: finish chunk to stream end "
+                  f"{r['raw_finish_to_end_ms']:.0f} ms (turn: last token to end {r['turn_last_token_to_end_ms']:.0f} ms), "
+                  f"usage {'sent' if r['raw_usage'] else 'not sent'}", flush=True)
         backend.close()
         convs.close()
         http.close()
@@ -183,7 +210,9 @@ def llama_available(peer: Path) -> str | None:
         return f"no peer venv at {peer.parent.parent}"
     probe = subprocess.run([str(peer), "-c", "import llama_cpp.server.app"], capture_output=True, text=True)
     if probe.returncode != 0:
-        return "llama-cpp-python's server extras (uvicorn, fastapi …) are not installed in the peer venv"
+        return ("llama-cpp-python's server extras (uvicorn, fastapi …) are not installed in the peer venv "
+                f"(bench/peer.py --server-extras, or this bench's --server-extras, installs them): "
+                f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     return None
 
 
@@ -197,12 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--peer-python", type=Path, default=PEER_PYTHON, help="the peer venv's python (llama-cpp-python)")
+    ap.add_argument("--server-extras", action="store_true",
+                    help="install llama-cpp-python's server dependencies into the peer venv first (no rebuild)")
     args = ap.parse_args(argv)
     entry = default_model()
     gguf = args.data_dir / "models" / entry.filename
     if not gguf.is_file():
         raise SystemExit(f"{gguf} is missing: run 'hearth-cli model fetch --data-dir {args.data_dir}' first")
+    if args.server_extras and args.peer_python.exists():
+        ensure_server_extras(args.peer_python)
     load_before = os.getloadavg()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)} ({os.cpu_count()} CPUs; a shared "
+          "machine: timings are noisy)", flush=True)
+    started = time.perf_counter()
     system = tool_descriptions(args.system_tokens)
     results: dict[str, object] = {}
     skipped: dict[str, str] = {}
@@ -216,25 +252,34 @@ def main(argv: list[str] | None = None) -> int:
             skipped["llamacpp"] = why
             print(f"llama.cpp's server skipped: {why}")
         for name, server in engines.items():
-            results[name] = run_engine(name, server, entry.key, system, args.turns, args.max_tokens, Path(tmp))
+            try:
+                results[name] = run_engine(name, server, entry.key, system, args.turns, args.max_tokens, Path(tmp))
+            except RuntimeError as exc:  # the server did not start: say why, measure the others
+                skipped[name] = f"{server.name} did not run: {exc}"
+                print(f"{name} skipped: {skipped[name]}", flush=True)
     summary = {}
     for name, result in results.items():
         rows = result["turns"]
         warm = rows[1:] or rows  # the first turn's cold prefill is the engine's, and noisy
-        summary[name] = {"median_hearth_ms": statistics.median(r["hearth_ms"] for r in warm),
+        cached = [r["cached_tokens"] for r in warm]
+        summary[name] = {"cached_tokens": "not reported" if all(c is None for c in cached) else cached,
+                         "median_hearth_ms": statistics.median(r["hearth_ms"] for r in warm),
                          "median_hearth_ms_per_token": statistics.median(r["hearth_ms_per_token"] for r in warm),
                          "median_ttft_ms": statistics.median(r["ttft_ms"] for r in warm),
                          "replayed": result["replayed"]}
         print(f"{name}: median over turns 2+: TTFT {summary[name]['median_ttft_ms']:.0f} ms; against the live engine "
               f"the turn took {summary[name]['median_hearth_ms']:+.2f} ms more than the raw stream (engine noise "
-              "included); replayed, Hearth adds " f"{result['replayed']['hearth_ms']:.2f} ms a turn")
+              "included); replayed, Hearth adds " f"{result['replayed']['hearth_ms']:.2f} ms a turn; cached tokens "
+              f"{summary[name]['cached_tokens']}")
     out = ROOT / "bench" / "results" / "remote.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "model": entry.key,
                                "load_before": load_before, "load_after": os.getloadavg(),
+                               "wall_s": round(time.perf_counter() - started, 1), "noisy_shared_machine": True,
                                "system_tokens": args.system_tokens, "turns": results, "summary": summary,
                                "skipped": skipped}, indent=1))
-    print(f"wrote {out}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+    print(f"wrote {out}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
+          f"{time.perf_counter() - started:.0f} s")
     return 0
 
 

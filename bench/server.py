@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer import PEER_VERSION, PEER_WHEELS, cpu_key, ensure_peer  # noqa: E402
+from peer import ensure_peer, ensure_server_extras, this_cpu  # noqa: E402
 from resume import paragraph  # noqa: E402
 
 THREADS = 2
@@ -128,17 +128,13 @@ def llama_server(peer: Path, gguf: Path, alias: str) -> Server:
     return Server("llama.cpp", lambda port: [
         str(peer), "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", str(CONTEXT),
         "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--cache", "true",
-        "--port", str(port), "--model_alias", alias])
+        "--host", "127.0.0.1", "--port", str(port), "--model_alias", alias])
 
 
 def ensure_peer_server() -> Path:
     """The peer venv's python with llama-cpp-python's ``[server]`` extras (FastAPI, uvicorn …), which
     bench/peer.py's in-process worker does not need."""
-    peer = ensure_peer()
-    if subprocess.run([str(peer), "-c", "import llama_cpp.server.app"], capture_output=True).returncode != 0:
-        subprocess.run([str(peer), "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--find-links",
-                        str(PEER_WHEELS / cpu_key()), f"llama-cpp-python[server]=={PEER_VERSION}"], check=True)
-    return peer
+    return ensure_server_extras(ensure_peer(this_cpu()[1]))
 
 
 def stream_ttft(port: int, model: str, messages: list[dict], max_tokens: int) -> tuple[float, str, dict]:
