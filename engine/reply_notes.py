@@ -12,7 +12,7 @@ from engine.types import StopReason
 # nothing.
 STOP_NOTES = {StopReason.CANCELLED: "stopped", StopReason.LENGTH: "reached the length limit",
               StopReason.CONTEXT_FULL: "the context window is full",
-              StopReason.INTERRUPTED: "cut off when Hearth closed"}
+              StopReason.INTERRUPTED: "cut off before it ended"}  # Hearth closed, or a server's connection broke
 
 
 def reply_caption(finish: str | None, model: str) -> str:

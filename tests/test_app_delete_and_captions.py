@@ -172,7 +172,7 @@ def test_stopped_and_cut_off_replies_keep_their_marker_and_model_after_a_restart
     windows.close(w)  # quitting mid-stream: the reply so far is stored, as cut off (not as stopped)
     again = windows(real_config)
     for cid, note in ((whole, f"reached the length limit · {label}"), (stopped, f"stopped · {label}"),
-                      (cut, f"cut off when Hearth closed · {label}")):
+                      (cut, f"cut off before it ended · {label}")):
         again.open_conversation(cid)
         assert again.store.messages(cid)[-1].role == "assistant"
         assert list(shown_notes(qtbot, again).values()) == [note], cid

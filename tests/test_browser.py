@@ -118,7 +118,7 @@ def test_the_preview_shows_each_replys_caption_as_the_chat_does(qtbot, browser):
     w.open_conversation(conv)
     qtbot.waitUntil(lambda: not w.transcript.loading and len(w.transcript.messages) == 4, timeout=TIMEOUT)
     in_chat = [m.note.text() for m in w.transcript.messages if m.role == "assistant"]
-    assert in_chat == [f"reached the length limit · {w.model_info.label}", "cut off when Hearth closed · qwen2_5-0_5b q4"]
+    assert in_chat == [f"reached the length limit · {w.model_info.label}", "cut off before it ended · qwen2_5-0_5b q4"]
     type_query(qtbot, browser, "lanterns")
     qtbot.waitUntil(lambda: browser.proxy.rowCount() == 1, timeout=TIMEOUT)  # listed once the window's check ran
     browser.table.selectRow(0)
