@@ -162,7 +162,9 @@ def test_stop_closes_the_stream_and_keeps_what_arrived(qtbot, windows, server):
     assert panel.use_button.isEnabled()
     qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)  # "Use for this chat" in the Servers tab
     wait_model(qtbot, w, "lab/tiny")
-    assert w.store.get(chat).model_key == "lab/tiny" and w.models.picker.currentData() == "lab/tiny"
+    # the chat remembers its model once the window hears "ready", a moment after the worker says it
+    qtbot.waitUntil(lambda: w.store.get(chat).model_key == "lab/tiny", timeout=TIMEOUT)
+    assert w.models.picker.currentData() == "lab/tiny"
     qtbot.wait(300)
     assert not w.models.dialog.message.isVisible() and not panel.message.isVisible()  # no error anywhere
     w.models.dialog.close()
