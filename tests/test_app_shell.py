@@ -189,11 +189,15 @@ def body_html(w) -> str:
 
 
 def test_dark_mode_redraws_the_transcript_and_is_remembered(qtbot, windows):
-    w = windows()  # ready first: a model becoming ready mid-test reopens the chat and clears the transcript
-    w.new_chat()
+    w = windows()
+    chat = w.new_chat()
     w.notice.say("Something to know")
-    w.transcript.add(6, "user", "Show me code")
-    w.transcript.add(7, "assistant", "Here:\n\n```python\nprint('hi')\n```")
+    # Stored, not only drawn: the window redraws a chat from the store when it hears of a change (its own
+    # new chat's row, a model becoming ready), and a transcript drawn by hand came back empty then.
+    w.store.append(chat, "user", "Show me code")
+    w.store.append(chat, "assistant", "Here:\n\n```python\nprint('hi')\n```")
+    w.chat.show_chat(chat)
+    qtbot.waitUntil(lambda: len(w.transcript.messages) == 2 and not w.transcript.loading)
     w.set_theme(ThemeMode.LIGHT)
     qtbot.waitUntil(lambda: QApplication.palette().color(R.Base).name() == "#ffffff")
     # Shown and polished in light colours (a body's style sheet fixes its palette when polished).
