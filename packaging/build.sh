@@ -30,10 +30,16 @@ VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
 step() { printf '\n== %s (%(%T)T)\n' "$1" -1; }
 
 step "build venv $PKG_VENV"
+REQS="packaging/requirements-$VARIANT.txt"
 if [ ! -x "$PKG_VENV/bin/pyinstaller" ]; then
   "$PYTHON" -m venv "$PKG_VENV"
   "$PKG_VENV/bin/pip" install -q --upgrade pip
-  "$PKG_VENV/bin/pip" install -q -r "packaging/requirements-$VARIANT.txt"
+fi
+# A venv built from an older requirements file is brought up to date (a package added later was missing from
+# the bundle, and only its smoke test said so).
+if [ "$(cat "$PKG_VENV/requirements.sha256" 2>/dev/null)" != "$(sha256sum "$REQS" | cut -d' ' -f1)" ]; then
+  "$PKG_VENV/bin/pip" install -q -r "$REQS"
+  sha256sum "$REQS" | cut -d' ' -f1 > "$PKG_VENV/requirements.sha256"
 fi
 PY="$PKG_VENV/bin/python"
 
