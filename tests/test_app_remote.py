@@ -193,7 +193,7 @@ def test_a_refused_key_says_so_plainly_and_never_shows_the_key(qtbot, windows, s
     assert status and wrong not in status and "Traceback" not in status
     w.models.dialog.close()
     w.new_chat()
-    w.models.choose("lab/tiny")
+    w.models.choose("lab/tiny")  # a refused key lists no models: the picker cannot offer it
     banner = w.models.server_banner
     qtbot.waitUntil(lambda: banner.isVisible(), timeout=TIMEOUT)
     note = banner.message.text()
@@ -276,13 +276,13 @@ def test_a_chat_moved_local_remote_local_resumes_its_saved_context(qtbot, window
     send(qtbot, w, "Name three rivers.")
     wait_idle(qtbot, w)
     assert finished[-1][1].local is not None
-    w.models.choose("lab/tiny")
+    pick(w, "lab/tiny")
     wait_model(qtbot, w, "lab/tiny")
     send(qtbot, w, "And three lakes?")
     wait_idle(qtbot, w)
     assert finished[-1][1].local is None and w.store.get(chat).model_key == "lab/tiny"
     qtbot.waitUntil(lambda: w.sidebar.badge(chat) == "remote", timeout=TIMEOUT)
-    w.models.choose(local)
+    pick(w, local)
     wait_model(qtbot, w, local)
     qtbot.waitUntil(lambda: w.sidebar.badge(chat) != "remote", timeout=TIMEOUT)
     send(qtbot, w, "And three seas?")
@@ -293,10 +293,10 @@ def test_a_chat_moved_local_remote_local_resumes_its_saved_context(qtbot, window
     assert back.local.resume.reused_tokens > 0  # the local context of the first turn was used, not re-read
     assert [m.role for m in w.store.messages(chat)] == ["user", "assistant"] * 3
     # reopening the chat later on the remote model switches to it (per-chat model memory)
-    w.models.choose("lab/tiny")
+    pick(w, "lab/tiny")
     wait_model(qtbot, w, "lab/tiny")
     other = w.new_chat()
-    w.models.choose(local)
+    pick(w, local)
     wait_model(qtbot, w, local)
     assert w.store.get(other).model_key == local
     w.sidebar.setCurrentItem(w.sidebar.item_for(chat))
@@ -385,7 +385,7 @@ def chat_on_flaky(qtbot, w, base: str) -> str:
     w.models.dialog.close()
     chat = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 16})
-    w.models.choose("flaky/flaky")
+    pick(w, "flaky/flaky")
     wait_model(qtbot, w, "flaky/flaky")
     return chat
 
@@ -426,7 +426,7 @@ def test_a_chat_on_a_server_reopens_on_it_after_a_restart(qtbot, windows, server
     w.models.dialog.close()
     chat = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 6})
-    w.models.choose("lab/tiny")
+    pick(w, "lab/tiny")
     wait_model(qtbot, w, "lab/tiny")
     send(qtbot, w, "Name three rivers.")
     wait_idle(qtbot, w)
@@ -450,7 +450,7 @@ def test_versions_continue_and_export_work_for_a_remote_chat(qtbot, windows, ser
     w.models.dialog.close()
     chat = w.new_chat()
     use_settings(w, {"temperature": 1.2, "max_new_tokens": 4, "seed": 5})
-    w.models.choose("lab/tiny")
+    pick(w, "lab/tiny")
     wait_model(qtbot, w, "lab/tiny")
     send(qtbot, w, "hello there")
     wait_idle(qtbot, w)
@@ -520,7 +520,7 @@ def test_the_browser_lists_and_opens_a_remote_chat_while_a_server_runs_it(qtbot,
     w.models.dialog.close()
     chat = w.new_chat()
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 6})
-    w.models.choose("lab/tiny")
+    pick(w, "lab/tiny")
     wait_model(qtbot, w, "lab/tiny")
     send(qtbot, w, "Name three rivers.")
     wait_idle(qtbot, w)
