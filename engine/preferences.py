@@ -40,7 +40,14 @@ SETTING_LIMITS: dict[str, tuple[float, float]] = {
     "max_new_tokens": (1, 8192),
     "prompt_lookup": (0, 64),  # draft tokens per verification pass (engine/lookup.py); 0 = off
 }
-WHOLE_NUMBERS = frozenset({"top_k", "max_new_tokens", "prompt_lookup"})
+# The tool loop's bounds (issue 33): Preferences only, not a chat's settings. LM Studio and Jan stop an agent's
+# loop after a count of steps; 10 is enough for a look-up chain and stops a model that calls the same tool forever.
+TOOL_LIMITS = {
+    "tool_steps": (1, 50),  # model replies in one message's tool loop
+    "tool_timeout_s": (1, 600),  # one tool call, in seconds
+}
+_LIMITS = {**SETTING_LIMITS, **TOOL_LIMITS}
+WHOLE_NUMBERS = frozenset({"top_k", "max_new_tokens", "prompt_lookup", *TOOL_LIMITS})
 # The engine's names for settings chats store under shorter ones (a model's defaults may use either).
 ALIASES = {"repetition_penalty": "repeat_penalty"}
 
@@ -63,6 +70,8 @@ class Preferences:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     prompt_lookup: int = _sampling_default("prompt_lookup")
     context_policy: str = "stop"
+    tool_steps: int = 10
+    tool_timeout_s: int = 60
 
     def settings(self) -> dict:
         """What a chat inherits, under the keys a chat's own ``settings`` use (no seed: random)."""
@@ -71,7 +80,7 @@ class Preferences:
 
     def validate(self) -> None:
         """PreferencesError naming the first value that cannot be kept."""
-        for key in SETTING_LIMITS:
+        for key in _LIMITS:
             check_setting(key, getattr(self, key))
         check_context_policy(self.context_policy)
         if not isinstance(self.system_prompt, str):
@@ -90,7 +99,7 @@ class LoadedPreferences:
 def check_setting(key: str, value: object) -> float | int:
     """``value`` for setting ``key`` if it is a number of the right kind within its bounds, else
     PreferencesError saying which bound."""
-    lo, hi = SETTING_LIMITS[key]
+    lo, hi = _LIMITS[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise PreferencesError(f"{key} must be a number, not {value!r}")
     if key in WHOLE_NUMBERS and value != int(value):
@@ -136,7 +145,7 @@ def read_preferences(path: Path) -> LoadedPreferences:
 
 def _from_document(document: dict, name: str) -> LoadedPreferences:
     defaults, values, problems = Preferences(), {}, []
-    for key in SETTING_LIMITS:
+    for key in _LIMITS:
         if key in document:
             values[key], problem = _repaired(key, document[key], getattr(defaults, key))
             if problem:
@@ -167,7 +176,7 @@ def _repaired(key: str, value: object, default: float | int) -> tuple[float | in
         return check_setting(key, value), ""
     except PreferencesError:
         pass
-    lo, hi = SETTING_LIMITS[key]
+    lo, hi = _LIMITS[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         return default, f"{key} {value!r} is not a number; using the default, {default:g}"
     nearest = min(max(value, lo), hi)
