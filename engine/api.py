@@ -114,6 +114,8 @@ from engine.secret_store import SecretError, SecretStore, read_secret_file
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.tool_messages import pretty_arguments
+from engine.tools.config import ToolConfigError, ToolRegistry, ToolServerConfig
+from engine.tools.host import ServerState, ServerStatus, ToolHost, ToolOutcome, ToolSpec
 from engine.tools.loop import (
     ABANDONED,
     DENIED,
@@ -195,6 +197,11 @@ __all__ += [
 ]
 
 
+# MCP servers and their tools (engine/tools/config.py, host.py; issue 33)
+__all__ += [
+    "ServerState", "ServerStatus", "ToolConfigError", "ToolHost", "ToolOutcome", "ToolRegistry", "ToolServerConfig",
+    "ToolSpec",
+]
 # the tool loop of a chat turn (engine/tools/loop.py, issue 33): its stored state and its steps
 __all__ += [
     "ABANDONED", "DENIED", "INTERRUPTED", "RUNNING", "STOPPED", "CallRecord", "LoopResult", "LoopStep", "PendingCall",
