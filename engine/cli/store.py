@@ -144,7 +144,10 @@ def _chat(args: argparse.Namespace, hearth: Backend, params, why: str | None = N
         sys.stderr.write(terminal_safe(f"note: conversation {args.conversation} was {why}; {model.label} "
                                        f"({hearth.model_key}) answers this turn") + "\n")
     if args.tools:
-        return tool_chat.run(args, hearth, request)
+        try:
+            return tool_chat.run(args, hearth, request)
+        except ContextFullError as exc:
+            raise context_full(args.conversation, exc) from None
     stream = None if args.json else stream_text
 
     def on_event(event) -> None:

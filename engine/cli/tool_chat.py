@@ -28,7 +28,7 @@ from engine.api import (
     terminal_safe,
 )
 from engine.cli.common import emit, stream_text
-from engine.errors import ContextFullError, HearthError, PromptError
+from engine.errors import HearthError, PromptError
 from engine.types import Finished, Token, ToolChoice, ToolChoiceMode, TurnRequest, Waiting
 
 log = logging.getLogger(__name__)
@@ -132,14 +132,9 @@ def _run(args: argparse.Namespace, hearth: Backend, request: TurnRequest, host: 
         for record in step.calls:
             sys.stderr.write(terminal_safe(call_line(record)) + "\n")
 
-    try:
-        result = run_tool_loop(hearth, host, dataclasses.replace(request, tool_choice=choice), offered,
-                               lambda call: allowed(call.name, offered, args.allow), max_steps=max_steps,
-                               timeout_s=timeout, on_event=on_event, on_step=on_step, create=True)
-    except ContextFullError as exc:
-        from engine.cli.store import context_full
-
-        raise context_full(request.conversation, exc) from None
+    result = run_tool_loop(hearth, host, dataclasses.replace(request, tool_choice=choice), offered,
+                           lambda call: allowed(call.name, offered, args.allow), max_steps=max_steps,
+                           timeout_s=timeout, on_event=on_event, on_step=on_step, create=True)
     if args.json:
         emit(args, loop_payload(hearth, result, offered), "")
     else:
