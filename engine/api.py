@@ -173,6 +173,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "ServerKeyError", "create_server_key", "read_server_key", "remove_server_key",
     # an agent's turns in a conversation (engine/tool_messages.py)
     "pretty_arguments",
+    # MCP servers' tools (engine/tools: the configured servers, the running ones, a call's outcome)
+    "ServerState", "ServerStatus", "ToolConfigError", "ToolHost", "ToolOutcome", "ToolRegistry", "ToolServerConfig",
+    "ToolSpec",
 ]
 # what hearth-cli needs without a loaded model: model files, saved-context files, the database file, chat messages
 __all__ += [
@@ -196,12 +199,6 @@ __all__ += [
     "attachment_block", "attachment_from_text", "compose_message", "read_attachment",
 ]
 
-
-# MCP servers and their tools (engine/tools/config.py, host.py; issue 33)
-__all__ += [
-    "ServerState", "ServerStatus", "ToolConfigError", "ToolHost", "ToolOutcome", "ToolRegistry", "ToolServerConfig",
-    "ToolSpec",
-]
 # the tool loop of a chat turn (engine/tools/loop.py, issue 33): its stored state and its steps
 __all__ += [
     "ABANDONED", "DENIED", "INTERRUPTED", "RUNNING", "STOPPED", "CallRecord", "LoopResult", "LoopStep", "PendingCall",
