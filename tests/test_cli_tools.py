@@ -208,7 +208,7 @@ def test_ls_starts_the_servers_and_lists_their_tools(tmp_path):
     assert {t["name"]: t["enabled"] for t in good["tools"]} == {"echo": True, "shout": False}
     assert all(t["function"] and t["description"] for t in good["tools"])
     assert dies["state"] == "failed" and dies["error"] and dies["tools"] == []
-    assert "fatal: cannot start" in dies["stderr_tail"] and "[hidden]" in dies["stderr_tail"]
+    assert "fatal: cannot start" in dies["stderr_tail"] and "•••" in dies["stderr_tail"]
     assert off["state"] == "stopped" and off["tools"] == []
     human = run_cli("tools", "ls", home=home, timeout=300)
     table = ok(human)

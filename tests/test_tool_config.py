@@ -376,6 +376,6 @@ def test_redact_hides_values_in_text(registry):
     registry.add_http("web", "https://h/mcp", {"Authorization": BEARER})
     token = BEARER.split()[1]
     text = f"auth with {TOKEN}; header {BEARER}; bare {token}; DEBUG=1"
-    assert registry.redact(text) == "auth with [hidden]; header [hidden]; bare [hidden]; DEBUG=1"
-    assert registry.redact(text, ["fs"]) == f"auth with [hidden]; header {BEARER}; bare {token}; DEBUG=1"
+    assert registry.redact(text) == "auth with •••; header •••; bare •••; DEBUG=1"
+    assert registry.redact(text, ["fs"]) == f"auth with •••; header {BEARER}; bare {token}; DEBUG=1"
     assert registry.redact("") == ""

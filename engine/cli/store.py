@@ -271,7 +271,7 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
     payload = {**_summary_json(summary), "message_count": len(messages), "system_prompt": conv.system_prompt,
                "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "created_ms": m.created_ms,
                              **({"model": facts[m.seq].model, "finish_reason": facts[m.seq].finish}
-                                if m.seq in facts else {}), **_attachments_json(m)} for m in messages]}
+                                if m.seq in facts else {}), **_attachments_json(m), **_agent_json(m)} for m in messages]}
     lines = [f"{conv.title or '(untitled)'}  [{conv.id}]  {len(messages)} messages, {summary.tokens} tokens of saved "
              f"context, last activity {_when(conv.updated_ms)}" + (f", model {conv.model}" if conv.model else "")]
     if conv.system_prompt:
@@ -280,6 +280,13 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
     lines += [f"\n[{' · '.join(filter(None, (m.role, captions.get(m.seq))))}]\n{m.content}" for m in messages]
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def _agent_json(m) -> dict:
+    """A message's agent fields as the JSON export gives them (only where there are some): a reply's thinking and
+    calls, a tool result's call id and tool name."""
+    chat = m.as_chat()
+    return {k: chat[k] for k in ("tool_calls", "tool_call_id", "name", "reasoning_content") if k in chat}
 
 
 def _attachments_json(m) -> dict:

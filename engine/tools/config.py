@@ -459,7 +459,7 @@ class ToolRegistry:
 
     def redact(self, text: str, names: Iterable[str] | None = None) -> str:
         """``text`` (a server's stderr, an error) with the secret values of the servers ``names`` (default: all)
-        replaced by ``[hidden]``: a server that prints its token must not show it to the person's terminal,
+        replaced by ``•••`` (the host's mark): a server that prints its token must not show it to the person's terminal,
         a --json output or a log. Values (and their words) shorter than REDACT_MIN_CHARS are left."""
         if not text:
             return text
@@ -470,7 +470,7 @@ class ToolRegistry:
                 value = self.secrets.get(SECRET_KIND, secret) or ""
                 pieces.update(p for p in (value, *value.split()) if len(p) >= REDACT_MIN_CHARS)
         for piece in sorted(pieces, key=len, reverse=True):
-            text = text.replace(piece, "[hidden]")
+            text = text.replace(piece, "•••")
         return text
 
     # changes --------------------------------------------------------------------------------------------
