@@ -10,7 +10,7 @@ the field says so, with Preferences' value beside it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat_tools import ChatToolsSection, ToolChoice
 from app.theme import error_colour
 from engine.errors import HearthError
 from engine.types import DEFAULT_MAX_NEW_TOKENS, ContextPolicy, SamplingParams
@@ -107,10 +108,12 @@ class ChatSettingsDialog(QDialog):
     defaults_requested = Signal()  # "Defaults for all chats…": the window opens Preferences
 
     def __init__(self, system_prompt: str, settings: dict, parent=None, inherited: dict | None = None,
-                 recommended: Mapping | None = None, preferences: Mapping | None = None):
+                 recommended: Mapping | None = None, preferences: Mapping | None = None,
+                 tools: Sequence[ToolChoice] | None = None):
         """``inherited``: what the chat gets where it sets nothing (Preferences and its model's values);
         None: the built-in defaults. ``recommended``: the model's values among them, ``preferences``:
-        Preferences' (so each field can say where its default comes from)."""
+        Preferences' (so each field can say where its default comes from). ``tools``: the configured tool
+        servers, for the Tools section (None: no such section)."""
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.setAccessibleName("Chat settings")
@@ -148,6 +151,10 @@ class ChatSettingsDialog(QDialog):
         form.addRow("Seed", self.seed)
         self._add_context_policy_row(form, settings)
         layout.addLayout(form)
+        self.tools: ChatToolsSection | None = None
+        if tools is not None:
+            self.tools = ChatToolsSection(settings, tools)
+            layout.addWidget(self.tools)
         self.error = QLabel("")
         self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.error.setWordWrap(True)
@@ -225,6 +232,8 @@ class ChatSettingsDialog(QDialog):
         policy = self.context_policy.currentData()
         if self._stored_policy is not None or policy != self._shown_policy:
             overrides["context_policy"] = policy  # else the chat keeps following the default policy
+        if self.tools is not None:
+            self.tools.apply(overrides)
         return self.system.toPlainText(), overrides
 
     def accept(self) -> None:

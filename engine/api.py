@@ -94,6 +94,7 @@ from engine.paths import HearthPaths, bundled_model_dir, resolve_paths
 from engine.preferences import (
     CONTEXT_POLICIES,
     SETTING_LIMITS,
+    TOOL_LIMITS,
     LoadedPreferences,
     Preferences,
     effective_settings,
@@ -114,6 +115,8 @@ from engine.secret_store import SecretError, SecretStore, read_secret_file
 from engine.server_key import ServerKeyError, create_server_key, read_server_key, remove_server_key
 from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.tool_messages import pretty_arguments
+from engine.tools.config import ToolConfigError, ToolRegistry, ToolServerConfig
+from engine.tools.host import ServerState, ServerStatus, ToolHost, ToolOutcome, ToolSpec
 from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
 from engine.turn_lock import DEFAULT_TURN_WAIT_S
 from engine.types import (
@@ -150,6 +153,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "ServerKeyError", "create_server_key", "read_server_key", "remove_server_key",
     # an agent's turns in a conversation (engine/tool_messages.py)
     "pretty_arguments",
+    # MCP tool servers (engine/tools: issue 33)
+    "ToolConfigError", "ToolRegistry", "ToolServerConfig", "ToolHost", "ToolSpec", "ServerStatus", "ServerState",
+    "ToolOutcome", "TOOL_LIMITS",
 ]
 # what hearth-cli needs without a loaded model: model files, saved-context files, the database file, chat messages
 __all__ += [
