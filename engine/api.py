@@ -117,6 +117,27 @@ from engine.text.terminal_safe import log_to_stderr, terminal_safe
 from engine.tool_messages import pretty_arguments
 from engine.tools.config import ToolConfigError, ToolRegistry, ToolServerConfig
 from engine.tools.host import ServerState, ServerStatus, ToolHost, ToolOutcome, ToolSpec
+from engine.tools.loop import (
+    ABANDONED,
+    DENIED,
+    INTERRUPTED,
+    RUNNING,
+    STOPPED,
+    CallRecord,
+    LoopResult,
+    LoopStep,
+    PendingCall,
+    abandon_calls,
+    allow_always,
+    always_allowed,
+    call_arguments,
+    chat_tools,
+    deny_call,
+    pending_calls,
+    run_call,
+    run_tool_loop,
+    step_limit_text,
+)
 from engine.transfer import export_json, export_markdown, import_json, read_document, to_document
 from engine.turn_lock import DEFAULT_TURN_WAIT_S
 from engine.types import (
@@ -177,6 +198,14 @@ __all__ += [
 __all__ += [
     "Attachment", "AttachmentError", "MAX_ATTACHMENTS", "MAX_FILE_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_CHARS",
     "attachment_block", "attachment_from_text", "compose_message", "read_attachment",
+]
+
+
+# the tool loop of a chat turn (engine/tools/loop.py, issue 33): its stored state and its steps
+__all__ += [
+    "ABANDONED", "DENIED", "INTERRUPTED", "RUNNING", "STOPPED", "CallRecord", "LoopResult", "LoopStep", "PendingCall",
+    "abandon_calls", "allow_always", "always_allowed", "call_arguments", "chat_tools", "deny_call", "pending_calls",
+    "run_call", "run_tool_loop", "step_limit_text",
 ]
 
 

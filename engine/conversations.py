@@ -25,6 +25,8 @@ from engine.errors import ConversationError, DiskFullError
 from engine.private_files import private_dir, private_file
 from engine.types import Attachment, Conversation, Message, ReplyFacts, ReplyVersions, ToolCall
 
+TOOL_RUN_ENDS = ("done", "error", "denied", "abandoned")  # how a call Hearth ran or refused ended (schema 11)
+
 log = logging.getLogger(__name__)
 COLUMNS = "id, title, system_prompt, settings, model, created_ms, updated_ms, model_key"  # what a Conversation is made of
 LOW_SPACE_BYTES = 8 << 20  # below this much free space, a failed write is taken for a full disk
@@ -460,7 +462,8 @@ class ConversationStore:
     def append(self, conversation_id: str, role: str, content: str, finish: str | None = None,
                model: str | None = None, *, attachments: tuple[Attachment, ...] = (),
                typed_text: str | None = None, reasoning: str = "", thought_ms: int | None = None,
-               tool_calls: tuple[ToolCall, ...] = (), tool_call_id: str = "", name: str = "") -> Message:
+               tool_calls: tuple[ToolCall, ...] = (), tool_call_id: str = "", name: str = "",
+               _tool_run: str | None = None) -> Message:
         """Add a message at the end; ``finish``: why a reply ended (a StopReason value) and ``model``: the model
         that wrote it, in words, kept for replies only. ``attachments`` (a user message's files) are stored with
         it in the same transaction; ``content`` is then the composed text the model reads
@@ -491,9 +494,39 @@ class ConversationStore:
                              (conversation_id, seq, role, content, t, finish if reply else None,
                               model[:MODEL_CHARS] if reply and model else None, typed, *agent))
             _store_attachments(db, cur.lastrowid, attachments)
+            if _tool_run is not None:  # append_tool_result: how the call ended, with its result
+                db.execute("INSERT INTO tool_runs (conversation_id, call_id, state, updated_ms) VALUES (?, ?, ?, ?) "
+                           "ON CONFLICT (conversation_id, call_id) DO UPDATE SET state = excluded.state, "
+                           "updated_ms = excluded.updated_ms", (conversation_id, tool_call_id, _tool_run, t))
             title = conv[0] or (message_title(content, typed, attachments) if role == "user" else "")
             db.execute("UPDATE conversations SET updated_ms = ?, title = ? WHERE id = ?", (t, title, conversation_id))
         return Message(seq, role, content, t, attachments, typed, **_agent_fields(conversation_id, seq, agent))
+
+    # the tool loop's calls (schema 11, engine/tools/loop.py) ------------------------------------------------
+    def start_tool_run(self, conversation_id: str, call_id: str) -> None:
+        """Mark a call as running, just before its tool starts: a restart before its result is stored finds it
+        and asks rather than running it again."""
+        tool_messages.check_id(call_id)
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone() is None:
+                raise ConversationError(f"no conversation {conversation_id!r}")
+            db.execute("INSERT INTO tool_runs (conversation_id, call_id, state, updated_ms) VALUES (?, ?, 'running', ?) "
+                       "ON CONFLICT (conversation_id, call_id) DO UPDATE SET state = 'running', updated_ms = excluded.updated_ms",
+                       (conversation_id, call_id, now_ms()))
+
+    def tool_runs(self, conversation_id: str) -> dict[str, str]:
+        """call id → its state ('running', 'done', 'error', 'denied', 'abandoned') for the calls Hearth ran or
+        refused in this conversation."""
+        with self._tx() as db:
+            rows = db.execute("SELECT call_id, state FROM tool_runs WHERE conversation_id = ?",
+                              (conversation_id,)).fetchall()
+        return dict(rows)
+
+    def append_tool_result(self, conversation_id: str, call_id: str, name: str, content: str, state: str) -> Message:
+        """Store a call's result as a message of its own (role 'tool') and how the call ended, in one transaction."""
+        if state not in TOOL_RUN_ENDS:
+            raise ConversationError(f"a tool call ends as one of {', '.join(TOOL_RUN_ENDS)}, not {state!r}")
+        return self.append(conversation_id, "tool", content, tool_call_id=call_id, name=name, _tool_run=state)
 
     def truncate(self, conversation_id: str, seq: int) -> int:
         """Delete messages from ``seq`` on (editing or regenerating); return how many went."""

@@ -175,6 +175,20 @@ MIGRATIONS: list[str] = [
     ALTER TABLE alternatives ADD COLUMN thought_ms INTEGER;
     ALTER TABLE alternatives ADD COLUMN tool_calls TEXT;
     """,
+    # 11: the tool loop in a chat (issue 33). Each call the model made that Hearth ran or refused has a row:
+    # 'running' from just before the tool starts until its result is stored (so a restart finds a call that
+    # may have run, and asks instead of running it again), then how it ended: 'done', 'error', 'denied' or
+    # 'abandoned', set in the same transaction that stores the result (a role 'tool' message). A call with
+    # no row and no result was never started: the chat offers it again.
+    """
+    CREATE TABLE tool_runs (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        call_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'done', 'error', 'denied', 'abandoned')),
+        updated_ms INTEGER NOT NULL,
+        PRIMARY KEY (conversation_id, call_id)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -40,10 +40,14 @@ SETTING_LIMITS: dict[str, tuple[float, float]] = {
     "max_new_tokens": (1, 8192),
     "prompt_lookup": (0, 64),  # draft tokens per verification pass (engine/lookup.py); 0 = off
 }
-WHOLE_NUMBERS = frozenset({"top_k", "max_new_tokens", "prompt_lookup"})
-# Tool use (issue 33): how many tool steps one message may take and how long one call may run. Plain
-# preferences, not chat settings: a chat neither stores nor inherits them.
-TOOL_LIMITS: dict[str, tuple[int, int]] = {"tool_steps": (1, 50), "tool_timeout_s": (1, 600)}
+# The tool loop's bounds (issue 33): Preferences only, not a chat's settings. LM Studio and Jan stop an agent's
+# loop after a count of steps; 10 is enough for a look-up chain and stops a model that calls the same tool forever.
+TOOL_LIMITS = {
+    "tool_steps": (1, 50),  # model replies in one message's tool loop
+    "tool_timeout_s": (1, 600),  # one tool call, in seconds
+}
+_LIMITS = {**SETTING_LIMITS, **TOOL_LIMITS}
+WHOLE_NUMBERS = frozenset({"top_k", "max_new_tokens", "prompt_lookup", *TOOL_LIMITS})
 # The engine's names for settings chats store under shorter ones (a model's defaults may use either).
 ALIASES = {"repetition_penalty": "repeat_penalty"}
 
@@ -55,7 +59,7 @@ def _sampling_default(name: str) -> float | int:
 @dataclass(frozen=True)
 class Preferences:
     """The defaults for every chat: a new chat's system prompt, sampling, the longest reply and what
-    happens when the context is full; and the bounds of tool use (steps per message, a call's timeout)."""
+    happens when the context is full."""
 
     system_prompt: str = ""
     temperature: float = _sampling_default("temperature")
@@ -66,8 +70,8 @@ class Preferences:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     prompt_lookup: int = _sampling_default("prompt_lookup")
     context_policy: str = "stop"
-    tool_steps: int = 10  # the most tool calls the model may make for one message
-    tool_timeout_s: int = 60  # the longest one tool call may run
+    tool_steps: int = 10
+    tool_timeout_s: int = 60
 
     def settings(self) -> dict:
         """What a chat inherits, under the keys a chat's own ``settings`` use (no seed: random)."""
@@ -76,11 +80,9 @@ class Preferences:
 
     def validate(self) -> None:
         """PreferencesError naming the first value that cannot be kept."""
-        for key in SETTING_LIMITS:
+        for key in _LIMITS:
             check_setting(key, getattr(self, key))
         check_context_policy(self.context_policy)
-        for key in TOOL_LIMITS:
-            check_tool_limit(key, getattr(self, key))
         if not isinstance(self.system_prompt, str):
             raise PreferencesError("the system prompt must be text")
         if len(self.system_prompt) > MAX_SYSTEM_PROMPT_CHARS:
@@ -97,7 +99,7 @@ class LoadedPreferences:
 def check_setting(key: str, value: object) -> float | int:
     """``value`` for setting ``key`` if it is a number of the right kind within its bounds, else
     PreferencesError saying which bound."""
-    lo, hi = SETTING_LIMITS[key]
+    lo, hi = _LIMITS[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise PreferencesError(f"{key} must be a number, not {value!r}")
     if key in WHOLE_NUMBERS and value != int(value):
@@ -105,17 +107,6 @@ def check_setting(key: str, value: object) -> float | int:
     if not lo <= value <= hi:
         raise PreferencesError(f"{key} must be between {lo:g} and {hi:g}, not {value:g}")
     return int(value) if key in WHOLE_NUMBERS else float(value)
-
-
-def check_tool_limit(key: str, value: object) -> int:
-    """``value`` for ``tool_steps`` / ``tool_timeout_s`` if it is a whole number within its bounds, else
-    PreferencesError saying why."""
-    lo, hi = TOOL_LIMITS[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value != int(value):
-        raise PreferencesError(f"{key} must be a whole number, not {value!r}")
-    if not lo <= value <= hi:
-        raise PreferencesError(f"{key} must be between {lo} and {hi}, not {value:g}")
-    return int(value)
 
 
 def check_context_policy(value: object) -> str:
@@ -154,7 +145,7 @@ def read_preferences(path: Path) -> LoadedPreferences:
 
 def _from_document(document: dict, name: str) -> LoadedPreferences:
     defaults, values, problems = Preferences(), {}, []
-    for key in SETTING_LIMITS:
+    for key in _LIMITS:
         if key in document:
             values[key], problem = _repaired(key, document[key], getattr(defaults, key))
             if problem:
@@ -164,11 +155,6 @@ def _from_document(document: dict, name: str) -> LoadedPreferences:
             values["context_policy"] = check_context_policy(document["context_policy"])
         except PreferencesError as exc:
             problems.append(f"{name}: {exc}; using {defaults.context_policy!r}")
-    for key in TOOL_LIMITS:
-        if key in document:
-            values[key], problem = _repaired_tool_limit(key, document[key], getattr(defaults, key))
-            if problem:
-                problems.append(f"{name}: {problem}")
     if "system_prompt" in document:
         prompt = document["system_prompt"]
         if not isinstance(prompt, str):
@@ -190,7 +176,7 @@ def _repaired(key: str, value: object, default: float | int) -> tuple[float | in
         return check_setting(key, value), ""
     except PreferencesError:
         pass
-    lo, hi = SETTING_LIMITS[key]
+    lo, hi = _LIMITS[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         return default, f"{key} {value!r} is not a number; using the default, {default:g}"
     nearest = min(max(value, lo), hi)
@@ -198,21 +184,6 @@ def _repaired(key: str, value: object, default: float | int) -> tuple[float | in
     if lo <= value <= hi:  # in range, but a whole number was wanted
         return nearest, f"{key} {value:g} is not a whole number; using {nearest}"
     return nearest, f"{key} {value:g} is outside {lo:g}–{hi:g}; using {nearest:g}"
-
-
-def _repaired_tool_limit(key: str, value: object, default: int) -> tuple[int, str]:
-    """As ``_repaired``, for the tool limits: out of range → the nearest bound; not a number → the default."""
-    try:
-        return check_tool_limit(key, value), ""
-    except PreferencesError:
-        pass
-    lo, hi = TOOL_LIMITS[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        return default, f"{key} {value!r} is not a number; using the default, {default}"
-    nearest = int(round(min(max(value, lo), hi)))
-    if lo <= value <= hi:
-        return nearest, f"{key} {value:g} is not a whole number; using {nearest}"
-    return nearest, f"{key} {value:g} is outside {lo}–{hi}; using {nearest}"
 
 
 def _defaults_because(problem: str) -> LoadedPreferences:

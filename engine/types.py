@@ -418,6 +418,10 @@ class TurnRequest:
     # Files attached to ``user_message`` (engine.documents.read_attachment): the stored content is
     # compose_message(user_message, attachments), and the attachments are stored with the message.
     attachments: tuple[Attachment, ...] = ()
+    # Tools offered to the model (issue 33): OpenAI's function tools (``{"type": "function", "function": {...}}``),
+    # rendered through the chat template; the reply's calls come back in ``Finished.tool_calls``, stored with it.
+    tools: tuple[dict, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=lambda: ToolChoice())
 
 
 # the events a turn (or opening a conversation) reports, in order -----------------------------------------

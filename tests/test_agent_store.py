@@ -137,7 +137,7 @@ def test_a_schema_9_database_migrates_with_its_files_versions_and_search(tmp_pat
     path = tmp_path / "v9.db"
     _schema_9(path)
     store = ConversationStore(path)
-    assert store.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 10
+    assert store.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 11
     held = store.messages("old")
     assert [m.content for m in held][1] == "general kenobi" and held[0].typed_text == "hello there"
     assert [a.name for a in held[0].attachments] == ["a.txt"]  # the rebuild kept the files (foreign keys off)

@@ -353,7 +353,7 @@ def test_a_database_of_the_previous_schema_gains_the_finish_of_replies(tmp_path)
                    "VALUES ('old', 1, 0, 'earlier', 0)")
     s = ConversationStore(path)
     try:
-        assert s.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 10
+        assert s.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 11
         assert s.messages("old")[-1].content == "hello" and s.continuable_reply("old") is None
         assert s.choose_version("old", 1, 0) == "earlier" and s.reply_versions("old", 1).texts == ("earlier", "hello")
         s.set_finish("old", 1, "length")

@@ -14,7 +14,7 @@ from engine.generation import Engine
 from engine.session.reply_plan import plan_reply
 from engine.text.reply_format import opens_thinking, reply_format_for
 from engine.text.reply_parse import ReplyParser
-from engine.types import PieceKind, ReplyPiece, ServeRequest, ToolCall
+from engine.types import PieceKind, ReplyPiece, ServeRequest, ToolCall, ToolChoice
 
 
 class ReplySplit:
@@ -81,29 +81,35 @@ class TurnReply:
     decoding: dict = field(default_factory=dict)
 
 
-def turn_reply(engine: Engine, messages: list[dict]) -> TurnReply:
+def turn_reply(engine: Engine, messages: list[dict], tools: tuple[dict, ...] = (),
+               tool_choice: ToolChoice | None = None) -> TurnReply:
     """A window turn's reply (no tools are offered): a parser when the template thinks (a generation prompt
     that opens the thinking block, as DeepSeek-R1 distills' does, starts it thinking), else the plain
     pass-through. A chat with no tool calls or results in its history renders as it always did; one with them
     (a conversation an agent used through the server) through the template's inputs, as the server's requests
-    render it (engine/session/reply_plan.py)."""
-    plan = plan_reply(engine.template, ServeRequest(messages=tuple(messages)), messages)
-    if any("tool_calls" in m or m["role"] == "tool" for m in messages):
+    render it (engine/session/reply_plan.py).
+
+    With ``tools`` (a window or CLI turn in a tool loop, issue 33) the template is given them as a server request
+    gives them, the reply is parsed for calls, and ``tool_choice`` required or a named function constrains the
+    decoding to a call (the plan's grammar)."""
+    request = ServeRequest(messages=tuple(messages), tools=tuple(tools), tool_choice=tool_choice or ToolChoice())
+    plan = plan_reply(engine.template, request, messages)
+    if tools or any("tool_calls" in m or m["role"] == "tool" for m in messages):
         prompt = plan.render(engine.template)
     else:
         prompt = engine.render(messages)
-    if not plan.fmt.thinks:
+    if not plan.fmt.thinks and not plan.calls_wanted:
         return TurnReply(prompt.encode("utf-8"), ReplySplit())
     return TurnReply(prompt.encode("utf-8"), ReplySplit(plan.parser(prompt)), plan.decoding(prompt, {}))
 
 
-def continue_reply(engine: Engine, messages: list[dict]) -> TurnReply:
+def continue_reply(engine: Engine, messages: list[dict], tools: tuple[dict, ...] = ()) -> TurnReply:
     """The prompt of a Continue and how its reply splits: the chat up to the last reply as a turn would render
     it, then that reply's text with no end-of-turn, so the model writes on where it stopped. A reply the
     length limit stopped while it was still thinking (no visible text yet) writes on in its thinking: the
     thinking block is open in the prompt, with the thinking so far."""
     head, last = messages[:-1], messages[-1]
-    before = turn_reply(engine, head)
+    before = turn_reply(engine, head, tools)  # the tools stay in the prompt: the KV up to the reply is reused
     fmt = reply_format_for(engine.template.source)
     thinking = last.get("reasoning_content") or ""
     if not thinking or last["content"] or not fmt.thinks:

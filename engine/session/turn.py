@@ -229,6 +229,10 @@ class Turns:
         planned = None
         if self.loaded is not None:
             planned = chat, self._plan_view(cid, chat, request, conv.settings if conv is not None else {})
+            if request.tools:  # the tools' text counts too; bad tools (PromptError) are refused here, before storing
+                engine = self.loaded.engine
+                prompt = turn_reply(engine, planned[1].messages, tuple(request.tools), request.tool_choice).prompt
+                self.loaded.sessions.check_fits_text(cid, prompt)
         if conv is None:
             conv = convs.ensure(cid, system)  # created with its system prompt in one write
         if system != conv.system_prompt:
@@ -244,7 +248,10 @@ class Turns:
         continued = request.continue_reply
         last = self.conversations.messages(cid)[-1] if continued else None
         before = view.messages[-1]["content"] if continued else ""
-        written = continue_reply(engine, view.messages) if continued else None
+        tools = tuple(request.tools)
+        written = continue_reply(engine, view.messages, tools) if continued else None
+        if written is None and tools:  # a tool loop's step: the tools in the prompt, the reply parsed for calls
+            written = turn_reply(engine, view.messages, tools, request.tool_choice)
         if view.moved:
             self._drop_saved_view(cid)
         answered = self.answer(cid, view.messages, request.params, request.max_new_tokens, cancel, emit=emit,
