@@ -26,10 +26,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.text import display_safe
+from app.text import display_safe, display_safe_lines
+from engine.api import always_allowed
 
 SERVER_ROLE = Qt.ItemDataRole.UserRole
 TOOL_ROLE = Qt.ItemDataRole.UserRole + 1
+ALL_ROLE = Qt.ItemDataRole.UserRole + 2  # a server row whose tools are all known, or the "all of its tools" row
 TOOLTIP_CHARS = 2000
 SHOWN_ALWAYS = 8  # the "Always allow" names listed before "and N more"
 
@@ -56,10 +58,10 @@ def tool_choices(configs: Sequence, statuses: Sequence) -> list[ToolChoice]:
 
 
 def parse_entries(value: object) -> list[str] | None:
-    """A chat's stored "tools" as a list of entries (None: every enabled tool); a damaged value counts as
-    None, as the turn's narrowing (engine/tools/loop.py ``chat_tools``) must treat it too."""
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return list(value)
+    """A chat's stored "tools" as the turn reads it (engine/tools/loop.py ``chat_tools``): None (every enabled
+    tool) unless it is a list, whose text entries count."""
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
     return None
 
 
@@ -67,8 +69,7 @@ class ChatToolsSection(QGroupBox):
     def __init__(self, settings: dict, choices: Sequence[ToolChoice], parent: QWidget | None = None):
         super().__init__("Tools", parent)
         self.stored = parse_entries(settings.get("tools"))
-        self.always = [n for n in settings.get("tools_always") or () if isinstance(n, str)] \
-            if isinstance(settings.get("tools_always"), list) else []
+        self.always = sorted(always_allowed(settings))
         self.cleared_always = False
         self._touched = False  # the person changed the choice: write it from the widgets
         layout = QVBoxLayout(self)
@@ -134,21 +135,27 @@ class ChatToolsSection(QGroupBox):
             names += sorted(e.split("/", 1)[1] for e in stored
                             if e.startswith(choice.server + "/") and e.split("/", 1)[1] not in names)
             details = {t[0]: t for t in choice.tools}
+            whole = self.stored is None or choice.server in stored
+            if not choice.tools or choice.server in extra:  # its tools are not known: "all of them" is a row
+                every = QTreeWidgetItem(["All of its tools (listed once it has started)"])
+                every.setData(0, SERVER_ROLE, choice.server)
+                every.setData(0, ALL_ROLE, True)
+                every.setToolTip(0, "Checked, the chat may use every tool this server offers")
+                every.setFlags(every.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+                every.setCheckState(0, Qt.CheckState.Checked if whole else Qt.CheckState.Unchecked)
+                top.addChild(every)
+            else:
+                top.setData(0, ALL_ROLE, True)  # checked as a whole: the server, with tools it adds later
             for name in names:
                 _tool, description, on = details.get(name, (name, "", True))
                 child = QTreeWidgetItem([display_safe(name) + ("" if on else " (off in Preferences)")])
                 child.setData(0, SERVER_ROLE, choice.server)
                 child.setData(0, TOOL_ROLE, name)
-                child.setToolTip(0, display_safe((description or "")[:TOOLTIP_CHARS]))
+                child.setToolTip(0, display_safe_lines((description or "")[:TOOLTIP_CHARS]))
                 child.setFlags(child.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-                whole = choice.server in stored or self.stored is None
                 child.setCheckState(0, Qt.CheckState.Checked if whole or f"{choice.server}/{name}" in stored
                                     else Qt.CheckState.Unchecked)
                 top.addChild(child)
-            if not names:
-                top.setToolTip(0, "Its tools are listed once it has started; checked, the chat may use them all")
-                top.setCheckState(0, Qt.CheckState.Checked if self.stored is None or choice.server in stored
-                                  else Qt.CheckState.Unchecked)
             self.tree.addTopLevelItem(top)
             top.setExpanded(True)
         self.empty.setVisible(not rows)
@@ -183,11 +190,13 @@ class ChatToolsSection(QGroupBox):
         for i in range(self.tree.topLevelItemCount()):
             top = self.tree.topLevelItem(i)
             server = top.data(0, SERVER_ROLE)
-            if top.checkState(0) == Qt.CheckState.Checked:
+            rows = [top.child(j) for j in range(top.childCount())]
+            checked = [r for r in rows if r.checkState(0) == Qt.CheckState.Checked]
+            if (top.data(0, ALL_ROLE) and top.checkState(0) == Qt.CheckState.Checked) or \
+                    any(r.data(0, ALL_ROLE) for r in checked):
                 chosen.append(server)  # every tool of it, those it adds later too
-                continue
-            chosen.extend(f"{server}/{top.child(j).data(0, TOOL_ROLE)}" for j in range(top.childCount())
-                          if top.child(j).checkState(0) == Qt.CheckState.Checked)
+            else:
+                chosen.extend(f"{server}/{r.data(0, TOOL_ROLE)}" for r in checked)
         return chosen
 
     def apply(self, settings: dict) -> dict:

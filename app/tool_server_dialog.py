@@ -1,4 +1,4 @@
-"""Preferences → Tools → Add server…: an MCP server run as a command, or reached at a URL.
+"""Preferences → Tools → Add server… and Edit…: an MCP server run as a command, or reached at a URL.
 
 A command is the program, its arguments (one line, split the way a shell splits it: quotes keep spaces),
 environment variables and a working folder; a URL is a streamable HTTP endpoint and the headers sent to
@@ -43,6 +43,7 @@ class SecretPairs(QWidget):
         super().__init__(parent)
         self.what, self.separator, self.name_hint = what, separator, name_hint
         self.rows: list[tuple[QLineEdit, QLineEdit, QToolButton]] = []
+        self.kept: dict[QLineEdit, str] = {}  # a row showing a kept value: its name as it was
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         self.grid = QGridLayout()
@@ -58,7 +59,10 @@ class SecretPairs(QWidget):
         outer.addLayout(line)
         self.add_row()
 
-    def add_row(self, name: str = "") -> QLineEdit:
+    def add_row(self, name: str = "", kept: bool = False) -> QLineEdit:
+        """A row (``kept``: for a value already in the secret store, left empty to keep it)."""
+        if self.rows and kept and not any(k.text() or v.text() for k, v, _d in self.rows):
+            self._forget_rows()  # the empty first row gives way to the kept ones
         if len(self.rows) >= MAX_PAIRS:
             return self.rows[-1][0]
         n = len(self.rows) + 1
@@ -67,7 +71,7 @@ class SecretPairs(QWidget):
         key.setAccessibleName(f"{self.what.capitalize()} {n} name")
         value = QLineEdit()
         value.setEchoMode(QLineEdit.EchoMode.Password)
-        value.setPlaceholderText("value (hidden)")
+        value.setPlaceholderText("kept: ••• (type to replace)" if kept else "value (hidden)")
         value.setAccessibleName(f"{self.what.capitalize()} {n} value")
         value.setToolTip("Kept in the system's keyring (or a private file), never shown again, never in the "
                          "database, a log or an export")
@@ -81,9 +85,19 @@ class SecretPairs(QWidget):
         self.grid.addWidget(value, row, 2)
         self.grid.addWidget(drop, row, 3)
         self.rows.append((key, value, drop))
+        if kept:
+            self.kept[key] = name
         key.textEdited.connect(lambda text, k=key, v=value: self._split(text, k, v))
         drop.clicked.connect(lambda _c=False, k=key, v=value: (k.clear(), v.clear()))
         return key
+
+    def _forget_rows(self) -> None:
+        while self.grid.count():
+            item = self.grid.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        self.rows.clear()
+        self.kept.clear()
 
     def _split(self, text: str, key: QLineEdit, value: QLineEdit) -> None:
         sep = self.separator.strip()
@@ -93,10 +107,10 @@ class SecretPairs(QWidget):
             value.setText(value.text() + rest.lstrip())
             value.setFocus()
 
-    def pairs(self) -> dict[str, str]:
-        """The rows with something in them; ValueError naming the row that has a value but no name, or a
-        name twice."""
-        found: dict[str, str] = {}
+    def pairs(self) -> dict[str, str | None]:
+        """The rows with something in them, a kept value left as it was as None; ValueError naming the row
+        that has a value but no name, or a name twice."""
+        found: dict[str, str | None] = {}
         for n, (key, value, _drop) in enumerate(self.rows, 1):
             name = key.text().strip()
             if not name and not value.text():
@@ -105,7 +119,8 @@ class SecretPairs(QWidget):
                 raise ValueError(f"{self.what} {n} has a value but no name")
             if name in found:
                 raise ValueError(f"the {self.what} {name} is given twice")
-            found[name] = value.text()
+            keep = not value.text() and self.kept.get(key) == name
+            found[name] = None if keep else value.text()
         return found
 
     def clear(self) -> None:
@@ -117,13 +132,16 @@ class SecretPairs(QWidget):
 class AddToolServerDialog(QDialog):
     """Two kinds: Command (stdio) and URL (streamable HTTP). Stays open until the worker accepts it."""
 
-    submitted_stdio = Signal(str, str, object, object, str)  # name, command, args, env, working folder
-    submitted_http = Signal(str, str, object)  # name, URL, headers
+    submitted_stdio = Signal(str, str, object, object, str, bool)  # name, command, args, env, folder, replace
+    submitted_http = Signal(str, str, object, bool)  # name, URL, headers, replace
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, config=None):
+        """``config``: the ToolServerConfig to edit (its name stays); None: a new server."""
         super().__init__(parent)
-        self.setWindowTitle("Add a tool server")
-        self.setAccessibleName("Add a tool server")
+        self.editing = config
+        title = f"Edit the tool server {config.name}" if config is not None else "Add a tool server"
+        self.setWindowTitle(title)
+        self.setAccessibleName(title)
         self.submitted_name = ""
         layout = QVBoxLayout(self)
         intro = QLabel("A Model Context Protocol server gives the model tools. Hearth runs a command on this computer, "
@@ -149,12 +167,34 @@ class AddToolServerDialog(QDialog):
         self.error.hide()
         layout.addWidget(self.error)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.add_button = self.buttons.addButton("Add", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.add_button = self.buttons.addButton("Add" if config is None else "Save",
+                                                 QDialogButtonBox.ButtonRole.AcceptRole)
         self.add_button.setDefault(True)
         self.buttons.accepted.connect(self._submit)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
+        if config is not None:
+            self._show_config(config)
         self.resize(560, self.sizeHint().height())
+
+    def _show_config(self, config) -> None:
+        """An edit: the server's settings, its secrets' names with their values kept (never shown)."""
+        self.name.setText(config.name)
+        self.name.setReadOnly(True)
+        self.name.setToolTip("A server keeps its name: remove it and add it again to rename it")
+        http = config.transport == "http"
+        self.kinds.setCurrentIndex(1 if http else 0)
+        self.kinds.setTabEnabled(0 if http else 1, False)
+        if http:
+            self.url.setText(config.url)
+            for header in config.header_names:
+                self.headers.add_row(header, kept=True)
+        else:
+            self.command.setText(config.command)
+            self.arguments.setText(shlex.join(config.args))
+            self.cwd.setText(config.cwd or "")
+            for variable in config.env_names:
+                self.env.add_row(variable, kept=True)
 
     def _command_page(self) -> QWidget:
         page = QWidget()
@@ -228,10 +268,11 @@ class AddToolServerDialog(QDialog):
         self.error.hide()
         self.add_button.setEnabled(False)
         self.submitted_name = name
+        replace = self.editing is not None
         if self.is_command():
-            self.submitted_stdio.emit(name, command, args, env, self.cwd.text().strip())
+            self.submitted_stdio.emit(name, command, args, env, self.cwd.text().strip(), replace)
         else:
-            self.submitted_http.emit(name, url, headers)
+            self.submitted_http.emit(name, url, headers, replace)
 
     def show_error(self, message: str) -> None:
         self.add_button.setEnabled(True)

@@ -20,11 +20,21 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from engine.api import HearthPaths, ServerState, ServerStatus, ToolHost, ToolOutcome, ToolRegistry
+from engine.api import (
+    ConversationStore,
+    HearthPaths,
+    ServerState,
+    ServerStatus,
+    ToolHost,
+    ToolOutcome,
+    ToolRegistry,
+    open_conversations,
+    run_call,
+)
 from engine.errors import HearthError
 from engine.types import CancelToken, ToolCall
 
@@ -32,6 +42,7 @@ log = logging.getLogger(__name__)
 BUSY_POLL_MS = 500  # how often the host's states are looked at while something may change them
 IDLE_POLL_MS = 2000  # and otherwise, once servers may be running (one can crash on its own)
 POOL_THREADS = 8  # starts, restarts and calls at once (several chats may call tools together)
+CLOSE_WAIT_S = 5.0  # once the servers are stopped, how long the jobs still running get to end before the app quits
 
 
 class ToolWorker(QObject):
@@ -40,7 +51,7 @@ class ToolWorker(QObject):
     servers_listed = Signal(object)  # list[ToolServerConfig]: the configured servers (names of secrets only)
     status_changed = Signal(object)  # list[ServerStatus]: each configured server's state, tools and error
     changed = Signal(str, str)  # what was done ("add NAME", "import PATH", "remove NAME", ...), "" or why it failed
-    imported = Signal(object)  # the names of the servers an import added
+    imported = Signal(object, object)  # the names of the servers an import added, the settings it ignored (lines)
     tools_ready = Signal(str, object)  # conversation, list[ToolSpec]: the enabled tools of the servers now ready
     call_finished = Signal(str, str, object)  # conversation, call id, ToolOutcome
     _job_done = Signal()  # from a pool thread: a start, restart or call ended
@@ -50,8 +61,10 @@ class ToolWorker(QObject):
         self.paths = paths
         self._registry: ToolRegistry | None = None
         self._host: ToolHost | None = None
+        self._store: ConversationStore | None = None  # where calls' results go (thread-safe: one for the pool)
         self._pool: ThreadPoolExecutor | None = None
         self._busy = 0  # jobs in flight on the pool
+        self._futures: set[Future] = set()
         self._last_status: list | None = None
         self._closed = False
         self._lock = threading.Lock()  # the host is made once, whichever thread asks first
@@ -71,6 +84,13 @@ class ToolWorker(QObject):
             if self._host is None:
                 self._host = ToolHost(self.registry)
             return self._host
+
+    @property
+    def store(self) -> ConversationStore:
+        with self._lock:
+            if self._store is None:
+                self._store = open_conversations(self.paths)
+            return self._store
 
     def _guard(self, what: str, call: Callable[[], object]) -> str:
         """Run ``call``; "" or why it failed, in words. Error texts name secrets, never hold their values."""
@@ -129,30 +149,42 @@ class ToolWorker(QObject):
         self.changed.emit(what, problem)
         self.refresh()
 
-    @Slot(str, str, object, object, str)
-    def add_stdio(self, name: str, command: str, args: list, env: dict, cwd: str) -> None:
-        """A server run as a command (``args`` already split; ``env``'s values go to the secret store)."""
-        self._write(f"add {name}", "adding the server", lambda: self.registry.add_stdio(
-            name.strip(), command.strip(), list(args), env=dict(env), cwd=cwd.strip() or None))
+    @Slot(str, str, object, object, str, bool)
+    def add_stdio(self, name: str, command: str, args: list, env: dict, cwd: str, replace: bool = False) -> None:
+        """A server run as a command (``args`` already split; ``env``'s values go to the secret store).
+        ``replace``: an edit of the server ``name``, where a variable whose value is None keeps its kept value."""
+        def run() -> None:
+            values = self._kept(env, self.registry.env_of, name) if replace else dict(env)
+            self.registry.add_stdio(name.strip(), command.strip(), list(args), env=values, cwd=cwd.strip() or None,
+                                    replace=replace)
 
-    @Slot(str, str, object)
-    def add_http(self, name: str, url: str, headers: dict) -> None:
-        """A server reached over streamable HTTP (``headers``' values go to the secret store)."""
-        self._write(f"add {name}", "adding the server",
-                    lambda: self.registry.add_http(name.strip(), url.strip(), headers=dict(headers)))
+        self._write(f"add {name}", "keeping the server", run)
+
+    @Slot(str, str, object, bool)
+    def add_http(self, name: str, url: str, headers: dict, replace: bool = False) -> None:
+        """A server reached over streamable HTTP (``headers``' values go to the secret store; on an edit a
+        header whose value is None keeps its kept value)."""
+        def run() -> None:
+            values = self._kept(headers, self.registry.headers_of, name) if replace else dict(headers)
+            self.registry.add_http(name.strip(), url.strip(), headers=values, replace=replace)
+
+        self._write(f"add {name}", "keeping the server", run)
+
+    @staticmethod
+    def _kept(given: dict, kept_of: Callable[[str], dict], name: str) -> dict[str, str]:
+        """The values of an edit: those typed, and the kept ones where the person left the value as it was."""
+        kept = kept_of(name) if any(v is None for v in given.values()) else {}
+        return {key: kept.get(key, "") if value is None else value for key, value in given.items()}
 
     @Slot(str)
     def import_file(self, path: str) -> None:
         """The servers of an ``mcp.json`` (Claude Desktop's / VS Code's shape), read here, never on the UI thread."""
         names: list = []
-
-        def run() -> None:
-            result = self.registry.import_servers(path)
-            names.extend(getattr(s, "name", s) for s in (result or ()))
-
-        problem = self._guard("importing the file", run)
+        notes: list = []
+        problem = self._guard("importing the file",
+                              lambda: names.extend(self.registry.import_servers(path, notes=notes)))
         if not problem:
-            self.imported.emit(names)
+            self.imported.emit(names, notes)
         self.changed.emit(f"import {path}", problem)
         self.refresh()
 
@@ -178,7 +210,8 @@ class ToolWorker(QObject):
         self._busy += 1
         self._poll()
         future: Future = self._pool.submit(job)
-        future.add_done_callback(lambda _f: self._job_done.emit())
+        self._futures.add(future)
+        future.add_done_callback(lambda f: (self._futures.discard(f), self._job_done.emit()))
 
     @Slot()
     def _on_job_done(self) -> None:
@@ -211,21 +244,17 @@ class ToolWorker(QObject):
 
     @Slot(str, object, float, object)
     def call(self, conversation: str, call: ToolCall, timeout_s: float, cancel: CancelToken) -> None:
-        """Run one call the model made; ``call_finished`` with its outcome, whatever happened (Stop included)."""
+        """Run one call the model made and store its result in the conversation (``run_call``: marked running
+        first, then the result appended as a "tool" message); ``call_finished`` with its outcome, whatever
+        happened (Stop included). When the result could not be stored the outcome says why (an error)."""
 
         def job() -> None:
             outcome: list = []
-            problem = self._guard(f"running {call.name}", lambda: outcome.append(self._run_call(
-                conversation, call, cancel, timeout_s)))
+            problem = self._guard(f"running {call.name}", lambda: outcome.append(
+                run_call(self.host, self.store, conversation, call, cancel, timeout_s)))
             self.call_finished.emit(conversation, call.id, outcome[0] if outcome else ToolOutcome(problem, True))
 
         self._submit(job)
-
-    def _run_call(self, conversation: str, call: ToolCall, cancel: CancelToken, timeout_s: float) -> ToolOutcome:
-        # LEAD: store the result here — engine.tools.loop.run_call(self.host, store, conversation, call, cancel,
-        # timeout_s) marks the call running, runs it and appends its result; ``store`` must be this pool
-        # thread's own ConversationStore (SQLite connections stay on their thread). Until then: the call only.
-        return self.host.call(call.name, call.arguments, cancel=cancel, timeout_s=timeout_s)
 
     def _quietly(self, what: str, call: Callable[[], object]) -> None:
         """A host operation whose failures are states (FAILED with its error), not messages; a bug is logged."""
@@ -244,6 +273,12 @@ class ToolWorker(QObject):
                 log.error("closing the tool servers failed:\n%s", traceback.format_exc())
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+            _done, running = wait(list(self._futures), timeout=CLOSE_WAIT_S)  # stopped servers end their calls
+            if running:
+                log.warning("%d tool jobs did not end as the app quit", len(running))
+                return  # they still use the store: it closes with the process
+        if self._store is not None:
+            self._store.close()
 
 
 class ToolWorkerHost(QObject):
@@ -254,8 +289,8 @@ class ToolWorkerHost(QObject):
     request_refresh = Signal()
     request_ensure = Signal(object)  # list[str] | None (every enabled server)
     request_restart = Signal(str)
-    request_add_stdio = Signal(str, str, object, object, str)  # name, command, args list, env dict, working folder
-    request_add_http = Signal(str, str, object)  # name, URL, headers dict
+    request_add_stdio = Signal(str, str, object, object, str, bool)  # name, command, args, env, folder, replace
+    request_add_http = Signal(str, str, object, bool)  # name, URL, headers dict, replace (an edit)
     request_import = Signal(str)  # an mcp.json's path
     request_remove = Signal(str)
     request_set_enabled = Signal(str, bool)

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.text import display_safe, plural, sentence
+from app.text import display_safe, display_safe_lines, plural, sentence
 from app.theme import error_colour
 from app.tool_server_dialog import AddToolServerDialog
 from app.tool_worker import ToolWorkerHost
@@ -148,19 +148,22 @@ class ToolsPanel(QWidget):
         self.add_button = QPushButton("Add server…")
         self.import_button = QPushButton("Import mcp.json…")
         self.import_button.setToolTip("The servers of a Claude Desktop, Cursor or VS Code configuration file")
+        self.edit_button = QPushButton("Edit…")
+        self.edit_button.setToolTip("Change the selected server's command, URL, environment or headers")
         self.remove_button = QPushButton("Remove…")
         self.restart_button = QPushButton("Restart")
         self.start_button = QPushButton("Start all")
         self.start_button.setToolTip("Start every server that is on, to see its tools (a chat starts them when "
                                      "it needs them)")
         self.refresh_button = QPushButton("Refresh")
-        for b in (self.add_button, self.import_button, self.remove_button, self.restart_button):
+        for b in (self.add_button, self.import_button, self.edit_button, self.remove_button, self.restart_button):
             row.addWidget(b)
         row.addStretch(1)
         row.addWidget(self.start_button)
         row.addWidget(self.refresh_button)
         layout.addLayout(row)
-        self.add_button.clicked.connect(self.open_add_dialog)
+        self.add_button.clicked.connect(lambda: self.open_add_dialog())
+        self.edit_button.clicked.connect(self.open_edit_dialog)
         self.import_button.clicked.connect(self._choose_import)
         self.remove_button.clicked.connect(self.ask_remove)
         self.restart_button.clicked.connect(self._restart)
@@ -233,7 +236,7 @@ class ToolsPanel(QWidget):
         for spec in status.tools:
             child = QTreeWidgetItem([spec.name, "on" if spec.enabled else "off",
                                      display_safe(first_line(spec.description))])
-            child.setToolTip(0, display_safe((spec.description or "No description")[:TOOLTIP_CHARS]))
+            child.setToolTip(0, display_safe_lines((spec.description or "No description")[:TOOLTIP_CHARS]))
             child.setToolTip(2, child.toolTip(0))
             self._tool_row(top, child, config, spec.name, spec.enabled)
         for tool in sorted(config.disabled_tools - names):  # switched off, and not listed now (not started)
@@ -317,8 +320,9 @@ class ToolsPanel(QWidget):
         self._show_output(status.stderr_tail if status.state == ServerState.FAILED else "")
 
     def _show_output(self, tail: str) -> None:
-        if self.error_output.toPlainText() != tail:
-            self.error_output.setPlainText(display_safe(tail))
+        shown = display_safe_lines(tail)
+        if self.error_output.toPlainText() != shown:
+            self.error_output.setPlainText(shown)
         self.error_toggle.setVisible(bool(tail))
         self.error_output.setVisible(bool(tail) and self.error_toggle.isChecked())
 
@@ -333,6 +337,7 @@ class ToolsPanel(QWidget):
         name = self.selected_server()
         config = self.configs.get(name) if name else None
         self.remove_button.setEnabled(config is not None)
+        self.edit_button.setEnabled(config is not None)
         state = self.statuses[name].state if name in self.statuses else ServerState.STOPPED
         self.restart_button.setEnabled(config is not None and config.enabled and state != ServerState.STARTING)
         self.restart_button.setText("Start" if state == ServerState.STOPPED else "Restart")
@@ -352,9 +357,20 @@ class ToolsPanel(QWidget):
         elif tool is not None and on != (tool not in config.disabled_tools):
             self.tools.request_set_tool_enabled.emit(name, tool, on)
 
-    def open_add_dialog(self) -> AddToolServerDialog:
+    def open_edit_dialog(self) -> AddToolServerDialog | None:
+        name = self.selected_server()
+        if name not in self.configs:
+            return None
+        if self.add_dialog is not None:
+            self.add_dialog.reject()  # one add or edit at a time
+        return self.open_add_dialog(self.configs[name])
+
+    def open_add_dialog(self, config=None) -> AddToolServerDialog:
+        """Add server… (``config``: Edit… of that server)."""
+        if self.add_dialog is not None and (config is not None or self.add_dialog.editing is not None):
+            self.add_dialog.reject()
         if self.add_dialog is None:
-            self.add_dialog = AddToolServerDialog(self)
+            self.add_dialog = AddToolServerDialog(self, config)
             self.add_dialog.submitted_stdio.connect(self.tools.request_add_stdio)
             self.add_dialog.submitted_http.connect(self.tools.request_add_http)
             self.add_dialog.finished.connect(lambda _r: setattr(self, "add_dialog", None))
@@ -411,12 +427,15 @@ class ToolsPanel(QWidget):
             self.import_button.setEnabled(True)
             if problem:
                 self._show_problem("Could not import the file", problem)
-                return
+            return  # else ``imported`` said what came in
         self.say(problem, error=bool(problem))
 
-    def _on_imported(self, names: list) -> None:
+    def _on_imported(self, names: list, notes: list) -> None:
         shown = ", ".join(display_safe(str(n)) for n in names)
-        self.say(f"Imported {plural(len(names), 'server')}" + (f": {shown}." if names else "."))
+        text = f"Imported {plural(len(names), 'server')}" + (f": {shown}." if names else ".")
+        if notes:
+            text += " Not used: " + "; ".join(display_safe(str(n)) for n in notes[:5]) + ("…" if len(notes) > 5 else "")
+        self.say(text)
 
     def say(self, text: str, error: bool = False) -> None:
         self.message.setStyleSheet(f"color: {error_colour(self.palette())};" if error else "")
