@@ -174,9 +174,9 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "ServerKeyError", "create_server_key", "read_server_key", "remove_server_key",
     # an agent's turns in a conversation (engine/tool_messages.py)
     "pretty_arguments",
-    # MCP tool servers (engine/tools: issue 33)
-    "ToolConfigError", "ToolRegistry", "ToolServerConfig", "ToolHost", "ToolSpec", "ServerStatus", "ServerState",
-    "ToolOutcome", "TOOL_LIMITS",
+    # MCP servers' tools (engine/tools: the configured servers, the running ones, a call's outcome)
+    "ServerState", "ServerStatus", "ToolConfigError", "ToolHost", "ToolOutcome", "ToolRegistry", "ToolServerConfig",
+    "ToolSpec", "TOOL_LIMITS",
 ]
 # what hearth-cli needs without a loaded model: model files, saved-context files, the database file, chat messages
 __all__ += [

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from engine.errors import HearthError
@@ -107,6 +108,40 @@ class SecretStore:
                 pass
         self._drop_from_file(entry)
 
+    def set_many(self, kind: str, values: Mapping[str, str]) -> None:
+        """Keep several secrets of ``kind`` at once (one write of the file, so all of them or none). The
+        values are kept exactly as given: the caller checked them by its own rules (an MCP server's
+        environment value may hold spaces or be empty, which a key may not)."""
+        entries = {_entry(kind, name): value for name, value in values.items()}
+        if not entries:
+            return
+        left = dict(entries)
+        if self._keyring is not None:
+            for entry, value in entries.items():
+                try:
+                    self._keyring.set_password(SERVICE, entry, value)
+                    del left[entry]
+                except Exception as exc:
+                    log.warning("the system keyring refused a secret (%s); keeping it in %s", type(exc).__name__,
+                                self.path)
+        stored = self._read_file()
+        kept = {k: v for k, v in stored.items() if k not in entries or k in left}  # the keyring's own: not here too
+        kept.update(left)
+        if kept != stored:
+            self._write_file(kept)
+
+    def delete_many(self, kind: str, names: Iterable[str]) -> None:
+        entries = {_entry(kind, name) for name in names}
+        if self._keyring is not None:
+            for entry in entries:
+                try:
+                    self._keyring.delete_password(SERVICE, entry)
+                except Exception:  # not there or unreachable: the file is still cleaned
+                    pass
+        stored = self._read_file()
+        if entries & stored.keys():
+            self._write_file({k: v for k, v in stored.items() if k not in entries})
+
     # the file ----------------------------------------------------------------------------------------
     def _read_file(self) -> dict[str, str]:
         try:
@@ -129,9 +164,13 @@ class SecretStore:
         return entries
 
     def _write_file(self, entries: dict[str, str]) -> None:
+        data = json.dumps(entries, indent=1, sort_keys=True).encode("utf-8")
+        if len(data) > MAX_FILE_BYTES:  # a file _read_file would refuse would lose every secret in it
+            raise SecretError(f"Hearth's secrets file {self.path} would grow past 1 MB; remove servers or keys "
+                              "you no longer use first")
         try:
             with atomic_write(self.path) as fh:  # mkstemp: 0600 whatever the umask
-                fh.write(json.dumps(entries, indent=1, sort_keys=True).encode("utf-8"))
+                fh.write(data)
         except OSError as exc:
             raise SecretError(f"cannot write Hearth's secrets file {self.path}: {exc.strerror or exc}") from None
 

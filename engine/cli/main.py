@@ -41,6 +41,7 @@ from engine.cli import remote as cli_remote
 from engine.cli import render as cli_render
 from engine.cli import store as cli_store
 from engine.cli import terminal_chat
+from engine.cli import tools as cli_tools
 from engine.cli.common import (
     Progress,
     data_paths,
@@ -329,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_bundle.add_parser(sub, common, model_options)
     cli_remote.add_parser(sub, common)
+    cli_tools.add_parser(sub, common)
 
     tok = sub.add_parser("tokenize", parents=[common], help="token ids of TEXT (no special tokens added)")
     tok.add_argument("text")
@@ -373,7 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    head, command = cli_tools.split_command(argv)  # tools add NAME … -- COMMAND ARGS: the command set aside
+    args = parser.parse_args(head)
+    if command is not None:
+        args.server_command = [*args.server_command, *command]
     if getattr(args, "raw", False) and (args.messages or args.system):
         parser.error("--raw continues --prompt as it is: it takes no --messages or --system")
     for name, default in (("data_dir", None), ("json", False), ("debug", False)):
