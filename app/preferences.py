@@ -73,13 +73,8 @@ class PreferencesDialog(QDialog):
         outer.addWidget(self.tabs, 1)
         chats = QWidget()
         self.tabs.addTab(chats, "Chats")
-        self.tools_panel: ToolsPanel | None = None
-        if tools is not None:
-            self.tools_panel = ToolsPanel(tools, prefs)
-            self.tabs.addTab(self.tools_panel, "Tools")
-            self.resize(720, 620)
         layout = QVBoxLayout(chats)
-        note = QLabel("Defaults for every chat. Which value a chat uses: its own (Chat settings), else its "
+        self.note = note = QLabel("Defaults for every chat. Which value a chat uses: its own (Chat settings), else its "
                       "model's recommended value, else the one here.")
         note.setWordWrap(True)
         layout.addWidget(note)
@@ -113,6 +108,11 @@ class PreferencesDialog(QDialog):
         form.addRow("When the context is full", self.policy)
         layout.addLayout(form)
         layout.addStretch(1)
+        self.tools_panel: ToolsPanel | None = None
+        if tools is not None:
+            self.tools_panel = ToolsPanel(tools, prefs)
+            self.tabs.addTab(self.tools_panel, "Tools")
+            self.resize(720, 620)
         layout = outer
         self.error = QLabel("")
         self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
