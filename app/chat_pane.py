@@ -64,6 +64,10 @@ class ChatPane(QWidget):
         self.turns, self.status, self._new_chat, self.settings = turns, status, new_chat, settings
         self.model_ready = False
         self._tooled: MessageWidget | None = None  # the reply showing ‹ 2/3 › and Continue
+        # The tool loop's hooks (app/tool_loop.py): settle calls still waiting before a new message (False: it
+        # could not, and the message waits), and draw a chat's loop block once the chat is drawn.
+        self.before_send: Callable[[str], bool] = lambda _conversation: True
+        self.on_rendered: Callable[[str | None], None] = lambda _conversation: None
         self._build()
         self.status_view = ChatStatusView(self.model, self.banner, status)
         self.status_view.listen(turns.events)  # first: the status line, then the transcript (as they always were)
@@ -186,6 +190,7 @@ class ChatPane(QWidget):
             self.transcript.begin_stream(turn.reply, turn.reasoning)
         else:
             self._offer_next_step()
+        self.on_rendered(self.conversation)
 
     def _offer_next_step(self) -> None:
         """Under the last message, when no turn is writing into the chat: the refusal it last had (a chat
@@ -247,6 +252,9 @@ class ChatPane(QWidget):
             self.retitled.emit(conv)  # a title made from the first message follows its edit
             self.turns.answer(conv)
         else:
+            if not self.before_send(conv):
+                self.status.say("Wait for the tool call to finish, or press Stop.")
+                return
             files = self.attachments.attachments()
             self.composer.clear()
             self.attachments.clear()

@@ -170,6 +170,8 @@ class ChatSessionModel:
             return NextStep("limit", message, hit.error.policy == ContextPolicy.STOP and earlier > 0)
         if entries and entries[-1][1] == "user":
             return NextStep("unanswered", self._no_reply_reasons.get(conv, ""))
+        if entries and entries[-1][1] == "tool":  # a tool loop stopped (or Hearth closed) before the model read them
+            return NextStep("unanswered", "The model has not read the tool results yet.")
         return NextStep("")
 
     # what the person does (the store's small writes) ------------------------------------------------------

@@ -38,6 +38,7 @@ from app.alternatives import VersionSwitcher
 from app.attachment_block import AttachmentBlock
 from app.context_blocks import ContextLimitBlock, UnansweredBlock, ViewMarker
 from app.markdown_view import OPENABLE_SCHEMES, appendable, copy_index, in_open_fence, prepare, render
+from app.tool_permission import ToolPermissionBlock
 
 ROLE_NAMES = {"user": "You", "assistant": "Hearth", "system": "System prompt", "tool": "Tool"}
 STREAM_RENDER_MS = 50
@@ -424,6 +425,7 @@ class TranscriptView(QScrollArea):
         self.view_marker = ViewMarker(inner)
         self.context_limit = ContextLimitBlock(inner)
         self.unanswered = UnansweredBlock(inner)
+        self.tool_permission = ToolPermissionBlock(inner)  # a tool call waiting for permission, or running
 
     # content ------------------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -432,6 +434,7 @@ class TranscriptView(QScrollArea):
         self.set_dropped(0)
         self.hide_context_limit()
         self.hide_unanswered()
+        self.hide_tool_prompt()
         for w in self.messages:
             w.hide()
         self._graveyard.extend(self.messages)
@@ -585,6 +588,22 @@ class TranscriptView(QScrollArea):
     def hide_unanswered(self) -> None:
         self._layout.removeWidget(self.unanswered)
         self.unanswered.hide()
+        self.empty_hint.setVisible(not self.messages)
+
+    def show_tool_prompt(self, call, server: str = "", *, running: bool = False, interrupted: bool = False) -> None:
+        """The block under the last message: the model wants to run ``call`` (or it runs, or it was running when
+        Hearth closed)."""
+        self.hide_unanswered()
+        self.hide_context_limit()
+        if running:
+            self.tool_permission.running(call, server)
+        else:
+            self.tool_permission.ask(call, server, interrupted)
+        self._show_last(self.tool_permission)
+
+    def hide_tool_prompt(self) -> None:
+        self._layout.removeWidget(self.tool_permission)
+        self.tool_permission.hide()
         self.empty_hint.setVisible(not self.messages)
 
     def _show_last(self, block: QWidget) -> None:

@@ -30,7 +30,17 @@ from app.engine_worker import EngineHost
 from app.settings_dialog import turn_settings
 from engine.api import Attachment, ConversationStore, compose_message
 from engine.errors import ContextFullError, HearthError
-from engine.types import Accepted, CancelToken, Finished, Progress, ProgressPhase, Token, TurnRequest, Waiting
+from engine.types import (
+    Accepted,
+    CancelToken,
+    Finished,
+    Progress,
+    ProgressPhase,
+    Token,
+    ToolChoice,
+    TurnRequest,
+    Waiting,
+)
 
 PROGRESS_MIN_TOKENS = 128  # shorter prefills finish before a progress bar would help
 LIVE_FIGURES_S = 0.25  # how often the status bar's live speed and context meter change while a reply is written
@@ -49,6 +59,7 @@ class Turn:
     kind: str = "send"  # "send", "answer", "regenerate" or "continue"
     live: LiveFigures | None = None  # the reply's speed so far, once the engine has the turn
     attachments: tuple[Attachment, ...] = ()  # the files the message carries (stored with it)
+    sent: bool = False  # the request went to the engine (a turn may wait for its chat's tools to be listed first)
 
     @property
     def pending(self) -> str | None:
@@ -110,6 +121,11 @@ class TurnControl(QObject):
         self.effective = effective or (lambda _conversation, own: dict(own))
         self._turns: dict[str, Turn] = {}
         self._opening: dict[str, list[CancelToken]] = {}  # rebuilds on opening a chat, also stopped by Stop
+        # The tool loop's hooks (app/tool_loop.py; issue 33): the tools a turn offers — None while the chat's
+        # servers are being started, then the callback sends it —, whether a tool call runs in a chat, and Stop.
+        self.tools_for: Callable[[str, str, Callable[[], None]], tuple | None] = lambda _c, _k, _go: ((), ToolChoice())
+        self.tool_busy: Callable[[str | None], bool] = lambda _c: False
+        self.tool_stop: Callable[[str | None], None] = lambda _c: None
         self.events = EventDispatcher()
         # A turn's events update the bookkeeping here first, then reach the handlers (the pane draws from it).
         self._bookkeeping = {Waiting: self._on_waiting, Accepted: self._on_accepted, Progress: self._on_progress,
@@ -131,7 +147,9 @@ class TurnControl(QObject):
 
     def running(self, conversation: str | None = None) -> bool:
         """A turn is in flight in ``conversation`` (in any chat when None)."""
-        return bool(self._turns) if conversation is None else conversation in self._turns
+        if conversation is None:
+            return bool(self._turns) or self.tool_busy(None)
+        return conversation in self._turns or self.tool_busy(conversation)
 
     # requests -------------------------------------------------------------------------------------------
     def send(self, conversation: str, message: str, attachments: tuple[Attachment, ...] = ()) -> None:
@@ -169,11 +187,22 @@ class TurnControl(QObject):
         turn = self._turns[conversation] = Turn(conversation, CancelToken(), message, reply=reply, kind=kind,
                                                 attachments=attachments, reasoning=thought)
         self.events.dispatch(TurnStarted(conversation))
-        request = TurnRequest(conversation, message, params, max_new_tokens,
-                              context_policy=effective.get("context_policy"),  # the chat's own, else the default
-                              regenerate=kind == "regenerate", continue_reply=kind == "continue",
-                              attachments=attachments)
-        self.host.request_turn.emit(request, turn.cancel)
+
+        def go() -> None:
+            if self._turns.get(conversation) is not turn or turn.sent:
+                return  # stopped while its tools were being listed (``stop`` said so)
+            offered = self.tools_for(conversation, kind, go)
+            if offered is None:
+                return  # the chat's tool servers are starting: ``go`` again once they are listed
+            tools, choice = offered
+            turn.sent = True
+            request = TurnRequest(conversation, message, params, max_new_tokens,
+                                  context_policy=effective.get("context_policy"),  # the chat's own, else the default
+                                  regenerate=kind == "regenerate", continue_reply=kind == "continue",
+                                  attachments=attachments, tools=tuple(tools), tool_choice=choice)
+            self.host.request_turn.emit(request, turn.cancel)
+
+        go()
 
     def open(self, conversation: str) -> None:
         """Make the chat live in the engine (restore its saved context; rebuild it if unusable)."""
@@ -184,9 +213,13 @@ class TurnControl(QObject):
     def stop(self, conversation: str | None) -> None:
         """Stop the chat's reply, its prefill or its rebuild; a stopped reply keeps what was written."""
         if conversation in self._turns:
-            self._turns[conversation].cancel.cancel()
+            turn = self._turns[conversation]
+            turn.cancel.cancel()
+            if not turn.sent:  # it waited for the chat's tools: nothing reached the engine, nothing was stored
+                self._on_failed(TurnFailed(conversation, HearthError("stopped before it was sent")))
         for token in self._opening.pop(conversation, []):
             token.cancel()
+        self.tool_stop(conversation)
 
     def stop_all(self) -> None:
         for conversation in list(self._turns) + list(self._opening):

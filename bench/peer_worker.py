@@ -10,6 +10,8 @@ Each request is ``{"op": ..., ...}`` and gets one JSON line back on stdout:
   decode  keep, first, steps, warmup → seconds for ``steps`` greedy steps after ``warmup``, started
           from ``first`` at ``keep`` tokens of context, and the ids picked; the KV cache is cut back
           to ``keep`` after
+  extend  tokens → keep the KV's longest common prefix with them, evaluate the rest, pick a token: seconds,
+          tokens evaluated (an agent's next request, bench/tool_loop.py)
   state   path → the whole state's bytes and ms to copy out / back in memory, to save / load a file
   quit
 Token ids always come from the caller (Hearth's tokenizer), so both engines see the same prompt.
@@ -75,6 +77,22 @@ class Peer:
         # leave exactly the context that was asked for (the next eval would cut it too)
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.llm.ctx), 0, keep, -1)
         return {"s": elapsed, "tokens": picked}
+
+    def extend(self, tokens: list[int]) -> dict[str, Any]:
+        """A prompt that may start with what the KV holds (an agent's next request): keep the longest common
+        prefix, as llama.cpp's server does with its prompt cache, evaluate the rest and pick the first token.
+        Seconds to that token, and how many tokens were evaluated."""
+        held = self.llm.input_ids[:self.llm.n_tokens].tolist()
+        keep = 0
+        for a, b in zip(held, tokens[:-1], strict=False):  # at least the last token is evaluated: its logits
+            if a != b:
+                break
+            keep += 1
+        self.llm.n_tokens = keep  # eval removes the KV rows past n_tokens before it runs
+        start = time.perf_counter()
+        self.llm.eval(tokens[keep:])
+        first = self.argmax()
+        return {"s": time.perf_counter() - start, "evaluated": len(tokens) - keep, "first": first}
 
     def state(self, path: str) -> dict[str, Any]:
         ctx, n = self.llm.ctx, self.llm.n_tokens
@@ -142,6 +160,8 @@ def main() -> int:
                 result = {"s": peer.prefill(req["tokens"]), "last_logits": peer.logits_b64()}
             elif op == "decode":
                 result = peer.decode(**req)
+            elif op == "extend":
+                result = peer.extend(**req)
             elif op == "state":
                 result = peer.state(**req)
             else:

@@ -200,7 +200,6 @@ __all__ += [
     "attachment_block", "attachment_from_text", "compose_message", "read_attachment",
 ]
 
-
 # the tool loop of a chat turn (engine/tools/loop.py, issue 33): its stored state and its steps
 __all__ += [
     "ABANDONED", "DENIED", "INTERRUPTED", "RUNNING", "STOPPED", "CallRecord", "LoopResult", "LoopStep", "PendingCall",

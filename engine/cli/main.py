@@ -41,6 +41,7 @@ from engine.cli import remote as cli_remote
 from engine.cli import render as cli_render
 from engine.cli import store as cli_store
 from engine.cli import terminal_chat
+from engine.cli import tool_chat as cli_tool_chat
 from engine.cli import tools as cli_tools
 from engine.cli.common import (
     Progress,
@@ -270,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", parents=[common], help="one turn of a stored conversation, resumed from its checkpoint")
     chat.add_argument("--conversation", required=True, metavar="ID", help="created if new (letters, digits, . _ : -)")
-    chat.add_argument("--message", required=True, help="the user's message to append (may be empty with --attach)")
+    chat.add_argument("--message", help="the user's message to append (may be empty with --attach; without it, "
+                                        "--tools resumes the chat's tool loop)")
     chat.add_argument("--attach", action="append", default=[], metavar="FILE",
                       help="attach a file's text to the message (text, code, Markdown, CSV, JSON, HTML, PDF, DOCX; "
                            "repeatable; docs/documents.md)")
@@ -278,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--wait", type=float, default=DEFAULT_TURN_WAIT_S, metavar="SECONDS",
                       help="how long to wait while another Hearth process runs a turn on it (default: %(default)g)")
     sampling_options(chat)
+    cli_tool_chat.add_arguments(chat)
     model_options(chat)
     context_option(chat)
     chat.set_defaults(func=cli_store.cmd_chat)

@@ -51,6 +51,7 @@ from engine.api import (
     terminal_safe,
     verify_checkpoint,
 )
+from engine.cli import tool_chat
 from engine.cli.common import Progress, data_paths, emit, remote_backend, sampling_from_args, stream_text
 from engine.errors import AttachmentError, ContextFullError, ConversationError, HearthError, PromptError
 from engine.types import ContextPolicy, ConversationSummary, Finished, Token, TurnRequest, Waiting
@@ -71,8 +72,13 @@ def open_checkpoints(args: argparse.Namespace) -> BlockStore:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     check_id(args.conversation)
+    tool_chat.check_arguments(args)
     attachments = read_attachments(args.attach)  # every file read (or refused) before anything is stored
-    if not args.message.strip() and not attachments:
+    if args.message is None and not args.tools:
+        raise PromptError("--message is required (without it, only --tools resumes a chat's tool loop)")
+    if args.message is None and attachments:
+        raise PromptError("--attach goes with a --message")
+    if args.message is not None and not args.message.strip() and not attachments:
         raise PromptError("--message is empty: write something to say")
     params = sampling_from_args(args)
     if args.max_new_tokens < 1:
@@ -137,6 +143,11 @@ def _chat(args: argparse.Namespace, hearth: Backend, params, why: str | None = N
     if why is not None:  # the answer comes from another model than last time: say which
         sys.stderr.write(terminal_safe(f"note: conversation {args.conversation} was {why}; {model.label} "
                                        f"({hearth.model_key}) answers this turn") + "\n")
+    if args.tools:
+        try:
+            return tool_chat.run(args, hearth, request)
+        except ContextFullError as exc:
+            raise context_full(args.conversation, exc) from None
     stream = None if args.json else stream_text
 
     def on_event(event) -> None:
