@@ -112,7 +112,7 @@ class PreferencesDialog(QDialog):
         if tools is not None:
             self.tools_panel = ToolsPanel(tools, prefs)
             self.tabs.addTab(self.tools_panel, "Tools")
-            self.resize(720, 620)
+            self.resize(760, 700)
         layout = outer
         self.error = QLabel("")
         self.error.setStyleSheet(f"color: {error_colour(self.palette())};")

@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 from engine.api import (
     ConversationStore,
@@ -50,7 +50,9 @@ class ToolWorker(QObject):
 
     servers_listed = Signal(object)  # list[ToolServerConfig]: the configured servers (names of secrets only)
     status_changed = Signal(object)  # list[ServerStatus]: each configured server's state, tools and error
-    changed = Signal(str, str)  # what was done ("add NAME", "import PATH", "remove NAME", ...), "" or why it failed
+    # what was done ("add NAME", "import PATH", "remove NAME", "enable NAME", "tool NAME/TOOL", "start" and
+    # "restart NAME" once they ended: a server's own failure is its FAILED state, not this), "" or why it failed
+    changed = Signal(str, str)
     imported = Signal(object, object)  # the names of the servers an import added, the settings it ignored (lines)
     tools_ready = Signal(str, object)  # conversation, list[ToolSpec]: the enabled tools of the servers now ready
     call_finished = Signal(str, str, object)  # conversation, call id, ToolOutcome
@@ -221,13 +223,17 @@ class ToolWorker(QObject):
 
     @Slot(object)
     def ensure(self, names: list | None = None) -> None:
-        """Start the enabled servers (or those named) that are not running; each ends ready or failed."""
+        """Start the enabled servers (or those named) that are not running; each ends ready or failed
+        (``status_changed``), then ``changed("start", "")``."""
         chosen = None if names is None else list(names)
-        self._submit(lambda: self._quietly("starting the servers", lambda: self.host.ensure(chosen)))
+        self._submit(lambda: self.changed.emit("start", self._guard("starting the servers",
+                                                                     lambda: self.host.ensure(chosen))))
 
     @Slot(str)
     def restart(self, name: str) -> None:
-        self._submit(lambda: self._quietly(f"restarting {name}", lambda: self.host.restart(name)))
+        """Stop the server and start it again; ``changed("restart NAME", ...)`` once it is ready or failed."""
+        self._submit(lambda: self.changed.emit(f"restart {name}", self._guard(f"restarting {name}",
+                                                                               lambda: self.host.restart(name))))
 
     @Slot(str, object)
     def prepare(self, conversation: str, names: list | None = None) -> None:
@@ -263,6 +269,13 @@ class ToolWorker(QObject):
             self.changed.emit(what, problem)
 
     # the end ---------------------------------------------------------------------------------------------
+    @Slot()
+    def quiet(self) -> None:
+        """Stop looking at the host's states (on this thread, where the timer lives), before the thread ends."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.stop()
+
     def close(self) -> None:
         """Stop every server and the pool; idempotent. Called once the worker's thread has stopped."""
         self._closed = True
@@ -297,6 +310,7 @@ class ToolWorkerHost(QObject):
     request_set_tool_enabled = Signal(str, str, bool)  # server, tool, on
     request_prepare = Signal(str, object)  # conversation, list[str] | None
     request_call = Signal(str, object, float, object)  # conversation, ToolCall, timeout in seconds, CancelToken
+    request_quiet = Signal()
 
     def __init__(self, paths: HearthPaths, parent: QObject | None = None):
         super().__init__(parent)
@@ -312,6 +326,7 @@ class ToolWorkerHost(QObject):
                               (self.request_set_tool_enabled, w.set_tool_enabled),
                               (self.request_prepare, w.prepare), (self.request_call, w.call)):
             request.connect(slot)
+        self.request_quiet.connect(w.quiet, Qt.ConnectionType.BlockingQueuedConnection)
         self.configs: list = []  # list[ToolServerConfig], as last listed
         self.statuses: list = []  # list[ServerStatus], as last reported
         w.servers_listed.connect(self._on_listed)
@@ -353,6 +368,8 @@ class ToolWorkerHost(QObject):
         for token in self._cancels.values():
             token.interrupt()
         self._cancels.clear()
+        if self.thread.isRunning():
+            self.request_quiet.emit()  # blocking: a timer is stopped on its own thread
         self.thread.quit()
         stopped = self.thread.wait(timeout_ms)
         self.worker.close()  # the thread is gone: the servers are stopped from here, as the app quits

@@ -14,7 +14,7 @@ import shlex
 from html import escape
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor, QFontDatabase
+from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -94,6 +94,7 @@ class ToolsPanel(QWidget):
         self.tree.setColumnCount(len(COLUMNS))
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setAccessibleName("Tool servers and their tools")
+        self.tree.setMinimumHeight(180)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.tree.setUniformRowHeights(True)
         header = self.tree.header()
@@ -135,10 +136,13 @@ class ToolsPanel(QWidget):
         layout.addWidget(self.error_toggle)
         self.error_output = QPlainTextEdit()
         self.error_output.setReadOnly(True)
-        self.error_output.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        mono.setFixedPitch(True)
+        self.error_output.setFont(mono)
         self.error_output.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.error_output.setAccessibleName("The server's error output (its last lines)")
-        self.error_output.setMaximumHeight(140)
+        self.error_output.setMaximumHeight(110)  # the last lines; the list keeps the room
         layout.addWidget(self.error_output)
         self.error_toggle.hide()
         self.error_output.hide()
@@ -242,7 +246,8 @@ class ToolsPanel(QWidget):
         for tool in sorted(config.disabled_tools - names):  # switched off, and not listed now (not started)
             self._tool_row(top, QTreeWidgetItem([tool, "off", ""]), config, tool, False)
         if not status.tools and status.state != ServerState.READY:
-            hint = QTreeWidgetItem(["Its tools are listed once it starts", "", ""])
+            hint = QTreeWidgetItem(["Its tools are listed once it starts" if config.enabled
+                                    else "Off: switch it on to offer its tools", "", ""])
             hint.setFlags(Qt.ItemFlag.NoItemFlags)
             hint.setData(0, SERVER_ROLE, config.name)
             top.addChild(hint)

@@ -13,12 +13,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt, QThread
+from PySide6.QtCore import Qt, QThread, QTimer
 from PySide6.QtWidgets import QMessageBox
 
 from app.preferences import PreferencesDialog
 from app.tool_worker import ToolWorkerHost
-from engine.api import Preferences, ToolRegistry, load_preferences, resolve_paths
+from engine.api import (
+    STOPPED,
+    Preferences,
+    ServerState,
+    ToolRegistry,
+    load_preferences,
+    open_conversations,
+    resolve_paths,
+)
+from engine.types import ToolCall
+from tests.mcp_helpers import SERVERS, process_dead, wait_for
 from tests.qt_helpers import TIMEOUT
 
 SECRET = "s3cret-value-9f8e7d"
@@ -440,3 +450,147 @@ def test_a_damaged_tools_setting_reads_as_every_tool(qtbot, stored):
     assert section.all_tools.isChecked() and section.entries() is None
     assert not section.clear_always.isEnabled()
     assert section.apply({"tools": stored}) == {}
+
+
+# running servers (the real host, the test servers in tests/mcp_servers/) ------------------------------------------
+def status_of(tools: ToolWorkerHost, name: str):
+    return next((s for s in tools.statuses if s.name == name), None)
+
+
+def start_selected(qtbot, panel, name: str) -> None:
+    panel.tree.setCurrentItem(wait_row(qtbot, panel, name))
+    assert panel.restart_button.text() == "Start"
+    qtbot.mouseClick(panel.restart_button, Qt.MouseButton.LeftButton)
+
+
+def test_a_started_server_lists_its_tools_and_a_tool_is_switched_off(qtbot, paths, tools, prefs_dialog):
+    registry(paths).add_stdio("calc", sys.executable, [str(SERVERS / "calculator.py")])
+    panel = prefs_dialog().tools_panel
+    row = wait_row(qtbot, panel, "calc", "stopped")
+    assert row.child(0).text(0) == "Its tools are listed once it starts"
+    assert status_of(tools, "calc").state == ServerState.STOPPED  # opening Preferences starts nothing
+    start_selected(qtbot, panel, "calc")
+    row = wait_row(qtbot, panel, "calc", "ready")
+    assert row.text(1) == "ready · 5 tools on"
+    add = panel.tool_row("calc", "add")
+    assert add.checkState(0) == Qt.CheckState.Checked and add.toolTip(0) == "Add two numbers."
+    assert add.text(2) == "Add two numbers." and panel.restart_button.text() == "Restart"
+    panel.tool_row("calc", "multiply").setCheckState(0, Qt.CheckState.Unchecked)  # the person's click
+    qtbot.waitUntil(lambda: "4 tools on" in panel.server_row("calc").text(1), timeout=TIMEOUT)
+    assert registry(paths).get("calc").disabled_tools == frozenset({"multiply"})
+    assert panel.tool_row("calc", "multiply").checkState(0) == Qt.CheckState.Unchecked
+    assert not next(t for t in status_of(tools, "calc").tools if t.name == "multiply").enabled
+    panel.tool_row("calc", "multiply").setCheckState(0, Qt.CheckState.Checked)
+    qtbot.waitUntil(lambda: "5 tools on" in panel.server_row("calc").text(1), timeout=TIMEOUT)
+    assert registry(paths).get("calc").disabled_tools == frozenset()
+
+
+def test_a_failing_server_shows_its_error_and_the_end_of_its_error_output(qtbot, paths, tools, prefs_dialog, caplog):
+    caplog.set_level(logging.DEBUG)
+    registry(paths).add_stdio("broken", sys.executable, [str(SERVERS / "bad_start.py")], env={"BAD_TOKEN": SECRET})
+    dialog = prefs_dialog()
+    panel = dialog.tools_panel
+    start_selected(qtbot, panel, "broken")
+    row = wait_row(qtbot, panel, "broken", "failed")
+    assert row.foreground(1).color().name() != panel.palette().text().color().name()  # in the error colour
+    status = status_of(tools, "broken")
+    assert status.error and status.error[:20].lower() in panel.details.text().lower()
+    assert panel.error_toggle.isVisible() and not panel.error_output.isVisible()  # closed until asked for
+    qtbot.mouseClick(panel.error_toggle, Qt.MouseButton.LeftButton)
+    assert panel.error_output.isVisible() and panel.error_output.font().fixedPitch()
+    assert "bad_start: cannot read my settings file" in panel.error_output.toPlainText()
+    assert panel.error_output.toPlainText().count("\n") >= 1  # its lines as lines
+    assert panel.restart_button.text() == "Restart" and panel.restart_button.isEnabled()
+    dialog.grab().save(str(SHOT))  # looked at: the layout is readable with a failed server open
+    for where in (every_text(dialog), caplog.text):
+        assert SECRET not in where
+
+
+def test_a_server_that_hangs_while_starting_never_holds_up_the_window(qtbot, paths, tools, prefs_dialog):
+    """The start waits on the worker's pool: the UI keeps its event loop, the state says "starting…", and the
+    registry's changes (another server added) go on meanwhile."""
+    registry(paths).add_stdio("slow", sys.executable, [str(SERVERS / "hang.py"), "--at-start"])
+    panel = prefs_dialog().tools_panel
+    ticks: list = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(panel.server_row("slow").text(1) if panel.server_row("slow") else ""))
+    timer.start(20)
+    start_selected(qtbot, panel, "slow")
+    wait_row(qtbot, panel, "slow", "starting…")
+    assert not panel.restart_button.isEnabled()  # no second start of a server starting
+    type_command_server(qtbot, panel, "other", sys.executable, "-V")
+    wait_row(qtbot, panel, "other", "stopped")
+    assert panel.server_row("slow").text(1) == "starting…"  # still: the add did not wait for it
+    qtbot.waitUntil(lambda: ticks.count("starting…") >= 10, timeout=TIMEOUT)  # the UI thread went on running
+    timer.stop()
+
+
+def test_restart_runs_a_new_process_and_closing_stops_the_servers(qtbot, paths, tools, prefs_dialog):
+    registry(paths).add_stdio("calc", sys.executable, [str(SERVERS / "calculator.py")])
+    conv = open_conversations(paths).create().id
+    panel = prefs_dialog().tools_panel
+    start_selected(qtbot, panel, "calc")
+    wait_row(qtbot, panel, "calc", "ready")
+    pid_tool = next(t.function for t in status_of(tools, "calc").tools if t.name == "pid")
+
+    def pid(call_id: str) -> int:
+        with qtbot.waitSignal(tools.worker.call_finished, timeout=TIMEOUT,
+                              check_params_cb=lambda c, i, _o: (c, i) == (conv, call_id)) as got:
+            tools.call(conv, ToolCall(call_id, pid_tool, "{}"), 30)
+        outcome = got.args[2]
+        assert not outcome.is_error, outcome.text
+        return int(outcome.text.strip())
+
+    first = pid("call_a")
+    with qtbot.waitSignal(tools.worker.changed, timeout=TIMEOUT, check_params_cb=lambda what, _p: what == "restart calc"):
+        qtbot.mouseClick(panel.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: status_of(tools, "calc").state == ServerState.READY
+                    and panel.server_row("calc").text(1).startswith("ready"), timeout=TIMEOUT)
+    second = pid("call_b")
+    assert second != first and wait_for(lambda: process_dead(first))
+    assert tools.stop(30_000)
+    assert wait_for(lambda: process_dead(second))  # the servers stop with the app
+
+
+# calls, for the chat's tool loop ------------------------------------------------------------------------------------
+def test_a_call_stores_its_result_and_stop_ends_a_hanging_call(qtbot, paths, tools):
+    registry(paths).add_stdio("calc", sys.executable, [str(SERVERS / "calculator.py")])
+    registry(paths).add_stdio("slow", sys.executable, [str(SERVERS / "hang.py")])
+    store = open_conversations(paths)
+    conv = store.create().id
+    with qtbot.waitSignal(tools.worker.tools_ready, timeout=TIMEOUT) as ready:
+        tools.request_prepare.emit(conv, None)
+    specs = {(s.server, s.name): s for s in ready.args[1]}
+    assert ready.args[0] == conv and ("calc", "add") in specs and ("slow", "hang") in specs
+    add = ToolCall("call_1", specs["calc", "add"].function, '{"a": 2, "b": 3}')
+    hang = ToolCall("call_2", specs["slow", "hang"].function, "{}")
+    store.append(conv, "user", "add and hang")
+    store.append(conv, "assistant", "", finish="tool_calls", tool_calls=(add, hang))
+    with qtbot.waitSignal(tools.worker.call_finished, timeout=TIMEOUT) as done:
+        tools.call(conv, add, 30)
+    assert done.args[:2] == [conv, "call_1"] and not done.args[2].is_error and done.args[2].text.strip() in ("5", "5.0")
+    assert store.tool_runs(conv)["call_1"] == "done"
+    assert store.messages(conv)[-1].role == "tool" and store.messages(conv)[-1].tool_call_id == "call_1"
+    assert not tools.running(conv)
+
+    finished: list = []
+    tools.worker.call_finished.connect(lambda *a: finished.append(a))
+    tools.call(conv, hang, 600)
+    assert tools.running(conv)
+    qtbot.waitUntil(lambda: store.tool_runs(conv).get("call_2") == "running", timeout=TIMEOUT)
+    tools.cancel(conv)  # Stop
+    qtbot.waitUntil(lambda: bool(finished), timeout=TIMEOUT)
+    (cid, call_id, outcome), = finished
+    assert (cid, call_id, outcome.is_error, outcome.text) == (conv, "call_2", True, STOPPED)
+    assert store.tool_runs(conv)["call_2"] == "error" and store.messages(conv)[-1].content == STOPPED
+    assert not tools.running(conv)
+    store.close()
+
+
+def test_a_call_the_store_refuses_still_finishes_with_a_readable_error(qtbot, paths, tools):
+    registry(paths).add_stdio("calc", sys.executable, [str(SERVERS / "calculator.py")])
+    with qtbot.waitSignal(tools.worker.call_finished, timeout=TIMEOUT) as done:
+        tools.call("no-such-chat", ToolCall("call_1", "calc_add", "{}"), 30)
+    cid, call_id, outcome = done.args
+    assert (cid, call_id, outcome.is_error) == ("no-such-chat", "call_1", True)
+    assert "no-such-chat" in outcome.text and "Traceback" not in outcome.text
