@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -65,14 +64,19 @@ def parse_entries(value: object) -> list[str] | None:
     return None
 
 
-class ChatToolsSection(QGroupBox):
+class ChatToolsSection(QWidget):
     def __init__(self, settings: dict, choices: Sequence[ToolChoice], parent: QWidget | None = None):
-        super().__init__("Tools", parent)
+        super().__init__(parent)
         self.stored = parse_entries(settings.get("tools"))
         self.always = sorted(always_allowed(settings))
         self.cleared_always = False
         self._touched = False  # the person changed the choice: write it from the widgets
         layout = QVBoxLayout(self)
+        intro = QLabel("The tools this chat may offer the model (Preferences → Tools says which are on). "
+                       "The chat asks before each call unless you chose Always allow.")
+        intro.setWordWrap(True)
+        intro.setEnabled(False)  # a note, not a control
+        layout.addWidget(intro)
         self.all_tools = QRadioButton("All enabled tools")
         self.all_tools.setToolTip("Every tool switched on in Preferences → Tools, those added later included")
         self.only = QRadioButton("Only these:")
@@ -87,9 +91,9 @@ class ChatToolsSection(QGroupBox):
         self.tree = QTreeWidget()
         self.tree.setHeaderHidden(True)
         self.tree.setAccessibleName("The tools this chat may use")
-        self.tree.setMaximumHeight(150)
+        self.tree.setMinimumHeight(160)
         self.tree.setUniformRowHeights(True)
-        layout.addWidget(self.tree)
+        layout.addWidget(self.tree, 1)
         self.empty = QLabel("No tool servers yet: add them in Preferences → Tools.")
         self.empty.setEnabled(False)
         layout.addWidget(self.empty)

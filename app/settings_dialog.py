@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -123,7 +124,9 @@ class ChatSettingsDialog(QDialog):
         values, unusable = usable_values(self.inherited, settings)
         self.hints: dict[str, QLabel] = {}
         self._boxes: dict[str, QDoubleSpinBox | QSpinBox] = {}
-        layout = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        page = QWidget()  # the settings; with tools, the first of two tabs
+        layout = QVBoxLayout(page)
         self.precedence = QLabel(PRECEDENCE)
         self.precedence.setWordWrap(True)
         layout.addWidget(self.precedence)
@@ -152,9 +155,19 @@ class ChatSettingsDialog(QDialog):
         self._add_context_policy_row(form, settings)
         layout.addLayout(form)
         self.tools: ChatToolsSection | None = None
+        self.tabs: QTabWidget | None = None
         if tools is not None:
             self.tools = ChatToolsSection(settings, tools)
-            layout.addWidget(self.tools)
+            self.tabs = QTabWidget()
+            self.tabs.setDocumentMode(True)
+            layout.addStretch(1)
+            self.tabs.addTab(page, "General")
+            self.tabs.addTab(self.tools, "Tools")
+            outer.addWidget(self.tabs, 1)
+        else:
+            layout.setContentsMargins(0, 0, 0, 0)
+            outer.addWidget(page, 1)
+        layout = outer
         self.error = QLabel("")
         self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.error.setWordWrap(True)

@@ -376,6 +376,8 @@ def test_a_chat_narrows_its_tools_and_clears_its_always_allowed_list(qtbot, wind
     w.store.set_settings(conv, {"temperature": 0.5, "tools_always": ["files_read", "search_web"]})
     dialog = w.open_settings()
     qtbot.waitExposed(dialog)
+    dialog.tabs.setCurrentWidget(dialog.tools)  # Chat settings → Tools
+    assert dialog.tabs.tabText(1) == "Tools"
     section = dialog.tools
     assert section.all_tools.isChecked() and not section.tree.isEnabled()
     assert "files_read, search_web" in section.always_label.text() and section.clear_always.isEnabled()
@@ -399,6 +401,7 @@ def test_a_chat_narrows_its_tools_and_clears_its_always_allowed_list(qtbot, wind
 
     dialog = w.open_settings()
     qtbot.waitExposed(dialog)
+    dialog.tabs.setCurrentWidget(dialog.tools)
     qtbot.mouseClick(dialog.tools.all_tools, Qt.MouseButton.LeftButton)
     dialog.accept()
     assert w.store.require(conv).settings == {"temperature": 0.5}  # every enabled tool: nothing stored
