@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal, Slot
 
 from engine.api import (
     ConversationStore,
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 BUSY_POLL_MS = 500  # how often the host's states are looked at while something may change them
 IDLE_POLL_MS = 2000  # and otherwise, once servers may be running (one can crash on its own)
 POOL_THREADS = 8  # starts, restarts and calls at once (several chats may call tools together)
+CLOSING = "Not run: Hearth is closing."
 CLOSE_WAIT_S = 5.0  # once the servers are stopped, how long the jobs still running get to end before the app quits
 
 
@@ -217,6 +218,8 @@ class ToolWorker(QObject):
 
     @Slot()
     def _on_job_done(self) -> None:
+        if self._closed:
+            return  # the app is quitting: no more looks at the host
         self._busy = max(self._busy - 1, 0)
         self._report_status()
         self._poll()
@@ -271,10 +274,12 @@ class ToolWorker(QObject):
     # the end ---------------------------------------------------------------------------------------------
     @Slot()
     def quiet(self) -> None:
-        """Stop looking at the host's states (on this thread, where the timer lives), before the thread ends."""
+        """Before the thread ends: stop looking at the host's states (on this thread, where the timer lives) and
+        hand this object to the app's main thread, where ``close`` runs and a late call is still answered."""
         self._closed = True
         if self._timer is not None:
             self._timer.stop()
+        self.moveToThread(QCoreApplication.instance().thread())
 
     def close(self) -> None:
         """Stop every server and the pool; idempotent. Called once the worker's thread has stopped."""
@@ -345,7 +350,12 @@ class ToolWorkerHost(QObject):
 
     def call(self, conversation: str, call: ToolCall, timeout_s: float) -> CancelToken:
         """Run ``call`` for ``conversation`` (``worker.call_finished`` tells its outcome); Stop is ``cancel``."""
-        token = self._cancels[(conversation, call.id)] = CancelToken()
+        token = CancelToken()
+        if self._stopped:  # the app is closing: nothing runs now, and the chat still hears of the call
+            token.interrupt()
+            self.worker.call_finished.emit(conversation, call.id, ToolOutcome(CLOSING, is_error=True))
+            return token
+        self._cancels[(conversation, call.id)] = token
         self.request_call.emit(conversation, call, float(timeout_s), token)
         return token
 

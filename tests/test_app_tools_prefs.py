@@ -22,6 +22,7 @@ from engine.api import (
     STOPPED,
     Preferences,
     ServerState,
+    ToolOutcome,
     ToolRegistry,
     load_preferences,
     open_conversations,
@@ -597,3 +598,12 @@ def test_a_call_the_store_refuses_still_finishes_with_a_readable_error(qtbot, pa
     cid, call_id, outcome = done.args
     assert (cid, call_id, outcome.is_error) == ("no-such-chat", "call_1", True)
     assert "no-such-chat" in outcome.text and "Traceback" not in outcome.text
+
+
+def test_a_call_after_the_worker_stopped_is_answered_not_lost(qtbot, paths):
+    tools = ToolWorkerHost(paths)
+    assert tools.stop(30_000) and tools.stop()  # idempotent
+    seen: list = []
+    tools.worker.call_finished.connect(lambda *a: seen.append(a))
+    token = tools.call("chat", ToolCall("call_1", "calc_add", "{}"), 30)
+    assert token.cancelled and seen == [("chat", "call_1", ToolOutcome("Not run: Hearth is closing.", True))]
