@@ -70,16 +70,17 @@ class ToolWorker(QObject):
         self._futures: set[Future] = set()
         self._last_status: list | None = None
         self._closed = False
-        self._lock = threading.Lock()  # the host is made once, whichever thread asks first
+        self._lock = threading.RLock()  # what is made on first use is made once, whichever thread asks first
         self._timer: QTimer | None = None
         self._job_done.connect(self._on_job_done)
 
     # what it owns ------------------------------------------------------------------------------------------
     @property
     def registry(self) -> ToolRegistry:
-        if self._registry is None:
-            self._registry = ToolRegistry(self.paths.data)
-        return self._registry
+        with self._lock:
+            if self._registry is None:
+                self._registry = ToolRegistry(self.paths.data)
+            return self._registry
 
     @property
     def host(self) -> ToolHost:
