@@ -162,6 +162,9 @@ class ToolsPanel(QWidget):
         self.refresh_button = QPushButton("Refresh")
         for b in (self.add_button, self.import_button, self.edit_button, self.remove_button, self.restart_button):
             row.addWidget(b)
+        for b in (self.add_button, self.import_button, self.edit_button, self.remove_button, self.restart_button,
+                  self.start_button, self.refresh_button):
+            b.setAutoDefault(False)  # Return in the dialog is its OK, not the button that last had the focus
         row.addStretch(1)
         row.addWidget(self.start_button)
         row.addWidget(self.refresh_button)
@@ -246,8 +249,10 @@ class ToolsPanel(QWidget):
         for tool in sorted(config.disabled_tools - names):  # switched off, and not listed now (not started)
             self._tool_row(top, QTreeWidgetItem([tool, "off", ""]), config, tool, False)
         if not status.tools and status.state != ServerState.READY:
-            hint = QTreeWidgetItem(["Its tools are listed once it starts" if config.enabled
-                                    else "Off: switch it on to offer its tools", "", ""])
+            words = ("Off: switch it on to offer its tools" if not config.enabled
+                     else "No tools: it did not start (see why below)" if status.state == ServerState.FAILED
+                     else "Its tools are listed once it starts")
+            hint = QTreeWidgetItem([words, "", ""])
             hint.setFlags(Qt.ItemFlag.NoItemFlags)
             hint.setData(0, SERVER_ROLE, config.name)
             top.addChild(hint)
