@@ -29,7 +29,7 @@ from engine.api import (
     resolve_paths,
 )
 from engine.types import ToolCall
-from tests.mcp_helpers import SERVERS, process_dead, wait_for
+from tests.mcp_helpers import SERVERS, process_dead, start_http_calculator, wait_for
 from tests.qt_helpers import TIMEOUT
 
 SECRET = "s3cret-value-9f8e7d"
@@ -607,3 +607,30 @@ def test_a_call_after_the_worker_stopped_is_answered_not_lost(qtbot, paths):
     tools.worker.call_finished.connect(lambda *a: seen.append(a))
     token = tools.call("chat", ToolCall("call_1", "calc_add", "{}"), 30)
     assert token.cancelled and seen == [("chat", "call_1", ToolOutcome("Not run: Hearth is closing.", True))]
+
+
+def test_a_url_server_typed_with_its_header_starts_and_the_header_stays_hidden(qtbot, paths, tools, prefs_dialog,
+                                                                                caplog):
+    caplog.set_level(logging.DEBUG)
+    token = "tok-7c6b5a49"
+    proc, url = start_http_calculator(token)
+    try:
+        dialog = prefs_dialog()
+        panel = dialog.tools_panel
+        qtbot.mouseClick(panel.add_button, Qt.MouseButton.LeftButton)
+        add = panel.add_dialog
+        add.kinds.setCurrentIndex(1)
+        qtbot.keyClicks(add.name, "remote-calc")
+        qtbot.keyClicks(add.url, url)
+        qtbot.keyClicks(add.headers.rows[0][0], "Authorization:")  # the separator moves on to the hidden box
+        qtbot.keyClicks(add.headers.rows[0][1], f"Bearer {token}")
+        assert add.headers.rows[0][0].text() == "Authorization"
+        qtbot.mouseClick(add.add_button, Qt.MouseButton.LeftButton)
+        start_selected(qtbot, panel, "remote-calc")
+        row = wait_row(qtbot, panel, "remote-calc", "ready")
+        assert row.text(1) == "ready · 5 tools on"
+        for where in (every_text(dialog), caplog.text, (paths.data / "tools.json").read_text()):
+            assert token not in where
+    finally:
+        proc.kill()
+        proc.wait()
