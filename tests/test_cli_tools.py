@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import ToolHost, ToolRegistry
+from engine.api import ToolRegistry
 from engine.cli.main import main
 from engine.cli.tools import split_command
 
@@ -42,14 +42,6 @@ def leaks(home: Path, texts: list[str]) -> list[str]:
     found += [str(p) for p in home.rglob("*") if p.is_file() and p.name != "secrets.json"
               and any(s.encode() in p.read_bytes() for s in SECRETS)]
     return found
-
-
-def host_or_skip(home: Path) -> None:
-    """Skip while engine/tools/host.py is still the stub (the lead removes this guard after the host lands)."""
-    try:
-        ToolHost(ToolRegistry(home)).close()
-    except NotImplementedError:
-        pytest.skip("engine/tools/host.py is still the contract's stub")
 
 
 @pytest.mark.parametrize("argv, head, command", [
@@ -203,7 +195,6 @@ def test_ls_starts_the_servers_and_lists_their_tools(tmp_path):
     """Real MCP servers: one ready with its tools (one switched off), one that dies at start printing its
     token (its error and stderr shown, the token hidden), one disabled (never started)."""
     home = tmp_path / "home"
-    host_or_skip(home)
     ok(run_cli("tools", "add", "good", "--env", f"TOKEN={TOKEN}", "--", sys.executable, SERVER, home=home))
     ok(run_cli("tools", "add", "dies", "--env", f"TOKEN={TOKEN}", "--env", "CLI_TOOL_SERVER_CRASH=1", "--",
                sys.executable, SERVER, home=home))
