@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QPushButton, QSplitter, 
 
 from app.banner import NoticeBanner
 from app.chat_pane import ChatPane
+from app.chat_tools import tool_choices
 from app.config import AppConfig
 from app.context_status import ContextStatusRegistry
 from app.conversation_events import Rebuilding
@@ -33,6 +34,7 @@ from app.settings_dialog import ChatSettingsDialog
 from app.shell import ShellMixin, about_text
 from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
+from app.tool_worker import ToolWorkerHost
 from app.turns import TurnControl
 from engine.api import Preferences, effective_settings, load_preferences, open_conversations, recommended_values
 from engine.types import Accepted, ContextBadge, Finished, ModelInfo
@@ -49,6 +51,7 @@ class MainWindow(ShellMixin, QMainWindow):
         self.settings = QSettings(str(config.settings_file), QSettings.Format.IniFormat)
         self.host = EngineHost(config, self)
         self.worker = self.host.worker
+        self.tools = ToolWorkerHost(config.paths, self)  # MCP servers: none starts until a chat or Preferences asks
         self.preferences, self._preference_problems = self._read_preferences()
         self.turns = TurnControl(self.host, self.store, self, effective=self.chat_settings)
         self.model_info: ModelInfo | None = None
@@ -329,7 +332,8 @@ class MainWindow(ShellMixin, QMainWindow):
         conv = self.store.require(self.current)
         dialog = ChatSettingsDialog(conv.system_prompt, conv.settings, self, inherited=self.inherited_settings(conv.id),
                                     recommended=recommended_values(self.model_defaults(conv.id)),
-                                    preferences=self.preferences.settings())
+                                    preferences=self.preferences.settings(),
+                                    tools=tool_choices(self.tools.configs, self.tools.statuses))
         dialog.defaults_requested.connect(lambda: self.open_preferences(
             lambda: dialog.set_inherited(self.inherited_settings(conv.id), self.preferences.settings()), parent=dialog))
 
@@ -362,7 +366,7 @@ class MainWindow(ShellMixin, QMainWindow):
         dialog = PreferencesDialog(self.config.paths, self.preferences, parent or self,
                                    recommended=recommended_values(self.model_defaults(self.current)),
                                    model_title=self.models.short_title(self.models.chat_model(self.current)
-                                                                       or self.models.loaded))
+                                                                       or self.models.loaded), tools=self.tools)
 
         def keep() -> None:
             self.preferences = dialog.saved
@@ -485,6 +489,8 @@ class MainWindow(ShellMixin, QMainWindow):
         self.chat.shutdown()
         self.server.stop()  # before the engine thread stops: requests in flight end at their next token
         self.models.stop()
+        if not self.tools.stop():  # stops every tool server and call in flight
+            log.warning("the tool thread did not stop in time")
         if not self.host.stop():
             log.warning("the engine thread did not stop in time")
         self.store.close()

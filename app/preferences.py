@@ -19,11 +19,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.theme import error_colour
+from app.tool_worker import ToolWorkerHost
+from app.tools_panel import ToolsPanel
 from engine.api import CONTEXT_POLICIES, SETTING_LIMITS, HearthPaths, Preferences, save_preferences
 from engine.errors import HearthError
 
@@ -54,16 +57,24 @@ def number_box(key: str, step: float, decimals: int, value: float, name: str) ->
 
 class PreferencesDialog(QDialog):
     def __init__(self, paths: HearthPaths, prefs: Preferences, parent: QWidget | None = None,
-                 recommended: Mapping | None = None, model_title: str = ""):
-        """``recommended``: the current chat's model's recommended values, which beat these in its chats."""
+                 recommended: Mapping | None = None, model_title: str = "", tools: ToolWorkerHost | None = None):
+        """``recommended``: the current chat's model's recommended values, which beat these in its chats.
+        ``tools``: the app's tool worker, for the Tools tab (none: no such tab)."""
         super().__init__(parent)
         self.paths = paths
+        self.prefs = prefs
         self.saved: Preferences | None = None  # what OK kept
         self.setWindowTitle("Preferences")
         self.setAccessibleName("Preferences")
         self.setMinimumWidth(440)
-        layout = QVBoxLayout(self)
-        note = QLabel("Defaults for every chat. Which value a chat uses: its own (Chat settings), else its "
+        outer = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        outer.addWidget(self.tabs, 1)
+        chats = QWidget()
+        self.tabs.addTab(chats, "Chats")
+        layout = QVBoxLayout(chats)
+        self.note = note = QLabel("Defaults for every chat. Which value a chat uses: its own (Chat settings), else its "
                       "model's recommended value, else the one here.")
         note.setWordWrap(True)
         layout.addWidget(note)
@@ -96,6 +107,13 @@ class PreferencesDialog(QDialog):
         self.policy.setCurrentIndex(max(self.policy.findData(prefs.context_policy), 0))
         form.addRow("When the context is full", self.policy)
         layout.addLayout(form)
+        layout.addStretch(1)
+        self.tools_panel: ToolsPanel | None = None
+        if tools is not None:
+            self.tools_panel = ToolsPanel(tools, prefs)
+            self.tabs.addTab(self.tools_panel, "Tools")
+            self.resize(760, 700)
+        layout = outer
         self.error = QLabel("")
         self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.error.setWordWrap(True)
@@ -115,10 +133,14 @@ class PreferencesDialog(QDialog):
         for key, box in self.boxes.items():
             box.setValue(getattr(prefs, key))
         self.policy.setCurrentIndex(max(self.policy.findData(prefs.context_policy), 0))
+        if self.tools_panel is not None:
+            self.tools_panel.show_limits(prefs)
 
     def values(self) -> Preferences:
+        limits = (self.tools_panel.limits() if self.tools_panel is not None
+                  else {"tool_steps": self.prefs.tool_steps, "tool_timeout_s": self.prefs.tool_timeout_s})
         return Preferences(system_prompt=self.system.toPlainText(), context_policy=self.policy.currentData(),
-                           **{key: box.value() for key, box in self.boxes.items()})
+                           **{key: box.value() for key, box in self.boxes.items()}, **limits)
 
     def accept(self) -> None:
         prefs = self.values()

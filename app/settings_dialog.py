@@ -10,7 +10,7 @@ the field says so, with Preferences' value beside it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -25,10 +25,12 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app.chat_tools import ChatToolsSection, ToolChoice
 from app.theme import error_colour
 from engine.errors import HearthError
 from engine.types import DEFAULT_MAX_NEW_TOKENS, ContextPolicy, SamplingParams
@@ -107,10 +109,12 @@ class ChatSettingsDialog(QDialog):
     defaults_requested = Signal()  # "Defaults for all chats…": the window opens Preferences
 
     def __init__(self, system_prompt: str, settings: dict, parent=None, inherited: dict | None = None,
-                 recommended: Mapping | None = None, preferences: Mapping | None = None):
+                 recommended: Mapping | None = None, preferences: Mapping | None = None,
+                 tools: Sequence[ToolChoice] | None = None):
         """``inherited``: what the chat gets where it sets nothing (Preferences and its model's values);
         None: the built-in defaults. ``recommended``: the model's values among them, ``preferences``:
-        Preferences' (so each field can say where its default comes from)."""
+        Preferences' (so each field can say where its default comes from). ``tools``: the configured tool
+        servers, for the Tools section (None: no such section)."""
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.setAccessibleName("Chat settings")
@@ -120,7 +124,9 @@ class ChatSettingsDialog(QDialog):
         values, unusable = usable_values(self.inherited, settings)
         self.hints: dict[str, QLabel] = {}
         self._boxes: dict[str, QDoubleSpinBox | QSpinBox] = {}
-        layout = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        page = QWidget()  # the settings; with tools, the first of two tabs
+        layout = QVBoxLayout(page)
         self.precedence = QLabel(PRECEDENCE)
         self.precedence.setWordWrap(True)
         layout.addWidget(self.precedence)
@@ -148,6 +154,20 @@ class ChatSettingsDialog(QDialog):
         form.addRow("Seed", self.seed)
         self._add_context_policy_row(form, settings)
         layout.addLayout(form)
+        self.tools: ChatToolsSection | None = None
+        self.tabs: QTabWidget | None = None
+        if tools is not None:
+            self.tools = ChatToolsSection(settings, tools)
+            self.tabs = QTabWidget()
+            self.tabs.setDocumentMode(True)
+            layout.addStretch(1)
+            self.tabs.addTab(page, "General")
+            self.tabs.addTab(self.tools, "Tools")
+            outer.addWidget(self.tabs, 1)
+        else:
+            layout.setContentsMargins(0, 0, 0, 0)
+            outer.addWidget(page, 1)
+        layout = outer
         self.error = QLabel("")
         self.error.setStyleSheet(f"color: {error_colour(self.palette())};")
         self.error.setWordWrap(True)
@@ -225,6 +245,8 @@ class ChatSettingsDialog(QDialog):
         policy = self.context_policy.currentData()
         if self._stored_policy is not None or policy != self._shown_policy:
             overrides["context_policy"] = policy  # else the chat keeps following the default policy
+        if self.tools is not None:
+            self.tools.apply(overrides)
         return self.system.toPlainText(), overrides
 
     def accept(self) -> None:

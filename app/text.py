@@ -27,6 +27,13 @@ def display_safe(text: str) -> str:
     return _UNSAFE.sub(_escaped, text)
 
 
+def display_safe_lines(text: str) -> str:
+    """``display_safe`` for text of several lines (a tool's description, a server's error output): its line
+    breaks and tabs kept as such, every other control or bidi character escaped."""
+    lines = text.replace("\r\n", "\n").expandtabs(4).split("\n")
+    return "\n".join(display_safe(line) for line in lines)
+
+
 def shown_model(model: LibraryModel) -> LibraryModel:
     """A library entry with the texts its file gave (name, description, licence) made display-safe; the
     key and the path stay exact, as the library needs them."""

@@ -94,6 +94,7 @@ from engine.paths import HearthPaths, bundled_model_dir, resolve_paths
 from engine.preferences import (
     CONTEXT_POLICIES,
     SETTING_LIMITS,
+    TOOL_LIMITS,
     LoadedPreferences,
     Preferences,
     effective_settings,
@@ -175,7 +176,7 @@ __all__ = [  # what front ends may use besides the Hearth class (engine.types ho
     "pretty_arguments",
     # MCP servers' tools (engine/tools: the configured servers, the running ones, a call's outcome)
     "ServerState", "ServerStatus", "ToolConfigError", "ToolHost", "ToolOutcome", "ToolRegistry", "ToolServerConfig",
-    "ToolSpec",
+    "ToolSpec", "TOOL_LIMITS",
 ]
 # what hearth-cli needs without a loaded model: model files, saved-context files, the database file, chat messages
 __all__ += [

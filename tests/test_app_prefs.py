@@ -8,7 +8,6 @@ import threading
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel
 
 from app.config import AppConfig
 from app.load_progress import CANCELLED
@@ -130,7 +129,7 @@ def test_each_default_says_where_it_comes_from_and_which_wins(qtbot, windows, re
     qtbot.waitUntil(lambda: bool(w.model_defaults(conv)), timeout=TIMEOUT)
     qtbot.keyClick(w, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)  # Edit → Preferences…
     prefs = next(d for d in w.findChildren(PreferencesDialog) if d.isVisible())
-    assert "its model's recommended value, else the one here" in prefs.findChildren(QLabel)[0].text()
+    assert "its model's recommended value, else the one here" in prefs.note.text()
     assert prefs.boxes["temperature"].value() == 0.7
     assert prefs.notes["temperature"].text().endswith("recommends 0.20: its chats use that")
     assert prefs.notes["top_p"].text().endswith("recommends 0.90: its chats use that")

@@ -116,3 +116,48 @@ def test_a_bad_model_default_is_ignored_and_the_engine_name_is_understood():
 
 def test_a_chat_value_passes_as_it_is_so_the_turn_can_report_it():
     assert effective_settings(Preferences(), {}, {"temperature": "warm"})["temperature"] == "warm"
+
+
+# tool use (issue 33): two plain preferences, not chat settings ------------------------------------------
+def test_the_tool_limits_default_round_trip_and_are_no_chat_setting(paths):
+    assert (Preferences().tool_steps, Preferences().tool_timeout_s) == (10, 60)
+    save_preferences(paths, Preferences(tool_steps=3, tool_timeout_s=600))
+    loaded = load_preferences(paths)
+    assert (loaded.preferences.tool_steps, loaded.preferences.tool_timeout_s) == (3, 600) and loaded.problems == ()
+    assert "tool_steps" not in Preferences().settings() and "tool_timeout_s" not in Preferences().settings()
+
+
+def test_an_older_file_without_the_tool_limits_gives_their_defaults(paths):
+    preferences_path(paths).write_text(json.dumps({"version": 1, "temperature": 0.4, "context_policy": "stop"}))
+    loaded = load_preferences(paths)
+    assert loaded.problems == () and loaded.preferences == Preferences(temperature=0.4)
+
+
+def test_bad_tool_limits_in_the_file_are_clamped_or_replaced(paths):
+    preferences_path(paths).write_text(json.dumps({"tool_steps": 500, "tool_timeout_s": "soon"}))
+    loaded = load_preferences(paths)
+    assert (loaded.preferences.tool_steps, loaded.preferences.tool_timeout_s) == (50, 60)
+    text = "\n".join(loaded.problems)
+    assert "tool_steps 500 is outside 1–50; using 50" in text
+    assert "tool_timeout_s 'soon' is not a number; using the default, 60" in text
+    preferences_path(paths).write_text(json.dumps({"tool_steps": 2.5, "tool_timeout_s": 0}))
+    loaded = load_preferences(paths)
+    assert (loaded.preferences.tool_steps, loaded.preferences.tool_timeout_s) == (2, 1)
+    assert "tool_steps 2.5 is not a whole number; using 2" in loaded.problems[0]
+    assert "tool_timeout_s 0 is outside 1–600; using 1" in loaded.problems[1]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tool_steps": 0}, "tool_steps must be between 1 and 50, not 0"),
+    ({"tool_steps": 51}, "tool_steps must be between 1 and 50, not 51"),
+    ({"tool_steps": 2.5}, "tool_steps must be a whole number"),
+    ({"tool_steps": True}, "tool_steps must be a number"),
+    ({"tool_timeout_s": 601}, "tool_timeout_s must be between 1 and 600, not 601"),
+    ({"tool_timeout_s": float("inf")}, "tool_timeout_s must be a number"),
+    ({"tool_timeout_s": "60"}, "tool_timeout_s must be a number"),
+])
+def test_saving_refuses_a_bad_tool_limit(paths, change, message):
+    save_preferences(paths, Preferences(tool_steps=4))
+    with pytest.raises(PreferencesError, match=message):
+        save_preferences(paths, dataclasses.replace(Preferences(), **change))
+    assert load_preferences(paths).preferences == Preferences(tool_steps=4)
