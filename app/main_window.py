@@ -34,6 +34,7 @@ from app.settings_dialog import ChatSettingsDialog
 from app.shell import ShellMixin, about_text
 from app.sidebar import ID_ROLE, ConversationList
 from app.status import StatusLine
+from app.tool_loop import ToolLoopControl
 from app.tool_worker import ToolWorkerHost
 from app.turns import TurnControl
 from engine.api import Preferences, effective_settings, load_preferences, open_conversations, recommended_values
@@ -54,6 +55,8 @@ class MainWindow(ShellMixin, QMainWindow):
         self.tools = ToolWorkerHost(config.paths, self)  # MCP servers: none starts until a chat or Preferences asks
         self.preferences, self._preference_problems = self._read_preferences()
         self.turns = TurnControl(self.host, self.store, self, effective=self.chat_settings)
+        self.tool_loop = ToolLoopControl(self.tools, self.turns, self.store,
+                                         lambda: (self.preferences.tool_steps, self.preferences.tool_timeout_s), self)
         self.model_info: ModelInfo | None = None
         self.browser = None
         self._closing = False
@@ -108,6 +111,10 @@ class MainWindow(ShellMixin, QMainWindow):
         self.status = StatusLine(self.statusBar())
         self.chat = ChatPane(self.store, self.turns, self.status, self.new_chat, settings=self.settings)
         self.splitter.addWidget(self.chat)
+        self.tool_loop.attach(self.chat)
+        self.chat.before_send = self.tool_loop.before_send
+        self.chat.on_rendered = self.tool_loop.shown
+        self.tool_loop.changed.connect(lambda cid: self.chat.refresh() if cid == self.current else None)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([260, 740])

@@ -14,116 +14,54 @@ small store writes made here, as the window's other edits are, so they are store
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.tool_permission import ALLOW, ALWAYS, DENY, INTERRUPTED, STOP
 from engine.api import (
     INTERRUPTED as INTERRUPTED_TEXT,
 )
 from engine.api import (
-    STOPPED,
     ConversationStore,
-    HearthPaths,
     abandon_calls,
     allow_always,
     always_allowed,
     chat_tools,
     deny_call,
     pending_calls,
-    run_call,
     step_limit_text,
 )
 from engine.errors import HearthError
-from engine.types import CancelToken, Finished, StopReason, ToolCall, ToolChoice, ToolChoiceMode
+from engine.types import Finished, StopReason, ToolCall, ToolChoice, ToolChoiceMode
 
 log = logging.getLogger(__name__)
 
 SETTINGS_CHOICE = "tool_choice"  # a chat's "auto" (the model decides) or "required" (a first reply must call)
 
 
-class ToolCallWorker(QObject):
-    """Lists the tools (starting the servers a chat needs) and runs calls, on its own thread, with its own
-    store connection (a call's result is stored here, with the call marked running until then)."""
-
-    listed = Signal(object, object)  # list[ToolSpec], list[str]: the servers that could not start, in words
-    done = Signal(str, str, object)  # conversation, call id, ToolOutcome (None: the result could not be stored)
-    failed = Signal(str, str)  # conversation, why (in words)
-
-    def __init__(self, paths: HearthPaths, host):
-        super().__init__()
-        self.paths, self.host = paths, host
-        self._store: ConversationStore | None = None
-
-    def _conversations(self) -> ConversationStore:
-        if self._store is None:  # made on this thread: a connection stays on the thread that made it
-            self._store = ConversationStore(self.paths.conversations_db)
-        return self._store
-
-    @Slot()
-    def list_tools(self) -> None:
-        specs, problems = [], []
-        try:
-            specs = self.host.tools()
-            problems = [f"{s.name}: {s.error}" for s in self.host.status() if str(s.state) == "failed"]
-        except Exception as exc:  # noqa: BLE001 (a bug in a server's listing never takes the window down)
-            log.error("listing the tools failed:\n%s", traceback.format_exc())
-            problems = [f"the tools could not be listed: {type(exc).__name__}"]
-        self.listed.emit(specs, problems)
-
-    @Slot(str, object, float, object)
-    def run(self, conversation: str, call: ToolCall, timeout_s: float, cancel: CancelToken) -> None:
-        try:
-            outcome = run_call(self.host, self._conversations(), conversation, call, cancel, timeout_s)
-        except HearthError as exc:  # the store refused (a full disk, the chat deleted meanwhile)
-            self.failed.emit(conversation, f"the result of {call.name} could not be stored: {exc}")
-            outcome = None
-        except Exception as exc:  # noqa: BLE001
-            log.error("running %s failed:\n%s", call.name, traceback.format_exc())
-            self.failed.emit(conversation, f"running {call.name} failed unexpectedly: {type(exc).__name__}")
-            outcome = None
-        self.done.emit(conversation, call.id, outcome)
-
-    @Slot()
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-
 class ToolLoopControl(QObject):
     """Drives the loop of every chat; draws the permission block only in the chat the pane shows."""
 
-    request_list = Signal()
-    request_run = Signal(str, object, float, object)
     changed = Signal(str)  # a chat's stored messages changed (a result or a refusal): redraw it if shown
-    busy_changed = Signal(str)
 
-    def __init__(self, paths: HearthPaths, host, turns, store: ConversationStore, limits: Callable[[], tuple[int, int]],
+    def __init__(self, tools, turns, store: ConversationStore, limits: Callable[[], tuple[int, int]],
                  parent: QObject | None = None):
-        """``limits()``: (the most tool steps per message, a call's timeout in seconds), as Preferences say now."""
+        """``tools``: the window's ``ToolWorkerHost`` (app/tool_worker.py: lists the tools, starting the servers a
+        chat needs, and runs calls on its pool, storing each result); ``limits()``: (the most tool steps per
+        message, a call's timeout in seconds), as Preferences say now."""
         super().__init__(parent)
-        self.turns, self.store, self.limits = turns, store, limits
+        self.tools, self.turns, self.store, self.limits = tools, turns, store, limits
         self.pane = None  # the ChatPane, once the window made it (``attach``)
         self.specs: list = []
-        self.problems: list[str] = []
         self._listing = False
         self._listed = False
-        self._running: dict[str, tuple[ToolCall, CancelToken]] = {}  # chat → its call running now
+        self._running: dict[str, ToolCall] = {}  # chat → its call running now
         self._stopped: set[str] = set()  # chats whose loop Stop ended (no next step until a new message)
         self._waiting_turns: list[Callable[[], None]] = []  # turns that wait for the tools to be listed
-        self.thread = QThread()
-        self.thread.setObjectName("hearth-tool-calls")
-        self.worker = ToolCallWorker(paths, host)
-        self.worker.moveToThread(self.thread)
-        self.request_list.connect(self.worker.list_tools)
-        self.request_run.connect(self.worker.run)
-        self.worker.listed.connect(self._on_listed)
-        self.worker.done.connect(self._on_done)
-        self.worker.failed.connect(self._on_failed)
-        self.thread.start()
+        tools.worker.tools_ready.connect(self._on_listed)
+        tools.worker.call_finished.connect(self._on_done)
+        tools.worker.servers_listed.connect(lambda _configs: self.refresh_tools())
         turns.tools_for = self.tools_for
         turns.tool_busy = self.busy
         turns.tool_stop = self.stop
@@ -136,31 +74,23 @@ class ToolLoopControl(QObject):
     # the tools a turn offers ---------------------------------------------------------------------------------
     def configured(self) -> bool:
         """Any server is configured and on (without one, nothing is started and turns offer no tools)."""
-        try:
-            return any(s.enabled for s in self.host_servers())
-        except HearthError as exc:
-            log.warning("the tool servers could not be read: %s", exc)
-            return False
-
-    def host_servers(self) -> list:
-        return list(self.worker.host.status())
+        return any(c.enabled for c in self.tools.configs)
 
     def refresh_tools(self) -> None:
-        """List the tools again (servers were added, switched or changed)."""
+        """List the tools again when a turn next needs them (servers were added, switched or changed)."""
         self._listed = False
-        self._list()
 
-    def _list(self) -> None:
+    def _list(self, conversation: str) -> None:
         if not self._listing:
             self._listing = True
-            self.request_list.emit()
+            self.tools.request_prepare.emit(conversation, None)
 
     def tools_for(self, conversation: str, kind: str, go: Callable[[], None]) -> tuple[tuple[dict, ...], ToolChoice] | None:
         """The tools a turn in ``conversation`` offers and its tool choice; None when the servers are still being
         started and listed: ``go`` is called once they are (the turn waits for them)."""
         if not self._listed and self.configured():
             self._waiting_turns.append(go)
-            self._list()
+            self._list(conversation)
             if self.pane is not None and self.pane.conversation == conversation:
                 self.pane.status.say("Starting the chat's tools…")
             return None
@@ -176,12 +106,13 @@ class ToolLoopControl(QObject):
             choice = ToolChoice(ToolChoiceMode.REQUIRED)  # the first reply of a message only (engine/tools/loop.py)
         return offered, choice
 
-    @Slot(object, object)
-    def _on_listed(self, specs: list, problems: list) -> None:
+    @Slot(str, object)
+    def _on_listed(self, _conversation: str, specs: list) -> None:
         self._listing, self._listed = False, True
-        self.specs, self.problems = list(specs), list(problems)
-        if problems and self.pane is not None:
-            self.pane.status.problem("A tool server could not start — " + "; ".join(problems)[:400])
+        self.specs = list(specs)
+        failed = [f"{s.name}: {s.error}" for s in self.tools.statuses if str(s.state) == "failed"]
+        if failed and self.pane is not None:
+            self.pane.status.problem("A tool server could not start — " + "; ".join(failed)[:400])
         waiting, self._waiting_turns = self._waiting_turns, []
         for go in waiting:
             go()
@@ -195,9 +126,8 @@ class ToolLoopControl(QObject):
         if conversation is None:
             return
         self._stopped.add(conversation)
-        running = self._running.get(conversation)
-        if running is not None:
-            running[1].cancel()
+        if conversation in self._running:
+            self.tools.cancel(conversation)
 
     def _on_finished(self, finished: Finished) -> None:
         if finished.tool_calls and finished.stop_reason != StopReason.CANCELLED:
@@ -248,25 +178,22 @@ class ToolLoopControl(QObject):
         return count
 
     def _run(self, conversation: str, call: ToolCall, timeout_s: float) -> None:
-        cancel = CancelToken()
-        self._running[conversation] = (call, cancel)
+        self._running[conversation] = call
         self._show(conversation, call, running=True)
-        self.busy_changed.emit(conversation)
-        self.request_run.emit(conversation, call, float(timeout_s), cancel)
+        self.tools.call(conversation, call, float(timeout_s))
 
     @Slot(str, str, object)
-    def _on_done(self, conversation: str, call_id: str, _outcome) -> None:
-        self._running.pop(conversation, None)
-        self.busy_changed.emit(conversation)
+    def _on_done(self, conversation: str, call_id: str, outcome) -> None:
+        if self._running.get(conversation) is None or self._running[conversation].id != call_id:
+            return
+        del self._running[conversation]
+        if outcome is not None and outcome.is_error and not outcome.text.startswith(("Stopped", "stopped")):
+            self._problem(conversation, f"the tool failed: {outcome.text[:200]}")
         self.changed.emit(conversation)
         if conversation in self._stopped:
             self._hide(conversation)
             return
         self.advance(conversation)
-
-    @Slot(str, str)
-    def _on_failed(self, conversation: str, why: str) -> None:
-        self._problem(conversation, why)
 
     @Slot(str, str)
     def _on_decided(self, call_id: str, choice: str) -> None:
@@ -334,7 +261,7 @@ class ToolLoopControl(QObject):
             return
         running = self._running.get(conversation)
         if running is not None:
-            self._show(conversation, running[0], running=True)
+            self._show(conversation, running, running=True)
             return
         if self.turns.running(conversation):
             return
@@ -375,12 +302,3 @@ class ToolLoopControl(QObject):
         read = max(0, finished.prompt_tokens - reused)
         self.pane.status.say(f"Tool step {step}: read {read:,} new tokens; {reused:,} came from the saved context")
 
-    def shutdown(self) -> None:
-        for _call, cancel in self._running.values():
-            cancel.cancel()
-        self.worker.close()
-        self.thread.quit()
-        self.thread.wait(10000)
-
-
-__all__ = ["ToolCallWorker", "ToolLoopControl", "STOPPED", "ALLOW", "ALWAYS", "DENY", "STOP"]

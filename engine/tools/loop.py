@@ -86,9 +86,13 @@ def pending_calls(store: ConversationStore, cid: str) -> list[PendingCall]:
 def run_call(host: ToolHost, store: ConversationStore, cid: str, call: ToolCall, cancel: CancelToken | None = None,
              timeout_s: float | None = None) -> ToolOutcome:
     """Run an allowed call and store its result (a readable error when the tool or its server failed). Marked
-    running first, so a restart before the result is stored asks instead of running it again."""
+    running first, so a restart before the result is stored asks instead of running it again. A call cut off
+    because Hearth is closing (``cancel.interrupt()``) stores nothing: it stays running, and the next start asks
+    whether to run it again."""
     store.start_tool_run(cid, call.id)
     outcome = host.call(call.name, call.arguments, cancel, timeout_s)
+    if cancel is not None and cancel.interrupted:  # Hearth is closing: it stays "running", and the next start asks
+        return outcome
     if cancel is not None and cancel.cancelled and outcome.is_error:
         outcome = dataclasses.replace(outcome, text=STOPPED)
     store.append_tool_result(cid, call.id, call.name, outcome.text, "error" if outcome.is_error else "done")
