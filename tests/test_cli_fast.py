@@ -109,6 +109,19 @@ def test_hearth_cli_says_its_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"hearth-cli {engine.__version__}"
 
 
+def test_the_engines_face_imports_no_mcp_sdk_until_a_tool_host_starts(tmp_path):
+    """Every hearth-cli start imports engine.api; the MCP SDK (and its HTTP client) load only with a ToolHost."""
+    sdk = ("mcp", "mcp_types", "httpx2", "anyio")
+    script = ("import sys, engine.api; "
+              f"print([m for m in {sdk!r} if m in sys.modules]); "
+              f"host = engine.api.ToolHost(engine.api.ToolRegistry({str(tmp_path)!r})); "
+              "print('mcp' in sys.modules); host.close()")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "True"]  # none before; the host brought the SDK in
+
+
 def reference_merges(tokens, types, scores):
     """The merges as first written (a key function over every split): what the faster loop must equal."""
     from engine.text.sentencepiece import NORMAL
