@@ -210,8 +210,9 @@ class TurnControl(QObject):
         self._opening.setdefault(conversation, []).append(token)
         self.host.request_open.emit(conversation, token)
 
-    def stop(self, conversation: str | None) -> None:
-        """Stop the chat's reply, its prefill or its rebuild; a stopped reply keeps what was written."""
+    def stop(self, conversation: str | None, tools: bool = True) -> None:
+        """Stop the chat's reply, its prefill or its rebuild (and with ``tools``, its tool call); a stopped reply
+        keeps what was written."""
         if conversation in self._turns:
             turn = self._turns[conversation]
             turn.cancel.cancel()
@@ -219,18 +220,19 @@ class TurnControl(QObject):
                 self._on_failed(TurnFailed(conversation, HearthError("stopped before it was sent")))
         for token in self._opening.pop(conversation, []):
             token.cancel()
-        self.tool_stop(conversation)
+        if tools:
+            self.tool_stop(conversation)
 
-    def stop_all(self) -> None:
+    def stop_all(self, tools: bool = True) -> None:
         for conversation in list(self._turns) + list(self._opening):
-            self.stop(conversation)
+            self.stop(conversation, tools)
 
     def interrupt_all(self) -> None:
         """Hearth is closing: stop every turn and rebuild; a reply cut off is stored as interrupted (its
         caption says so and Continue is offered), not as one the person stopped."""
         for turn in self._turns.values():
             turn.cancel.interrupt()
-        self.stop_all()
+        self.stop_all(tools=False)  # a tool call is cut off by the tool worker's own stop: it stays "running"
 
     def forget(self, conversation: str) -> None:
         """The chat is being deleted: stop its work and report nothing more about it."""

@@ -23,7 +23,7 @@ from tests.qt_helpers import send, use_settings
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 TIMEOUT = 120_000
-FORCED = {"temperature": 0.0, "max_new_tokens": 48, "tool_choice": "required", "tools": ["picker/lookup"]}
+FORCED = {"temperature": 0.0, "max_new_tokens": 96, "tool_choice": "required", "tools": ["picker/lookup"]}
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_a_call_running_when_hearth_closed_is_never_run_again_without_asking(qtb
     qtbot.waitUntil(lambda: prompt_shown(w, "running"), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: "running" in w.store.tool_runs(conv).values(), timeout=TIMEOUT)
     loop_windows.close(w)  # Hearth closes mid-call: nothing is stored for it
-    with sqlite3.connect(home / "conversations.db") as db:
+    with sqlite3.connect(resolve_paths(home).conversations_db) as db:
         assert db.execute("SELECT state FROM tool_runs").fetchall() == [("running",)]
         assert db.execute("SELECT count(*) FROM messages WHERE role = 'tool'").fetchone() == (0,)
     w2 = loop_windows()
