@@ -12,6 +12,7 @@ Each request is ``{"op": ..., ...}`` and gets one JSON line back on stdout:
           to ``keep`` after
   extend  tokens → keep the KV's longest common prefix with them, evaluate the rest, pick a token: seconds,
           tokens evaluated (an agent's next request, bench/tool_loop.py)
+  append  tokens → evaluate them after what the KV holds (a reply the other engine wrote, now in the cache)
   state   path → the whole state's bytes and ms to copy out / back in memory, to save / load a file
   quit
 Token ids always come from the caller (Hearth's tokenizer), so both engines see the same prompt.
@@ -94,6 +95,13 @@ class Peer:
         first = self.argmax()
         return {"s": time.perf_counter() - start, "evaluated": len(tokens) - keep, "first": first}
 
+    def append(self, tokens: list[int]) -> dict[str, Any]:
+        """Put a reply's tokens in the KV after what it holds, as decoding them would have (not timed: the reply
+        another engine wrote, so the next request finds it cached as llama.cpp's server's slot would)."""
+        start = time.perf_counter()
+        self.llm.eval(tokens)
+        return {"s": time.perf_counter() - start, "tokens": self.llm.n_tokens}
+
     def state(self, path: str) -> dict[str, Any]:
         ctx, n = self.llm.ctx, self.llm.n_tokens
         size = llama_cpp.llama_state_get_size(ctx)
@@ -160,6 +168,8 @@ def main() -> int:
                 result = {"s": peer.prefill(req["tokens"]), "last_logits": peer.logits_b64()}
             elif op == "decode":
                 result = peer.decode(**req)
+            elif op == "append":
+                result = peer.append(**req)
             elif op == "extend":
                 result = peer.extend(**req)
             elif op == "state":

@@ -13,8 +13,10 @@ the next step's context comes from the saved context on disk.
 
 llama.cpp (llama-cpp-python in bench/.peer-venv, built by bench/peer.py; its worker's ``extend``) gets, for
 every step, the token ids of the very prompt Hearth read (``render_prompt``, then Hearth's tokenizer), keeps
-the longest common prefix of its KV cache as its server's prompt cache does, and evaluates the rest; at the
-restart its process is started again, as a llama.cpp server loses its cache when it restarts.
+the longest common prefix of its KV cache as its server's prompt cache does, and evaluates the rest; then the
+reply Hearth wrote is put into its KV (untimed), as its server's slot keeps the tokens it decoded, so both engines
+start each step holding the same text. At the restart its process is started again, as a llama.cpp server loses
+its cache when it restarts (its slot-save endpoint is off unless ``--slot-save-path`` is given, and then manual).
 
 Per step: the prompt's tokens; the tokens each engine evaluated ("read": the goal is only the new call and
 result); where Hearth's context came from (live / disk); and time to first token (Hearth: from the turn's
@@ -152,6 +154,10 @@ def main() -> int:
                 reply = peer.call("extend", tokens=ids)
                 row |= {"peer_prompt_tokens": len(ids), "peer_read": reply["evaluated"],
                         "peer_ttft_ms": round(reply["s"] * 1000, 1)}
+                # the reply Hearth wrote goes into llama.cpp's KV too (untimed), as its server's slot keeps the
+                # tokens it decoded: both engines then start the next step holding the same text
+                if finished.tokens:
+                    peer.call("append", tokens=list(finished.tokens))
             for call in finished.tool_calls:
                 outcome = run_call(host, hearth.conversations, CID, call, None, 30.0)
                 row.setdefault("tool_ms", []).append(outcome.elapsed_ms)
