@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -33,6 +34,9 @@ TOOL_ROLE = Qt.ItemDataRole.UserRole + 1
 ALL_ROLE = Qt.ItemDataRole.UserRole + 2  # a server row whose tools are all known, or the "all of its tools" row
 TOOLTIP_CHARS = 2000
 SHOWN_ALWAYS = 8  # the "Always allow" names listed before "and N more"
+
+
+SETTINGS_CHOICE = "tool_choice"  # "required": a message's first reply must call (app/tool_loop.py reads it)
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,12 @@ class ChatToolsSection(QWidget):
         always.addWidget(self.clear_always)
         layout.addLayout(always)
         self._show_always()
+        self.must_call = QCheckBox("The first reply to each message must call a tool")
+        self.must_call.setToolTip("Constrained decoding makes the model's first reply a call of one of this chat's "
+                                  "tools (for a model that would not call on its own); later replies decide "
+                                  "for themselves")
+        self.must_call.setChecked(settings.get(SETTINGS_CHOICE) == "required")
+        layout.addWidget(self.must_call)
 
     def _fill(self, choices: Sequence[ToolChoice]) -> None:
         stored = set(self.stored or ())
@@ -212,4 +222,8 @@ class ChatToolsSection(QWidget):
             settings["tools"] = entries
         if self.cleared_always:
             settings.pop("tools_always", None)
+        if self.must_call.isChecked():
+            settings[SETTINGS_CHOICE] = "required"
+        else:
+            settings.pop(SETTINGS_CHOICE, None)
         return settings

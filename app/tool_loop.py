@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.chat_tools import SETTINGS_CHOICE
 from app.tool_permission import ALLOW, ALWAYS, DENY, INTERRUPTED, STOP
 from engine.api import (
     INTERRUPTED as INTERRUPTED_TEXT,
@@ -37,7 +38,6 @@ from engine.types import Finished, StopReason, ToolCall, ToolChoice, ToolChoiceM
 
 log = logging.getLogger(__name__)
 
-SETTINGS_CHOICE = "tool_choice"  # a chat's "auto" (the model decides) or "required" (a first reply must call)
 
 
 class ToolLoopControl(QObject):

@@ -407,6 +407,20 @@ def test_a_chat_narrows_its_tools_and_clears_its_always_allowed_list(qtbot, wind
     dialog.accept()
     assert w.store.require(conv).settings == {"temperature": 0.5}  # every enabled tool: nothing stored
 
+    dialog = w.open_settings()  # a model that would not call on its own: its first reply must
+    qtbot.waitExposed(dialog)
+    dialog.tabs.setCurrentWidget(dialog.tools)
+    assert not dialog.tools.must_call.isChecked()
+    dialog.tools.must_call.click()
+    dialog.accept()
+    assert w.store.require(conv).settings == {"temperature": 0.5, "tool_choice": "required"}
+    dialog = w.open_settings()
+    qtbot.waitExposed(dialog)
+    assert dialog.tools.must_call.isChecked()
+    dialog.tools.must_call.setChecked(False)
+    dialog.accept()
+    assert w.store.require(conv).settings == {"temperature": 0.5}
+
 
 def test_the_window_shows_the_tools_tab_and_stops_its_worker_when_it_closes(qtbot, windows):
     w = windows()
