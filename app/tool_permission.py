@@ -5,6 +5,8 @@ without asking. The arguments are the model's output: shown as plain text, bound
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
@@ -12,6 +14,7 @@ from app.text import display_safe
 from engine.api import pretty_arguments
 
 MAX_SHOWN_ARGUMENTS = 20_000  # characters of arguments laid out; a call's arguments may be 256 KiB
+ARGUMENT_LINES = 8  # the arguments box grows to this many lines, then scrolls
 ALLOW, ALWAYS, DENY, STOP = "allow", "always", "deny", "stop"
 
 ASKING, RUNNING, INTERRUPTED = "asking", "running", "interrupted"
@@ -50,7 +53,6 @@ class ToolPermissionBlock(QFrame):
         self.arguments = QPlainTextEdit()
         self.arguments.setReadOnly(True)
         self.arguments.setAccessibleName("The arguments the model gave the tool")
-        self.arguments.setMaximumHeight(140)
         outer.addWidget(self.arguments)
         row = QHBoxLayout()
         self.allow_button = self._button("Allow once", "Run this call now", ALLOW)
@@ -75,23 +77,23 @@ class ToolPermissionBlock(QFrame):
         """Ask about ``call`` (engine.api's ToolCall); ``interrupted``: it was running when Hearth closed."""
         self.call_id, self.function = call.id, call.name
         self.mode = INTERRUPTED if interrupted else ASKING
-        name = display_safe(call.name)
-        where = f" <span style='color: palette(mid)'>({display_safe(server)})</span>" if server else ""
+        name = html.escape(display_safe(call.name))  # the model's words, in a rich-text label
+        where = f" <span style='color: palette(mid)'>({html.escape(display_safe(server))})</span>" if server else ""
         if interrupted:
-            self.title.setText(f"<b>`{name}`</b>{where} was running when Hearth closed")
+            self.title.setText(f"<b><code>{name}</code></b>{where} was running when Hearth closed")
             self.note.setText("It may or may not have finished. Run it again, or abandon it (the model is told it "
                               "was not run again).")
             self.allow_button.setText("Run again")
             self.deny_button.setText("Abandon")
         else:
-            self.title.setText(f"The model wants to run <b>`{name}`</b>{where}")
+            self.title.setText(f"The model wants to run <b><code>{name}</code></b>{where}")
             self.note.setText("")
             self.allow_button.setText("Allow once")
             self.deny_button.setText("Deny")
         self.note.setVisible(interrupted)
         self.setAccessibleName(f"The model wants to run {call.name}" if not interrupted
                                else f"{call.name} was running when Hearth closed")
-        self.arguments.setPlainText(shown_arguments(call.arguments))
+        self._show_arguments(call.arguments)
         self.always_button.setVisible(not interrupted)
         for b in (self.allow_button, self.deny_button):
             b.setVisible(True)
@@ -99,14 +101,22 @@ class ToolPermissionBlock(QFrame):
         self.always_button.setEnabled(True)
         self.stop_button.hide()
 
+    def _show_arguments(self, arguments: str) -> None:
+        """The arguments, in a box as tall as they are (up to ARGUMENT_LINES lines, then it scrolls)."""
+        text = shown_arguments(arguments)
+        self.arguments.setPlainText(text)
+        lines = min(text.count("\n") + 1, ARGUMENT_LINES)
+        height = self.arguments.fontMetrics().lineSpacing() * lines
+        self.arguments.setFixedHeight(height + 2 * self.arguments.frameWidth() + 8)
+
     def running(self, call, server: str = "") -> None:
         """``call`` is running: its name and Stop."""
         self.call_id, self.function, self.mode = call.id, call.name, RUNNING
-        where = f" ({display_safe(server)})" if server else ""
-        self.title.setText(f"Running <b>`{display_safe(call.name)}`</b>{where}…")
+        where = f" ({html.escape(display_safe(server))})" if server else ""
+        self.title.setText(f"Running <b><code>{html.escape(display_safe(call.name))}</code></b>{where}…")
         self.note.hide()
         self.setAccessibleName(f"Running {call.name}")
-        self.arguments.setPlainText(shown_arguments(call.arguments))
+        self._show_arguments(call.arguments)
         for b in (self.allow_button, self.always_button, self.deny_button):
             b.hide()
         self.stop_button.show()

@@ -80,7 +80,7 @@ def test_allow_once_runs_the_call_stores_its_result_and_the_model_reads_only_wha
     w = loop_windows()
     conv = start(qtbot, w)
     block = w.transcript.tool_permission
-    assert "wants to run" in block.title.text() and "lookup" in block.title.text() and "picker" in block.title.text()
+    assert "wants to run" in block.title.text() and "<code>lookup</code>" in block.title.text() and "picker" in block.title.text()
     assert '"key"' in block.arguments.toPlainText()
     click(qtbot, block.allow_button)
     qtbot.waitUntil(lambda: settled(w) and roles(w, conv)[-1] == "assistant" and "tool" in roles(w, conv),
