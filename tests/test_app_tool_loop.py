@@ -192,3 +192,18 @@ def test_a_server_that_cannot_start_leaves_the_others_working(qtbot, loop_window
     click(qtbot, w.transcript.tool_permission.allow_button)
     qtbot.waitUntil(lambda: settled(w) and len(roles(w, conv)) >= 4, timeout=TIMEOUT)
     assert results(w, conv)[0].endswith("rainbow")
+
+
+def test_a_server_that_crashes_mid_call_is_a_readable_error_and_the_loop_goes_on(qtbot, loop_windows, home):
+    ToolRegistry(resolve_paths(home).data).add_stdio("crash", sys.executable, (str(SERVERS / "crash.py"),))
+    w = loop_windows()
+    conv = start(qtbot, w, settings={**FORCED, "tools": ["crash/crash"]})
+    click(qtbot, w.transcript.tool_permission.allow_button)
+    qtbot.waitUntil(lambda: settled(w) and len(roles(w, conv)) >= 4, timeout=TIMEOUT)
+    (result,) = results(w, conv)
+    assert "crash" in result and "about to fall over" in result, result  # what happened, with its stderr
+    assert set(w.store.tool_runs(conv).values()) == {"error"}
+    assert roles(w, conv)[3] == "assistant"  # the model read the error and went on
+    use_settings(w, {"temperature": 0.0, "max_new_tokens": 8, "tools": []})
+    send(qtbot, w, "Still there?")
+    qtbot.waitUntil(lambda: settled(w) and roles(w, conv)[-2:] == ["user", "assistant"], timeout=TIMEOUT)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.real_model
 @pytest.fixture
 def tool_home(real_model_home) -> Path:
     """The real model's data dir with the calculator and the hanging server added."""
-    for name in ("calculator", "hang"):
+    for name in ("calculator", "hang", "picker"):
         proc = run_cli("tools", "add", name, "--", sys.executable, str(SERVERS / f"{name}.py"), home=real_model_home)
         assert proc.returncode == 0, proc.stderr
     return real_model_home
@@ -117,6 +117,17 @@ def test_a_run_killed_mid_call_resumes_without_running_the_call_again(tool_home)
     assert out["steps"][0]["resume_source"] in ("disk", "live")
     shown = payload(run_cli("conversations", "show", "c1", "--json", home=tool_home))
     assert [m["role"] for m in shown["messages"]][:3] == ["user", "assistant", "tool"]
+
+
+def test_a_10_mb_result_reaches_the_model_cut_to_the_cap_with_a_note(tool_home):
+    out = payload(chat(tool_home, "--message", "Flood me.", "--tool-choice", "flood", "--allow", "flood",
+                       "--max-steps", "2", "--json"))
+    call = out["steps"][0]["tool_calls"][0]
+    assert call["allowed"] and not call["is_error"] and call["cut_from"] >= 10_000_000
+    assert len(call["result"]) < 33_000 and "[cut: the result was" in call["result"]
+    assert 0 < out["steps"][1]["read_tokens"] < 33_000  # the model read the cut result, once
+    stored = payload(run_cli("conversations", "show", "c1", "--json", home=tool_home))["messages"][2]["content"]
+    assert stored == call["result"]
 
 
 @pytest.mark.parametrize("extra, words", [

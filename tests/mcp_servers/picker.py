@@ -24,5 +24,11 @@ async def slow(key: Literal["x"]) -> str:
     return key
 
 
+@mcp.tool(structured_output=False)
+def flood() -> str:
+    """10 MB of text: more than any result may give the model."""
+    return "flood " * (10 * 1024 * 1024 // 6)
+
+
 if __name__ == "__main__":
     mcp.run()
