@@ -164,7 +164,7 @@ def test_stop_closes_the_stream_and_keeps_what_arrived(qtbot, windows, server):
     wait_model(qtbot, w, "lab/tiny")
     # the chat remembers its model once the window hears "ready", a moment after the worker says it
     qtbot.waitUntil(lambda: w.store.get(chat).model_key == "lab/tiny", timeout=TIMEOUT)
-    assert w.models.picker.currentData() == "lab/tiny"
+    qtbot.waitUntil(lambda: w.models.picker.currentData() == "lab/tiny", timeout=TIMEOUT)  # it follows a moment later
     qtbot.wait(300)
     assert not w.models.dialog.message.isVisible() and not panel.message.isVisible()  # no error anywhere
     w.models.dialog.close()
