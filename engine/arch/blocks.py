@@ -169,11 +169,14 @@ class Graph:
         return self.linear(x, name, merged, bias)
 
     # norms, attention, MLP -------------------------------------------------------------------------
-    def add_and_norm(self, x: str, residual: str | None, weight_name: str) -> tuple[str, str]:
+    def add_and_norm(self, x: str, residual: str | None, weight_name: str, *, gain_scale: float = 1.0,
+                     eps_scale: float = 1.0) -> tuple[str, str]:
         """(normed, new residual): RMSNorm of residual + x, fused with the addition where possible;
-        ``residual`` None: the first norm, of x alone."""
-        gamma = self.w.constant(weight_name, self.vector(weight_name).astype(self.np_dtype))
-        eps = float(self.cfg.norm_eps)
+        ``residual`` None: the first norm, of x alone. ``gain_scale`` multiplies the gain and ``eps_scale`` the
+        epsilon: a residual stream kept at 1/S of its size (gemma3's on fp16) is read exactly by a norm with
+        epsilon / S², and a sublayer's post-norm with gain / S writes into it at that size."""
+        gamma = self.w.constant(weight_name, (self.vector(weight_name) * gain_scale).astype(self.np_dtype))
+        eps = float(self.cfg.norm_eps) * eps_scale
         if residual is None:
             return self.w.op1("SimplifiedLayerNormalization", [x, gamma], axis=-1, epsilon=eps), x
         normed, _, _, summed = self.w.op("SkipSimplifiedLayerNormalization", [x, residual, gamma], 4, domain=MS, epsilon=eps)
