@@ -175,15 +175,19 @@ def test_gemma_on_cuda_matches_the_cpu(arch_converted, precision):
 
 @pytest.mark.gpu
 @pytest.mark.real_model
-def test_the_real_gemma_runs_on_cuda_with_the_cpu_models_greedy_tokens(gemma_gguf, tmp_path):
+def test_the_real_gemma_runs_on_cuda_with_the_cpu_models_greedy_tokens(tmp_path):
     """The catalog's Gemma 3 270M (Q4_K_M) loads on CUDA by itself (auto), no longer falling back to the CPU, and
-    its greedy reply is the CPU model's."""
+    its greedy reply is the CPU model's. The GPU machine reaches no registry: the GGUF travels to its test cache."""
     from engine.loader import load_engine
     from engine.paths import resolve_paths
     from engine.runtime import providers
+    from tests.conftest import TEST_CACHE
 
     if providers.cuda_unavailable():
         pytest.skip(f"no usable CUDA here: {providers.cuda_unavailable()}")
+    gemma_gguf = TEST_CACHE / "home" / "models" / "gemma-3-270m-q4_k_m.gguf"
+    if not gemma_gguf.exists():
+        pytest.skip(f"the Gemma 3 GGUF is not in {gemma_gguf.parent} (copy it there on the GPU machine)")
     paths = resolve_paths(tmp_path).ensure()
     gpu, converted, _ = load_engine(paths, model=str(gemma_gguf), provider="auto")
     assert gpu.provider == "cuda" and converted.precision == "int4-cuda-dense"
