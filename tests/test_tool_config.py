@@ -89,6 +89,17 @@ def test_bad_addresses(url, why):
     assert "pw" not in str(refused.value) or why != "user name or password"
 
 
+@pytest.mark.parametrize("url", [
+    f"https://u:{TOKEN}@h:port/mcp", f"ftp://u:{TOKEN}@h/mcp", f"http://h:99999/mcp?key={TOKEN}",
+    f"gpu-box/mcp#{TOKEN}", f"http://[::1/mcp?key={TOKEN}",
+])
+def test_a_refused_address_never_quotes_its_credentials(url):
+    """Checked in order, the host, port or scheme fails before the credentials' own refusal: it must not quote them."""
+    with pytest.raises(ToolConfigError, match="not a server address") as refused:
+        check_url(url)
+    assert TOKEN not in str(refused.value)
+
+
 def test_addresses_kept_as_given():
     assert check_url(" https://h:8443/api/mcp/ ") == "https://h:8443/api/mcp/"
     assert check_url("http://[::1]:9000/mcp") == "http://[::1]:9000/mcp"

@@ -141,6 +141,12 @@ def check_cwd(cwd: object) -> str | None:
     return path
 
 
+def _quoted(url: str) -> str:
+    """The address as a refusal quotes it: not at all when it may hold a credential (a user name or password, a
+    query or fragment), which the refusal would otherwise show (a dialog, a terminal, a log line)."""
+    return "the address" if any(c in url for c in "@?#") else repr(url)
+
+
 def check_url(url: object) -> str:
     """An HTTP server's endpoint: http(s), a host, no credentials, no query (tools.json is plain text: a key in
     the address would not stay secret; it belongs in a header)."""
@@ -153,9 +159,10 @@ def check_url(url: object) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises for a port that is no number
     except ValueError:
-        raise ToolConfigError(f"{url!r} is not a server address: its host or port cannot be read") from None
+        raise ToolConfigError(f"{_quoted(url)} is not a server address: its host or port cannot be read") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ToolConfigError(f"{url!r} is not a server address: write it as http://HOST:PORT/PATH (or https://…)")
+        raise ToolConfigError(f"{_quoted(url)} is not a server address: write it as http://HOST:PORT/PATH "
+                              "(or https://…)")
     if "@" in parts.netloc:
         raise ToolConfigError("the address holds a user name or password: send credentials as a header "
                               "(--header 'Authorization: Bearer …'), which Hearth keeps secret")
