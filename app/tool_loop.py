@@ -19,6 +19,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.chat_tools import SETTINGS_CHOICE
+from app.conversation_events import TurnStarted
 from app.tool_permission import ALLOW, ALWAYS, DENY, INTERRUPTED, STOP
 from engine.api import (
     INTERRUPTED as INTERRUPTED_TEXT,
@@ -66,6 +67,10 @@ class ToolLoopControl(QObject):
         turns.tool_busy = self.busy
         turns.tool_stop = self.stop
         turns.events.on(Finished, self._on_finished)
+        # a turn that starts in the chat (a Regenerate or an edit while a call waits) moves it past the calls asked
+        # about: their block goes, so no Allow can run a call of a reply being replaced (a chat drawn again shows
+        # the calls still waiting, ``shown``)
+        turns.events.on(TurnStarted, lambda started: self._hide(started.conversation))
 
     def attach(self, pane) -> None:
         self.pane = pane
@@ -203,6 +208,8 @@ class ToolLoopControl(QObject):
         if choice == STOP:
             self.stop(conversation)
             return
+        if self.turns.running(conversation):
+            return  # the call already runs (a second Allow), or a turn writes into the chat: nothing to decide now
         pending = {p.call.id: p for p in self._pending(conversation)}
         if call_id not in pending:
             return  # already decided (a double click, or another window's answer)

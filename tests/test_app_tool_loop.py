@@ -207,3 +207,33 @@ def test_a_server_that_crashes_mid_call_is_a_readable_error_and_the_loop_goes_on
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 8, "tools": []})
     send(qtbot, w, "Still there?")
     qtbot.waitUntil(lambda: settled(w) and roles(w, conv)[-2:] == ["user", "assistant"], timeout=TIMEOUT)
+
+
+def test_a_second_allow_while_the_call_runs_runs_nothing_more(qtbot, loop_windows):
+    w = loop_windows()
+    conv = start(qtbot, w, settings={**FORCED, "tools": ["picker/slow"]})
+    block = w.transcript.tool_permission
+    click(qtbot, block.allow_button)
+    qtbot.waitUntil(lambda: prompt_shown(w, "running"), timeout=TIMEOUT)
+    requested = []
+    w.tools.request_call.connect(lambda *a: requested.append(a))
+    for choice in ("allow", "always"):  # a late click (or a second window's answer) for the call that runs
+        block.decided.emit(block.call_id, choice)
+    assert requested == []  # the call runs once: no second run of it
+    click(qtbot, w.stop_button)
+    qtbot.waitUntil(lambda: results(w, conv) == [STOPPED] and settled(w), timeout=TIMEOUT)
+
+
+def test_a_regenerate_while_the_prompt_waits_takes_the_prompt_away(qtbot, loop_windows):
+    w = loop_windows()
+    conv = start(qtbot, w)
+    block = w.transcript.tool_permission
+    call_id = block.call_id
+    requested = []
+    w.tools.request_call.connect(lambda *a: requested.append(a))
+    w.chat.regenerate()  # the reply that asked is written again
+    assert w.turns.running(conv) and not block.isVisible()
+    block.decided.emit(call_id, "allow")  # an Allow that was on its way: the reply it answers is being replaced
+    qtbot.waitUntil(lambda: not w.turns.running(conv) and not w.transcript.loading, timeout=TIMEOUT)
+    assert requested == [] and "tool" not in roles(w, conv)
+
