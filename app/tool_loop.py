@@ -156,7 +156,7 @@ class ToolLoopControl(QObject):
                 self.turns.answer(conversation)
             return
         steps, timeout = self.limits()
-        if self._steps(conversation) > steps:  # the reply that asked is past the limit: its calls are not run
+        if self._steps(conversation) >= steps:  # the limit's last reply asked: its calls are not run (as run_tool_loop)
             self._refuse_all(conversation, step_limit_text(steps))
             if self.pane is not None and self.pane.conversation == conversation:
                 self.pane.status.say(f"The tool loop stopped after {steps} steps (Preferences → Tools).")

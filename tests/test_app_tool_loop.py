@@ -7,6 +7,7 @@ status bar's count of what each step read."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 import sys
@@ -17,7 +18,7 @@ import pytest
 from app.agent_blocks import ToolResultBlock
 from app.config import AppConfig
 from engine.api import ToolRegistry, resolve_paths
-from engine.tools.loop import ABANDONED, DENIED, INTERRUPTED, STOPPED
+from engine.tools.loop import ABANDONED, DENIED, INTERRUPTED, STOPPED, step_limit_text
 from tests.conftest import WINDOW_TIMEOUT, Windows
 from tests.qt_helpers import send, use_settings
 
@@ -237,3 +238,14 @@ def test_a_regenerate_while_the_prompt_waits_takes_the_prompt_away(qtbot, loop_w
     qtbot.waitUntil(lambda: not w.turns.running(conv) and not w.transcript.loading, timeout=TIMEOUT)
     assert requested == [] and "tool" not in roles(w, conv)
 
+
+def test_the_step_limit_counts_replies_as_the_cli_does(qtbot, loop_windows):
+    w = loop_windows()
+    w.preferences = dataclasses.replace(w.preferences, tool_steps=1)
+    conv = w.new_chat()
+    use_settings(w, FORCED)
+    send(qtbot, w, "Which colour is the sky?")
+    # one reply is the whole loop: its calls are not run (hearth-cli chat --tools --max-steps 1 runs none either)
+    qtbot.waitUntil(lambda: results(w, conv) == [step_limit_text(1)] and settled(w), timeout=TIMEOUT)
+    assert roles(w, conv) == ["user", "assistant", "tool"]
+    assert set(w.store.tool_runs(conv).values()) == {"denied"}
