@@ -486,6 +486,8 @@ class ConversationStore:
                 raise ConversationError(f"no conversation {conversation_id!r}")
             seq = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE conversation_id = ?",
                              (conversation_id,)).fetchone()[0]
+            if _tool_run is not None:
+                _check_awaited(db, conversation_id, tool_call_id)
             if role != "assistant":  # versions of a reply that was set aside and never came back
                 db.execute("DELETE FROM alternatives WHERE conversation_id = ? AND seq >= ?", (conversation_id, seq))
             reply = role == "assistant"
@@ -752,6 +754,24 @@ def _store_attachments(db: sqlite3.Connection, message_id: int, attachments: tup
     db.executemany(f"INSERT INTO attachments (message_id, position, {ATTACHMENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
                    [(message_id, i, a.name, a.size, a.sha256, a.kind, a.text, a.pages)
                     for i, a in enumerate(attachments)])
+
+
+def _check_awaited(db: sqlite3.Connection, conversation_id: str, call_id: str) -> None:
+    """A call's result (``append_tool_result``) goes after the reply that made the call, among that reply's
+    results, once. A chat that went on while the tool ran (a new message, the reply written again, another
+    process's turn, a second answer for the call) takes no late result: stored, it would follow a later message."""
+    last = db.execute("SELECT seq, role, tool_calls FROM messages WHERE conversation_id = ? AND role != 'tool' "
+                      "ORDER BY seq DESC LIMIT 1", (conversation_id,)).fetchone()
+    try:
+        calls = tool_messages.from_json(last[2]) if last is not None and last[1] == "assistant" else ()
+    except ValueError:
+        calls = ()
+    if all(c.id != call_id for c in calls):
+        raise ConversationError(f"the chat went on before the result of the call {call_id} came: it is not stored")
+    answered = db.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND seq > ? AND role = 'tool' AND "
+                          "tool_call_id = ?", (conversation_id, last[0], call_id)).fetchone()
+    if answered is not None:
+        raise ConversationError(f"the call {call_id} already has its result")
 
 
 def agent_row(role: str, reasoning: str, thought_ms: int | None, tool_calls: tuple[ToolCall, ...],

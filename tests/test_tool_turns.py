@@ -149,6 +149,29 @@ def test_the_store_refuses_a_bad_state_and_an_unknown_chat(tmp_path):
     store.close()
 
 
+def test_a_result_that_comes_after_the_chat_went_on_is_refused(tmp_path):
+    """A call runs off the thread that stores messages: a new message (another process's, a Regenerate) or an
+    answer for it can come first. Its late result must not follow them: the model would read it out of place."""
+    from engine.types import ToolCall
+
+    store = ConversationStore(tmp_path / "c.db")
+    store.create("c1")
+    store.append("c1", "user", "add and multiply")
+    calls = (ToolCall("call_a", "add", "{}", 0), ToolCall("call_b", "mul", "{}", 1))
+    store.append("c1", "assistant", "", tool_calls=calls)
+    store.append_tool_result("c1", "call_a", "add", "5", "done")
+    with pytest.raises(ConversationError, match="already has its result"):
+        store.append_tool_result("c1", "call_a", "add", "5 again", "done")
+    with pytest.raises(ConversationError, match="went on"):
+        store.append_tool_result("c1", "call_zz", "add", "5", "done")  # no call of the last reply
+    store.append("c1", "user", "never mind")
+    with pytest.raises(ConversationError, match="went on before the result of the call call_b"):
+        store.append_tool_result("c1", "call_b", "mul", "6", "done")
+    assert [m.role for m in store.messages("c1")] == ["user", "assistant", "tool", "user"]
+    assert store.tool_runs("c1") == {"call_a": "done"}
+    store.close()
+
+
 def test_a_chat_narrows_its_tools_and_remembers_always_allowed(tmp_path):
     from engine.tools.host import ToolSpec
 
