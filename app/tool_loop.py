@@ -198,6 +198,11 @@ class ToolLoopControl(QObject):
         if conversation in self._stopped:
             self._hide(conversation)
             return
+        if any(p.call.id == call_id for p in self._pending(conversation)):
+            # its result could not be stored (a full disk, say): ask again rather than run it again by itself
+            self._stopped.add(conversation)
+            self.shown(conversation)
+            return
         self.advance(conversation)
 
     @Slot(str, str)

@@ -148,6 +148,16 @@ def test_tool_flags_without_tools_and_a_missing_message_are_refused(real_model_h
     assert_clean_error(proc, "--message is required")
 
 
+def test_resuming_a_chat_with_no_loop_left_is_refused_and_stores_nothing(tool_home):
+    payload(chat(tool_home, "--message", "Hello.", "--tool-choice", "auto", "--max-steps", "1", "--json"))
+    before = payload(run_cli("conversations", "show", "c1", "--json", home=tool_home))["messages"]
+    if before[-1]["role"] != "assistant":
+        pytest.skip("the model called a tool on its own")
+    proc = chat(tool_home)
+    assert_clean_error(proc, "there is no tool loop to resume")
+    assert payload(run_cli("conversations", "show", "c1", "--json", home=tool_home))["messages"] == before
+
+
 def test_required_with_no_server_says_how_to_add_one(real_model_home):
     proc = run_cli("chat", "--conversation", "c1", "--message", "hi", "--tools", "--tool-choice", "required",
                    "--provider", "cpu", home=real_model_home)

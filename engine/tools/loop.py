@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.conversations import ConversationStore
-from engine.errors import ConversationError
+from engine.errors import ConversationError, PromptError
 from engine.tools.host import ToolHost, ToolOutcome, ToolSpec
 from engine.types import (
     CancelToken,
@@ -201,6 +201,10 @@ def run_tool_loop(backend, host: ToolHost, request: TurnRequest, specs: Sequence
             abandon_calls(convs, request.conversation)
         else:
             resumed = _settle(host, convs, request.conversation, decide, cancel, timeout_s)
+            last = convs.messages(request.conversation)[-1:]
+            if not resumed and last and last[0].role == "assistant":
+                raise PromptError("there is no tool loop to resume: the chat's last reply called no tool (send a "
+                                  "new message)")
     tools = tuple(s.openai() for s in specs)
     step_request = dataclasses.replace(request, tools=tools)
     steps: list[LoopStep] = []
