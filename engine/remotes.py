@@ -55,10 +55,12 @@ def check_base_url(url: str) -> str:
     if len(url) > MAX_URL_CHARS:
         raise RemoteError(f"the server's address is longer than {MAX_URL_CHARS} characters")
     parts = urlsplit(url)
+    # a refusal quotes the address only when it cannot hold a credential (user:password@, a ?key=…)
+    shown = "the address" if any(c in url for c in "@?#") else repr(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise RemoteError(f"{url!r} is not a server address: write it as http://HOST:PORT (or https://…)")
+        raise RemoteError(f"{shown} is not a server address: write it as http://HOST:PORT (or https://…)")
     if parts.query or parts.fragment:
-        raise RemoteError(f"{url!r} has a query or fragment: give only the server's address")
+        raise RemoteError(f"{shown} has a query or fragment: give only the server's address")
     if "@" in parts.netloc:
         raise RemoteError("put the API key in its own field (--api-key-file), not in the address")
     path = parts.path.rstrip("/")

@@ -37,6 +37,13 @@ def test_bad_addresses(url, why):
         check_base_url(url)
 
 
+@pytest.mark.parametrize("url", ["ftp://user:SECRET123@h", "http://h/?key=SECRET123", "gopher://h/#SECRET123"])
+def test_a_refused_address_that_may_hold_a_key_is_not_quoted(url):
+    with pytest.raises(RemoteError) as caught:
+        check_base_url(url)
+    assert "SECRET123" not in str(caught.value)
+
+
 def test_addresses_are_kept_as_the_apis_root():
     assert check_base_url(" http://h:8000/v1/ ") == "http://h:8000"
     assert check_base_url("https://h/proxy/v1") == "https://h/proxy"
