@@ -8,8 +8,9 @@ An architecture's module (``engine/arch/<name>.py``) provides:
 * ``read_config(model: GGUFModel) -> ModelConfig``: its hyperparameters from the GGUF metadata,
   refusing with UnsupportedModelError what the graph cannot compute;
 * ``build(g: engine.arch.blocks.Graph) -> None``: its graph, from the shared blocks;
-* optionally ``FP16_ACTIVATIONS = False`` when its activations exceed fp16's range (Gemma 3's residual
-  stream does): then fp16-compute precisions are refused and CUDA, whose attention is fp16 only, is not used.
+* optionally ``FP16_ACTIVATIONS = False`` when its activations exceed fp16's range and its graph cannot keep
+  them inside it: then fp16-compute precisions are refused and CUDA, whose attention is fp16 only, is not used.
+  (Gemma 3's residual stream passes fp16's range, and its graph keeps the stream scaled instead: gemma3.py.)
 
 Modules are imported on first use: the runtime reads ``ModelConfig`` and the graph's I/O names from
 this package without paying for the graph builder.
