@@ -50,10 +50,21 @@ class ToolCallBlock(CollapsibleBlock):
                          parent, "toolCallBlock")
 
 
+# How a call Hearth ran or refused ended (schema 11's tool_runs) → the block's title: a failure or a call that did
+# not run reads as such while the block is collapsed, not only once it is opened.
+RESULT_TITLES = {"error": "Tool failed", "denied": "Tool not run (denied)", "abandoned": "Tool not run"}
+
+
+def result_title(name: str, state: str = "") -> str:
+    head = RESULT_TITLES.get(state, "Tool result")
+    return f"{head}: {name}" if name else head
+
+
 class ToolResultBlock(CollapsibleBlock):
-    def __init__(self, result: str, name: str = "", call_id: str = "", parent: QWidget | None = None):
-        self.name, self.call_id = name, call_id
-        super().__init__(f"Tool result: {name}" if name else "Tool result", pretty_arguments(result),
+    def __init__(self, result: str, name: str = "", call_id: str = "", parent: QWidget | None = None,
+                 state: str = ""):
+        self.name, self.call_id, self.state = name, call_id, state
+        super().__init__(result_title(name, state), pretty_arguments(result),
                          ("Show what the tool returned", "Hide the result"),
                          f"Result of {name or 'the tool'}", parent, "toolResultBlock")
         self.setToolTip(f"Answers the call {call_id}" if call_id else "")

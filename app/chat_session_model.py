@@ -24,6 +24,22 @@ Stored = list[tuple[int, str, str]]  # (seq, role, text) of stored messages
 log = logging.getLogger(__name__)
 
 
+class ToolResultShown:
+    """A tool's result as the transcript draws it: the stored message, and how its call ended (``run_state``:
+    "done", "error", "denied", "abandoned", or "" for a result an agent's request stored through the server)."""
+
+    def __init__(self, message: Message, run_state: str):
+        self.message, self.run_state = message, run_state
+
+    def __getattr__(self, name: str):
+        return getattr(self.message, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ToolResultShown) and (self.message, self.run_state) == (other.message, other.run_state)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class NextStep:
     """What to offer under the last message when no turn writes into the chat: the refusal it last had
@@ -68,7 +84,9 @@ class ChatSessionModel:
 
     def _note_files(self, messages: list[Message]) -> None:
         self._files = {m.seq: (tuple(m.attachments), m.typed_text) for m in messages if m.attachments}
-        self._agents = {m.seq: m for m in messages if m.agentic}
+        runs = self.store.tool_runs(self.conversation) if any(m.role == "tool" for m in messages) else {}
+        self._agents = {m.seq: ToolResultShown(m, runs.get(m.tool_call_id, "")) if m.role == "tool" else m
+                        for m in messages if m.agentic}
 
     def agents(self) -> dict[int, Message]:
         """seq → each message of the chat shown with a reply's thinking or tool calls, or a tool's result."""

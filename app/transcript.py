@@ -172,7 +172,7 @@ class MessageWidget(QFrame):
         """A tool's result: the whole message is one collapsed block (its body stays hidden: it is the block's
         text, still found by Find)."""
         self.result_block = ToolResultBlock(self.text, getattr(agent, "name", ""), getattr(agent, "tool_call_id", ""),
-                                            self)
+                                            self, getattr(agent, "run_state", ""))
         self.layout().insertWidget(self.layout().indexOf(self.body), self.result_block)
         self.body.hide()
 

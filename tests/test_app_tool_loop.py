@@ -90,7 +90,7 @@ def test_allow_once_runs_the_call_stores_its_result_and_the_model_reads_only_wha
     assert results(w, conv)[0].endswith("is a colour of the rainbow")
     assert w.store.tool_runs(conv) == {w.store.messages(conv)[2].tool_call_id: "done"}
     blocks = w.transcript.findChildren(ToolResultBlock)
-    assert any(b.isVisibleTo(w.transcript) and "rainbow" in b.text for b in blocks)
+    assert any(b.isVisibleTo(w.transcript) and "rainbow" in b.text and b.title == "Tool result: lookup" for b in blocks)
     said = re.search(r"Tool step 2: read ([\d,]+) new tokens; ([\d,]+) came from the saved context",
                      w.status.resume.text())
     assert said, w.status.resume.text()
@@ -106,6 +106,8 @@ def test_deny_tells_the_model_and_the_loop_goes_on(qtbot, loop_windows):
                     timeout=TIMEOUT)
     assert results(w, conv) == [DENIED]
     assert set(w.store.tool_runs(conv).values()) == {"denied"}
+    shown = [b for b in w.transcript.findChildren(ToolResultBlock) if b.isVisibleTo(w.transcript)]
+    assert [b.title for b in shown] == ["Tool not run (denied): lookup"]  # said before it is opened
 
 
 def test_always_allow_in_this_chat_runs_later_calls_without_asking(qtbot, loop_windows):
@@ -204,6 +206,8 @@ def test_a_server_that_crashes_mid_call_is_a_readable_error_and_the_loop_goes_on
     (result,) = results(w, conv)
     assert "crash" in result and "about to fall over" in result, result  # what happened, with its stderr
     assert set(w.store.tool_runs(conv).values()) == {"error"}
+    shown = [b for b in w.transcript.findChildren(ToolResultBlock) if b.isVisibleTo(w.transcript)]
+    assert [b.title for b in shown] == ["Tool failed: crash"]
     assert roles(w, conv)[3] == "assistant"  # the model read the error and went on
     use_settings(w, {"temperature": 0.0, "max_new_tokens": 8, "tools": []})
     send(qtbot, w, "Still there?")
