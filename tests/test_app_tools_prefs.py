@@ -551,10 +551,14 @@ def test_restart_runs_a_new_process_and_closing_stops_the_servers(qtbot, paths, 
     wait_row(qtbot, panel, "calc", "ready")
     pid_tool = next(t.function for t in status_of(tools, "calc").tools if t.name == "pid")
 
+    store = open_conversations(paths)
+
     def pid(call_id: str) -> int:
+        call = ToolCall(call_id, pid_tool, "{}")
+        store.append(conv, "assistant", "", tool_calls=(call,))  # the reply that made the call: a result answers it
         with qtbot.waitSignal(tools.worker.call_finished, timeout=TIMEOUT,
                               check_params_cb=lambda c, i, _o: (c, i) == (conv, call_id)) as got:
-            tools.call(conv, ToolCall(call_id, pid_tool, "{}"), 30)
+            tools.call(conv, call, 30)
         outcome = got.args[2]
         assert not outcome.is_error, outcome.text
         return int(outcome.text.strip())
