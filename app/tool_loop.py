@@ -22,9 +22,7 @@ from app.chat_tools import SETTINGS_CHOICE
 from app.conversation_events import TurnStarted
 from app.tool_permission import ALLOW, ALWAYS, DENY, INTERRUPTED, STOP
 from engine.api import (
-    INTERRUPTED as INTERRUPTED_TEXT,
-)
-from engine.api import (
+    DENIED,
     ConversationStore,
     abandon_calls,
     allow_always,
@@ -33,6 +31,9 @@ from engine.api import (
     deny_call,
     pending_calls,
     step_limit_text,
+)
+from engine.api import (
+    INTERRUPTED as INTERRUPTED_TEXT,
 )
 from engine.errors import HearthError
 from engine.types import Finished, StopReason, ToolCall, ToolChoice, ToolChoiceMode
@@ -223,8 +224,7 @@ class ToolLoopControl(QObject):
         self._stopped.discard(conversation)
         try:
             if choice == DENY:
-                deny_call(self.store, conversation, call, INTERRUPTED_TEXT if interrupted else
-                          "The user denied this call, so the tool was not run.")
+                deny_call(self.store, conversation, call, INTERRUPTED_TEXT if interrupted else DENIED)
                 self.changed.emit(conversation)
                 self.advance(conversation)
                 return

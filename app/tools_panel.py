@@ -67,6 +67,7 @@ class ToolsPanel(QWidget):
         self.configs: dict = {}  # name → ToolServerConfig
         self.statuses: dict[str, ServerStatus] = {}
         self.add_dialog: AddToolServerDialog | None = None
+        self.import_dialog: QFileDialog | None = None  # Import mcp.json…'s, while it is open
         self.message_box: QMessageBox | None = None  # the last question or problem shown (tests look at it)
         self._filling = False  # the tree is being rebuilt: its check boxes' changes are not the person's
         self._known_rows: set[str] = set()  # the servers shown before: a new one opens, one closed stays closed
@@ -388,10 +389,16 @@ class ToolsPanel(QWidget):
         self.add_dialog.raise_()
         return self.add_dialog
 
-    def _choose_import(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import tool servers", "", "MCP configuration (*.json);;All files (*)")
-        if path:
-            self.import_file(path)
+    def _choose_import(self) -> QFileDialog:
+        """Import mcp.json…: a window-modal file dialog opened without a nested event loop (as the paperclip's)."""
+        dialog = QFileDialog(self, "Import tool servers")
+        dialog.setObjectName("importToolsDialog")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.setNameFilters(["MCP configuration (*.json)", "All files (*)"])
+        dialog.fileSelected.connect(self.import_file)
+        dialog.open()
+        self.import_dialog = dialog
+        return dialog
 
     def import_file(self, path: str) -> None:
         """Read on the worker thread; the answer comes back as ``imported`` and ``changed``."""

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PySide6.QtTest import QTest
 
 from app.agent_blocks import ToolResultBlock
 from app.config import AppConfig
@@ -69,6 +70,15 @@ def roles(w, conv: str) -> list[str]:
 
 def results(w, conv: str) -> list[str]:
     return [m.content for m in w.store.messages(conv) if m.role == "tool"]
+
+
+def open_in_sidebar(w, conv: str) -> None:
+    """Click the chat in the sidebar, as a person reopens it."""
+    from PySide6.QtCore import Qt
+
+    item = w.sidebar.item_for(conv)
+    w.sidebar.scrollToItem(item)
+    QTest.mouseClick(w.sidebar.viewport(), Qt.MouseButton.LeftButton, pos=w.sidebar.visualItemRect(item).center())
 
 
 def click(qtbot, button) -> None:
@@ -157,7 +167,7 @@ def test_a_restart_while_the_prompt_waits_asks_again(qtbot, loop_windows):
     conv = start(qtbot, w)
     loop_windows.close(w)
     w2 = loop_windows()
-    w2.open_conversation(conv)
+    open_in_sidebar(w2, conv)
     qtbot.waitUntil(lambda: prompt_shown(w2), timeout=WINDOW_TIMEOUT)
     click(qtbot, w2.transcript.tool_permission.allow_button)
     qtbot.waitUntil(lambda: settled(w2) and roles(w2, conv)[-1] == "assistant" and len(roles(w2, conv)) == 4,
@@ -176,7 +186,7 @@ def test_a_call_running_when_hearth_closed_is_never_run_again_without_asking(qtb
         assert db.execute("SELECT state FROM tool_runs").fetchall() == [("running",)]
         assert db.execute("SELECT count(*) FROM messages WHERE role = 'tool'").fetchone() == (0,)
     w2 = loop_windows()
-    w2.open_conversation(conv)
+    open_in_sidebar(w2, conv)
     qtbot.waitUntil(lambda: prompt_shown(w2, "interrupted"), timeout=WINDOW_TIMEOUT)
     block = w2.transcript.tool_permission
     assert "was running when Hearth closed" in block.title.text()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QThread, QTimer
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.preferences import PreferencesDialog
 from app.tool_worker import ToolWorkerHost
@@ -68,6 +68,15 @@ def prefs_dialog(qtbot, paths, tools):
 
 def registry(paths) -> ToolRegistry:
     return ToolRegistry(paths.data)
+
+
+def choose_import(qtbot, panel, path) -> None:
+    """Import mcp.json… clicked, and ``path`` chosen in its file dialog."""
+    qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
+    dialog = panel.import_dialog
+    assert dialog.isVisible() and dialog.fileMode() == QFileDialog.FileMode.ExistingFile
+    dialog.fileSelected.emit(str(path))
+    dialog.close()
 
 
 def wait_row(qtbot, panel, name: str, state_has: str = ""):
@@ -279,7 +288,7 @@ def test_importing_an_mcp_json_adds_its_servers(qtbot, paths, tmp_path, prefs_di
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps(document))
     panel = prefs_dialog().tools_panel
-    panel.import_file(str(path))
+    choose_import(qtbot, panel, path)
     wait_row(qtbot, panel, "files")
     wait_row(qtbot, panel, "search")
     qtbot.waitUntil(lambda: panel.message.isVisible() and "Imported" in panel.message.text(), timeout=TIMEOUT)
@@ -304,7 +313,7 @@ def test_a_bad_import_file_is_shown_in_a_readable_box_and_changes_nothing(qtbot,
         path.write_bytes(content)
     panel = prefs_dialog().tools_panel
     wait_row(qtbot, panel, "kept")
-    panel.import_file(str(path))
+    choose_import(qtbot, panel, path)
     qtbot.waitUntil(lambda: panel.message_box is not None and panel.message_box.isVisible(), timeout=TIMEOUT)
     box = panel.message_box
     assert box.windowTitle() == "Could not import the file" and box.icon() == QMessageBox.Icon.Warning
@@ -320,7 +329,7 @@ def test_an_import_that_names_a_server_already_there_adds_nothing(qtbot, paths, 
     path.write_text(json.dumps({"mcpServers": {"other": {"command": "x"}, "files": {"command": "y"}}}))
     panel = prefs_dialog().tools_panel
     wait_row(qtbot, panel, "files")
-    panel.import_file(str(path))
+    choose_import(qtbot, panel, path)
     qtbot.waitUntil(lambda: panel.message_box is not None and panel.message_box.isVisible(), timeout=TIMEOUT)
     assert "files" in panel.message_box.text()
     assert [s.name for s in registry(paths).servers()] == ["files"]  # all or nothing
