@@ -9,12 +9,11 @@ the dialog to the engine's secret store and nowhere else: not into a signal, a l
 from __future__ import annotations
 
 import logging
-import traceback
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.worker_guard import guarded
 from engine.api import HearthPaths, RemoteRegistry, remote_models
-from engine.errors import HearthError
 
 log = logging.getLogger(__name__)
 LIST_TIMEOUT_S = 5.0
@@ -30,16 +29,8 @@ class RemoteWorker(QObject):
         self.paths = paths
 
     def _guard(self, what: str, call) -> str:
-        try:
-            call()
-            return ""
-        except HearthError as exc:
-            return str(exc)
-        except OSError as exc:
-            return f"{what} failed: {exc.strerror or exc}"
-        except Exception as exc:  # a bug: the traceback to the log (it never holds the key: only the name)
-            log.error("%s failed:\n%s", what, traceback.format_exc())
-            return f"{what} failed unexpectedly: {type(exc).__name__}"
+        """Run ``call``; "" or why it failed, in words (app/worker_guard.py)."""
+        return guarded(what, call)
 
     @Slot()
     def refresh(self) -> None:

@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal, Slot
 
+from app.worker_guard import guarded
 from engine.api import (
     ConversationStore,
     HearthPaths,
@@ -35,7 +36,6 @@ from engine.api import (
     open_conversations,
     run_call,
 )
-from engine.errors import HearthError
 from engine.types import CancelToken, ToolCall
 
 log = logging.getLogger(__name__)
@@ -96,18 +96,9 @@ class ToolWorker(QObject):
                 self._store = open_conversations(self.paths)
             return self._store
 
-    def _guard(self, what: str, call: Callable[[], object]) -> str:
-        """Run ``call``; "" or why it failed, in words. Error texts name secrets, never hold their values."""
-        try:
-            call()
-            return ""
-        except HearthError as exc:
-            return str(exc)
-        except OSError as exc:
-            return f"{what} failed: {exc.strerror or exc}"
-        except Exception as exc:  # a bug: the traceback to the log (the registry's errors never hold a value)
-            log.error("%s failed:\n%s", what, traceback.format_exc())
-            return f"{what} failed unexpectedly: {type(exc).__name__}"
+    def _guard(self, what: str, call) -> str:
+        """Run ``call``; "" or why it failed, in words (app/worker_guard.py)."""
+        return guarded(what, call)
 
     # reporting ---------------------------------------------------------------------------------------------
     @Slot()
