@@ -19,7 +19,7 @@ from engine.model.fetch import default_model, installed_path
 from engine.model.gguf_file import GGUFModel
 from engine.model.precision import cuda_variant, get_precision
 from engine.paths import HearthPaths, bundled_model_dir
-from engine.runtime import providers
+from engine.runtime import cuda_kernels, providers
 
 if TYPE_CHECKING:  # the engine (numpy, onnx, the runtime) loads only with a model: tokenize and model info skip it
     from engine.generation import Engine
@@ -160,19 +160,19 @@ def load_engine(
     if may_use_cuda and gguf is not None and not fp16_activations_ok(architecture_for(GGUFModel(gguf))):
         fallback = "this model's activations overflow the fp16 that CUDA attention needs"
         may_use_cuda = False
-    variant = cuda_variant(weights, gguf) if may_use_cuda and gguf is not None else None
-    if variant:
+    for variant in cuda_variants(weights, gguf) if may_use_cuda and gguf is not None else []:
         # ONNX Runtime's CUDA attention is fp16 only: an fp32 graph would run attention on the CPU and
-        # copy the whole KV cache across PCIe every step. The fp16 variant has the same weights and
-        # fingerprint, so saved context carries over. It is chosen for CUDA, so it runs there or not at all.
+        # copy the whole KV cache across PCIe every step. The fp16 variants have the same weights and
+        # fingerprint, so saved context carries over. They are chosen for CUDA, so they run there or not at all.
         converted = ensure_converted(gguf, variant, converted_root(paths, gguf, variant), report=report, cancel=cancel)
         _starting(report)
         try:
             engine = Engine.load(converted, "cuda", threads, cpu_fallback=False)
             log.info("running %s as %s on CUDA", weights, variant)
             return engine, converted, (time.perf_counter() - start) * 1000
-        except ProviderError as exc:
-            fallback = exc.reason
+        except (ProviderError, ModelFileError) as exc:
+            fallback = exc.reason if isinstance(exc, ProviderError) else str(exc)
+            log.warning("%s cannot run on CUDA here (%s)", variant, fallback)
     converted = shipped or ensure_converted(gguf, weights, converted_root(paths, gguf, weights), report=report,
                                             cancel=cancel)
     _starting(report)
@@ -183,6 +183,17 @@ def load_engine(
         # A CPU bundle without the GGUF: nothing to build the CUDA variant from (the GPU build ships the GGUF).
         log.warning("running %s as is on CUDA: fetch the model ('hearth-cli model fetch') for its CUDA variant", weights)
     return engine, converted, (time.perf_counter() - start) * 1000
+
+
+def cuda_variants(weights: str, gguf: Path) -> list[str]:
+    """What ``weights`` may run as on CUDA, in the order to try: on Hearth's CUDA kernels where they can run here
+    (cuda_kernels.py), then on ONNX Runtime's own (precision.cuda_variant); [] to run it as is."""
+    fallback = cuda_variant(weights, gguf)
+    if fallback is None:
+        return []
+    if cuda_kernels.unavailable():
+        return [fallback]
+    return [cuda_kernels.PRECISION, fallback]
 
 
 def _starting(report: StepFn | None) -> None:

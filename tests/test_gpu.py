@@ -67,7 +67,7 @@ def gpu_engine(real_paths):
     engine, converted, _ = load_engine(real_paths, weights="int4", provider="cuda")
     if engine.provider != "cuda":
         pytest.skip(f"no usable CUDA here: {engine.runner.provider_note}")
-    assert converted.precision == "int4-cuda-dense" and engine.cache.dtype == np.float16  # fp16 on the GPU
+    assert converted.precision == _cuda_form("int4-cuda-dense") and engine.cache.dtype == np.float16  # fp16 on the GPU
     return engine
 
 
@@ -139,6 +139,13 @@ def test_a_long_context_stays_correct_on_the_gpu(gpu_engine, real_engine):
 
 # every architecture on CUDA --------------------------------------------------------------------------------------
 def _arch_logits(converted, provider: str, ids: np.ndarray, prefill: int) -> np.ndarray:
+    from engine.runtime import cuda_kernels, providers
+
+    why = providers.cuda_unavailable() if provider == "cuda" else ""
+    if not why and converted.precision == cuda_kernels.PRECISION:
+        why = cuda_kernels.unavailable()
+    if why:
+        pytest.skip(f"no usable CUDA here: {why}")
     runner = ModelRunner(converted.onnx_path, provider)
     if runner.provider != provider:
         pytest.skip(f"no usable CUDA here: {runner.provider_note}")
@@ -149,7 +156,7 @@ def _arch_logits(converted, provider: str, ids: np.ndarray, prefill: int) -> np.
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("arch", ["llama-rope-freqs", "qwen2", "qwen3", "llama-q4km", "phi3"])
-@pytest.mark.parametrize("precision", ["int4-cuda-dense", "int4-cuda", "int4-half"])
+@pytest.mark.parametrize("precision", ["int4-cuda-blocks", "int4-cuda-dense", "int4-cuda", "int4-half"])
 def test_each_architecture_on_cuda_matches_the_cpu(arch_converted, arch, precision):
     """fp16 activations on the GPU against the exact CPU graph: prefill, then decode."""
     ids = np.random.default_rng(5).integers(0, 300, 24)
@@ -161,7 +168,7 @@ def test_each_architecture_on_cuda_matches_the_cpu(arch_converted, arch, precisi
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["int4-cuda-dense", "int4-half"])
+@pytest.mark.parametrize("precision", ["int4-cuda-blocks", "int4-cuda-dense", "int4-half"])
 def test_gemma_on_cuda_matches_the_cpu(arch_converted, precision):
     """Gemma 3 on CUDA (issue 34): its residual stream kept at 1/8 of its size in the fp16 graph, the synthetic
     model's prefill and decode past its sliding window against the exact CPU graph."""
@@ -189,12 +196,22 @@ def test_the_real_gemma_runs_on_cuda_with_the_cpu_models_greedy_tokens(tmp_path)
     if not gemma_gguf.exists():
         pytest.skip(f"the Gemma 3 GGUF is not in {gemma_gguf.parent} (copy it there on the GPU machine)")
     paths = resolve_paths(tmp_path).ensure()
-    gpu, converted, _ = load_engine(paths, model=str(gemma_gguf), provider="auto")
-    assert gpu.provider == "cuda" and converted.precision == "int4-cuda-dense"
     cpu, _, _ = load_engine(paths, model=str(gemma_gguf), provider="cpu")
-    prompt = gpu.encode_prompt(gpu.render([{"role": "user", "content": "Name three colours of the rainbow."}]))
-    assert gpu.generate(prompt, SamplingParams.greedy_params(), 16).tokens == \
-        cpu.generate(prompt, SamplingParams.greedy_params(), 16).tokens
+    prompt = cpu.encode_prompt(cpu.render([{"role": "user", "content": "Name three colours of the rainbow."}]))
+    expected = cpu.generate(prompt, SamplingParams.greedy_params(), 16).tokens
+    for kernels in ("1", "0"):  # Hearth's CUDA kernels, then ONNX Runtime's own
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HEARTH_CUDA_KERNELS", kernels)
+            gpu, converted, _ = load_engine(paths, model=str(gemma_gguf), provider="auto")
+            assert gpu.provider == "cuda" and converted.precision == _cuda_form("int4-cuda-dense")
+            assert gpu.generate(prompt, SamplingParams.greedy_params(), 16).tokens == expected
+
+
+def _cuda_form(onnxruntime_form: str) -> str:
+    """What int4 runs as on CUDA here: on Hearth's CUDA kernels where they can run, else ONNX Runtime's form."""
+    from engine.runtime import cuda_kernels
+
+    return onnxruntime_form if cuda_kernels.unavailable() else cuda_kernels.PRECISION
 
 
 @pytest.mark.gpu

@@ -23,7 +23,7 @@ from engine.model.gguf_file import GGUFModel
 from engine.model.onnx_writer import OnnxWriter
 from engine.model.precision import Precision
 from engine.model.quant import PackedWeight, concat_packed
-from engine.runtime import native_matmul
+from engine.runtime import cuda_kernels, native_matmul
 
 ProgressFn = Callable[[int, int], None]
 MS = "com.microsoft"
@@ -103,9 +103,19 @@ class Graph:
 
     def _matmul_blocks(self, x: str, blocks: str, type_name: str, named: dict) -> str:
         """x @ W.T straight from the GGUF's blocks: Hearth's MatMulQ (engine/native/hearth_matmul*.c),
-        exact fp32 or, for int4-fast, int8 activations and integer dots, as the GGUF's own CPU kernels compute."""
+        exact fp32 or, for int4-fast, int8 activations and integer dots, as the GGUF's own CPU kernels compute;
+        on CUDA (precision.cuda_blocks), the CUDA library's MatMulQ (engine/native/cuda/)."""
+        if self.precision.cuda_blocks:
+            return self._matmul_cuda_blocks(x, [(blocks, type_name)], named)
         return self.w.op(native_matmul.MATMUL_OP, [x, blocks], domain=native_matmul.DOMAIN, **named,
                          type=native_matmul.TYPE_IDS[type_name], fast=int(self.precision.accuracy_level == 4))[0]
+
+    def _matmul_cuda_blocks(self, x: str, parts: list[tuple[str, str]], named: dict, act: int = 0) -> str:
+        """One launch of the CUDA MatMulQ over up to three matrices side by side ((initializer, GGUF type) each,
+        their outputs concatenated); ``act`` (cuda_kernels.ACT_*): x is gate|up and the matmul reads act(gate)·up."""
+        types = {("type", "type1", "type2")[i]: cuda_kernels.TYPE_IDS[t] for i, (_, t) in enumerate(parts)}
+        return self.w.op(cuda_kernels.MATMUL_OP, [x, *(b for b, _ in parts)], domain=cuda_kernels.DOMAIN, **named,
+                         **types, **({"act": act} if act else {}))[0]
 
     def _packed(self, name: str, layer: PackedWeight) -> PackedInitializers:
         return write_packed(self.w, name, layer, self.np_dtype, self.precision.q4_1_form == "zero_point")
@@ -159,6 +169,13 @@ class Graph:
             first = parts[0]
             merged = weights.RawRows(first.type_name, np.concatenate([p.raw for p in parts]), sum(p.n for p in parts),
                                      first.k)
+        elif self.precision.cuda_blocks and len(parts) <= 3 and all(isinstance(p, weights.RawRows) for p in parts):
+            # Different block types (Q4_K_M's Q6_K value rows beside Q4_K query and key rows): one launch all the same.
+            y = self._matmul_cuda_blocks(x, [(self._blocks(n, p), p.type_name) for n, p in layers.items()], {})
+            if not biases:
+                return y
+            bias = np.concatenate([biases[n] if n in biases else np.zeros(p.n, np.float32) for n, p in layers.items()])
+            return self.w.op1("Add", [y, self.w.constant(name + ".bias", bias.astype(self.np_dtype))])
         if merged is None:
             outs = [self.linear(x, n, layer, biases.get(n)) for n, layer in layers.items()]
             return self.w.op1("Concat", outs, axis=-1)
@@ -247,6 +264,9 @@ class Graph:
     def swiglu_from(self, gate_up: str, prefix: str) -> str:
         """down(silu(gate) · up) from the gate and up outputs side by side (gate first)."""
         w = self.w
+        fused = self._down_fused(gate_up, prefix, cuda_kernels.ACT_SILU)
+        if fused:
+            return fused
         gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
         act = w.op1("Mul", [w.op1("Mul", [gate, w.op1("Sigmoid", [gate])]), up])
         return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
@@ -258,9 +278,23 @@ class Graph:
             prefix + "ffn_gate.weight": self.weight(prefix + "ffn_gate.weight"),
             prefix + "ffn_up.weight": self.weight(prefix + "ffn_up.weight"),
         })
+        fused = self._down_fused(gate_up, prefix, cuda_kernels.ACT_GELU_TANH)
+        if fused:
+            return fused
         gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
         act = w.op1("Mul", [w.op1("Gelu", [gate], approximate="tanh"), up])
         return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
+
+    def _down_fused(self, gate_up: str, prefix: str, act: int) -> str:
+        """The down projection reading act(gate)·up straight from gate|up, where the CUDA kernels run it ("" where
+        not): the Split, the activation and the Mul are three launches fewer a layer (a small model's decode step
+        is launch-bound; docs/cuda.md)."""
+        if not self.precision.cuda_blocks:
+            return ""
+        down = self.weight(prefix + "ffn_down.weight")
+        if not isinstance(down, weights.RawRows):
+            return ""
+        return self._matmul_cuda_blocks(gate_up, [(self._blocks(prefix + "ffn_down", down), down.type_name)], {}, act)
 
     def scale(self, x: str, factor: float, name: str) -> str:
         """x · factor, the factor rounded once to the activations' type."""
@@ -300,6 +334,9 @@ class Graph:
             if self.cfg.tied_embeddings:
                 self._tied_blocks = (blocks, gathered.type_name)
             self.model.release_pages()
+            if self.precision.cuda_blocks:
+                return self.w.op1(cuda_kernels.GATHER_OP, [ids, blocks], domain=cuda_kernels.DOMAIN,
+                                  type=cuda_kernels.TYPE_IDS[gathered.type_name])
             return self.w.op1(native_matmul.GATHER_OP, [ids, blocks], domain=native_matmul.DOMAIN,
                               type=native_matmul.TYPE_IDS[gathered.type_name], k=gathered.k)
         table = self._packed(name, gathered)  # written: not kept

@@ -88,7 +88,7 @@ def conversion_dir(converted_root: Path, digest: str, precision: str, logits_mod
 
 
 def form_suffix(precision: Precision) -> str:
-    return "-blocks" if precision.native else ""
+    return "-blocks" if precision.native and not precision.cuda_blocks else ""  # the CUDA form's name says it
 
 
 def weight_form(precision: Precision) -> str:

@@ -79,7 +79,7 @@ def _tensor_form_and_ram(model, name: str, precision, tied: bool) -> tuple[str, 
     dense_bytes = elements * itemsize
     if not _dequantizable(t):
         return "unsupported", dense_bytes
-    if precision.native and native_matmul.supports(type_name):  # the GGUF's rows as they are; a tied head shares them
+    if precision.native and native_matmul.supports(type_name, precision):  # the GGUF's rows as they are; a tied head shares them
         return "packed", int(t.n_bytes)
     packed = will_pack(model, name, precision)
     form = "packed" if packed else "dense" if type_name in _FLOAT_TYPES or is_packable(type_name) else "dense fallback"

@@ -24,6 +24,8 @@ class Precision:
     # ``native``: it does, on this machine now (native_matmul.running decides; conversion and footprints ask it).
     native_capable: bool = False
     native: bool = False
+    # The GGUF's blocks on CUDA through Hearth's CUDA kernels (engine/runtime/cuda_kernels.py), fp16 activations.
+    cuda_blocks: bool = False
 
     @property
     def weights_id(self) -> str:
@@ -67,6 +69,13 @@ PRECISIONS: dict[str, Precision] = {
             "points instead of the side branch: faster on a tiny model, but on a Q4_K_M 8B its kernel decodes at "
             "0.46× int4-half's (H200); slow on the CPU",
             compute="float16", family="int4", q4_1_form="zero_point",
+        ),
+        Precision(
+            "int4-cuda-blocks", True, True, 0, "float16",
+            "for CUDA: the GGUF's own blocks read by Hearth's CUDA kernels (GEMV per block type, the MLP's "
+            "activation fused into the down projection), fp16 activations and KV cache; what an int4 model runs as "
+            "on an NVIDIA GPU of compute capability 8.0 or later; no CPU kernel",
+            compute="float16", family="int4", native=True, cuda_blocks=True,
         ),
         Precision(
             "int4-cuda-dense", False, False, 0, "float16",

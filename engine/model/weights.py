@@ -81,7 +81,7 @@ def will_pack(model: GGUFModel, name: str, precision: Precision) -> bool:
     8-bit or splits this model's into 4-bit planes."""
     type_name = model.tensor(name).tensor_type.name
     if precision.native:
-        return native_matmul.supports(type_name)
+        return native_matmul.supports(type_name, precision)
     if not (precision.packed and is_packable(type_name)):
         return False
     return packed_bits(type_name) < 8 or precision.packed_8bit or splits_8bit(model, precision)
@@ -99,7 +99,7 @@ def embedding_in_blocks(model: GGUFModel, precision: Precision) -> bool:
     of dense rows: with fp32 activations, wherever the precision packs; in the matmul's form where the
     head can share it, else (an 8-bit table whose head is dense) as plain 8-bit blocks."""
     if precision.native:
-        return native_matmul.supports(model.tensor(EMBEDDING).tensor_type.name)
+        return native_matmul.supports(model.tensor(EMBEDDING).tensor_type.name, precision)
     return precision.compute == "float32" and precision.packed and is_packable(model.tensor(EMBEDDING).tensor_type.name)
 
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.model.precision import Precision, get_precision
-from engine.runtime import native_library
+from engine.runtime import cuda_kernels, native_library
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,11 @@ def running(precision: Precision | str) -> Precision:
     return precision
 
 
-def supports(type_name: str) -> bool:
+def supports(type_name: str, precision: Precision | None = None) -> bool:
+    """Whether a layer of ``type_name`` stays in its GGUF blocks: for the CPU kernels, or for the CUDA ones where
+    ``precision`` runs on them (cuda_kernels.py)."""
+    if precision is not None and precision.cuda_blocks:
+        return cuda_kernels.supports(type_name)
     return type_name in TYPE_IDS
 
 
@@ -84,12 +88,13 @@ def chosen_isa() -> str:
     return fn().decode()
 
 
-def graph_needs_library(onnx_path: Path) -> bool:
-    """Whether the converted graph at ``onnx_path`` runs ops of Hearth's library (its opset imports say)."""
+def graph_domains(onnx_path: Path) -> set[str]:
+    """The op domains the converted graph at ``onnx_path`` imports: DOMAIN where it runs the CPU kernels,
+    cuda_kernels.DOMAIN where it runs the CUDA ones."""
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
-    return any(o.domain == DOMAIN for o in model.opset_import)
+    return {o.domain for o in model.opset_import}
 
 
 def register_library(options) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from engine.arch import io_names
 from engine.arch.config import ModelConfig
 from engine.errors import ModelFileError, ProviderError
-from engine.runtime import native_attention, native_matmul, providers
+from engine.runtime import cuda_kernels, native_attention, native_matmul, providers
 from engine.runtime.kv_cache import KVCache
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,16 @@ class ModelRunner:
         self.attention = "onnxruntime"  # whose CPU attention kernel runs: "hearth" (native_attention.py) or this
         self.head = "onnxruntime"  # whose output head: "hearth" (HeadQ8 over the table's blocks) or this
         options = session_options(threads, profile_prefix)
-        self.matmul = "onnxruntime"  # whose matmuls: "hearth (ISA)" for a graph on the GGUF's blocks (native_matmul.py)
-        if native_matmul.graph_needs_library(self.path):  # weights in the GGUF's blocks: every session needs the kernels
+        # Whose matmuls: "hearth (ISA)" for a graph on the GGUF's blocks (native_matmul.py), "hearth (CUDA)" for one
+        # on them through the CUDA kernels (cuda_kernels.py). Such a graph needs the library in every session.
+        self.matmul = "onnxruntime"
+        domains = native_matmul.graph_domains(self.path)
+        if native_matmul.DOMAIN in domains:
             native_matmul.register_library(options)
             self.matmul = f"hearth ({native_matmul.chosen_isa()})"
+        if cuda_kernels.DOMAIN in domains:
+            cuda_kernels.register_library(options)
+            self.matmul = "hearth (CUDA)"
         candidates = [n for n in providers.candidate_providers(provider) if cpu_fallback or n != "cpu"]
         last_error = ""
         self.session = None

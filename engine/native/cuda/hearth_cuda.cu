@@ -1,0 +1,410 @@
+/* libhearth_cuda: Hearth's CUDA kernels as ONNX Runtime custom ops (domain ai.hearth.cuda), for graphs whose
+ * weights are the GGUF's own blocks (engine/model/precision.py, "int4-cuda-blocks").
+ *
+ *   MatMulQ(X fp16 [.., Kx], W0 uint8 [N0, R0], W1?, W2?) -> Y fp16 [.., N0+N1+N2]
+ *       attributes type, type1, type2 (GGML type ids of W0..W2), act (0 none; 1 silu, 2 gelu-tanh: X is gate|up,
+ *       Kx = 2K, and the layer reads act(gate)·up). Up to 8 rows of X: hearth_cuda_kernels.cuh's GEMV; more
+ *       (a prefill): the weights dequantized to fp16 in slabs of at most 64 MB and cuBLAS's GEMM.
+ *   GatherQ(ids int64 [..], table uint8 [V, R]) -> fp16 [.., K]; attributes type, k.
+ *
+ * The library links the CUDA runtime statically and needs nothing at load time but the driver; cuBLAS is looked
+ * up (dlopen) on the first prefill, where ONNX Runtime's CUDA provider has loaded it already. Every kernel runs
+ * on the stream ONNX Runtime gives the op, so a decode step's kernels are captured into its CUDA graph with the
+ * rest. The ONNX Runtime API is reached through ../ort_abi.h's slots, as the CPU library does (no headers ship
+ * with the wheel); RegisterCustomOps checks the layout before using any slot.
+ *
+ * Built by build.sh (nvcc, sm_80/86/89/90 and PTX); the source hash it bakes in is checked by
+ * engine/runtime/cuda_kernels.py before the library is used.
+ */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "../ort_abi.h"
+#include "hearth_cuda_kernels.cuh"
+
+#ifndef HEARTH_CUDA_SOURCE_HASH
+#define HEARTH_CUDA_SOURCE_HASH "unknown"
+#endif
+
+#define HQ_EXPORT extern "C" __attribute__((visibility("default")))
+
+/* Slots and element types beyond those ort_abi.h names (counted from onnxruntime_c_api.h, as it does). */
+enum { SLOT_GetGPUComputeStream = 193 };
+enum { ELEMENT_INT64 = 7, ELEMENT_FLOAT16 = 10 };
+typedef OrtStatus *(*GetStreamFn)(const OrtKernelContext *ctx, void **out);
+
+static const OrtApi *api;
+#define CALL(type, index) ((type)api->slot[index])
+
+static const int GEMV_MAX_ROWS = 8;
+static const int64_t SLAB_BYTES = 64ll << 20;
+
+static OrtStatus *fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static OrtStatus *fail(int code, const char *fmt, ...) {
+    char message[300];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    return CALL(CreateStatusFn, SLOT_CreateStatus)(code, message);
+}
+
+static OrtStatus *cuda_status(const char *op, cudaError_t err) {
+    return err == cudaSuccess ? nullptr : fail(ORT_FAIL, "hearth.cuda.%s: %s", op, cudaGetErrorString(err));
+}
+
+/* A tensor's data and shape. */
+struct Tensor {
+    void *data;
+    int64_t dims[8];
+    size_t rank;
+    int64_t count() const {
+        int64_t n = 1;
+        for (size_t i = 0; i < rank; i++) n *= dims[i];
+        return n;
+    }
+};
+
+static OrtStatus *read_tensor(const OrtValue *value, int element, const char *what, Tensor *t) {
+    OrtTensorTypeAndShapeInfo *info;
+    OrtStatus *st = CALL(GetTensorTypeAndShapeFn, SLOT_GetTensorTypeAndShape)(value, &info);
+    if (st) return st;
+    int type = 0;
+    st = CALL(GetTensorElementTypeFn, SLOT_GetTensorElementType)(info, &type);
+    if (!st) st = CALL(GetDimensionsCountFn, SLOT_GetDimensionsCount)(info, &t->rank);
+    if (!st && t->rank > 8) st = fail(ORT_INVALID_ARGUMENT, "hearth.cuda: %s has more than 8 dimensions", what);
+    if (!st) st = CALL(GetDimensionsFn, SLOT_GetDimensions)(info, t->dims, t->rank);
+    CALL(ReleaseTypeShapeFn, SLOT_ReleaseTensorTypeAndShapeInfo)(info);
+    if (st) return st;
+    if (type != element) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda: %s has element type %d, not %d", what, type, element);
+    return CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)((OrtValue *)value, &t->data);
+}
+
+static OrtStatus *make_output(OrtKernelContext *ctx, const int64_t *dims, size_t rank, void **out) {
+    OrtValue *value;
+    OrtStatus *st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, 0, dims, rank, &value);
+    return st ? st : CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)(value, out);
+}
+
+static OrtStatus *stream_of(OrtKernelContext *ctx, cudaStream_t *stream) {
+    void *s = nullptr;
+    OrtStatus *st = CALL(GetStreamFn, SLOT_GetGPUComputeStream)(ctx, &s);
+    *stream = (cudaStream_t)s;
+    return st;
+}
+
+/* An int attribute, or ``fallback`` where the node has none. */
+static int64_t int_attribute(const OrtKernelInfo *info, const char *name, int64_t fallback) {
+    int64_t value = fallback;
+    OrtStatus *st = CALL(AttrInt64Fn, SLOT_KernelInfoGetAttribute_int64)(info, name, &value);
+    if (st) {
+        CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);
+        return fallback;
+    }
+    return value;
+}
+
+/* ---- cuBLAS, found at first use ------------------------------------------------------------------------------- */
+typedef void *CublasHandle;
+typedef int (*CublasCreateFn)(CublasHandle *);
+typedef int (*CublasSetStreamFn)(CublasHandle, cudaStream_t);
+typedef int (*CublasGemmExFn)(CublasHandle, int, int, int, int, int, const void *, const void *, int, int, const void *,
+                              int, int, const void *, void *, int, int, int, int);
+enum { CUBLAS_OP_N_ = 0, CUBLAS_OP_T_ = 1, CUDA_R_16F_ = 2, CUBLAS_COMPUTE_32F_ = 68, CUBLAS_GEMM_DEFAULT_ = -1 };
+
+struct Cublas {
+    CublasCreateFn create = nullptr;
+    CublasSetStreamFn set_stream = nullptr;
+    CublasGemmExFn gemm = nullptr;
+    std::mutex lock;
+    std::unordered_map<cudaStream_t, CublasHandle> handles;  // one per stream: a handle's workspace is not shared
+    bool tried = false;
+};
+static Cublas cublas;
+
+/* The cuBLAS handle for ``stream``, or null where cuBLAS cannot be loaded (the GEMV then serves every length). */
+static CublasHandle cublas_for(cudaStream_t stream) {
+    std::lock_guard<std::mutex> guard(cublas.lock);
+    if (!cublas.tried) {
+        cublas.tried = true;
+        void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_NOLOAD);
+        if (!lib) lib = dlopen("libcublas.so.13", RTLD_NOW);
+        if (!lib) lib = dlopen("libcublas.so", RTLD_NOW);
+        if (lib) {
+            cublas.create = (CublasCreateFn)dlsym(lib, "cublasCreate_v2");
+            cublas.set_stream = (CublasSetStreamFn)dlsym(lib, "cublasSetStream_v2");
+            cublas.gemm = (CublasGemmExFn)dlsym(lib, "cublasGemmEx");
+        }
+    }
+    if (!cublas.create || !cublas.set_stream || !cublas.gemm) return nullptr;
+    auto found = cublas.handles.find(stream);
+    if (found != cublas.handles.end()) return found->second;
+    CublasHandle handle = nullptr;
+    if (cublas.create(&handle) != 0 || cublas.set_stream(handle, stream) != 0) return nullptr;
+    cublas.handles[stream] = handle;
+    return handle;
+}
+
+/* ---- MatMulQ -------------------------------------------------------------------------------------------------- */
+struct MatMulKernel {
+    int types[HQ_MAX_SEGMENTS];
+    int act;
+};
+
+static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int rows, int64_t k, const HqSegments &segs,
+                              __half *y, cudaStream_t stream) {
+    const int64_t n_total = segs.start[segs.count];
+    const dim3 grid((unsigned)((n_total + HQ_WARPS - 1) / HQ_WARPS)), block(HQ_WARPS * 32);
+    for (int m0 = 0; m0 < rows; m0 += GEMV_MAX_ROWS) {
+        const int mt = rows - m0 < GEMV_MAX_ROWS ? rows - m0 : GEMV_MAX_ROWS;
+        const __half *xm = x + (int64_t)m0 * x_stride;
+        __half *ym = y + (int64_t)m0 * n_total;
+        const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
+        const size_t shared = (size_t)width * (size_t)(hq_tile(width) < k ? hq_tile(width) : (k + 255) & ~255LL) * 4;
+        switch (width) {
+        case 1: gemv_kernel<1><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
+        case 2: gemv_kernel<2><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
+        case 4: gemv_kernel<4><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
+        default: gemv_kernel<8><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
+        }
+    }
+    return cuda_status("MatMulQ", cudaGetLastError());
+}
+
+/* A prefill: y [rows, N] = act(x) · Wᵀ through cuBLAS, W dequantized a slab of rows at a time. */
+static OrtStatus *launch_gemm(CublasHandle handle, const __half *x, int act, int64_t rows, int64_t k,
+                              const HqSegments &segs, __half *y, cudaStream_t stream) {
+    const int64_t n_total = segs.start[segs.count];
+    int64_t slab_rows = SLAB_BYTES / (k * 2);
+    if (slab_rows < 1) slab_rows = 1;
+    if (slab_rows > n_total) slab_rows = n_total;
+    __half *slab = nullptr, *input = nullptr;
+    OrtStatus *st = cuda_status("MatMulQ", cudaMallocAsync((void **)&slab, (size_t)(slab_rows * k * 2), stream));
+    if (!st && act != HQ_ACT_NONE) {
+        st = cuda_status("MatMulQ", cudaMallocAsync((void **)&input, (size_t)(rows * k * 2), stream));
+        if (!st) activation_kernel<<<1024, 256, 0, stream>>>(x, rows, k, act, input);
+    }
+    const __half *a = input ? input : x;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t r0 = 0; !st && r0 < n_total; r0 += slab_rows) {
+        const int64_t count = n_total - r0 < slab_rows ? n_total - r0 : slab_rows;
+        const int64_t chunks = count * (k / 8);
+        const unsigned blocks = (unsigned)(chunks / 256 + 1 < 65535 ? chunks / 256 + 1 : 65535);
+        dequant_kernel<<<blocks, 256, 0, stream>>>(segs, r0, r0 + count, k, slab);
+        st = cuda_status("MatMulQ", cudaGetLastError());
+        // Column-major view: Yᵀ[N, rows] (ld n_total) = slabᵀ' · Xᵀ, the slab's rows being its columns of length k.
+        if (!st && cublas.gemm(handle, CUBLAS_OP_T_, CUBLAS_OP_N_, (int)count, (int)rows, (int)k, &alpha, slab,
+                               CUDA_R_16F_, (int)k, a, CUDA_R_16F_, (int)k, &beta, y + r0, CUDA_R_16F_, (int)n_total,
+                               CUBLAS_COMPUTE_32F_, CUBLAS_GEMM_DEFAULT_) != 0)
+            st = fail(ORT_FAIL, "hearth.cuda.MatMulQ: cuBLAS's GEMM failed");
+    }
+    if (slab) cudaFreeAsync(slab, stream);
+    if (input) cudaFreeAsync(input, stream);
+    return st;
+}
+
+static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
+    const MatMulKernel *kern = (const MatMulKernel *)self;
+    size_t inputs = 0;
+    OrtStatus *st = CALL(GetInputCountFn, SLOT_KernelContext_GetInputCount)(ctx, &inputs);
+    if (st) return st;
+    const OrtValue *value;
+    Tensor x;
+    if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, 0, &value)) ||
+        (st = read_tensor(value, ELEMENT_FLOAT16, "MatMulQ's X", &x)))
+        return st;
+    HqSegments segs = {};
+    int64_t k = -1;
+    for (size_t i = 1; i < inputs && i <= HQ_MAX_SEGMENTS; i++) {
+        if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &value))) return st;
+        if (!value) break;
+        Tensor w;
+        if ((st = read_tensor(value, ELEMENT_UINT8, "MatMulQ's W", &w))) return st;
+        const int type = kern->types[i - 1], bytes = hq_block_bytes(type);
+        if (bytes == 0)
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: W%zu is given but its type attribute is not", i - 1);
+        if (w.rank != 2 || w.dims[1] <= 0 || w.dims[1] % bytes)
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: W%zu must be [N, R] with R a positive multiple of "
+                        "type %d's %d-byte block", i - 1, type, bytes);
+        const int64_t kw = w.dims[1] / bytes * hq_block_weights(type);
+        if (k >= 0 && kw != k)
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: W%zu holds %lld weights a row, W0 %lld", i - 1,
+                        (long long)kw, (long long)k);
+        k = kw;
+        const int s = segs.count++;
+        segs.rows[s] = (const uint8_t *)w.data;
+        segs.row_bytes[s] = w.dims[1];
+        segs.type[s] = type;
+        segs.start[s + 1] = segs.start[s] + w.dims[0];
+    }
+    const int64_t kx = kern->act == HQ_ACT_NONE ? k : 2 * k;
+    if (x.rank < 1 || x.dims[x.rank - 1] != kx)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: X's last dimension must be %lld (W's rows hold %lld "
+                    "weights%s)", (long long)kx, (long long)k, kern->act ? ", and X holds gate and up side by side" : "");
+    int64_t dims[8];
+    memcpy(dims, x.dims, sizeof dims);
+    const int64_t n_total = segs.start[segs.count];
+    dims[x.rank - 1] = n_total;
+    void *y;
+    if ((st = make_output(ctx, dims, x.rank, &y))) return st;
+    const int64_t rows = x.count() / kx;
+    if (rows == 0 || n_total == 0) return nullptr;
+    cudaStream_t stream;
+    if ((st = stream_of(ctx, &stream))) return st;
+    if (rows > GEMV_MAX_ROWS) {
+        CublasHandle handle = cublas_for(stream);
+        if (handle) return launch_gemm(handle, (const __half *)x.data, kern->act, rows, k, segs, (__half *)y, stream);
+    }
+    return launch_gemv((const __half *)x.data, kx, kern->act, (int)rows, k, segs, (__half *)y, stream);
+}
+
+static OrtStatus *matmul_create(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *info, void **out) {
+    MatMulKernel *kern = new MatMulKernel();
+    static const char *names[HQ_MAX_SEGMENTS] = {"type", "type1", "type2"};
+    for (int i = 0; i < HQ_MAX_SEGMENTS; i++) {
+        const int64_t type = int_attribute(info, names[i], i == 0 ? -1 : 0);
+        kern->types[i] = (int)type;
+        if ((i == 0 || type != 0) && (type != (int)type || hq_block_bytes((int)type) == 0)) {
+            delete kern;
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: unsupported weight type %lld in %s",
+                        (long long)type, names[i]);
+        }
+    }
+    const int64_t act = int_attribute(info, "act", 0);
+    if (act < HQ_ACT_NONE || act > HQ_ACT_GELU_TANH) {
+        delete kern;
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: act must be 0, 1 or 2, not %lld", (long long)act);
+    }
+    kern->act = (int)act;
+    *out = kern;
+    return nullptr;
+}
+
+static void matmul_destroy(void *kernel) { delete (MatMulKernel *)kernel; }
+
+/* ---- GatherQ -------------------------------------------------------------------------------------------------- */
+struct GatherKernel {
+    int type;
+};
+
+static OrtStatus *gather_compute(void *self, OrtKernelContext *ctx) {
+    const GatherKernel *kern = (const GatherKernel *)self;
+    const OrtValue *in[2];
+    OrtStatus *st;
+    for (size_t i = 0; i < 2; i++)
+        if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &in[i]))) return st;
+    Tensor ids, table;
+    if ((st = read_tensor(in[0], ELEMENT_INT64, "GatherQ's ids", &ids)) ||
+        (st = read_tensor(in[1], ELEMENT_UINT8, "GatherQ's table", &table)))
+        return st;
+    const int bytes = hq_block_bytes(kern->type);
+    if (table.rank != 2 || table.dims[1] <= 0 || table.dims[1] % bytes || ids.rank > 7)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.GatherQ: the table must be [V, R] with R a positive multiple of "
+                    "type %d's %d-byte block, and ids of rank 7 at most", kern->type, bytes);
+    const int64_t k = table.dims[1] / bytes * hq_block_weights(kern->type);
+    int64_t dims[8];
+    memcpy(dims, ids.dims, sizeof dims);
+    dims[ids.rank] = k;
+    void *out;
+    if ((st = make_output(ctx, dims, ids.rank + 1, &out))) return st;
+    const int64_t count = ids.count();
+    if (count == 0) return nullptr;
+    cudaStream_t stream;
+    if ((st = stream_of(ctx, &stream))) return st;
+    gather_kernel<<<(unsigned)count, 128, 0, stream>>>((const int64_t *)ids.data, count, (const uint8_t *)table.data,
+                                                        table.dims[0], table.dims[1], kern->type, k, (__half *)out);
+    return cuda_status("GatherQ", cudaGetLastError());
+}
+
+static OrtStatus *gather_create(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *info, void **out) {
+    const int64_t type = int_attribute(info, "type", -1);
+    if (type != (int)type || hq_block_bytes((int)type) == 0)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.GatherQ: unsupported table type %lld", (long long)type);
+    GatherKernel *kern = new GatherKernel();
+    kern->type = (int)type;
+    *out = kern;
+    return nullptr;
+}
+
+static void gather_destroy(void *kernel) { delete (GatherKernel *)kernel; }
+
+/* ---- registration --------------------------------------------------------------------------------------------- */
+static const char *cuda_provider(const OrtCustomOp *) { return "CUDAExecutionProvider"; }
+static int default_memory(const OrtCustomOp *, size_t) { return 0; }
+static int required(const OrtCustomOp *, size_t) { return IO_REQUIRED; }
+static int matmul_characteristic(const OrtCustomOp *, size_t i) { return i < 2 ? IO_REQUIRED : IO_OPTIONAL; }
+static int zero(const OrtCustomOp *) { return 0; }
+static int one(const OrtCustomOp *) { return 1; }
+static int end_version(const OrtCustomOp *) { return 1 << 30; }
+static int half_type(const OrtCustomOp *, size_t) { return ELEMENT_FLOAT16; }
+static size_t one_count(const OrtCustomOp *) { return 1; }
+
+static const char *matmul_name(const OrtCustomOp *) { return "MatMulQ"; }
+static int matmul_input_type(const OrtCustomOp *, size_t i) { return i == 0 ? (int)ELEMENT_FLOAT16 : (int)ELEMENT_UINT8; }
+static size_t matmul_inputs(const OrtCustomOp *) { return 1 + HQ_MAX_SEGMENTS; }
+static const char *gather_name(const OrtCustomOp *) { return "GatherQ"; }
+static int gather_input_type(const OrtCustomOp *, size_t i) { return i == 0 ? (int)ELEMENT_INT64 : (int)ELEMENT_UINT8; }
+static size_t gather_inputs(const OrtCustomOp *) { return 2; }
+
+static OrtCustomOp cuda_op(const char *(*name)(const OrtCustomOp *), int (*input_type)(const OrtCustomOp *, size_t),
+                           size_t (*inputs)(const OrtCustomOp *), int (*characteristic)(const OrtCustomOp *, size_t),
+                           OrtStatus *(*create)(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *, void **),
+                           OrtStatus *(*compute)(void *, OrtKernelContext *), void (*destroy)(void *)) {
+    OrtCustomOp op;
+    memset(&op, 0, sizeof op);
+    op.version = HEARTH_ORT_API_VERSION;
+    op.GetName = name;
+    op.GetExecutionProviderType = cuda_provider;
+    op.GetInputType = input_type;
+    op.GetInputTypeCount = inputs;
+    op.GetOutputType = half_type;
+    op.GetOutputTypeCount = one_count;
+    op.KernelDestroy = destroy;
+    op.GetInputCharacteristic = characteristic;
+    op.GetOutputCharacteristic = required;
+    op.GetInputMemoryType = default_memory;
+    op.GetVariadicInputMinArity = one;
+    op.GetVariadicInputHomogeneity = zero;
+    op.GetVariadicOutputMinArity = one;
+    op.GetVariadicOutputHomogeneity = zero;
+    op.CreateKernelV2 = create;
+    op.KernelComputeV2 = compute;
+    op.GetStartVersion = one;
+    op.GetEndVersion = end_version;
+    return op;
+}
+
+static OrtCustomOp matmul_op = cuda_op(matmul_name, matmul_input_type, matmul_inputs, matmul_characteristic,
+                                       matmul_create, matmul_compute, matmul_destroy);
+static OrtCustomOp gather_op = cuda_op(gather_name, gather_input_type, gather_inputs, required, gather_create,
+                                       gather_compute, gather_destroy);
+
+/* For the Python side: the sources this binary was built from (build.sh), and whether a GPU here can run it. */
+HQ_EXPORT const char *HearthCudaKernelsSourceHash(void) { return HEARTH_CUDA_SOURCE_HASH; }
+
+HQ_EXPORT int HearthCudaKernelsUsable(void) {
+    int count = 0, major = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return 0;
+    return major >= 8;  // built for sm_80 and later (build.sh)
+}
+
+HQ_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
+    api = base->GetApi(HEARTH_ORT_API_VERSION);
+    if (!api) return nullptr;
+    const char *build = CALL(GetBuildInfoStringFn, SLOT_GetBuildInfoString)();
+    if (!build || strncmp(build, "ORT Build Info", 14) != 0)
+        return CALL(CreateStatusFn, SLOT_CreateStatus)(ORT_FAIL, "hearth CUDA kernels: unexpected ONNX Runtime API layout");
+    OrtCustomOpDomain *domain;
+    OrtStatus *st = CALL(CreateCustomOpDomainFn, SLOT_CreateCustomOpDomain)("ai.hearth.cuda", &domain);
+    if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &matmul_op);
+    if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &gather_op);
+    if (!st) st = CALL(AddCustomOpDomainFn, SLOT_AddCustomOpDomain)(options, domain);
+    return st;
+}

@@ -1,0 +1,149 @@
+/* The GGUF's block formats, decoded eight weights at a time, for Hearth's CUDA kernels (hearth_cuda.cu).
+ *
+ * A row of K weights is K/8 "chunks" of eight. decode8 turns chunk c of a row into its eight weights w[0..7]
+ * and says where they sit: four pairs of neighbours, pair p at columns pos + off[p] and pos + off[p] + 1, so a
+ * kernel reads the matching activations as four half2 loads. Consecutive chunks read consecutive bytes of the
+ * row wherever the format allows (32 lanes of a warp read the 128 quant bytes of a Q4_K super-block in one
+ * sweep), and every weight comes out exactly as the format defines it: scale·q + offset in fp32, as ggml's
+ * dequantize_row_* and the CPU kernels (hearth_unpack.h) compute it. The functions are __host__ too, so the
+ * layouts are checked on the CPU against gguf-py's dequantize (bench/cuda_blocks_check.py).
+ */
+#ifndef HEARTH_CUDA_BLOCKS_CUH
+#define HEARTH_CUDA_BLOCKS_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define HQ_FN __host__ __device__ __forceinline__
+
+/* GGML type ids (gguf.GGMLQuantizationType), the ones the CUDA kernels read. */
+enum { HQ_Q4_0 = 2, HQ_Q4_1 = 3, HQ_Q5_0 = 6, HQ_Q5_1 = 7, HQ_Q8_0 = 8, HQ_Q4_K = 12, HQ_Q5_K = 13, HQ_Q6_K = 14 };
+
+/* Bytes of one block and weights in it; 0 for a type the kernels do not read. */
+HQ_FN int hq_block_bytes(int type) {
+    switch (type) {
+    case HQ_Q4_0: return 18;
+    case HQ_Q4_1: return 20;
+    case HQ_Q5_0: return 22;
+    case HQ_Q5_1: return 24;
+    case HQ_Q8_0: return 34;
+    case HQ_Q4_K: return 144;
+    case HQ_Q5_K: return 176;
+    case HQ_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+HQ_FN int hq_block_weights(int type) { return type >= HQ_Q4_K ? 256 : 32; }
+
+HQ_FN float hq_half(const uint8_t *p) {
+    uint16_t bits = (uint16_t)(p[0] | (p[1] << 8));
+    return __half2float(__ushort_as_half(bits));
+}
+
+HQ_FN uint32_t hq_u32(const uint8_t *p) {  /* unaligned little-endian 32-bit read */
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* A K-quant's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes. */
+HQ_FN void hq_scale_min_k4(int j, const uint8_t *q, float *sc, float *m) {
+    if (j < 4) {
+        *sc = (float)(q[j] & 63);
+        *m = (float)(q[j + 4] & 63);
+    } else {
+        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Chunk c of a row of this type: its weights w[8] and the pairs' columns (pos + off[p], +1). */
+HQ_FN void hq_decode8(int type, const uint8_t *row, int c, float w[8], int *pos, int off[4]) {
+    if (type < HQ_Q4_K) {  /* blocks of 32: four chunks each */
+        const int b = c >> 2, s = c & 3;
+        const uint8_t *blk = row + (size_t)b * hq_block_bytes(type);
+        *pos = b * 32;
+        const float d = hq_half(blk);
+        if (type == HQ_Q8_0) {  /* qs[8s .. 8s+7] are weights 8s .. 8s+7 */
+            const int8_t *qs = (const int8_t *)(blk + 2) + 8 * s;
+            for (int i = 0; i < 8; i++) w[i] = d * (float)qs[i];
+            for (int p = 0; p < 4; p++) off[p] = 8 * s + 2 * p;
+            return;
+        }
+        /* Bytes qs[4s .. 4s+3]: low nibbles are weights 4s .. 4s+3, high nibbles 16+4s .. 16+4s+3. */
+        const uint8_t *qs = blk + (type == HQ_Q4_0 ? 2 : type == HQ_Q4_1 ? 4 : type == HQ_Q5_0 ? 6 : 8) + 4 * s;
+        float scale = d, offset;
+        uint32_t high = 0;
+        if (type == HQ_Q4_0) {
+            offset = -8.0f * d;
+        } else if (type == HQ_Q4_1) {
+            offset = hq_half(blk + 2);
+        } else if (type == HQ_Q5_0) {
+            offset = -16.0f * d;
+            high = hq_u32(blk + 2);
+        } else {
+            offset = hq_half(blk + 2);
+            high = hq_u32(blk + 4);
+        }
+        const int fifth = type == HQ_Q5_0 || type == HQ_Q5_1;
+        for (int i = 0; i < 4; i++) {
+            const int j = 4 * s + i;
+            int lo = qs[i] & 0xF, hi = qs[i] >> 4;
+            if (fifth) {
+                lo |= (int)((high >> j) & 1) << 4;
+                hi |= (int)((high >> (j + 16)) & 1) << 4;
+            }
+            w[i] = scale * (float)lo + offset;
+            w[4 + i] = scale * (float)hi + offset;
+        }
+        off[0] = 4 * s, off[1] = 4 * s + 2, off[2] = 16 + 4 * s, off[3] = 18 + 4 * s;
+        return;
+    }
+    const int sb = c >> 5, l = c & 31;  /* super-blocks of 256: 32 chunks each */
+    const uint8_t *blk = row + (size_t)sb * hq_block_bytes(type);
+    *pos = sb * 256;
+    if (type == HQ_Q6_K) {
+        /* Two halves of 128 (ql[64], qh[32], 8 scales each). Chunk t of a half holds columns 2t, 2t+1 of each
+         * of its four 32-column quarters: ql's low nibbles (quarters 0, 1), high nibbles (2, 3), qh's 2-bit pairs. */
+        const int h = l >> 4, t = l & 15;
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h;
+        const float d = hq_half(blk + 208);
+        const int is = (2 * t) >> 4;
+        for (int i = 0; i < 2; i++) {
+            const int col = 2 * t + i;
+            const int q1 = ((ql[col] & 0xF) | (((qh[col] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[col + 32] & 0xF) | (((qh[col] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[col] >> 4) | (((qh[col] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[col + 32] >> 4) | (((qh[col] >> 6) & 3) << 4)) - 32;
+            w[0 + i] = d * (float)sc[is + 0] * (float)q1;
+            w[2 + i] = d * (float)sc[is + 2] * (float)q2;
+            w[4 + i] = d * (float)sc[is + 4] * (float)q3;
+            w[6 + i] = d * (float)sc[is + 6] * (float)q4;
+        }
+        for (int p = 0; p < 4; p++) off[p] = 128 * h + 32 * p + 2 * t;
+        return;
+    }
+    /* Q4_K / Q5_K: d, dmin, 12 scale bytes, (Q5_K: qh[32]), qs[128]. Lane l reads qs[4l .. 4l+3]: in 64-column
+     * group g = l/8 at column p = 4l mod 32, low nibbles are columns 64g+p.., high nibbles 64g+32+p.. */
+    const float d = hq_half(blk), dmin = hq_half(blk + 2);
+    const uint8_t *scales = blk + 4;
+    const uint8_t *qs = blk + (type == HQ_Q4_K ? 16 : 48) + 4 * l;
+    const int g = l >> 3, p = (4 * l) & 31;
+    float sc1, m1, sc2, m2;
+    hq_scale_min_k4(2 * g, scales, &sc1, &m1);
+    hq_scale_min_k4(2 * g + 1, scales, &sc2, &m2);
+    const float a1 = d * sc1, b1 = -dmin * m1, a2 = d * sc2, b2 = -dmin * m2;
+    for (int i = 0; i < 4; i++) {
+        int lo = qs[i] & 0xF, hi = qs[i] >> 4;
+        if (type == HQ_Q5_K) {
+            const uint8_t bits = blk[16 + p + i];
+            lo += (bits >> (2 * g)) & 1 ? 16 : 0;
+            hi += (bits >> (2 * g + 1)) & 1 ? 16 : 0;
+        }
+        w[i] = a1 * (float)lo + b1;
+        w[4 + i] = a2 * (float)hi + b2;
+    }
+    off[0] = 64 * g + p, off[1] = 64 * g + p + 2, off[2] = 64 * g + 32 + p, off[3] = 64 * g + 34 + p;
+}
+
+#endif

@@ -1,0 +1,173 @@
+/* The CUDA kernels behind ai.hearth.cuda.MatMulQ and GatherQ (hearth_cuda.cu wires them to ONNX Runtime).
+ *
+ * gemv_kernel: y = act(x) · Wᵀ for a few rows of x (a decode step: 1; prompt-lookup verification: up to 8),
+ * straight from the GGUF's blocks. One warp per output row; the block's 8 warps share x, staged once in shared
+ * memory as fp32 (after the gate activation when the layer is an MLP's down projection: x then holds gate|up
+ * side by side and the kernel reads act(gate)·up, so the Split, activation and Mul of ONNX Runtime's graph are
+ * not separate kernels). Each lane decodes eight weights at a time (hearth_cuda_blocks.cuh) and keeps fp32
+ * sums; the warp adds its lanes' sums. Up to three weight matrices of different types can sit side by side in
+ * one launch (Q|K|V where V is Q6_K and Q, K are Q4_K, as llama.cpp's Q4_K_M mix has them).
+ *
+ * Longer inputs (a prefill) dequantize the weights to fp16 in slabs (dequant_kernel) for cuBLAS's GEMM.
+ */
+#ifndef HEARTH_CUDA_KERNELS_CUH
+#define HEARTH_CUDA_KERNELS_CUH
+
+#include "hearth_cuda_blocks.cuh"
+
+#define HQ_WARPS 8           /* output rows per block of the GEMV: one per warp */
+#define HQ_STAGE_BYTES 32768 /* shared memory for the staged activations: under the 48 KB every GPU gives unasked */
+#define HQ_MAX_SEGMENTS 3
+
+enum { HQ_ACT_NONE = 0, HQ_ACT_SILU = 1, HQ_ACT_GELU_TANH = 2 };
+
+/* Weight matrices side by side along the output: segment s holds output rows [start[s], start[s+1]). */
+struct HqSegments {
+    const uint8_t *rows[HQ_MAX_SEGMENTS];
+    int64_t row_bytes[HQ_MAX_SEGMENTS];
+    int type[HQ_MAX_SEGMENTS];
+    int64_t start[HQ_MAX_SEGMENTS + 1];
+    int count;
+};
+
+__device__ __forceinline__ float hq_act(int act, float g) {
+    if (act == HQ_ACT_SILU) return g / (1.0f + __expf(-g));
+    if (act == HQ_ACT_GELU_TANH) return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+    return g;
+}
+
+/* x's column k of row m as the matmul reads it: act(gate)·up when act is set (x_stride = 2K), else x itself. */
+__device__ __forceinline__ float hq_input(const __half *x, int64_t x_stride, int act, int64_t k_total, int m,
+                                          int64_t k) {
+    const __half *row = x + (int64_t)m * x_stride;
+    if (act == HQ_ACT_NONE) return __half2float(row[k]);
+    return hq_act(act, __half2float(row[k])) * __half2float(row[k_total + k]);
+}
+
+/* The largest tile of K (a multiple of 256, so no block straddles two tiles) whose MT rows fit the stage. */
+__host__ __device__ __forceinline__ int64_t hq_tile(int mt) { return (int64_t)(HQ_STAGE_BYTES / 4 / mt) & ~255LL; }
+
+template <int TYPE, int MT>
+__device__ __forceinline__ void hq_row_dot(const uint8_t *row, int64_t c0, int64_t c1, int64_t k0, const float *xs,
+                                           int64_t tile, float acc[MT], int lane) {
+#pragma unroll 4
+    for (int64_t c = c0 + lane; c < c1; c += 32) {
+        float w[8];
+        int pos, off[4];
+        hq_decode8(TYPE, row, (int)c, w, &pos, off);
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int64_t col = pos + off[p] - k0;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const float2 v = *reinterpret_cast<const float2 *>(xs + m * tile + col);
+                acc[m] = fmaf(w[2 * p], v.x, fmaf(w[2 * p + 1], v.y, acc[m]));
+            }
+        }
+    }
+}
+
+template <int MT>
+__device__ __forceinline__ void hq_dispatch(int type, const uint8_t *row, int64_t c0, int64_t c1, int64_t k0,
+                                            const float *xs, int64_t tile, float acc[MT], int lane) {
+    switch (type) {
+    case HQ_Q4_0: hq_row_dot<HQ_Q4_0, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q4_1: hq_row_dot<HQ_Q4_1, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q5_0: hq_row_dot<HQ_Q5_0, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q5_1: hq_row_dot<HQ_Q5_1, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q8_0: hq_row_dot<HQ_Q8_0, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q4_K: hq_row_dot<HQ_Q4_K, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q5_K: hq_row_dot<HQ_Q5_K, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q6_K: hq_row_dot<HQ_Q6_K, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    default: break;
+    }
+}
+
+/* Rows m0 .. m0+MT-1 of x (fewer when rows < MT) against every output row; y is [rows, n_total]. */
+template <int MT>
+__global__ void __launch_bounds__(HQ_WARPS * 32) gemv_kernel(const __half *__restrict__ x, int64_t x_stride, int act,
+                                                             int rows, int64_t k_total, HqSegments segs,
+                                                             __half *__restrict__ y) {
+    extern __shared__ float xs[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t n_total = segs.start[segs.count];
+    const int64_t r = (int64_t)blockIdx.x * HQ_WARPS + warp;
+    int s = 0;
+    while (s + 1 < segs.count && r >= segs.start[s + 1]) s++;
+    const bool active = r < n_total;
+    const uint8_t *row = active ? segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s] : nullptr;
+    const int type = segs.type[s];
+    const int64_t tile = hq_tile(MT);
+    float acc[MT];
+#pragma unroll
+    for (int m = 0; m < MT; m++) acc[m] = 0.0f;
+    for (int64_t k0 = 0; k0 < k_total; k0 += tile) {
+        const int64_t kt = min(tile, k_total - k0);
+        __syncthreads();  /* the previous tile is read */
+        for (int64_t i = threadIdx.x; i < MT * kt; i += blockDim.x) {
+            const int m = (int)(i / kt);
+            const int64_t k = i - (int64_t)m * kt;
+            xs[m * tile + k] = m < rows ? hq_input(x, x_stride, act, k_total, m, k0 + k) : 0.0f;
+        }
+        __syncthreads();
+        if (active) hq_dispatch<MT>(type, row, k0 / 8, (k0 + kt) / 8, k0, xs, tile, acc, lane);
+    }
+    if (!active) return;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        float v = acc[m];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && m < rows) y[(int64_t)m * n_total + r] = __float2half(v);
+    }
+}
+
+/* Rows [r0, r1) of the side-by-side matrices, dequantized to fp16 [r1 - r0, K] (a slab for cuBLAS). */
+__global__ void dequant_kernel(HqSegments segs, int64_t r0, int64_t r1, int64_t k_total, __half *__restrict__ out) {
+    const int64_t chunks = k_total / 8, total = (r1 - r0) * chunks;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = r0 + i / chunks;
+        const int c = (int)(i % chunks);
+        int s = 0;
+        while (s + 1 < segs.count && r >= segs.start[s + 1]) s++;
+        float w[8];
+        int pos, off[4];
+        hq_decode8(segs.type[s], segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s], c, w, &pos, off);
+        __half *dst = out + (r - r0) * k_total + pos;
+        for (int p = 0; p < 4; p++)
+            *reinterpret_cast<__half2 *>(dst + off[p]) = __floats2half2_rn(w[2 * p], w[2 * p + 1]);
+    }
+}
+
+/* act(gate)·up of x [rows, 2K] as fp16 [rows, K]: a prefill's down-projection input for cuBLAS. */
+__global__ void activation_kernel(const __half *__restrict__ x, int64_t rows, int64_t k_total, int act,
+                                  __half *__restrict__ out) {
+    const int64_t total = rows * k_total;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = i / k_total, k = i - m * k_total;
+        out[i] = __float2half(hq_input(x, 2 * k_total, act, k_total, (int)m, k));
+    }
+}
+
+/* Rows ids[t] of the table, dequantized to fp16 out[t, K]; an id outside [0, vocab) gives a row of zeros
+ * (a kernel cannot fail; the engine never sends one: its token ids come from the model's own vocabulary). */
+__global__ void gather_kernel(const int64_t *__restrict__ ids, int64_t count, const uint8_t *__restrict__ table,
+                              int64_t vocab, int64_t row_bytes, int type, int64_t k_total, __half *__restrict__ out) {
+    const int64_t t = blockIdx.x;
+    if (t >= count) return;
+    const int64_t id = ids[t];
+    __half *dst = out + t * k_total;
+    if (id < 0 || id >= vocab) {
+        for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) dst[k] = __float2half(0.0f);
+        return;
+    }
+    const uint8_t *row = table + id * row_bytes;
+    for (int c = threadIdx.x; c < k_total / 8; c += blockDim.x) {
+        float w[8];
+        int pos, off[4];
+        hq_decode8(type, row, c, w, &pos, off);
+        for (int p = 0; p < 4; p++)
+            *reinterpret_cast<__half2 *>(dst + pos + off[p]) = __floats2half2_rn(w[2 * p], w[2 * p + 1]);
+    }
+}
+
+#endif

@@ -1,0 +1,227 @@
+"""Hearth's CUDA kernels (engine/native/cuda/, ``ai.hearth.cuda``): the prebuilt library against its sources, the
+graph that runs on them, and — where a GPU is — each kernel against a float64 reference and ONNX Runtime's own
+fp16 MatMul, and every bad input. The GPU tests skip cleanly without CUDA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, quants
+from onnx import TensorProto, helper, numpy_helper
+
+from engine.errors import ModelFileError
+from engine.model.synthetic import random_k_blocks
+from engine.runtime import cuda_kernels, providers
+
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+# Byte offsets of each 32-weight block type's fp16 fields (d, and m for the _1 types), and its size.
+_SMALL_BLOCKS = {"Q4_0": (18, (0,)), "Q4_1": (20, (0, 2)), "Q5_0": (22, (0,)), "Q5_1": (24, (0, 2)),
+                 "Q8_0": (34, (0,))}
+
+
+def blocks(rng: np.random.Generator, type_name: str, n: int, k: int) -> np.ndarray:
+    """``n`` random rows of ``type_name`` blocks ([n, bytes per row] uint8), weights of about unit spread / √k."""
+    if type_name not in _SMALL_BLOCKS:
+        return random_k_blocks(rng, type_name, n, k, 1.0)
+    size, halves = _SMALL_BLOCKS[type_name]
+    raw = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
+    for at in halves:
+        field = rng.uniform(0.5, 1.5, (n, k // 32)) / np.sqrt(k) / (16 if type_name != "Q8_0" else 128)
+        raw[:, :, at:at + 2] = field.astype(np.float16).view(np.uint8).reshape(n, k // 32, 2)
+    return raw.reshape(n, -1)
+
+
+def dequantized(raw: np.ndarray, type_name: str) -> np.ndarray:
+    return quants.dequantize(raw, GGMLQuantizationType[type_name]).astype(np.float64).reshape(raw.shape[0], -1)
+
+
+def act_of(act: int, gate_up: np.ndarray) -> np.ndarray:
+    gate, up = np.split(gate_up, 2, axis=-1)
+    if act == cuda_kernels.ACT_SILU:
+        return gate / (1 + np.exp(-gate)) * up
+    return 0.5 * gate * (1 + np.tanh(0.7978845608 * (gate + 0.044715 * gate ** 3))) * up
+
+
+# ---- everywhere: the library, the switch, the graph ---------------------------------------------------------------
+def test_the_prebuilt_library_was_built_from_these_sources():
+    library = cuda_kernels.library_path()
+    assert library is not None, "engine/native/linux-x86_64/libhearth_cuda.so is missing: run engine/native/cuda/build.sh"
+    assert cuda_kernels.library_source_hash(library) == cuda_kernels.source_hash(), \
+        "libhearth_cuda.so is stale: rebuild it with engine/native/cuda/build.sh (nvcc) and commit it"
+
+
+def test_the_switch_turns_the_kernels_off(monkeypatch):
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "0")
+    assert cuda_kernels.unavailable() == "HEARTH_CUDA_KERNELS=0"
+
+
+def test_a_graph_on_the_cuda_kernels_refuses_to_open_where_they_cannot_run(monkeypatch, arch_converted):
+    from engine.runtime.runner import ModelRunner
+
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "0")
+    converted = arch_converted("llama-q4km", cuda_kernels.PRECISION, "last")
+    with pytest.raises(ModelFileError, match="runs on Hearth's CUDA kernels, which cannot run here: HEARTH_CUDA_KERNELS=0"):
+        ModelRunner(converted.onnx_path, "auto")
+
+
+def test_the_q4km_graph_runs_every_matrix_from_its_blocks_with_the_mlp_fused(arch_converted):
+    """Q4_K_M's mix (Q6_K value rows beside Q4_K query and key rows) in one launch a projection; no Split,
+    activation or Mul around the down projection; the table gathered from its blocks."""
+    import onnx
+
+    model = onnx.load(str(arch_converted("llama-q4km", cuda_kernels.PRECISION, "last").onnx_path),
+                      load_external_data=False)
+    ops = [(n.domain, n.op_type) for n in model.graph.node]
+    layers = sum(1 for n in model.graph.node if n.op_type == "GroupQueryAttention")
+    assert ops.count((cuda_kernels.DOMAIN, "MatMulQ")) == 4 * layers + 1  # QKV, O, gate|up, down; the head
+    assert ops.count((cuda_kernels.DOMAIN, "GatherQ")) == 1
+    assert not {"Split", "Sigmoid", "Mul", "MatMul", "MatMulNBits"} & {op for _, op in ops}
+    mixed = [n for n in model.graph.node if n.op_type == "MatMulQ" and len(n.input) >= 3]
+    assert mixed, "no projection with two block types in one launch"
+    downs = [n for n in model.graph.node if any(a.name == "act" for a in n.attribute)]
+    assert len(downs) == layers and all(a.i == cuda_kernels.ACT_SILU for n in downs for a in n.attribute if a.name == "act")
+
+
+def test_gemma_gates_its_down_projection_with_gelu(arch_converted):
+    import onnx
+
+    model = onnx.load(str(arch_converted("gemma3", cuda_kernels.PRECISION, "last").onnx_path), load_external_data=False)
+    acts = [a.i for n in model.graph.node for a in n.attribute if n.op_type == "MatMulQ" and a.name == "act"]
+    assert acts and set(acts) == {cuda_kernels.ACT_GELU_TANH}
+    assert not any(n.op_type == "Gelu" for n in model.graph.node)
+
+
+# ---- on the GPU: each kernel against the float64 reference and ONNX Runtime's own -----------------------------------
+@pytest.fixture(scope="module")
+def cuda():
+    why = providers.cuda_unavailable() or cuda_kernels.unavailable()
+    if why:
+        pytest.skip(f"Hearth's CUDA kernels cannot run here: {why}")
+
+
+def _session(nodes, inputs, outputs, initializers, library: bool = True):
+    import onnxruntime as ort
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(cuda_kernels.DOMAIN, 1)])
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    if library:
+        cuda_kernels.register_library(options)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=providers.ort_provider_list("cuda"))
+    assert session.get_providers()[0] == "CUDAExecutionProvider"
+    return session
+
+
+def _matmul_q(parts: list[tuple[str, np.ndarray]], kx: int, act: int = 0, **extra):
+    inits = [numpy_helper.from_array(raw, f"w{i}") for i, (_, raw) in enumerate(parts)]
+    attrs = {("type", "type1", "type2")[i]: cuda_kernels.TYPE_IDS[t] for i, (t, _) in enumerate(parts)}
+    attrs.update(extra)
+    node = helper.make_node("MatMulQ", ["x", *(f"w{i}" for i in range(len(parts)))], ["y"], domain=cuda_kernels.DOMAIN,
+                            **attrs, **({"act": act} if act else {}))
+    return _session([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["m", kx])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], inits)
+
+
+def _ort_matmul(w: np.ndarray):
+    """ONNX Runtime's own CUDA MatMul over the dequantized weights in fp16: what int4-cuda-dense runs."""
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    return _session([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["m", w.shape[1]])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                    [numpy_helper.from_array(np.ascontiguousarray(w.T).astype(np.float16), "w")], library=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("type_name", TYPES)
+@pytest.mark.parametrize("rows", [1, 3, 8, 40])  # the GEMV for up to 8 rows, the slab dequantization + cuBLAS above
+def test_matmul_matches_float64_and_onnxruntime(cuda, type_name, rows):
+    rng = np.random.default_rng(rows)
+    n, k = 300, 768 if type_name in _SMALL_BLOCKS else 1024  # N not a multiple of the block's 8 warps
+    raw = blocks(rng, type_name, n, k)
+    w = dequantized(raw, type_name)
+    x = rng.standard_normal((rows, k)).astype(np.float16)
+    want = x.astype(np.float64) @ w.T
+    got = _matmul_q([(type_name, raw)], k).run(None, {"x": x})[0].astype(np.float64)
+    ort = _ort_matmul(w).run(None, {"x": x})[0].astype(np.float64)
+    scale = np.abs(want).max()
+    assert got.shape == (rows, n)
+    # fp16 output rounding (2^-11 relative) for the GEMV; the GEMM also rounds each weight to fp16.
+    np.testing.assert_allclose(got, want, atol=(2e-3 if rows <= 8 else 4e-3) * scale, rtol=0)
+    np.testing.assert_allclose(got, ort, atol=4e-3 * scale, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", [cuda_kernels.ACT_SILU, cuda_kernels.ACT_GELU_TANH])
+@pytest.mark.parametrize("rows", [1, 5, 20])
+def test_the_down_projection_reads_the_gated_activation(cuda, act, rows):
+    rng = np.random.default_rng(act * 10 + rows)
+    n, k = 130, 9216  # K past one tile of staged activations (8,192 for a single row)
+    raw = blocks(rng, "Q4_K", n, k)
+    gate_up = (rng.standard_normal((rows, 2 * k)) * 2).astype(np.float16)
+    want = act_of(act, gate_up.astype(np.float64)) @ dequantized(raw, "Q4_K").T
+    got = _matmul_q([("Q4_K", raw)], 2 * k, act).run(None, {"x": gate_up})[0].astype(np.float64)
+    np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 12])
+def test_three_block_types_side_by_side_in_one_launch(cuda, rows):
+    rng = np.random.default_rng(7)
+    k = 512
+    parts = [("Q4_K", blocks(rng, "Q4_K", 64, k)), ("Q4_K", blocks(rng, "Q4_K", 16, k)), ("Q6_K", blocks(rng, "Q6_K", 16, k))]
+    x = rng.standard_normal((rows, k)).astype(np.float16)
+    want = x.astype(np.float64) @ np.concatenate([dequantized(r, t) for t, r in parts]).T
+    got = _matmul_q(parts, k).run(None, {"x": x})[0].astype(np.float64)
+    assert got.shape == (rows, 96)
+    np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0", "Q4_K", "Q6_K"])
+def test_gather_dequantizes_the_rows_asked_for(cuda, type_name):
+    rng = np.random.default_rng(3)
+    raw = blocks(rng, type_name, 50, 512)
+    node = helper.make_node("GatherQ", ["ids", "table"], ["y"], domain=cuda_kernels.DOMAIN,
+                            type=cuda_kernels.TYPE_IDS[type_name])
+    session = _session([node], [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                       [numpy_helper.from_array(raw, "table")])
+    ids = np.array([[0, 49, 7, 7, 23]], np.int64)
+    got = session.run(None, {"ids": ids})[0].astype(np.float64)
+    want = dequantized(raw, type_name)[ids]
+    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max(), rtol=0)
+    assert got.shape == (1, 5, 512)
+
+
+@pytest.mark.gpu
+def test_a_wrong_input_width_is_refused_with_the_width_it_needs(cuda):
+    raw = blocks(np.random.default_rng(0), "Q4_K", 8, 256)
+    session = _matmul_q([("Q4_K", raw)], 300)
+    with pytest.raises(Exception, match="X's last dimension must be 256"):
+        session.run(None, {"x": np.zeros((1, 300), np.float16)})
+
+
+@pytest.mark.gpu
+def test_weights_that_are_not_whole_blocks_are_refused(cuda):
+    session = _matmul_q([("Q4_K", np.zeros((4, 100), np.uint8))], 256)
+    with pytest.raises(Exception, match="positive multiple of type 12's 144-byte block"):
+        session.run(None, {"x": np.zeros((1, 256), np.float16)})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attrs, message", [({"type": 10}, "unsupported weight type 10 in type"),
+                                            ({"type": 12, "act": 5}, "act must be 0, 1 or 2, not 5")])
+def test_bad_attributes_are_refused_when_the_session_opens(cuda, attrs, message):
+    import onnxruntime as ort
+
+    node = helper.make_node("MatMulQ", ["x", "w"], ["y"], domain=cuda_kernels.DOMAIN, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                              [numpy_helper.from_array(np.zeros((4, 144), np.uint8), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(cuda_kernels.DOMAIN, 1)])
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    cuda_kernels.register_library(options)
+    with pytest.raises(Exception, match=message):
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=providers.ort_provider_list("cuda"))
+        session.run(None, {"x": np.zeros((1, 256), np.float16)})
