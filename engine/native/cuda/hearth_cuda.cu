@@ -166,7 +166,7 @@ static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int ro
         const __half *xm = x + (int64_t)m0 * x_stride;
         __half *ym = y + (int64_t)m0 * n_total;
         const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
-        const size_t shared = (size_t)width * (size_t)(hq_tile(width) < k ? hq_tile(width) : (k + 255) & ~255LL) * 4;
+        const size_t shared = (size_t)width * (size_t)hq_tile(width, k) * sizeof(float);
         switch (width) {
         case 1: gemv_kernel<1><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
         case 2: gemv_kernel<2><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;

@@ -44,8 +44,12 @@ __device__ __forceinline__ float hq_input(const __half *x, int64_t x_stride, int
     return hq_act(act, __half2float(row[k])) * __half2float(row[k_total + k]);
 }
 
-/* The largest tile of K (a multiple of 256, so no block straddles two tiles) whose MT rows fit the stage. */
-__host__ __device__ __forceinline__ int64_t hq_tile(int mt) { return (int64_t)(HQ_STAGE_BYTES / 4 / mt) & ~255LL; }
+/* The tile of K staged at a time: a multiple of 256, so no block straddles two tiles, and the largest whose MT
+ * rows fit the stage, or all of K rounded up where that is less. Also the stride between the staged rows. */
+__host__ __device__ __forceinline__ int64_t hq_tile(int mt, int64_t k_total) {
+    const int64_t most = (int64_t)(HQ_STAGE_BYTES / 4 / mt) & ~255LL, whole = (k_total + 255) & ~255LL;
+    return whole < most ? whole : most;
+}
 
 template <int TYPE, int MT>
 __device__ __forceinline__ void hq_row_dot(const uint8_t *row, int64_t c0, int64_t c1, int64_t k0, const float *xs,
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(HQ_WARPS * 32) gemv_kernel(const __half *__res
     const bool active = r < n_total;
     const uint8_t *row = active ? segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s] : nullptr;
     const int type = segs.type[s];
-    const int64_t tile = hq_tile(MT);
+    const int64_t tile = hq_tile(MT, k_total);
     float acc[MT];
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[m] = 0.0f;

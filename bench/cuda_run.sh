@@ -1,0 +1,59 @@
+#!/bin/sh
+# The GPU machine's half of issue 34's checks, in as few device calls as possible (device time is scarce):
+# Hearth's CUDA kernels' tests, then decode and prefill speed with them and without them (ONNX Runtime's own
+# kernels: HEARTH_CUDA_KERNELS=0) on the same card in the same lease, and llama.cpp's llama-bench on the same GGUFs
+# where a CUDA build of it was carried over. Results and logs go to $OUT.
+#
+#   sh bench/cuda_run.sh tests            # tests/test_cuda_kernels.py, tests/test_gpu.py
+#   sh bench/cuda_run.sh speed MODEL...   # MODEL: default | gemma | llama3-8b-q4km | qwen2.5-7b-q4km
+#   sh bench/cuda_run.sh peer MODEL...    # llama-bench (flash attention on) on the same GGUFs
+#
+# Expects onnxruntime-gpu and the pure-Python wheels in /root/site, the real GGUFs under .test-cache/home/models
+# (the test cache's layout) and, for `peer`, llama-bench at /root/peer/llama-bench.
+set -u
+export PYTHONPATH="/root/site:$PWD" PYTHONUNBUFFERED=1
+out=${OUT:-/tmp/hearth-out}
+data=/root/hearth-data  # converted models and synthetic GGUFs stay here while the machine is warm
+mkdir -p "$out" "$data/models"
+models=.test-cache/home/models
+phase=$1
+shift
+
+gguf_of() {
+    case $1 in
+    default) echo "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+    gemma) echo "$models/gemma-3-270m-q4_k_m.gguf" ;;
+    *) echo "$data/models/synthetic-$1-32768.gguf" ;;  # written by bench/gpu.py --synthetic on first use
+    esac
+}
+
+case $phase in
+tests)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
+    timeout 560 python3 -m pytest tests/test_cuda_kernels.py tests/test_gpu.py -q -p no:cacheprovider -rs \
+        > "$out/tests.txt" 2>&1
+    tail -5 "$out/tests.txt"
+    ;;
+speed)
+    for model in "$@"; do
+        for kernels in 1 0; do
+            case $model in
+            default | gemma) source="--model $(gguf_of "$model")" ;;
+            *) source="--synthetic $model" ;;
+            esac
+            # shellcheck disable=SC2086
+            HEARTH_CUDA_KERNELS=$kernels timeout 300 python3 bench/gpu.py --data-dir "$data" $source \
+                --contexts 1024,8000 --resume-sizes '' --loop --out "$out/gpu-$model-kernels$kernels.json" \
+                > "$out/gpu-$model-kernels$kernels.txt" 2>&1
+            tail -12 "$out/gpu-$model-kernels$kernels.txt"
+        done
+    done
+    ;;
+peer)
+    for model in "$@"; do
+        timeout 300 /root/peer/llama-bench -m "$(gguf_of "$model")" -fa 1 -ngl 99 -p 512 -n 128 -d 0,1024,8000 -r 3 \
+            -o md > "$out/llama-bench-$model.md" 2>&1
+        cat "$out/llama-bench-$model.md"
+    done
+    ;;
+esac
