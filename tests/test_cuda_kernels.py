@@ -225,3 +225,21 @@ def test_bad_attributes_are_refused_when_the_session_opens(cuda, attrs, message)
     with pytest.raises(Exception, match=message):
         session = ort.InferenceSession(model.SerializeToString(), options, providers=providers.ort_provider_list("cuda"))
         session.run(None, {"x": np.zeros((1, 256), np.float16)})
+
+
+def test_int4_tries_the_cuda_kernels_first_then_onnxruntimes_form(monkeypatch, arch_gguf):
+    from engine import loader
+
+    gguf = arch_gguf("llama-q4km")
+    monkeypatch.setattr(cuda_kernels, "unavailable", lambda: "")
+    assert loader.cuda_variants("int4", gguf) == [cuda_kernels.PRECISION, "int4-cuda-dense"]
+    monkeypatch.setattr(cuda_kernels, "unavailable", lambda: "HEARTH_CUDA_KERNELS=0")
+    assert loader.cuda_variants("int4", gguf) == ["int4-cuda-dense"]
+    assert loader.cuda_variants("fp32", gguf) == []  # other precisions run as they are
+
+
+def test_without_a_gpu_the_kernels_say_so(monkeypatch):
+    if not providers.cuda_unavailable():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.delenv(cuda_kernels.ENV_SWITCH, raising=False)
+    assert cuda_kernels.unavailable() == "no GPU here has compute capability 8.0 or later"

@@ -45,6 +45,17 @@ HQ_FN uint32_t hq_u32(const uint8_t *p) {  /* unaligned little-endian 32-bit rea
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
+/* Four quant bytes as one word: a single 32-bit load where the format keeps them 4-byte aligned (blocks of 20,
+ * 24, 144 and 176 bytes, in rows that start 4-byte aligned as ONNX Runtime's buffers do), two 16-bit loads where
+ * it keeps them 2-byte aligned (18, 22 bytes). One wide load instead of four byte loads is most of a GEMV's
+ * instructions saved on a bandwidth-bound model. */
+template <int ALIGN>
+HQ_FN uint32_t hq_word(const uint8_t *p) {
+    if (ALIGN == 4) return *reinterpret_cast<const uint32_t *>(p);
+    const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
 /* A K-quant's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes. */
 HQ_FN void hq_scale_min_k4(int j, const uint8_t *q, float *sc, float *m) {
     if (j < 4) {
@@ -85,9 +96,10 @@ HQ_FN void hq_decode8(int type, const uint8_t *row, int c, float w[8], int *pos,
             high = hq_u32(blk + 4);
         }
         const int fifth = type == HQ_Q5_0 || type == HQ_Q5_1;
+        const uint32_t word = type == HQ_Q4_1 || type == HQ_Q5_1 ? hq_word<4>(qs) : hq_word<2>(qs);
         for (int i = 0; i < 4; i++) {
             const int j = 4 * s + i;
-            int lo = qs[i] & 0xF, hi = qs[i] >> 4;
+            int lo = (word >> (8 * i)) & 0xF, hi = (word >> (8 * i + 4)) & 0xF;
             if (fifth) {
                 lo |= (int)((high >> j) & 1) << 4;
                 hi |= (int)((high >> (j + 16)) & 1) << 4;
@@ -125,18 +137,20 @@ HQ_FN void hq_decode8(int type, const uint8_t *row, int c, float w[8], int *pos,
     }
     /* Q4_K / Q5_K: d, dmin, 12 scale bytes, (Q5_K: qh[32]), qs[128]. Lane l reads qs[4l .. 4l+3]: in 64-column
      * group g = l/8 at column p = 4l mod 32, low nibbles are columns 64g+p.., high nibbles 64g+32+p.. */
-    const float d = hq_half(blk), dmin = hq_half(blk + 2);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2 *>(blk));  /* d, dmin */
+    const float d = dm.x, dmin = dm.y;
     const uint8_t *scales = blk + 4;
-    const uint8_t *qs = blk + (type == HQ_Q4_K ? 16 : 48) + 4 * l;
+    const uint32_t word = hq_word<4>(blk + (type == HQ_Q4_K ? 16 : 48) + 4 * l);
     const int g = l >> 3, p = (4 * l) & 31;
     float sc1, m1, sc2, m2;
     hq_scale_min_k4(2 * g, scales, &sc1, &m1);
     hq_scale_min_k4(2 * g + 1, scales, &sc2, &m2);
     const float a1 = d * sc1, b1 = -dmin * m1, a2 = d * sc2, b2 = -dmin * m2;
+    const uint32_t high = type == HQ_Q5_K ? hq_word<4>(blk + 16 + p) : 0;
     for (int i = 0; i < 4; i++) {
-        int lo = qs[i] & 0xF, hi = qs[i] >> 4;
+        int lo = (word >> (8 * i)) & 0xF, hi = (word >> (8 * i + 4)) & 0xF;
         if (type == HQ_Q5_K) {
-            const uint8_t bits = blk[16 + p + i];
+            const uint32_t bits = high >> (8 * i);
             lo += (bits >> (2 * g)) & 1 ? 16 : 0;
             hi += (bits >> (2 * g + 1)) & 1 ? 16 : 0;
         }
