@@ -36,10 +36,11 @@ HQ_FN int hq_block_bytes(int type) {
 
 HQ_FN int hq_block_weights(int type) { return type >= HQ_Q4_K ? 256 : 32; }
 
-HQ_FN float hq_half(const uint8_t *p) {
-    uint16_t bits = (uint16_t)(p[0] | (p[1] << 8));
-    return __half2float(__ushort_as_half(bits));
+HQ_FN float hq_half(const uint8_t *p) {  /* every block's size and fp16 fields are even: 2-byte aligned */
+    return __half2float(*reinterpret_cast<const __half *>(p));
 }
+
+HQ_FN uint32_t hq_u16(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
 
 HQ_FN uint32_t hq_u32(const uint8_t *p) {  /* unaligned little-endian 32-bit read */
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -75,8 +76,11 @@ HQ_FN void hq_decode8(int type, const uint8_t *row, int c, float w[8], int *pos,
         *pos = b * 32;
         const float d = hq_half(blk);
         if (type == HQ_Q8_0) {  /* qs[8s .. 8s+7] are weights 8s .. 8s+7 */
-            const int8_t *qs = (const int8_t *)(blk + 2) + 8 * s;
-            for (int i = 0; i < 8; i++) w[i] = d * (float)qs[i];
+            const uint32_t lo = hq_word<2>(blk + 2 + 8 * s), hi = hq_word<2>(blk + 6 + 8 * s);
+            for (int i = 0; i < 4; i++) {
+                w[i] = d * (float)(int8_t)(lo >> (8 * i));
+                w[4 + i] = d * (float)(int8_t)(hi >> (8 * i));
+            }
             for (int p = 0; p < 4; p++) off[p] = 8 * s + 2 * p;
             return;
         }
@@ -121,16 +125,15 @@ HQ_FN void hq_decode8(int type, const uint8_t *row, int c, float w[8], int *pos,
         const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h;
         const float d = hq_half(blk + 208);
         const int is = (2 * t) >> 4;
+        const float s1 = d * (float)sc[is + 0], s2 = d * (float)sc[is + 2], s3 = d * (float)sc[is + 4],
+                    s4 = d * (float)sc[is + 6];
+        const uint32_t a = hq_u16(ql + 2 * t), b = hq_u16(ql + 2 * t + 32), bits = hq_u16(qh + 2 * t);
         for (int i = 0; i < 2; i++) {
-            const int col = 2 * t + i;
-            const int q1 = ((ql[col] & 0xF) | (((qh[col] >> 0) & 3) << 4)) - 32;
-            const int q2 = ((ql[col + 32] & 0xF) | (((qh[col] >> 2) & 3) << 4)) - 32;
-            const int q3 = ((ql[col] >> 4) | (((qh[col] >> 4) & 3) << 4)) - 32;
-            const int q4 = ((ql[col + 32] >> 4) | (((qh[col] >> 6) & 3) << 4)) - 32;
-            w[0 + i] = d * (float)sc[is + 0] * (float)q1;
-            w[2 + i] = d * (float)sc[is + 2] * (float)q2;
-            w[4 + i] = d * (float)sc[is + 4] * (float)q3;
-            w[6 + i] = d * (float)sc[is + 6] * (float)q4;
+            const uint32_t la = (a >> (8 * i)) & 0xFF, lb = (b >> (8 * i)) & 0xFF, h = (bits >> (8 * i)) & 0xFF;
+            w[0 + i] = s1 * (float)((int)((la & 0xF) | ((h & 3) << 4)) - 32);
+            w[2 + i] = s2 * (float)((int)((lb & 0xF) | (((h >> 2) & 3) << 4)) - 32);
+            w[4 + i] = s3 * (float)((int)((la >> 4) | (((h >> 4) & 3) << 4)) - 32);
+            w[6 + i] = s4 * (float)((int)((lb >> 4) | (((h >> 6) & 3) << 4)) - 32);
         }
         for (int p = 0; p < 4; p++) off[p] = 128 * h + 32 * p + 2 * t;
         return;
