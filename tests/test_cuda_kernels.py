@@ -243,3 +243,15 @@ def test_without_a_gpu_the_kernels_say_so(monkeypatch):
         pytest.skip("this machine has a GPU")
     monkeypatch.delenv(cuda_kernels.ENV_SWITCH, raising=False)
     assert cuda_kernels.unavailable() == "no GPU here has compute capability 8.0 or later"
+
+
+def test_the_cli_says_why_the_cuda_form_cannot_run_here(tmp_path, arch_gguf):
+    from tests.test_cli import run_cli
+
+    if not providers.cuda_unavailable() and not cuda_kernels.unavailable():
+        pytest.skip("the CUDA kernels run here")
+    result = run_cli("chat", "--conversation", "c", "--message", "hi", "--model", str(arch_gguf("llama-q4km")),
+                     "--weights", cuda_kernels.PRECISION, "--max-new-tokens", "2", home=tmp_path)
+    assert result.returncode == 1
+    assert "runs on Hearth's CUDA kernels, which cannot run here" in result.stderr
+    assert "Traceback" not in result.stderr
