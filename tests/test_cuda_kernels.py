@@ -255,3 +255,30 @@ def test_the_cli_says_why_the_cuda_form_cannot_run_here(tmp_path, arch_gguf):
     assert result.returncode == 1
     assert "runs on Hearth's CUDA kernels, which cannot run here" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("arch", ["llama-q4km", "gemma3", "qwen2", "phi3", "qwen3"])
+def test_the_cuda_graph_computes_the_int4_model(arch_converted, arch, tmp_path):
+    """The int4-cuda-blocks graph with its CUDA ops stood in for by the CPU kernels' (tests/cuda_graph_on_cpu.py)
+    gives the exact int4 model's logits within fp16's rounding: the right matrices in each launch, in order, the
+    gate's activation, the table. Runs everywhere; the kernels themselves are checked on the GPU."""
+    from engine.runtime import native_matmul
+    from engine.runtime.runner import ModelRunner
+    from tests.arch_models import half_tolerance
+    from tests.cuda_graph_on_cpu import cpu_stand_in
+
+    if not native_matmul.usable():
+        pytest.skip("Hearth's CPU kernels cannot run on this machine")
+    ids = np.random.default_rng(5).integers(0, 300, 20)
+
+    def logits(path) -> np.ndarray:
+        runner = ModelRunner(path, "cpu")
+        cache = runner.new_cache()
+        steps = [runner.forward(ids[:14], cache)] + [runner.forward([t], cache) for t in ids[14:]]
+        return np.concatenate(steps).astype(np.float64)
+
+    expected = logits(arch_converted(arch, "int4", "all").onnx_path)
+    got = logits(cpu_stand_in(arch_converted(arch, cuda_kernels.PRECISION, "all").onnx_path, tmp_path))
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(got, expected, atol=half_tolerance(arch, 0.02) * scale, rtol=0)
+    assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.9
