@@ -8,10 +8,15 @@
 #   sh bench/cuda_run.sh speed MODEL...   # MODEL: default | gemma | llama3-8b-q4km | qwen2.5-7b-q4km
 #   sh bench/cuda_run.sh peer MODEL...    # llama-bench (flash attention on) on the same GGUFs
 #
+# llama-bench: llama.cpp as vendored by llama-cpp-python 0.3.36, built on a machine with nvcc 13.0 (no GPU needed):
+#   cmake -B build-cuda -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+#     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DGGML_CUDA_FA_ALL_QUANTS=OFF -DCMAKE_BUILD_TYPE=Release
+#   cmake --build build-cuda --target llama-bench      # then strip, xz, carry as .gpu/peer/llama-bench.xz
+#
 # Expects onnxruntime-gpu and the pure-Python wheels in /root/site, the real GGUFs under .test-cache/home/models
 # (the test cache's layout) and, for `peer`, llama-bench at /root/peer/llama-bench.
 set -u
-export PYTHONPATH="/root/site:$PWD" PYTHONUNBUFFERED=1
+export PYTHONPATH="/root/site:$PWD" PYTHONUNBUFFERED=1 HEARTH_CUDA_KERNELS=1  # asked for: off by default until verified
 out=${OUT:-/tmp/hearth-out}
 data=/root/hearth-data  # converted models and synthetic GGUFs stay here while the machine is warm
 mkdir -p "$out" "$data/models"
@@ -50,6 +55,11 @@ speed)
     done
     ;;
 peer)
+    if [ ! -x /root/peer/llama-bench ] && [ -f .gpu/peer/llama-bench.xz ]; then  # carried compressed (41 MB)
+        mkdir -p /root/peer
+        python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('.gpu/peer/llama-bench.xz'), open('/root/peer/llama-bench', 'wb'))"
+        chmod +x /root/peer/llama-bench
+    fi
     for model in "$@"; do
         timeout 300 /root/peer/llama-bench -m "$(gguf_of "$model")" -fa 1 -ngl 99 -p 512 -n 128 -d 0,1024,8000 -r 3 \
             -o md > "$out/llama-bench-$model.md" 2>&1

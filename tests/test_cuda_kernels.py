@@ -238,10 +238,19 @@ def test_int4_tries_the_cuda_kernels_first_then_onnxruntimes_form(monkeypatch, a
     assert loader.cuda_variants("fp32", gguf) == []  # other precisions run as they are
 
 
+def test_the_kernels_run_only_when_asked_until_verified_on_a_gpu(monkeypatch):
+    monkeypatch.delenv(cuda_kernels.ENV_SWITCH, raising=False)
+    assert cuda_kernels.enabled() == cuda_kernels.ON_BY_DEFAULT
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "1")
+    assert cuda_kernels.enabled()
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "yes")  # only 1 asks
+    assert not cuda_kernels.enabled()
+
+
 def test_without_a_gpu_the_kernels_say_so(monkeypatch):
     if not providers.cuda_unavailable():
         pytest.skip("this machine has a GPU")
-    monkeypatch.delenv(cuda_kernels.ENV_SWITCH, raising=False)
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "1")
     assert cuda_kernels.unavailable() == "no GPU here has compute capability 8.0 or later"
 
 
