@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -48,17 +47,12 @@ def enabled() -> bool:
 
 
 def source_hash() -> str:
-    """What build.sh bakes into the library: the first 16 hex digits of SHA-256 over the sources."""
-    digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update((SOURCE_DIR / name).read_bytes())
-    return digest.hexdigest()[:16]
+    """What build.sh bakes into the library (native_library.source_hash over SOURCES)."""
+    return native_library.source_hash(SOURCE_DIR, SOURCES)
 
 
 def library_source_hash(library: Path) -> str:
-    lib = ctypes.CDLL(str(library))
-    lib.HearthCudaKernelsSourceHash.restype = ctypes.c_char_p
-    return lib.HearthCudaKernelsSourceHash().decode()
+    return native_library.library_source_hash(library, "HearthCudaKernelsSourceHash")
 
 
 @functools.lru_cache(maxsize=2)

@@ -32,16 +32,17 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
-def source_hash() -> str:
-    """What build.sh bakes into the library: the first 16 hex digits of SHA-256 over the sources."""
+def source_hash(directory: Path = NATIVE_DIR, names: tuple[str, ...] = SOURCES) -> str:
+    """What a build script bakes into its library: the first 16 hex digits of SHA-256 over its sources, in order
+    (build.sh's for this library; the CUDA library's build.sh hashes its own the same way)."""
     digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update((NATIVE_DIR / name).read_bytes())
+    for name in names:
+        digest.update((directory / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def library_source_hash(library: Path) -> str:
-    """The source hash a built library reports (HearthKernelsSourceHash)."""
-    lib = ctypes.CDLL(str(library))
-    lib.HearthKernelsSourceHash.restype = ctypes.c_char_p
-    return lib.HearthKernelsSourceHash().decode()
+def library_source_hash(library: Path, symbol: str = "HearthKernelsSourceHash") -> str:
+    """The source hash a built library reports (its ``symbol``)."""
+    fn = getattr(ctypes.CDLL(str(library)), symbol)
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
