@@ -2,7 +2,7 @@
 
 A chain of ``--layers`` square [K × K] layers, each with its own weights (so no layer is served from
 the GPU's cache), run on one fp16 row with inputs and outputs bound on the device: the time per
-layer and the bytes it reads give the bandwidth each form reaches. Forms: dense fp16 ``MatMul``;
+layer and the bytes it reads give the bandwidth each form reaches. Forms: Hearth's CUDA ``MatMulQ`` over the GGUF's own blocks of each type; dense fp16 ``MatMul``;
 ``MatMulNBits`` 4-bit (the Q4_K layers' form, for reference), 8-bit with blocks of 16 and 32, and an
 8-bit layer as two 4-bit planes (engine/model/quant.py: split_planes), input doubled per block.
 
@@ -16,9 +16,15 @@ import json
 import time
 from pathlib import Path
 
+import sys
+
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from engine.model.synthetic import random_k_blocks  # noqa: E402
+from engine.runtime import cuda_kernels  # noqa: E402
 
 MS = "com.microsoft"
 
@@ -26,6 +32,12 @@ MS = "com.microsoft"
 def _layer(form: str, i: int, x: str, k: int, rng) -> tuple[list, list, int]:
     """(nodes, initializers, bytes read) of layer ``i`` in ``form``, output ``y{i}``."""
     y, p = f"y{i}", f"l{i}."
+    if form.startswith("Hearth "):  # the GGUF's blocks through Hearth's CUDA MatMulQ (engine/native/cuda/)
+        type_name = form.split()[1]
+        blocks = _gguf_blocks(rng, type_name, k)
+        node = helper.make_node("MatMulQ", [x, p + "q"], [y], domain=cuda_kernels.DOMAIN,
+                                type=cuda_kernels.TYPE_IDS[type_name])
+        return [node], [numpy_helper.from_array(blocks, p + "q")], blocks.nbytes
     if form == "dense fp16":
         w = (rng.standard_normal((k, k)) * 0.01).astype(np.float16)
         return [helper.make_node("MatMul", [x, p + "w"], [y])], [numpy_helper.from_array(w, p + "w")], w.nbytes
@@ -71,6 +83,18 @@ def _layer(form: str, i: int, x: str, k: int, rng) -> tuple[list, list, int]:
     return nodes, inits, sum(a.nbytes for a in (blob, scales)) + (k * nb if planes == 2 else 0) + extra
 
 
+def _gguf_blocks(rng, type_name: str, k: int) -> np.ndarray:
+    """[k, bytes per row] of random ``type_name`` blocks with sane scales (speed does not depend on the values)."""
+    if type_name.endswith("_K"):
+        return random_k_blocks(rng, type_name, k, k, 1.0)
+    size = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34}[type_name]
+    raw = rng.integers(0, 256, (k, k // 32, size), dtype=np.uint8)
+    raw[:, :, 0:2] = np.float16(1e-3).view(np.uint8)
+    if type_name == "Q4_1":
+        raw[:, :, 2:4] = np.float16(-1e-3).view(np.uint8)
+    return raw.reshape(k, -1)
+
+
 def measure(form: str, k: int, layers: int, repeats: int) -> dict:
     rng = np.random.default_rng(0)
     nodes, inits, read = [], [], 0
@@ -84,9 +108,13 @@ def measure(form: str, k: int, layers: int, repeats: int) -> dict:
     nodes.append(helper.make_node("Identity", [x], ["y"]))
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, k])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1),
+                                                    helper.make_opsetid(cuda_kernels.DOMAIN, 1)])
     model.ir_version = 10
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+    options = ort.SessionOptions()
+    if form.startswith("Hearth "):
+        cuda_kernels.register_library(options)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CUDAExecutionProvider"])
     binding = session.io_binding()
     binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(np.ones((1, k), np.float16) * 0.01, "cuda", 0))
     binding.bind_output("y", "cuda")
@@ -111,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     for form in ("dense fp16", "4-bit block 32", "4-bit block 32, fp16 zero points", "4-bit block 32, uint8 zero points",
-                 "4-bit block 32 + offset branch", "8-bit block 16", "8-bit block 32", "8-bit as 4-bit planes, block 16"):
+                 "4-bit block 32 + offset branch", "8-bit block 16", "8-bit block 32", "8-bit as 4-bit planes, block 16",
+                 "Hearth Q4_0", "Hearth Q4_1", "Hearth Q5_0", "Hearth Q8_0", "Hearth Q4_K", "Hearth Q5_K", "Hearth Q6_K"):
         try:
             rows.append(measure(form, args.k, args.layers, args.repeats))
         except Exception as exc:  # a form this build's CUDA kernel refuses: say so and go on
