@@ -2,7 +2,8 @@
 
 A chain of ``--layers`` square [K × K] layers, each with its own weights (so no layer is served from
 the GPU's cache), run on one fp16 row with inputs and outputs bound on the device: the time per
-layer and the bytes it reads give the bandwidth each form reaches. Forms: Hearth's CUDA ``MatMulQ`` over the GGUF's own blocks of each type; dense fp16 ``MatMul``;
+layer and the bytes it reads give the bandwidth each form reaches. Forms: Hearth's CUDA ``MatMulQ`` over the
+GGUF's own blocks of each type; dense fp16 ``MatMul``;
 ``MatMulNBits`` 4-bit (the Q4_K layers' form, for reference), 8-bit with blocks of 16 and 32, and an
 8-bit layer as two 4-bit planes (engine/model/quant.py: split_planes), input doubled per block.
 
@@ -13,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
-
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -89,9 +89,9 @@ def _gguf_blocks(rng, type_name: str, k: int) -> np.ndarray:
         return random_k_blocks(rng, type_name, k, k, 1.0)
     size = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34}[type_name]
     raw = rng.integers(0, 256, (k, k // 32, size), dtype=np.uint8)
-    raw[:, :, 0:2] = np.float16(1e-3).view(np.uint8)
+    raw[:, :, 0:2] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
     if type_name == "Q4_1":
-        raw[:, :, 2:4] = np.float16(-1e-3).view(np.uint8)
+        raw[:, :, 2:4] = np.frombuffer(np.float16(-1e-3).tobytes(), np.uint8)
     return raw.reshape(k, -1)
 
 
