@@ -5,6 +5,7 @@
 # where a CUDA build of it was carried over. Results and logs go to $OUT.
 #
 #   sh bench/cuda_run.sh tests            # tests/test_cuda_kernels.py, tests/test_gpu.py
+#   sh bench/cuda_run.sh layers           # one [4096 x 4096] layer in each form, Hearth's MatMulQ per block type
 #   sh bench/cuda_run.sh speed MODEL...   # MODEL: default | gemma | llama3-8b-q4km | qwen2.5-7b-q4km
 #   sh bench/cuda_run.sh peer MODEL...    # llama-bench (flash attention on) on the same GGUFs
 #
@@ -38,6 +39,10 @@ tests)
     timeout 560 python3 -m pytest tests/test_cuda_kernels.py tests/test_gpu.py -q -p no:cacheprovider -rs \
         > "$out/tests.txt" 2>&1
     tail -5 "$out/tests.txt"
+    ;;
+layers)
+    timeout 300 python3 bench/cuda_layer_forms.py --layers 16 --json "$out/layer_forms.json" > "$out/layer_forms.md" 2>&1
+    cat "$out/layer_forms.md"
     ;;
 speed)
     for model in "$@"; do
