@@ -31,8 +31,21 @@ def cpu_stand_in(onnx_path: Path, out_dir: Path) -> Path:
                                           type=attrs["type"], k=k))
             nodes.append(helper.make_node("Cast", [name + "/f32"], [out], to=TensorProto.FLOAT16))
             continue
+        source = node.input[0]
+        inputs = list(node.input) + [""] * (6 - len(node.input))
+        skip, gamma = inputs[4], inputs[5]
+        if gamma:  # the pre-norm folded in (engine/arch/cuda_fusion.py): ONNX Runtime's own norm, as before
+            source = name + "/normed"
+            eps = next(a.f for a in node.attribute if a.name == "eps")
+            if skip:
+                summed = node.output[1] if len(node.output) > 1 else ""
+                nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [node.input[0], skip, gamma],
+                                              [source, "", "", summed], domain="com.microsoft", epsilon=eps))
+            else:
+                nodes.append(helper.make_node("SimplifiedLayerNormalization", [node.input[0], gamma], [source],
+                                              axis=-1, epsilon=eps))
         x = name + "/x32"
-        nodes.append(helper.make_node("Cast", [node.input[0]], [x], to=TensorProto.FLOAT))
+        nodes.append(helper.make_node("Cast", [source], [x], to=TensorProto.FLOAT))
         act = attrs.get("act", 0)
         if act:
             gate, up = name + "/gate", name + "/up"
@@ -46,7 +59,7 @@ def cpu_stand_in(onnx_path: Path, out_dir: Path) -> Path:
             x = name + "/act"
             nodes.append(helper.make_node("Mul", [gated, up], [x]))
         parts = []
-        for i, weights in enumerate(w for w in node.input[1:] if w):
+        for i, weights in enumerate(w for w in node.input[1:4] if w):
             part = f"{name}/part{i}"
             nodes.append(helper.make_node("MatMulQ", [x, weights], [part], domain=native_matmul.DOMAIN,
                                           type=attrs[("type", "type1", "type2")[i]], fast=0))

@@ -75,7 +75,12 @@ def test_the_q4km_graph_runs_every_matrix_from_its_blocks_with_the_mlp_fused(arc
     layers = sum(1 for n in model.graph.node if n.op_type == "GroupQueryAttention")
     assert ops.count((cuda_kernels.DOMAIN, "MatMulQ")) == 4 * layers + 1  # QKV, O, gate|up, down; the head
     assert ops.count((cuda_kernels.DOMAIN, "GatherQ")) == 1
-    assert not {"Split", "Sigmoid", "Mul", "MatMul", "MatMulNBits"} & {op for _, op in ops}
+    assert not {"Split", "Sigmoid", "Mul", "MatMul", "MatMulNBits", "SimplifiedLayerNormalization"} & {op for _, op in ops}
+    # Every pre-norm runs inside the projection that reads it; only the final norm (read by the logits' Slice) is
+    # ONNX Runtime's.
+    assert ops.count(("com.microsoft", "SkipSimplifiedLayerNormalization")) == 1
+    normed = [n for n in model.graph.node if n.op_type == "MatMulQ" and len(n.input) == 6]
+    assert len(normed) == 2 * layers and sum(len(n.output) == 2 for n in normed) == 2 * layers - 1
     mixed = [n for n in model.graph.node if n.op_type == "MatMulQ" and len(n.input) >= 3]
     assert mixed, "no projection with two block types in one launch"
     downs = [n for n in model.graph.node if any(a.name == "act" for a in n.attribute)]
@@ -174,6 +179,34 @@ def test_three_block_types_side_by_side_in_one_launch(cuda, rows):
     got = _matmul_q(parts, k).run(None, {"x": x})[0].astype(np.float64)
     assert got.shape == (rows, 96)
     np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, k, with_skip", [(1, 1024, True), (1, 1024, False), (3, 1024, True), (1, 9216, True)])
+def test_the_pre_norm_runs_inside_the_matmul(cuda, rows, k, with_skip):
+    """RMSNorm(x + skip)·gamma staged by the GEMV for one row whose K fits a tile, by a kernel of its own otherwise
+    (several rows, or K past 8,192); x + skip written as the second output."""
+    rng = np.random.default_rng(rows * k)
+    n, eps = 72, 1e-5
+    raw = blocks(rng, "Q4_K", n, k)
+    x = (rng.standard_normal((rows, k)) * 3).astype(np.float16)
+    skip = (rng.standard_normal((rows, k)) * 3).astype(np.float16)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float16)
+    inits = [numpy_helper.from_array(raw, "w0"), numpy_helper.from_array(gamma, "gamma")]
+    names = ["x", "w0", "", "", "skip" if with_skip else "", "gamma"]
+    outputs = ["y", "summed"] if with_skip else ["y"]
+    node = helper.make_node("MatMulQ", names, outputs, domain=cuda_kernels.DOMAIN, type=cuda_kernels.TYPE_IDS["Q4_K"],
+                            eps=eps)
+    graph_inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT16, ["m", k]) for name in ("x", "skip")[:1 + with_skip]]
+    session = _session([node], graph_inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT16, None) for o in outputs],
+                       inits)
+    got = session.run(None, {"x": x, **({"skip": skip} if with_skip else {})})
+    s = x.astype(np.float64) + (skip.astype(np.float64) if with_skip else 0)
+    normed = s / np.sqrt((s ** 2).mean(-1, keepdims=True) + eps) * gamma.astype(np.float64)
+    want = normed @ dequantized(raw, "Q4_K").T
+    np.testing.assert_allclose(got[0].astype(np.float64), want, atol=4e-3 * np.abs(want).max(), rtol=0)
+    if with_skip:
+        np.testing.assert_array_equal(got[1], s.astype(np.float16))
 
 
 @pytest.mark.gpu

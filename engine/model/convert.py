@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.arch import architecture_for, fp16_activations_ok, get_architecture
+from engine.arch.cuda_fusion import fuse_norms
 from engine.errors import HearthError, ModelFileError, UnsupportedModelError
 from engine.fsutil import atomic_write, fsync_dir, irregular_kind, read_json, sha256_file
 from engine.model.conversion_steps import CHECKING, READING, Cancel, ConversionSteps, StepFn, step_reporter
@@ -221,6 +222,8 @@ def build_onnx(
     writer = OnnxWriter(out_dir / "model.onnx.data")
     try:
         arch.build(Graph(model, cfg, precision, writer, logits_mode, progress))
+        if precision.cuda_blocks:  # pre-norms into the CUDA MatMulQ that reads them (engine/arch/cuda_fusion.py)
+            writer.nodes[:] = fuse_norms(writer.nodes, {o.name for o in writer.outputs})
         meta = {"hearth.config": cfg.to_json(), "hearth.architecture": arch.NAME,
                 "hearth.graph_version": str(arch.GRAPH_VERSION), "hearth.precision": precision.name,
                 "hearth.logits": logits_mode, "hearth.kv_dtype": precision.compute, **(metadata or {})}

@@ -1,10 +1,13 @@
 /* libhearth_cuda: Hearth's CUDA kernels as ONNX Runtime custom ops (domain ai.hearth.cuda), for graphs whose
  * weights are the GGUF's own blocks (engine/model/precision.py, "int4-cuda-blocks").
  *
- *   MatMulQ(X fp16 [.., Kx], W0 uint8 [N0, R0], W1?, W2?) -> Y fp16 [.., N0+N1+N2]
+ *   MatMulQ(X fp16 [.., Kx], W0 uint8 [N0, R0], W1?, W2?, skip?, gamma?) -> Y fp16 [.., N0+N1+N2], summed?
  *       attributes type, type1, type2 (GGML type ids of W0..W2), act (0 none; 1 silu, 2 gelu-tanh: X is gate|up,
- *       Kx = 2K, and the layer reads act(gate)·up). Up to 8 rows of X: hearth_cuda_kernels.cuh's GEMV; more
- *       (a prefill): the weights dequantized to fp16 in slabs of at most 64 MB and cuBLAS's GEMM.
+ *       Kx = 2K, and the layer reads act(gate)·up), eps. With gamma the layer reads RMSNorm(X + skip)·gamma (the
+ *       pre-norm ONNX Runtime would run as its own SkipSimplifiedLayerNormalization) and, with skip, writes
+ *       X + skip as `summed`, the new residual stream. Up to 8 rows of X: hearth_cuda_kernels.cuh's GEMV (a
+ *       one-row norm staged inside it); more (a prefill): the weights dequantized to fp16 in slabs of at most
+ *       64 MB and cuBLAS's GEMM.
  *   GatherQ(ids int64 [..], table uint8 [V, R]) -> fp16 [.., K]; attributes type, k.
  *
  * The library links the CUDA runtime statically and needs nothing at load time but the driver; cuBLAS is looked
@@ -35,7 +38,7 @@
 #define HQ_EXPORT extern "C" __attribute__((visibility("default")))
 
 /* Slots and element types beyond those ort_abi.h names (counted from onnxruntime_c_api.h, as it does). */
-enum { SLOT_GetGPUComputeStream = 193 };
+enum { SLOT_GetOutputCount = 89, SLOT_GetGPUComputeStream = 193 };
 enum { ELEMENT_INT64 = 7, ELEMENT_FLOAT16 = 10 };
 typedef OrtStatus *(*GetStreamFn)(const OrtKernelContext *ctx, void **out);
 
@@ -152,13 +155,16 @@ static CublasHandle cublas_for(cudaStream_t stream) {
 }
 
 /* ---- MatMulQ -------------------------------------------------------------------------------------------------- */
+enum { INPUT_SKIP = 1 + HQ_MAX_SEGMENTS, INPUT_GAMMA, MATMUL_INPUTS };
+
 struct MatMulKernel {
     int types[HQ_MAX_SEGMENTS];
     int act;
+    float eps;
 };
 
 static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int rows, int64_t k, const HqSegments &segs,
-                              __half *y, cudaStream_t stream) {
+                              const HqNorm &norm, __half *y, cudaStream_t stream) {
     const int64_t n_total = segs.start[segs.count];
     const dim3 grid((unsigned)((n_total + HQ_WARPS - 1) / HQ_WARPS)), block(HQ_WARPS * 32);
     for (int m0 = 0; m0 < rows; m0 += GEMV_MAX_ROWS) {
@@ -168,10 +174,10 @@ static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int ro
         const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
         const size_t shared = (size_t)width * (size_t)hq_tile(width, k) * sizeof(float);
         switch (width) {
-        case 1: gemv_kernel<1><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
-        case 2: gemv_kernel<2><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
-        case 4: gemv_kernel<4><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
-        default: gemv_kernel<8><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, ym); break;
+        case 1: gemv_kernel<1><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, norm, ym); break;
+        case 2: gemv_kernel<2><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, norm, ym); break;
+        case 4: gemv_kernel<4><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, norm, ym); break;
+        default: gemv_kernel<8><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, norm, ym); break;
         }
     }
     return cuda_status("MatMulQ", cudaGetLastError());
@@ -221,6 +227,16 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
         return st;
     HqSegments segs = {};
     int64_t k = -1;
+    HqNorm norm = {nullptr, nullptr, nullptr, kern->eps};
+    Tensor skip = {}, gamma = {};
+    for (size_t i = INPUT_SKIP; i < inputs && i <= INPUT_GAMMA; i++) {
+        if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &value))) return st;
+        if (value && (st = read_tensor(value, ELEMENT_FLOAT16, i == INPUT_SKIP ? "MatMulQ's skip" : "MatMulQ's gamma",
+                                       i == INPUT_SKIP ? &skip : &gamma)))
+            return st;
+    }
+    norm.skip = (const __half *)skip.data;
+    norm.gamma = (const __half *)gamma.data;
     for (size_t i = 1; i < inputs && i <= HQ_MAX_SEGMENTS; i++) {
         if ((st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &value))) return st;
         if (!value) break;
@@ -247,21 +263,48 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
     if (x.rank < 1 || x.dims[x.rank - 1] != kx)
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: X's last dimension must be %lld (W's rows hold %lld "
                     "weights%s)", (long long)kx, (long long)k, kern->act ? ", and X holds gate and up side by side" : "");
+    if (norm.skip && (skip.rank != x.rank || memcmp(skip.dims, x.dims, x.rank * sizeof(int64_t))))
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: skip must have X's shape");
+    if (norm.gamma && (gamma.rank != 1 || gamma.dims[0] != k || kern->act != HQ_ACT_NONE))
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: gamma must be [%lld] (and no act beside a norm)",
+                    (long long)k);
+    if (norm.skip && !norm.gamma) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: skip without gamma");
     int64_t dims[8];
     memcpy(dims, x.dims, sizeof dims);
     const int64_t n_total = segs.start[segs.count];
     dims[x.rank - 1] = n_total;
     void *y;
     if ((st = make_output(ctx, dims, x.rank, &y))) return st;
+    size_t outputs = 0;
+    if ((st = CALL(GetInputCountFn, SLOT_GetOutputCount)(ctx, &outputs))) return st;
+    if (norm.skip && outputs > 1) {  // the new residual stream, x + skip, is the second output
+        OrtValue *summed = nullptr;
+        if ((st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, 1, x.dims, x.rank, &summed)) ||
+            (summed && (st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)(summed, (void **)&norm.summed))))
+            return st;
+    }
     const int64_t rows = x.count() / kx;
-    if (rows == 0 || n_total == 0) return nullptr;
+    if (rows == 0) return nullptr;
     cudaStream_t stream;
     if ((st = stream_of(ctx, &stream))) return st;
-    if (rows > GEMV_MAX_ROWS) {
-        CublasHandle handle = cublas_for(stream);
-        if (handle) return launch_gemm(handle, (const __half *)x.data, kern->act, rows, k, segs, (__half *)y, stream);
+    const __half *input = (const __half *)x.data;
+    __half *normed = nullptr;
+    if (norm.gamma && (rows > 1 || hq_tile(1, k) < k)) {
+        // The GEMV stages the norm only for one row whose K fits a tile; otherwise a kernel of its own first.
+        if ((st = cuda_status("MatMulQ", cudaMallocAsync((void **)&normed, (size_t)(rows * k * 2), stream)))) return st;
+        rmsnorm_kernel<<<(unsigned)rows, HQ_WARPS * 32, 0, stream>>>(input, k, norm, normed);
+        input = normed;
+        norm = {nullptr, nullptr, nullptr, 0.0f};
     }
-    return launch_gemv((const __half *)x.data, kx, kern->act, (int)rows, k, segs, (__half *)y, stream);
+    if (n_total == 0) {
+        st = nullptr;
+    } else if (rows > GEMV_MAX_ROWS && cublas_for(stream)) {
+        st = launch_gemm(cublas_for(stream), input, kern->act, rows, k, segs, (__half *)y, stream);
+    } else {
+        st = launch_gemv(input, kx, kern->act, (int)rows, k, segs, norm, (__half *)y, stream);
+    }
+    if (normed) cudaFreeAsync(normed, stream);
+    return st;
 }
 
 static OrtStatus *matmul_create(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *info, void **out) {
@@ -282,6 +325,14 @@ static OrtStatus *matmul_create(const OrtCustomOp *, const OrtApi *, const OrtKe
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: act must be 0, 1 or 2, not %lld", (long long)act);
     }
     kern->act = (int)act;
+    float eps = 1e-6f;
+    OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "eps", &eps);
+    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);  // no norm in this node, or the default
+    if (!(eps > 0.0f)) {
+        delete kern;
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: eps must be positive");
+    }
+    kern->eps = eps;
     *out = kern;
     return nullptr;
 }
@@ -339,6 +390,7 @@ static const char *cuda_provider(const OrtCustomOp *) { return "CUDAExecutionPro
 static int default_memory(const OrtCustomOp *, size_t) { return 0; }
 static int required(const OrtCustomOp *, size_t) { return IO_REQUIRED; }
 static int matmul_characteristic(const OrtCustomOp *, size_t i) { return i < 2 ? IO_REQUIRED : IO_OPTIONAL; }
+static int second_optional(const OrtCustomOp *, size_t i) { return i == 0 ? IO_REQUIRED : IO_OPTIONAL; }
 static int zero(const OrtCustomOp *) { return 0; }
 static int one(const OrtCustomOp *) { return 1; }
 static int end_version(const OrtCustomOp *) { return 1 << 30; }
@@ -346,8 +398,11 @@ static int half_type(const OrtCustomOp *, size_t) { return ELEMENT_FLOAT16; }
 static size_t one_count(const OrtCustomOp *) { return 1; }
 
 static const char *matmul_name(const OrtCustomOp *) { return "MatMulQ"; }
-static int matmul_input_type(const OrtCustomOp *, size_t i) { return i == 0 ? (int)ELEMENT_FLOAT16 : (int)ELEMENT_UINT8; }
-static size_t matmul_inputs(const OrtCustomOp *) { return 1 + HQ_MAX_SEGMENTS; }
+static int matmul_input_type(const OrtCustomOp *, size_t i) {
+    return i == 0 || i >= INPUT_SKIP ? (int)ELEMENT_FLOAT16 : (int)ELEMENT_UINT8;
+}
+static size_t matmul_inputs(const OrtCustomOp *) { return MATMUL_INPUTS; }
+static size_t two_count(const OrtCustomOp *) { return 2; }
 static const char *gather_name(const OrtCustomOp *) { return "GatherQ"; }
 static int gather_input_type(const OrtCustomOp *, size_t i) { return i == 0 ? (int)ELEMENT_INT64 : (int)ELEMENT_UINT8; }
 static size_t gather_inputs(const OrtCustomOp *) { return 2; }
@@ -380,8 +435,14 @@ static OrtCustomOp cuda_op(const char *(*name)(const OrtCustomOp *), int (*input
     return op;
 }
 
-static OrtCustomOp matmul_op = cuda_op(matmul_name, matmul_input_type, matmul_inputs, matmul_characteristic,
-                                       matmul_create, matmul_compute, matmul_destroy);
+static OrtCustomOp matmul_with_sum(OrtCustomOp op) {  // MatMulQ's second output: the residual stream a norm adds
+    op.GetOutputTypeCount = two_count;
+    op.GetOutputCharacteristic = second_optional;
+    return op;
+}
+static OrtCustomOp matmul_op = matmul_with_sum(cuda_op(matmul_name, matmul_input_type, matmul_inputs,
+                                                       matmul_characteristic, matmul_create, matmul_compute,
+                                                       matmul_destroy));
 static OrtCustomOp gather_op = cuda_op(gather_name, gather_input_type, gather_inputs, required, gather_create,
                                        gather_compute, gather_destroy);
 

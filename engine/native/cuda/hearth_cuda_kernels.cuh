@@ -21,6 +21,15 @@
 
 enum { HQ_ACT_NONE = 0, HQ_ACT_SILU = 1, HQ_ACT_GELU_TANH = 2 };
 
+/* The RMS norm a layer's input takes first, fused into the matmul that reads it: x' = RMSNorm(x + skip) · gamma,
+ * (x + skip) also written out as the new residual stream. gamma null: no norm. skip null: the norm of x alone. */
+struct HqNorm {
+    const __half *skip;
+    const __half *gamma;
+    __half *summed;  /* x + skip, fp16, written by the first block (null where no one reads it) */
+    float eps;
+};
+
 /* Weight matrices side by side along the output: segment s holds output rows [start[s], start[s+1]). */
 struct HqSegments {
     const uint8_t *rows[HQ_MAX_SEGMENTS];
@@ -88,10 +97,37 @@ __device__ __forceinline__ void hq_dispatch(int type, const uint8_t *row, int64_
 }
 
 /* Rows m0 .. m0+MT-1 of x (fewer when rows < MT) against every output row; y is [rows, n_total]. */
+/* Block-wide sum of one float per thread (HQ_WARPS warps); every thread gets it. */
+__device__ __forceinline__ float hq_block_sum(float v, float *scratch) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < HQ_WARPS; w++) total += scratch[w];
+    return total;
+}
+
+/* Stages RMSNorm(x + skip) · gamma of one row of K (all of it: the caller checks K fits one tile) into xs, and
+ * the sum into norm.summed from the first block. */
+__device__ __forceinline__ void hq_stage_normed(const __half *x, int64_t k_total, const HqNorm &norm, float *xs) {
+    __shared__ float scratch[HQ_WARPS];
+    float squares = 0.0f;
+    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
+        float v = __half2float(x[k]);
+        if (norm.skip) v += __half2float(norm.skip[k]);
+        if (norm.summed && blockIdx.x == 0) norm.summed[k] = __float2half(v);
+        xs[k] = v;
+        squares += v * v;
+    }
+    const float scale = rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + norm.eps);
+    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) xs[k] = xs[k] * scale * __half2float(norm.gamma[k]);
+}
+
 template <int MT>
 __global__ void __launch_bounds__(HQ_WARPS * 32) gemv_kernel(const __half *__restrict__ x, int64_t x_stride, int act,
                                                              int rows, int64_t k_total, HqSegments segs,
-                                                             __half *__restrict__ y) {
+                                                             HqNorm norm, __half *__restrict__ y) {
     extern __shared__ float xs[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n_total = segs.start[segs.count];
@@ -108,10 +144,14 @@ __global__ void __launch_bounds__(HQ_WARPS * 32) gemv_kernel(const __half *__res
     for (int64_t k0 = 0; k0 < k_total; k0 += tile) {
         const int64_t kt = min(tile, k_total - k0);
         __syncthreads();  /* the previous tile is read */
-        for (int64_t i = threadIdx.x; i < MT * kt; i += blockDim.x) {
-            const int m = (int)(i / kt);
-            const int64_t k = i - (int64_t)m * kt;
-            xs[m * tile + k] = m < rows ? hq_input(x, x_stride, act, k_total, m, k0 + k) : 0.0f;
+        if (norm.gamma) {  /* MT == 1, and all of K in this tile (launch_gemv checks) */
+            hq_stage_normed(x, k_total, norm, xs);
+        } else {
+            for (int64_t i = threadIdx.x; i < MT * kt; i += blockDim.x) {
+                const int m = (int)(i / kt);
+                const int64_t k = i - (int64_t)m * kt;
+                xs[m * tile + k] = m < rows ? hq_input(x, x_stride, act, k_total, m, k0 + k) : 0.0f;
+            }
         }
         __syncthreads();
         if (active) hq_dispatch<MT>(type, row, k0 / 8, (k0 + kt) / 8, k0, xs, tile, acc, lane);
@@ -122,6 +162,29 @@ __global__ void __launch_bounds__(HQ_WARPS * 32) gemv_kernel(const __half *__res
         float v = acc[m];
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
         if (lane == 0 && m < rows) y[(int64_t)m * n_total + r] = __float2half(v);
+    }
+}
+
+/* RMSNorm(x + skip) · gamma of each row of x [rows, K] into out (fp16), the sum into norm.summed: a fused norm's
+ * input where the GEMV cannot stage it (more than one row, or K past one tile). One block per row. */
+__global__ void __launch_bounds__(HQ_WARPS * 32) rmsnorm_kernel(const __half *__restrict__ x, int64_t k_total,
+                                                                HqNorm norm, __half *__restrict__ out) {
+    __shared__ float scratch[HQ_WARPS];
+    const int64_t row = blockIdx.x;
+    const __half *xr = x + row * k_total;
+    const __half *sr = norm.skip ? norm.skip + row * k_total : nullptr;
+    float squares = 0.0f;
+    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
+        float v = __half2float(xr[k]);
+        if (sr) v += __half2float(sr[k]);
+        if (norm.summed) norm.summed[row * k_total + k] = __float2half(v);
+        squares += v * v;
+    }
+    const float scale = rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + norm.eps);
+    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
+        float v = __half2float(xr[k]);
+        if (sr) v += __half2float(sr[k]);
+        out[row * k_total + k] = __float2half(v * scale * __half2float(norm.gamma[k]));
     }
 }
 
