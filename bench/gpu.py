@@ -80,7 +80,7 @@ def weights_read_per_token(onnx_path: Path, tied: bool) -> int:
     total = 0
     for init in model.graph.initializer:
         length = next((int(e.value) for e in init.external_data if e.key == "length"), len(init.raw_data))
-        if tied or init.name != "token_embd.weight":
+        if tied or not init.name.startswith("token_embd.weight"):  # the table, dense or in its GGUF blocks
             total += length
     return total
 
