@@ -10,10 +10,12 @@ logits' Slice; Gemma's post-norms and the QK norms) stay ONNX Runtime's.
 from __future__ import annotations
 
 from collections import defaultdict
-
-from onnx import NodeProto, helper
+from typing import TYPE_CHECKING
 
 from engine.runtime import cuda_kernels
+
+if TYPE_CHECKING:  # onnx loads only when a conversion runs: the CLI's quick commands never import it
+    from onnx import NodeProto
 
 MS = "com.microsoft"
 
@@ -67,6 +69,8 @@ def _fuse(norm: NodeProto, nodes: list[NodeProto], readers: dict[str, list[int]]
     inputs = [x, *weights, skip, gamma]
     outputs = [matmul.output[0]] + ([summed] if skip and summed else [])
     eps = attrs["epsilon"].f if "epsilon" in attrs else 1e-5
+    from onnx import helper
+
     node = helper.make_node("MatMulQ", inputs, outputs, name=matmul.name, domain=cuda_kernels.DOMAIN, eps=eps)
     node.attribute.extend(matmul.attribute)
     return users[0], node
