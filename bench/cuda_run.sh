@@ -46,7 +46,7 @@ layers)
     ;;
 speed)
     for model in "$@"; do
-        for kernels in 1 0; do
+        for kernels in ${KERNELS:-1 0}; do  # KERNELS=1: Hearth's kernels only
             case $model in
             default | gemma) source="--model $(gguf_of "$model")" ;;
             *) source="--synthetic $model" ;;

@@ -165,14 +165,16 @@ struct MatMulKernel {
 
 static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int rows, int64_t k, const HqSegments &segs,
                               const HqNorm &norm, __half *y, cudaStream_t stream) {
-    const int64_t n_total = segs.start[segs.count];
-    const dim3 grid((unsigned)((n_total + HQ_WARPS - 1) / HQ_WARPS)), block(HQ_WARPS * 32);
+    const int64_t n_total = segs.total;
+    const dim3 block(HQ_THREADS);
     for (int m0 = 0; m0 < rows; m0 += GEMV_MAX_ROWS) {
         const int mt = rows - m0 < GEMV_MAX_ROWS ? rows - m0 : GEMV_MAX_ROWS;
         const __half *xm = x + (int64_t)m0 * x_stride;
         __half *ym = y + (int64_t)m0 * n_total;
         const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
         const size_t shared = (size_t)width * (size_t)hq_tile(width, k) * sizeof(float);
+        const int64_t per_block = hq_rows_per_block(width);
+        const dim3 grid((unsigned)((n_total + per_block - 1) / per_block));
         switch (width) {
         case 1: gemv_kernel<1><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, norm, ym); break;
         case 2: gemv_kernel<2><<<grid, block, shared, stream>>>(xm, x_stride, act, mt, k, segs, norm, ym); break;
@@ -186,7 +188,7 @@ static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int ro
 /* A prefill: y [rows, N] = act(x) · Wᵀ through cuBLAS, W dequantized a slab of rows at a time. */
 static OrtStatus *launch_gemm(CublasHandle handle, const __half *x, int act, int64_t rows, int64_t k,
                               const HqSegments &segs, __half *y, cudaStream_t stream) {
-    const int64_t n_total = segs.start[segs.count];
+    const int64_t n_total = segs.total;
     int64_t slab_rows = SLAB_BYTES / (k * 2);
     if (slab_rows < 1) slab_rows = 1;
     if (slab_rows > n_total) slab_rows = n_total;
@@ -258,6 +260,7 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
         segs.row_bytes[s] = w.dims[1];
         segs.type[s] = type;
         segs.start[s + 1] = segs.start[s] + w.dims[0];
+        segs.total = segs.start[s + 1];
     }
     const int64_t kx = kern->act == HQ_ACT_NONE ? k : 2 * k;
     if (x.rank < 1 || x.dims[x.rank - 1] != kx)
@@ -271,7 +274,7 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
     if (norm.skip && !norm.gamma) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: skip without gamma");
     int64_t dims[8];
     memcpy(dims, x.dims, sizeof dims);
-    const int64_t n_total = segs.start[segs.count];
+    const int64_t n_total = segs.total;
     dims[x.rank - 1] = n_total;
     void *y;
     if ((st = make_output(ctx, dims, x.rank, &y))) return st;
@@ -292,7 +295,7 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
     if (norm.gamma && (rows > 1 || hq_tile(1, k) < k)) {
         // The GEMV stages the norm only for one row whose K fits a tile; otherwise a kernel of its own first.
         if ((st = cuda_status("MatMulQ", cudaMallocAsync((void **)&normed, (size_t)(rows * k * 2), stream)))) return st;
-        rmsnorm_kernel<<<(unsigned)rows, HQ_WARPS * 32, 0, stream>>>(input, k, norm, normed);
+        rmsnorm_kernel<<<(unsigned)rows, HQ_THREADS, 0, stream>>>(input, k, norm, normed);
         input = normed;
         norm = {nullptr, nullptr, nullptr, 0.0f};
     }

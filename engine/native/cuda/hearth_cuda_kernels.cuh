@@ -15,7 +15,8 @@
 
 #include "hearth_cuda_blocks.cuh"
 
-#define HQ_WARPS 8           /* output rows per block of the GEMV: one per warp */
+#define HQ_THREADS 256       /* threads of a GEMV block, sharing its rows' chunks */
+#define HQ_WARPS (HQ_THREADS / 32)
 #define HQ_STAGE_BYTES 32768 /* shared memory for the staged activations: under the 48 KB every GPU gives unasked */
 #define HQ_MAX_SEGMENTS 3
 
@@ -37,6 +38,7 @@ struct HqSegments {
     int type[HQ_MAX_SEGMENTS];
     int64_t start[HQ_MAX_SEGMENTS + 1];
     int count;
+    int64_t total;  /* start[count], set by the host: indexing by count in a kernel puts the struct in local memory */
 };
 
 __device__ __forceinline__ float hq_act(int act, float g) {
@@ -60,43 +62,76 @@ __host__ __device__ __forceinline__ int64_t hq_tile(int mt, int64_t k_total) {
     return whole < most ? whole : most;
 }
 
-template <int TYPE, int MT>
-__device__ __forceinline__ void hq_row_dot(const uint8_t *row, int64_t c0, int64_t c1, int64_t k0, const float *xs,
-                                           int64_t tile, float acc[MT], int lane) {
-#pragma unroll 4
-    for (int64_t c = c0 + lane; c < c1; c += 32) {
-        float w[8];
-        int pos, off[4];
-        hq_decode8(TYPE, row, (int)c, w, &pos, off);
+/* A block's R output rows: where each one's blocks start and their type (static indexing of the segments, so
+ * nothing of the kernel's parameters goes through local memory). A row past the last is clamped to it. */
+template <int R>
+__device__ __forceinline__ bool hq_locate(const HqSegments segs, int64_t r0, const uint8_t *row[R], int type[R]) {
+    const int64_t n_total = segs.total;
 #pragma unroll
-        for (int p = 0; p < 4; p++) {
-            const int64_t col = pos + off[p] - k0;
+    for (int i = 0; i < R; i++) {
+        const int64_t r = r0 + i < n_total ? r0 + i : n_total - 1;
+#pragma unroll
+        for (int s = 0; s < HQ_MAX_SEGMENTS; s++) {
+            if (s < segs.count && r >= segs.start[s] && r < segs.start[s + 1]) {
+                row[i] = segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s];
+                type[i] = segs.type[s];
+            }
+        }
+    }
+    bool uniform = true;
+#pragma unroll
+    for (int i = 1; i < R; i++) uniform = uniform && type[i] == type[0];
+    return uniform;
+}
+
+/* The block's threads share the chunks of K: thread t takes chunks t, t + 256, …, and for each decodes the same
+ * chunk of all R rows (R independent loads in flight per thread; a warp reads 128 consecutive bytes of a row).
+ * One block per R rows, not one warp per row: a 4,096-wide row is 512 chunks, two per thread instead of sixteen
+ * sequential ones per lane, whose load latency was the GEMV's whole cost (23 µs a [4096 x 4096] Q4_K layer
+ * against ~6 µs of bandwidth on an H100, bench/cuda_layer_forms.py). */
+template <int TYPE, int MT, int R>
+__device__ __forceinline__ void hq_rows_dot(const uint8_t *const row[R], int c0, int c1, int k0, const float *xs,
+                                            int tile, float (&acc)[MT][R]) {
+    for (int c = c0 + (int)threadIdx.x; c < c1; c += HQ_THREADS) {
+        /* The chunk's activations once (every row's chunk c sits at the same columns), then each row's weights. */
+        float w[8], xv[MT][8];
+        int pos = 0, off[4];
+        hq_decode8(TYPE, row[0], c, w, &pos, off);
+#pragma unroll
+        for (int p = 0; p < 4; p++)
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                const float2 v = *reinterpret_cast<const float2 *>(xs + m * tile + col);
-                acc[m] = fmaf(w[2 * p], v.x, fmaf(w[2 * p + 1], v.y, acc[m]));
+                const float2 v = *reinterpret_cast<const float2 *>(xs + m * tile + pos + off[p] - k0);
+                xv[m][2 * p] = v.x;
+                xv[m][2 * p + 1] = v.y;
             }
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            if (i > 0) hq_decode8(TYPE, row[i], c, w, &pos, off);
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[m][i] = fmaf(w[j], xv[m][j], acc[m][i]);
         }
     }
 }
 
-template <int MT>
-__device__ __forceinline__ void hq_dispatch(int type, const uint8_t *row, int64_t c0, int64_t c1, int64_t k0,
-                                            const float *xs, int64_t tile, float acc[MT], int lane) {
+template <int MT, int R>
+__device__ __forceinline__ void hq_dispatch(int type, const uint8_t *const row[R], int c0, int c1, int k0,
+                                            const float *xs, int tile, float (&acc)[MT][R]) {
     switch (type) {
-    case HQ_Q4_0: hq_row_dot<HQ_Q4_0, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q4_1: hq_row_dot<HQ_Q4_1, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q5_0: hq_row_dot<HQ_Q5_0, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q5_1: hq_row_dot<HQ_Q5_1, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q8_0: hq_row_dot<HQ_Q8_0, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q4_K: hq_row_dot<HQ_Q4_K, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q5_K: hq_row_dot<HQ_Q5_K, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
-    case HQ_Q6_K: hq_row_dot<HQ_Q6_K, MT>(row, c0, c1, k0, xs, tile, acc, lane); break;
+    case HQ_Q4_0: hq_rows_dot<HQ_Q4_0, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q4_1: hq_rows_dot<HQ_Q4_1, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q5_0: hq_rows_dot<HQ_Q5_0, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q5_1: hq_rows_dot<HQ_Q5_1, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q8_0: hq_rows_dot<HQ_Q8_0, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q4_K: hq_rows_dot<HQ_Q4_K, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q5_K: hq_rows_dot<HQ_Q5_K, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q6_K: hq_rows_dot<HQ_Q6_K, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
     default: break;
     }
 }
 
-/* Rows m0 .. m0+MT-1 of x (fewer when rows < MT) against every output row; y is [rows, n_total]. */
 /* Block-wide sum of one float per thread (HQ_WARPS warps); every thread gets it. */
 __device__ __forceinline__ float hq_block_sum(float v, float *scratch) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -124,50 +159,77 @@ __device__ __forceinline__ void hq_stage_normed(const __half *x, int64_t k_total
     for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) xs[k] = xs[k] * scale * __half2float(norm.gamma[k]);
 }
 
+/* Output rows per block for MT rows of x: fewer as MT grows, so MT·R sums fit the registers. */
+__host__ __device__ constexpr int hq_rows_per_block(int mt) { return mt == 1 ? 8 : mt == 2 ? 4 : mt == 4 ? 2 : 1; }
+
+/* Rows 0 .. MT-1 of x (fewer when rows < MT) against every output row; y is [rows, n_total]. */
 template <int MT>
-__global__ void __launch_bounds__(HQ_WARPS * 32) gemv_kernel(const __half *__restrict__ x, int64_t x_stride, int act,
-                                                             int rows, int64_t k_total, HqSegments segs,
-                                                             HqNorm norm, __half *__restrict__ y) {
+__global__ void __launch_bounds__(HQ_THREADS) gemv_kernel(const __half *__restrict__ x, int64_t x_stride, int act,
+                                                          int rows, int64_t k_total, HqSegments segs, HqNorm norm,
+                                                          __half *__restrict__ y) {
+    constexpr int R = hq_rows_per_block(MT);
     extern __shared__ float xs[];
+    __shared__ float partial[HQ_WARPS][MT * R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t n_total = segs.start[segs.count];
-    const int64_t r = (int64_t)blockIdx.x * HQ_WARPS + warp;
-    int s = 0;
-    while (s + 1 < segs.count && r >= segs.start[s + 1]) s++;
-    const bool active = r < n_total;
-    const uint8_t *row = active ? segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s] : nullptr;
-    const int type = segs.type[s];
-    const int64_t tile = hq_tile(MT, k_total);
-    float acc[MT];
+    const int64_t n_total = segs.total;
+    const int64_t r0 = (int64_t)blockIdx.x * R;
+    const uint8_t *row[R];
+    int type[R];
+    const bool uniform = hq_locate<R>(segs, r0, row, type);
+    const int tile = (int)hq_tile(MT, k_total);
+    float acc[MT][R];
 #pragma unroll
-    for (int m = 0; m < MT; m++) acc[m] = 0.0f;
-    for (int64_t k0 = 0; k0 < k_total; k0 += tile) {
-        const int64_t kt = min(tile, k_total - k0);
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int i = 0; i < R; i++) acc[m][i] = 0.0f;
+    for (int k0 = 0; k0 < k_total; k0 += tile) {
+        const int kt = (int)min((int64_t)tile, k_total - k0);
         __syncthreads();  /* the previous tile is read */
         if (norm.gamma) {  /* MT == 1, and all of K in this tile (launch_gemv checks) */
             hq_stage_normed(x, k_total, norm, xs);
         } else {
-            for (int64_t i = threadIdx.x; i < MT * kt; i += blockDim.x) {
-                const int m = (int)(i / kt);
-                const int64_t k = i - (int64_t)m * kt;
-                xs[m * tile + k] = m < rows ? hq_input(x, x_stride, act, k_total, m, k0 + k) : 0.0f;
-            }
+            for (int m = 0; m < MT; m++)
+                for (int k = threadIdx.x; k < kt; k += HQ_THREADS)
+                    xs[m * tile + k] = m < rows ? hq_input(x, x_stride, act, k_total, m, k0 + k) : 0.0f;
         }
         __syncthreads();
-        if (active) hq_dispatch<MT>(type, row, k0 / 8, (k0 + kt) / 8, k0, xs, tile, acc, lane);
-    }
-    if (!active) return;
+        const int c0 = k0 / 8, c1 = (k0 + kt) / 8;
+        if (uniform) {
+            hq_dispatch<MT, R>(type[0], row, c0, c1, k0, xs, tile, acc);
+        } else {  /* rows of different types (a segment boundary inside this block): one at a time */
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        float v = acc[m];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && m < rows) y[(int64_t)m * n_total + r] = __float2half(v);
+            for (int i = 0; i < R; i++) {
+                float one[MT][1];
+#pragma unroll
+                for (int m = 0; m < MT; m++) one[m][0] = 0.0f;
+                const uint8_t *single[1] = {row[i]};
+                hq_dispatch<MT, 1>(type[i], single, c0, c1, k0, xs, tile, one);
+#pragma unroll
+                for (int m = 0; m < MT; m++) acc[m][i] += one[m][0];
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            float v = acc[m][i];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) partial[warp][m * R + i] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < MT * R) {
+        const int m = threadIdx.x / R, i = threadIdx.x % R;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < HQ_WARPS; w++) v += partial[w][threadIdx.x];
+        if (m < rows && r0 + i < n_total) y[(int64_t)m * n_total + r0 + i] = __float2half(v);
     }
 }
 
 /* RMSNorm(x + skip) · gamma of each row of x [rows, K] into out (fp16), the sum into norm.summed: a fused norm's
  * input where the GEMV cannot stage it (more than one row, or K past one tile). One block per row. */
-__global__ void __launch_bounds__(HQ_WARPS * 32) rmsnorm_kernel(const __half *__restrict__ x, int64_t k_total,
+__global__ void __launch_bounds__(HQ_THREADS) rmsnorm_kernel(const __half *__restrict__ x, int64_t k_total,
                                                                 HqNorm norm, __half *__restrict__ out) {
     __shared__ float scratch[HQ_WARPS];
     const int64_t row = blockIdx.x;
@@ -194,11 +256,12 @@ __global__ void dequant_kernel(HqSegments segs, int64_t r0, int64_t r1, int64_t 
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = r0 + i / chunks;
         const int c = (int)(i % chunks);
-        int s = 0;
-        while (s + 1 < segs.count && r >= segs.start[s + 1]) s++;
+        const uint8_t *row[1];
+        int type[1];
+        hq_locate<1>(segs, r, row, type);
         float w[8];
         int pos, off[4];
-        hq_decode8(segs.type[s], segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s], c, w, &pos, off);
+        hq_decode8(type[0], row[0], c, w, &pos, off);
         __half *dst = out + (r - r0) * k_total + pos;
         for (int p = 0; p < 4; p++)
             *reinterpret_cast<__half2 *>(dst + off[p]) = __floats2half2_rn(w[2 * p], w[2 * p + 1]);
