@@ -154,6 +154,26 @@ static CublasHandle cublas_for(cudaStream_t stream) {
     return handle;
 }
 
+/* Scratch for a prefill (a slab of dequantized weights, the gated or normed input) comes from the device's
+ * stream-ordered pool. Its default release threshold (0) hands the memory back to the driver at every stream
+ * synchronization, which ONNX Runtime does after each run, so each layer of the next prefill chunk mapped its
+ * 64 MB slab afresh; keeping it in the pool makes every later allocation a pointer bump. */
+static cudaError_t scratch(void **p, size_t bytes, cudaStream_t stream) {
+    static std::mutex lock;
+    static bool kept[64];
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < 64) {
+        std::lock_guard<std::mutex> guard(lock);
+        cudaMemPool_t pool;
+        if (!kept[device] && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+            uint64_t keep = UINT64_MAX;
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+            kept[device] = true;
+        }
+    }
+    return cudaMallocAsync(p, bytes, stream);
+}
+
 /* ---- MatMulQ -------------------------------------------------------------------------------------------------- */
 enum { INPUT_SKIP = 1 + HQ_MAX_SEGMENTS, INPUT_GAMMA, MATMUL_INPUTS };
 
@@ -193,9 +213,9 @@ static OrtStatus *launch_gemm(CublasHandle handle, const __half *x, int act, int
     if (slab_rows < 1) slab_rows = 1;
     if (slab_rows > n_total) slab_rows = n_total;
     __half *slab = nullptr, *input = nullptr;
-    OrtStatus *st = cuda_status("MatMulQ", cudaMallocAsync((void **)&slab, (size_t)(slab_rows * k * 2), stream));
+    OrtStatus *st = cuda_status("MatMulQ", scratch((void **)&slab, (size_t)(slab_rows * k * 2), stream));
     if (!st && act != HQ_ACT_NONE) {
-        st = cuda_status("MatMulQ", cudaMallocAsync((void **)&input, (size_t)(rows * k * 2), stream));
+        st = cuda_status("MatMulQ", scratch((void **)&input, (size_t)(rows * k * 2), stream));
         if (!st) activation_kernel<<<1024, 256, 0, stream>>>(x, rows, k, act, input);
     }
     const __half *a = input ? input : x;
@@ -294,7 +314,7 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
     __half *normed = nullptr;
     if (norm.gamma && (rows > 1 || hq_tile(1, k) < k)) {
         // The GEMV stages the norm only for one row whose K fits a tile; otherwise a kernel of its own first.
-        if ((st = cuda_status("MatMulQ", cudaMallocAsync((void **)&normed, (size_t)(rows * k * 2), stream)))) return st;
+        if ((st = cuda_status("MatMulQ", scratch((void **)&normed, (size_t)(rows * k * 2), stream)))) return st;
         rmsnorm_kernel<<<(unsigned)rows, HQ_THREADS, 0, stream>>>(input, k, norm, normed);
         input = normed;
         norm = {nullptr, nullptr, nullptr, 0.0f};
