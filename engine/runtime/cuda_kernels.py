@@ -1,22 +1,20 @@
 """Hearth's CUDA kernels (engine/native/cuda/, prebuilt as ``libhearth_cuda.so``): ``ai.hearth.cuda.MatMulQ`` and
 ``GatherQ``, which run a model on CUDA straight from the GGUF's blocks (the ``int4-cuda-blocks`` precision).
 
-The library is used only where the CUDA provider runs, for graphs converted for it; ONNX Runtime's own kernels
-(``int4-half``, ``int4-cuda-dense``) stay the fallback: when the library is missing, was built from other sources
-than the ones beside it, finds no GPU it was built for (sm_80 and later), or ``HEARTH_CUDA_KERNELS=0`` is set.
+The library is used only where the CUDA provider runs, for graphs converted for it, and (for now) only when asked
+for with ``HEARTH_CUDA_KERNELS=1`` (``ON_BY_DEFAULT``). ONNX Runtime's own kernels (``int4-half``, ``int4-cuda-dense``)
+stay the fallback: when the library is not asked for, is missing, was built from other sources than the ones beside
+it, or finds no GPU it was built for (sm_80 and later).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import os
 from pathlib import Path
 
 from engine.runtime import native_library
-
-log = logging.getLogger(__name__)
 
 ENV_SWITCH = "HEARTH_CUDA_KERNELS"
 # Whether the kernels run without being asked (HEARTH_CUDA_KERNELS=1 asks, =0 refuses). Off until a GPU run of
