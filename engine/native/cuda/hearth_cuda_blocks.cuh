@@ -15,6 +15,11 @@
 #include <stdint.h>
 
 #define HQ_FN __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define HQ_UNROLL _Pragma("unroll")
+#else
+#define HQ_UNROLL /* the host compiler (bench/cuda_blocks_check.py) unrolls as it sees fit */
+#endif
 
 /* GGML type ids (gguf.GGMLQuantizationType), the ones the CUDA kernels read. */
 enum { HQ_Q4_0 = 2, HQ_Q4_1 = 3, HQ_Q5_0 = 6, HQ_Q5_1 = 7, HQ_Q8_0 = 8, HQ_Q4_K = 12, HQ_Q5_K = 13, HQ_Q6_K = 14 };

@@ -65,12 +65,12 @@ __host__ __device__ __forceinline__ int64_t hq_tile(int mt, int64_t k_total) {
 /* A block's R output rows: where each one's blocks start and their type (static indexing of the segments, so
  * nothing of the kernel's parameters goes through local memory). A row past the last is clamped to it. */
 template <int R>
-__device__ __forceinline__ bool hq_locate(const HqSegments segs, int64_t r0, const uint8_t *row[R], int type[R]) {
+HQ_FN bool hq_locate(const HqSegments segs, int64_t r0, const uint8_t *row[R], int type[R]) {
     const int64_t n_total = segs.total;
-#pragma unroll
+HQ_UNROLL
     for (int i = 0; i < R; i++) {
         const int64_t r = r0 + i < n_total ? r0 + i : n_total - 1;
-#pragma unroll
+HQ_UNROLL
         for (int s = 0; s < HQ_MAX_SEGMENTS; s++) {
             if (s < segs.count && r >= segs.start[s] && r < segs.start[s + 1]) {
                 row[i] = segs.rows[s] + (r - segs.start[s]) * segs.row_bytes[s];
@@ -79,55 +79,55 @@ __device__ __forceinline__ bool hq_locate(const HqSegments segs, int64_t r0, con
         }
     }
     bool uniform = true;
-#pragma unroll
+HQ_UNROLL
     for (int i = 1; i < R; i++) uniform = uniform && type[i] == type[0];
     return uniform;
 }
 
-/* The block's threads share the chunks of K: thread t takes chunks t, t + 256, …, and for each decodes the same
+/* The block's threads share the chunks of K: thread t (``thread``) takes chunks t, t + 256, …, and for each decodes the same
  * chunk of all R rows (R independent loads in flight per thread; a warp reads 128 consecutive bytes of a row).
  * One block per R rows, not one warp per row: a 4,096-wide row is 512 chunks, two per thread instead of sixteen
  * sequential ones per lane, whose load latency was the GEMV's whole cost (23 µs a [4096 x 4096] Q4_K layer
  * against ~6 µs of bandwidth on an H100, bench/cuda_layer_forms.py). */
 template <int TYPE, int MT, int R>
-__device__ __forceinline__ void hq_rows_dot(const uint8_t *const row[R], int c0, int c1, int k0, const float *xs,
-                                            int tile, float (&acc)[MT][R]) {
-    for (int c = c0 + (int)threadIdx.x; c < c1; c += HQ_THREADS) {
+HQ_FN void hq_rows_dot(const uint8_t *const row[R], int c0, int c1, int k0, const float *xs, int tile,
+                       float (&acc)[MT][R], int thread) {
+    for (int c = c0 + thread; c < c1; c += HQ_THREADS) {
         /* The chunk's activations once (every row's chunk c sits at the same columns), then each row's weights. */
         float w[8], xv[MT][8];
         int pos = 0, off[4];
         hq_decode8(TYPE, row[0], c, w, &pos, off);
-#pragma unroll
+HQ_UNROLL
         for (int p = 0; p < 4; p++)
-#pragma unroll
+HQ_UNROLL
             for (int m = 0; m < MT; m++) {
                 const float2 v = *reinterpret_cast<const float2 *>(xs + m * tile + pos + off[p] - k0);
                 xv[m][2 * p] = v.x;
                 xv[m][2 * p + 1] = v.y;
             }
-#pragma unroll
+HQ_UNROLL
         for (int i = 0; i < R; i++) {
             if (i > 0) hq_decode8(TYPE, row[i], c, w, &pos, off);
-#pragma unroll
+HQ_UNROLL
             for (int m = 0; m < MT; m++)
-#pragma unroll
+HQ_UNROLL
                 for (int j = 0; j < 8; j++) acc[m][i] = fmaf(w[j], xv[m][j], acc[m][i]);
         }
     }
 }
 
 template <int MT, int R>
-__device__ __forceinline__ void hq_dispatch(int type, const uint8_t *const row[R], int c0, int c1, int k0,
-                                            const float *xs, int tile, float (&acc)[MT][R]) {
+HQ_FN void hq_dispatch(int type, const uint8_t *const row[R], int c0, int c1, int k0, const float *xs, int tile,
+                       float (&acc)[MT][R], int thread) {
     switch (type) {
-    case HQ_Q4_0: hq_rows_dot<HQ_Q4_0, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q4_1: hq_rows_dot<HQ_Q4_1, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q5_0: hq_rows_dot<HQ_Q5_0, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q5_1: hq_rows_dot<HQ_Q5_1, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q8_0: hq_rows_dot<HQ_Q8_0, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q4_K: hq_rows_dot<HQ_Q4_K, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q5_K: hq_rows_dot<HQ_Q5_K, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
-    case HQ_Q6_K: hq_rows_dot<HQ_Q6_K, MT, R>(row, c0, c1, k0, xs, tile, acc); break;
+    case HQ_Q4_0: hq_rows_dot<HQ_Q4_0, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q4_1: hq_rows_dot<HQ_Q4_1, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q5_0: hq_rows_dot<HQ_Q5_0, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q5_1: hq_rows_dot<HQ_Q5_1, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q8_0: hq_rows_dot<HQ_Q8_0, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q4_K: hq_rows_dot<HQ_Q4_K, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q5_K: hq_rows_dot<HQ_Q5_K, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
+    case HQ_Q6_K: hq_rows_dot<HQ_Q6_K, MT, R>(row, c0, c1, k0, xs, tile, acc, thread); break;
     default: break;
     }
 }
@@ -178,9 +178,9 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_kernel(const __half *__restri
     const bool uniform = hq_locate<R>(segs, r0, row, type);
     const int tile = (int)hq_tile(MT, k_total);
     float acc[MT][R];
-#pragma unroll
+HQ_UNROLL
     for (int m = 0; m < MT; m++)
-#pragma unroll
+HQ_UNROLL
         for (int i = 0; i < R; i++) acc[m][i] = 0.0f;
     for (int k0 = 0; k0 < k_total; k0 += tile) {
         const int kt = (int)min((int64_t)tile, k_total - k0);
@@ -195,23 +195,23 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_kernel(const __half *__restri
         __syncthreads();
         const int c0 = k0 / 8, c1 = (k0 + kt) / 8;
         if (uniform) {
-            hq_dispatch<MT, R>(type[0], row, c0, c1, k0, xs, tile, acc);
+            hq_dispatch<MT, R>(type[0], row, c0, c1, k0, xs, tile, acc, threadIdx.x);
         } else {  /* rows of different types (a segment boundary inside this block): one at a time */
-#pragma unroll
+HQ_UNROLL
             for (int i = 0; i < R; i++) {
                 float one[MT][1];
-#pragma unroll
+HQ_UNROLL
                 for (int m = 0; m < MT; m++) one[m][0] = 0.0f;
                 const uint8_t *single[1] = {row[i]};
-                hq_dispatch<MT, 1>(type[i], single, c0, c1, k0, xs, tile, one);
-#pragma unroll
+                hq_dispatch<MT, 1>(type[i], single, c0, c1, k0, xs, tile, one, threadIdx.x);
+HQ_UNROLL
                 for (int m = 0; m < MT; m++) acc[m][i] += one[m][0];
             }
         }
     }
-#pragma unroll
+HQ_UNROLL
     for (int m = 0; m < MT; m++)
-#pragma unroll
+HQ_UNROLL
         for (int i = 0; i < R; i++) {
             float v = acc[m][i];
             for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_kernel(const __half *__restri
     if (threadIdx.x < MT * R) {
         const int m = threadIdx.x / R, i = threadIdx.x % R;
         float v = 0.0f;
-#pragma unroll
+HQ_UNROLL
         for (int w = 0; w < HQ_WARPS; w++) v += partial[w][threadIdx.x];
         if (m < rows && r0 + i < n_total) y[(int64_t)m * n_total + r0 + i] = __float2half(v);
     }
