@@ -242,8 +242,45 @@ def test_weights_that_are_not_whole_blocks_are_refused(cuda):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("names, inits, message", [
+    (["x", "w0", "w1"], ["w0", "w1"], "W1 is given but its type attribute is not"),
+    (["x", "w0", "", "", "skip"], ["w0"], "skip without gamma"),
+    (["x", "w0", "", "", "", "gamma_short"], ["w0", "gamma_short"], r"gamma must be \[256\]"),
+    (["x", "w0", "w6"], ["w0", "w6"], "W1 holds 512 weights a row, W0 256"),
+])
+def test_inputs_that_do_not_fit_together_are_refused(cuda, names, inits, message):
+    """A second matrix without its type, a skip without a gain, a gain of the wrong length, matrices of different
+    widths: each refused at the first run with what is wrong (none of these has run on a GPU yet; the tests above
+    were the ones in the one GPU run)."""
+    rng = np.random.default_rng(1)
+    arrays = {"w0": blocks(rng, "Q4_K", 8, 256), "w1": blocks(rng, "Q4_K", 8, 256), "w6": blocks(rng, "Q6_K", 8, 512),
+              "gamma_short": np.ones(100, np.float16)}
+    extra = {"type1": cuda_kernels.TYPE_IDS["Q6_K"]} if "w6" in names else {}
+    node = helper.make_node("MatMulQ", names, ["y"], domain=cuda_kernels.DOMAIN, type=cuda_kernels.TYPE_IDS["Q4_K"],
+                            **extra)
+    graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [1, 256]) for n in ("x", "skip") if n in names]
+    session = _session([node], graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                       [numpy_helper.from_array(arrays[n], n) for n in inits])
+    feeds = {n: np.zeros((1, 256), np.float16) for n in ("x", "skip") if n in names}
+    with pytest.raises(Exception, match=message):
+        session.run(None, feeds)
+
+
+@pytest.mark.gpu
+def test_a_table_that_is_not_whole_blocks_is_refused(cuda):
+    node = helper.make_node("GatherQ", ["ids", "table"], ["y"], domain=cuda_kernels.DOMAIN,
+                            type=cuda_kernels.TYPE_IDS["Q8_0"])
+    session = _session([node], [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                       [numpy_helper.from_array(np.zeros((4, 50), np.uint8), "table")])
+    with pytest.raises(Exception, match="positive multiple of type 8's 34-byte block"):
+        session.run(None, {"ids": np.zeros((1, 2), np.int64)})
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("attrs, message", [({"type": 10}, "unsupported weight type 10 in type"),
-                                            ({"type": 12, "act": 5}, "act must be 0, 1 or 2, not 5")])
+                                            ({"type": 12, "act": 5}, "act must be 0, 1 or 2, not 5"),
+                                            ({"type": 12, "eps": 0.0}, "eps must be positive")])
 def test_bad_attributes_are_refused_when_the_session_opens(cuda, attrs, message):
     import onnxruntime as ort
 

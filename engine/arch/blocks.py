@@ -255,46 +255,38 @@ class Graph:
 
     def swiglu_mlp(self, x: str, prefix: str) -> str:
         """down(silu(gate(x)) · up(x)), gate and up fused; GGUF's ffn_gate/ffn_up/ffn_down tensors."""
-        gate_up = self.fused_linear(x, prefix + "ffn_gate_up", {
+        return self.swiglu_from(self._gate_up(x, prefix), prefix)
+
+    def _gate_up(self, x: str, prefix: str) -> str:
+        """The gate and up projections of x side by side (gate first), as one matmul where their forms agree."""
+        return self.fused_linear(x, prefix + "ffn_gate_up", {
             prefix + "ffn_gate.weight": self.weight(prefix + "ffn_gate.weight"),
             prefix + "ffn_up.weight": self.weight(prefix + "ffn_up.weight"),
         })
-        return self.swiglu_from(gate_up, prefix)
 
     def swiglu_from(self, gate_up: str, prefix: str) -> str:
         """down(silu(gate) · up) from the gate and up outputs side by side (gate first)."""
-        w = self.w
-        fused = self._down_fused(gate_up, prefix, cuda_kernels.ACT_SILU)
-        if fused:
-            return fused
-        gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
-        act = w.op1("Mul", [w.op1("Mul", [gate, w.op1("Sigmoid", [gate])]), up])
-        return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
+        return self._gated_down(gate_up, prefix, cuda_kernels.ACT_SILU)
 
     def geglu_mlp(self, x: str, prefix: str) -> str:
         """down(gelu_tanh(gate(x)) · up(x)), gate and up fused: the MLP with GELU's tanh form as the gate."""
-        w = self.w
-        gate_up = self.fused_linear(x, prefix + "ffn_gate_up", {
-            prefix + "ffn_gate.weight": self.weight(prefix + "ffn_gate.weight"),
-            prefix + "ffn_up.weight": self.weight(prefix + "ffn_up.weight"),
-        })
-        fused = self._down_fused(gate_up, prefix, cuda_kernels.ACT_GELU_TANH)
-        if fused:
-            return fused
-        gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
-        act = w.op1("Mul", [w.op1("Gelu", [gate], approximate="tanh"), up])
-        return self.linear(act, prefix + "ffn_down", self.weight(prefix + "ffn_down.weight"))
+        return self._gated_down(self._gate_up(x, prefix), prefix, cuda_kernels.ACT_GELU_TANH)
 
-    def _down_fused(self, gate_up: str, prefix: str, act: int) -> str:
-        """The down projection reading act(gate)·up straight from gate|up, where the CUDA kernels run it ("" where
-        not): the Split, the activation and the Mul are three launches fewer a layer (a small model's decode step
-        is launch-bound; docs/cuda.md)."""
-        if not self.precision.cuda_blocks:
-            return ""
+    def _gated_down(self, gate_up: str, prefix: str, act: int) -> str:
+        """down(act(gate) · up) from gate|up (``act``: cuda_kernels.ACT_SILU or ACT_GELU_TANH). Where the CUDA
+        kernels run the down projection, it reads act(gate)·up itself: the Split, the activation and the Mul are
+        three launches fewer a layer (a small model's decode step is launch-bound; docs/cuda.md)."""
+        w = self.w
         down = self.weight(prefix + "ffn_down.weight")
-        if not isinstance(down, weights.RawRows):
-            return ""
-        return self._matmul_cuda_blocks(gate_up, [(self._blocks(prefix + "ffn_down", down), down.type_name)], {}, act)
+        if self.precision.cuda_blocks and isinstance(down, weights.RawRows):
+            return self._matmul_cuda_blocks(gate_up, [(self._blocks(prefix + "ffn_down", down), down.type_name)], {},
+                                            act)
+        gate, up = w.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
+        if act == cuda_kernels.ACT_SILU:
+            gated = w.op1("Mul", [gate, w.op1("Sigmoid", [gate])])
+        else:
+            gated = w.op1("Gelu", [gate], approximate="tanh")
+        return self.linear(w.op1("Mul", [gated, up]), prefix + "ffn_down", down)
 
     def scale(self, x: str, factor: float, name: str) -> str:
         """x · factor, the factor rounded once to the activations' type."""

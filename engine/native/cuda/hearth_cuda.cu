@@ -319,10 +319,11 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
         input = normed;
         norm = {nullptr, nullptr, nullptr, 0.0f};
     }
+    CublasHandle handle = rows > GEMV_MAX_ROWS && n_total > 0 ? cublas_for(stream) : nullptr;
     if (n_total == 0) {
         st = nullptr;
-    } else if (rows > GEMV_MAX_ROWS && cublas_for(stream)) {
-        st = launch_gemm(cublas_for(stream), input, kern->act, rows, k, segs, (__half *)y, stream);
+    } else if (handle) {
+        st = launch_gemm(handle, input, kern->act, rows, k, segs, (__half *)y, stream);
     } else {
         st = launch_gemv(input, kx, kern->act, (int)rows, k, segs, norm, (__half *)y, stream);
     }
