@@ -16,10 +16,10 @@ START_TIMEOUT_S = 120
 
 class LiveServer:
     def __init__(self, paths, model: str, settings: ServerSettings | None = None, *, start_model: bool = True,
-                 available_memory: int | None = None):
+                 available_memory: int | None = None, provider: str = "cpu"):
         self.settings = replace(settings or ServerSettings(), port=0).check()
         self.runner = ThreadRunner(self.settings.max_queue)
-        self.host = ModelHost(paths, self.runner, model=model, provider="cpu", idle_unload_s=self.settings.idle_unload_s)
+        self.host = ModelHost(paths, self.runner, model=model, provider=provider, idle_unload_s=self.settings.idle_unload_s)
         if available_memory is not None:
             self.host.hearth.available_memory = available_memory
         self.server = build_server(self.host, self.settings)

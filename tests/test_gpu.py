@@ -1,6 +1,9 @@
-"""CUDA provider: same logits as the CPU on a tiny model. Skips cleanly where CUDA cannot load."""
+"""CUDA provider: same logits as the CPU on a tiny model; the real Gemma 3 on CUDA in the engine, the CLI, the server
+and the window. Skips cleanly where CUDA cannot load."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,6 +183,24 @@ def test_gemma_on_cuda_matches_the_cpu(arch_converted, precision):
     assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.9
 
 
+GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"  # the catalog's gemma-3-270m, a base model (Hearth's built-in gemma chat format)
+GEMMA_PROMPT = "Name three colours of the rainbow."  # its greedy reply: the same 24 tokens on fp16 (bench/gemma_fp16.py)
+
+
+def _real_gemma_on_cuda() -> Path:
+    """The real Gemma 3 GGUF in the test cache, where CUDA can run; else the test skips, saying which is missing.
+    The GPU machine reaches no registry: the GGUF travels to its test cache (docs/cuda.md, the next GPU run)."""
+    from engine.runtime import providers
+    from tests.conftest import TEST_CACHE
+
+    if why := providers.cuda_unavailable():
+        pytest.skip(f"no usable CUDA here: {why}")
+    gguf = TEST_CACHE / "home" / "models" / GEMMA_FILE
+    if not gguf.exists():
+        pytest.skip(f"the Gemma 3 GGUF is not in {gguf.parent} (copy it there on the GPU machine)")
+    return gguf
+
+
 @pytest.mark.gpu
 @pytest.mark.real_model
 def test_the_real_gemma_runs_on_cuda_with_the_cpu_models_greedy_tokens(tmp_path):
@@ -187,17 +208,11 @@ def test_the_real_gemma_runs_on_cuda_with_the_cpu_models_greedy_tokens(tmp_path)
     its greedy reply is the CPU model's. The GPU machine reaches no registry: the GGUF travels to its test cache."""
     from engine.loader import load_engine
     from engine.paths import resolve_paths
-    from engine.runtime import providers
-    from tests.conftest import TEST_CACHE
 
-    if providers.cuda_unavailable():
-        pytest.skip(f"no usable CUDA here: {providers.cuda_unavailable()}")
-    gemma_gguf = TEST_CACHE / "home" / "models" / "gemma-3-270m-q4_k_m.gguf"
-    if not gemma_gguf.exists():
-        pytest.skip(f"the Gemma 3 GGUF is not in {gemma_gguf.parent} (copy it there on the GPU machine)")
+    gemma_gguf = _real_gemma_on_cuda()
     paths = resolve_paths(tmp_path).ensure()
     cpu, _, _ = load_engine(paths, model=str(gemma_gguf), provider="cpu")
-    prompt = cpu.encode_prompt(cpu.render([{"role": "user", "content": "Name three colours of the rainbow."}]))
+    prompt = cpu.encode_prompt(cpu.render([{"role": "user", "content": GEMMA_PROMPT}]))
     expected = cpu.generate(prompt, SamplingParams.greedy_params(), 16).tokens
     for kernels in ("1", "0"):  # Hearth's CUDA kernels, then ONNX Runtime's own
         with pytest.MonkeyPatch.context() as patch:
@@ -221,3 +236,149 @@ def test_a_new_gpu_cache_holds_zeros_not_what_the_memory_held_before(cuda_runner
     buffers = [cache.arena] if getattr(cache, "arena", None) is not None else cache.keys + cache.values
     for value in buffers:
         assert not np.any(value.numpy()), "a new KV buffer on the GPU is not zeroed"
+
+
+# the real Gemma on CUDA in each front end: the CLI, the server, the window (issue 34) ------------------------------
+GEMMA_TOKENS = 12  # a few greedy tokens: enough to compare with the CPU, quick on both
+
+
+@pytest.fixture
+def gemma_home(tmp_path) -> Path:
+    """An empty data dir sharing the test cache's models (the real Gemma among them) and conversions, so the
+    GPU machine converts Gemma once while it stays warm; skips where CUDA or the Gemma GGUF is missing."""
+    return _linked_home(tmp_path / "home", _real_gemma_on_cuda())
+
+
+def _linked_home(home: Path, gguf: Path) -> Path:
+    home.mkdir(parents=True)
+    for sub in ("models", "converted"):
+        (gguf.parent.parent / sub).mkdir(parents=True, exist_ok=True)  # a link to nothing would break ensure()
+        (home / sub).symlink_to(gguf.parent.parent / sub)
+    return home
+
+
+def _front_end_or_skip(what: str, *modules: str) -> None:
+    """Skip, naming the module, where a front end's own dependencies are not installed (the GPU machine gets only
+    what is carried to it); CUDA and the GGUF are checked first, so a machine without them says that."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            pytest.skip(f"{what} cannot run here: {type(exc).__name__}: {exc}")
+
+
+def _cli_generate(home: Path, gguf: Path, provider: str) -> dict:
+    """``hearth-cli generate --json`` in its own process, greedy, on ``provider``; its JSON object."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "generate", "--prompt", GEMMA_PROMPT, "--greedy",
+                           "--max-new-tokens", str(GEMMA_TOKENS), "--json", "--provider", provider,
+                           "--model", str(gguf), "--data-dir", str(home)],
+                          capture_output=True, text=True, env=os.environ.copy(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_the_cli_runs_the_real_gemma_on_cuda_with_the_cpu_models_reply(gemma_home):
+    """``hearth-cli generate --provider cuda``: the process reports the session ONNX Runtime really put on CUDA
+    (``provider``, from the session, not from the providers asked for) in the CUDA form, and writes the greedy
+    reply the same command writes on the CPU."""
+    _front_end_or_skip("hearth-cli", "engine.cli.main")
+    gguf = gemma_home / "models" / GEMMA_FILE
+    cpu = _cli_generate(gemma_home, gguf, "cpu")
+    assert (cpu["provider"], cpu["weights"]) == ("cpu", "int4")
+    gpu = _cli_generate(gemma_home, gguf, "cuda")
+    assert gpu["provider"] == "cuda" and gpu["provider_note"] == "", gpu["provider_note"]
+    assert gpu["weights"] == _cuda_form("int4-cuda-dense")
+    assert gpu["text"].strip() and len(gpu["tokens"]) == GEMMA_TOKENS
+    assert gpu["prompt_tokens"] == cpu["prompt_tokens"]
+    assert (gpu["tokens"], gpu["text"]) == (cpu["tokens"], cpu["text"])
+
+
+def _serve_one_chat(home: Path, provider: str) -> tuple[dict, object]:
+    """One greedy /v1/chat/completions on a Hearth server started on ``home`` with ``provider`` (127.0.0.1, a
+    free port); (its JSON body, the ModelInfo of the model that answered)."""
+    import httpx
+
+    from engine.api import resolve_paths
+    from tests.server_helpers import LiveServer
+
+    server = LiveServer(resolve_paths(home).ensure(), "gemma-3-270m", provider=provider)
+    try:
+        body = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": GEMMA_PROMPT}],
+                "max_tokens": GEMMA_TOKENS, "temperature": 0}
+        r = httpx.post(server.base + "/v1/chat/completions", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json(), server.host.hearth.model
+    finally:
+        server.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_the_server_runs_the_real_gemma_on_cuda_with_the_cpu_models_reply(gemma_home, tmp_path):
+    """``hearth-cli serve``'s server (in process, on 127.0.0.1) with the catalog's Gemma on CUDA answers an OpenAI
+    chat completion (a base model, through Hearth's built-in gemma format) with the reply a CPU server gives; its
+    backend reports the model running on CUDA in the CUDA form. Each server has its own data dir, so the CUDA one
+    reads the whole prompt itself instead of resuming the CPU one's saved context."""
+    _front_end_or_skip("the server", "fastapi", "uvicorn", "httpx")
+    cpu, cpu_model = _serve_one_chat(_linked_home(tmp_path / "cpu-home", gemma_home / "models" / GEMMA_FILE), "cpu")
+    assert cpu_model.provider == "cpu"
+    gpu, gpu_model = _serve_one_chat(gemma_home, "cuda")
+    assert gpu_model.provider == "cuda" and gpu_model.note == "", gpu_model.note
+    assert gpu_model.weights == _cuda_form("int4-cuda-dense") and gpu_model.kind == "base"
+    assert gpu["model"] == "gemma-3-270m"
+    text = gpu["choices"][0]["message"]["content"]
+    assert text.strip() and gpu["usage"]["completion_tokens"] >= 1
+    assert text == cpu["choices"][0]["message"]["content"]
+    assert gpu["usage"] == cpu["usage"]
+    assert (gpu["hearth"]["reused_tokens"], gpu["hearth"]["prefilled_tokens"]) == (0, gpu["usage"]["prompt_tokens"])
+
+
+@pytest.mark.gpu
+@pytest.mark.real_model
+def test_the_window_runs_the_real_gemma_on_cuda(gemma_home, request):
+    """The desktop window started with the catalog's Gemma on CUDA: it loads there (the status bar says CUDA and
+    the CUDA form), a message sent from the composer gets a reply, shown and stored, and nothing says a problem:
+    no error box, no banner, no warning in the status line."""
+    _front_end_or_skip("the window", "PySide6.QtWidgets", "pytestqt")
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.config import AppConfig
+    from engine.api import resolve_paths
+    from tests.conftest import Windows
+    from tests.qt_helpers import TIMEOUT, send, use_settings, wait_idle
+
+    qtbot = request.getfixturevalue("qtbot")  # pytest-qt's, asked for once it is known to be installed
+    config = AppConfig(resolve_paths(gemma_home).ensure(), model=str(gemma_home / "models" / GEMMA_FILE),
+                       weights="int4", provider="cuda")
+    windows = Windows(qtbot, config)
+    w = windows(wait_ready=False)
+    try:
+        # a first load on a warm machine converts Gemma's CUDA form (~15 s): more than a window usually waits for
+        qtbot.waitUntil(lambda: w.model_info is not None or bool(w.findChildren(QMessageBox)), timeout=5 * TIMEOUT)
+        assert not w.findChildren(QMessageBox), [box.text() for box in w.findChildren(QMessageBox)]
+        info = w.model_info
+        assert info.provider == "cuda" and info.note == "", info.note
+        assert info.weights == _cuda_form("int4-cuda-dense")
+        assert w.status.model.text() == f"{info.name} · base model · {info.weights} · CUDA"
+        conversation = w.new_chat()
+        use_settings(w, {"temperature": 0.0, "max_new_tokens": GEMMA_TOKENS})
+        send(qtbot, w, GEMMA_PROMPT)
+        wait_idle(qtbot, w)
+        stored = w.store.messages(conversation)
+        assert [m.role for m in stored] == ["user", "assistant"] and stored[0].content == GEMMA_PROMPT
+        assert stored[1].content.strip() and w.transcript.messages[-1].text == stored[1].content
+        assert not w.banner.isVisible() and not w.notice.isVisible()
+        assert not w.findChildren(QMessageBox)
+        assert not w.status.resume.text().startswith("⚠"), w.status.resume.text()
+        assert w.status.model.text().endswith(" · CUDA")  # still on the GPU after the turn
+    finally:
+        w.close()
