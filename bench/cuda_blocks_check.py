@@ -102,6 +102,97 @@ int main(int argc, char **argv) {
 }
 """
 
+Q8_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <vector>
+#include "hearth_cuda_q8.cuh"
+// argv: K, MT, then per segment: type rows file; x file (MT x K float32); out file (MT x N float32); xdeq file
+// (MT x K float32: the activations as the codes and scales hold them)
+template <int MT>
+static void run(const HqSegments &segs, int k, const float *x, float *y, float *xdeq) {
+    const int tile = (int)hq_q8_tile(MT, k);
+    std::vector<int4> mem((size_t)MT * tile * 11 / 8 / 16 + 1);
+    int8_t *xq = reinterpret_cast<int8_t *>(mem.data());
+    float *xd = reinterpret_cast<float *>(xq + MT * tile);
+    int *xs = reinterpret_cast<int *>(xd + MT * (tile / 32));
+    HqXq staged[MT];
+    for (int m = 0; m < MT; m++) staged[m] = {xq + m * tile, xd + m * (tile / 32), xs + m * (tile / 16)};
+    std::vector<float> acc_all((size_t)MT * segs.total, 0.0f);
+    for (int k0 = 0; k0 < k; k0 += tile) {
+        const int kt = k - k0 < tile ? k - k0 : tile;
+        for (int m = 0; m < MT; m++)  // hq_q8_stage's arithmetic, a group of 32 at a time
+            for (int col = 0; col < kt; col += 32) {
+                const float *v = x + (size_t)m * k + k0 + col;
+                float amax = 0.0f;
+                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+                int sums[4];
+                for (int e = 0; e < 4; e++) {
+                    int lo, hi;
+                    sums[e] = hq_q8_pack8(v + 8 * e, amax, &lo, &hi);
+                    reinterpret_cast<int *>(xq + m * tile + col + 8 * e)[0] = lo;
+                    reinterpret_cast<int *>(xq + m * tile + col + 8 * e)[1] = hi;
+                }
+                xs[m * (tile / 16) + col / 16] = sums[0] + sums[1];
+                xs[m * (tile / 16) + col / 16 + 1] = sums[2] + sums[3];
+                xd[m * (tile / 32) + col / 32] = amax / 127.0f;
+                for (int j = 0; j < 32; j++)
+                    xdeq[(size_t)m * k + k0 + col + j] = (float)xq[m * tile + col + j] * (amax / 127.0f);
+            }
+        for (int64_t r = 0; r < segs.total; r++) {
+            const uint8_t *row[1];
+            int type[1];
+            hq_locate<1>(segs, r, row, type);
+            for (int lane = 0; lane < 32; lane++) {
+                float acc[MT] = {};
+                hq_q8_dispatch<MT>(type[0], row[0], k0, kt, staged, acc, lane, 32);
+                for (int m = 0; m < MT; m++) acc_all[(size_t)m * segs.total + r] += acc[m];
+            }
+        }
+    }
+    for (size_t i = 0; i < acc_all.size(); i++) y[i] = acc_all[i];
+}
+int main(int argc, char **argv) {
+    const int k = atoi(argv[1]), mt = atoi(argv[2]);
+    HqSegments segs = {};
+    int a = 3;
+    std::vector<std::vector<int4>> keep;  // 16-byte aligned rows, as ONNX Runtime's buffers are
+    while (a + 4 < argc && segs.count < HQ_MAX_SEGMENTS) {
+        const int type = atoi(argv[a]);
+        const long n = atol(argv[a + 1]);
+        const long rb = k / hq_block_weights(type) * hq_block_bytes(type);
+        keep.emplace_back((n * rb + 15) / 16);
+        FILE *f = fopen(argv[a + 2], "rb");
+        if (fread(keep.back().data(), 1, n * rb, f) != (size_t)(n * rb)) return 2;
+        fclose(f);
+        const int s = segs.count++;
+        segs.rows[s] = reinterpret_cast<const uint8_t *>(keep.back().data());
+        segs.row_bytes[s] = rb;
+        segs.type[s] = type;
+        segs.start[s + 1] = segs.start[s] + n;
+        segs.total = segs.start[s + 1];
+        a += 3;
+    }
+    std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f), xdeq((size_t)mt * k);
+    FILE *f = fopen(argv[a], "rb");
+    if (fread(x.data(), 4, x.size(), f) != x.size()) return 2;
+    fclose(f);
+    switch (mt) {
+    case 1: run<1>(segs, k, x.data(), y.data(), xdeq.data()); break;
+    case 2: run<2>(segs, k, x.data(), y.data(), xdeq.data()); break;
+    case 4: run<4>(segs, k, x.data(), y.data(), xdeq.data()); break;
+    default: run<8>(segs, k, x.data(), y.data(), xdeq.data()); break;
+    }
+    f = fopen(argv[a + 1], "wb");
+    fwrite(y.data(), 4, y.size(), f);
+    fclose(f);
+    f = fopen(argv[a + 2], "wb");
+    fwrite(xdeq.data(), 4, xdeq.size(), f);
+    fclose(f);
+}
+"""
+
 HARNESS = r"""
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +248,7 @@ def main() -> int:
             failed += diff != 0.0
             print(f"{type_name}: max |decoded - gguf-py| = {diff:g} (largest weight {np.abs(want).max():.4g})")
         failed += check_gemv(work, rng)
+        failed += check_gemv_q8(work, rng)
     return 1 if failed else 0
 
 
@@ -192,6 +284,49 @@ def check_gemv(work: Path, rng) -> int:
         failed += not ok
         label = " + ".join(f"{t}[{n}]" for t, n in parts)
         print(f"GEMV {label}, K={k}, {mt} row(s) of x: max error {err:.2e} of the largest output {'ok' if ok else 'WRONG'}")
+    return failed
+
+
+def check_gemv_q8(work: Path, rng) -> int:
+    """The 8-bit GEMV (hearth_cuda_q8.cuh): every lane of every row on the CPU, against the float64 product of the
+    dequantized weights with the activations as its codes and scales hold them (so every type's code layout and
+    scales are checked exactly), and how far the 8-bit activations move it from x·Wᵀ. Returns failures."""
+    from gguf import GGMLQuantizationType, quants
+
+    from tests.test_cuda_kernels import TYPES, blocks
+
+    (work / "q8.cu").write_text(Q8_HARNESS)
+    subprocess.run(["nvcc", "-O2", "-std=c++17", "-I", str(ROOT / "engine/native/cuda"), str(work / "q8.cu"), "-o",
+                    str(work / "q8")], check=True)
+    cases = [([(t, 7)], 512, 1) for t in TYPES]
+    cases += [([("Q4_K", 13), ("Q4_K", 6), ("Q6_K", 7)], 768, 1), ([("Q5_0", 10), ("Q4_1", 5)], 640, 4),
+              ([("Q5_K", 11)], 256, 8), ([("Q6_K", 3)], 24576, 1), ([("Q8_0", 5)], 4096, 8), ([("Q4_0", 9)], 96, 2)]
+    failed = 0
+    for parts, k, mt in cases:
+        args, dense = [], []
+        for i, (type_name, n) in enumerate(parts):
+            raw = blocks(rng, type_name, n, k)
+            raw.tofile(work / f"w{i}.bin")
+            qtype = GGMLQuantizationType[type_name]
+            args += [str(int(qtype)), str(n), str(work / f"w{i}.bin")]
+            dense.append(quants.dequantize(raw, qtype).reshape(n, k).astype(np.float64))
+        x = (rng.standard_normal((mt, k)) * rng.uniform(0.1, 30, (mt, 1))).astype(np.float32)
+        x[:, 5] *= 40  # an outlier, as real activations have
+        x.tofile(work / "x.bin")
+        subprocess.run([str(work / "q8"), str(k), str(mt), *args, str(work / "x.bin"), str(work / "y.bin"),
+                        str(work / "xq.bin")], check=True)
+        w = np.concatenate(dense)
+        xq = np.fromfile(work / "xq.bin", np.float32).reshape(mt, k).astype(np.float64)
+        want = xq @ w.T
+        got = np.fromfile(work / "y.bin", np.float32).reshape(mt, -1).astype(np.float64)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        exact = x.astype(np.float64) @ w.T
+        moved = float(np.abs(got - exact).max() / np.abs(exact).max())
+        ok = got.shape == want.shape and err < 1e-5 and moved < 2e-2
+        failed += not ok
+        label = " + ".join(f"{t}[{n}]" for t, n in parts)
+        print(f"8-bit GEMV {label}, K={k}, {mt} row(s) of x: max error {err:.2e} against the codes' product, "
+              f"{moved:.2e} against x·Wᵀ (of the largest output) {'ok' if ok else 'WRONG'}")
     return failed
 
 

@@ -1,8 +1,11 @@
 """The int4-cuda-blocks graph run on the CPU, for tests on machines without a GPU: each ai.hearth.cuda op replaced by
 what it computes in the CPU kernels' ops (ai.hearth.MatMulQ per matrix, the gate's activation as ONNX ops,
 ai.hearth.GatherQ), with casts between the graph's fp16 and those ops' fp32. What this checks is the converter's
-graph (which matrices go into one launch and in which order, gate before up, the activation, the table); the CUDA
-kernels themselves are checked against a float64 reference on the GPU (tests/test_cuda_kernels.py)."""
+graph (which matrices go into one launch and in which order, gate before up, the activation, the table), so every
+MatMulQ stands in with fp32 activations even where the CUDA op quantizes them to int8 (``numerics``): that moves a
+random synthetic model's logits by up to ~20% of their spread (tests/test_graph_reference.py), which would hide a
+wiring mistake. The CUDA kernels' own arithmetic is checked against a float64 reference on the GPU
+(tests/test_cuda_kernels.py) and, lane by lane, on the CPU (bench/cuda_blocks_check.py)."""
 
 from __future__ import annotations
 

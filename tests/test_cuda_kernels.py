@@ -155,6 +155,81 @@ def test_matmul_matches_float64_and_onnxruntime(cuda, type_name, rows):
     np.testing.assert_allclose(got, ort, atol=4e-3 * scale, rtol=0)
 
 
+def int8_activations(x: np.ndarray) -> np.ndarray:
+    """x as the 8-bit GEMV holds it (hearth_cuda_q8.cuh): per 32 columns, codes round(x·127/amax) in fp32 arithmetic
+    and the scale amax/127; float64 of codes × scale."""
+    v = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    amax = np.abs(v).max(-1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0)).astype(np.float32)
+    codes = np.clip(np.rint((v * inv).astype(np.float32)), -127, 127)
+    return (codes.astype(np.float64) * (amax / np.float32(127)).astype(np.float64)).reshape(x.shape)
+
+
+INT8 = {"numerics": cuda_kernels.NUMERICS_INT8}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("type_name", TYPES)
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_the_8bit_gemv_matches_its_codes_product_and_stays_near_float64(cuda, type_name, rows):
+    """numerics=1: exact against the float64 product of the weights with x's int8 codes (only the fp16 output
+    rounds), and within int8's quantization of x·Wᵀ."""
+    rng = np.random.default_rng(rows + 100)
+    n, k = 300, 768 if type_name in _SMALL_BLOCKS else 1024
+    raw = blocks(rng, type_name, n, k)
+    w = dequantized(raw, type_name)
+    x = (rng.standard_normal((rows, k)) * 4).astype(np.float16)
+    got = _matmul_q([(type_name, raw)], k, **INT8).run(None, {"x": x})[0].astype(np.float64)
+    want = int8_activations(x) @ w.T
+    exact = x.astype(np.float64) @ w.T
+    assert got.shape == (rows, n)
+    np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
+    np.testing.assert_allclose(got, exact, atol=3e-2 * np.abs(exact).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 5])
+def test_the_8bit_gemv_reads_the_gated_activation_and_three_types(cuda, rows):
+    """The down projection's act(gate)·up quantized in the staging (K past one tile of 8 rows), and Q|K|V of two
+    types in one launch, with numerics=1."""
+    rng = np.random.default_rng(rows + 200)
+    k = 4864
+    raw = blocks(rng, "Q6_K", 70, k)
+    gate_up = (rng.standard_normal((rows, 2 * k)) * 2).astype(np.float16)
+    gated = act_of(cuda_kernels.ACT_SILU, gate_up.astype(np.float32).astype(np.float64))
+    want = int8_activations(gated) @ dequantized(raw, "Q6_K").T
+    got = _matmul_q([("Q6_K", raw)], 2 * k, cuda_kernels.ACT_SILU, **INT8).run(None, {"x": gate_up})[0]
+    np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3 * np.abs(want).max(), rtol=0)
+    k = 512
+    parts = [("Q4_K", blocks(rng, "Q4_K", 64, k)), ("Q4_K", blocks(rng, "Q4_K", 16, k)), ("Q6_K", blocks(rng, "Q6_K", 16, k))]
+    x = rng.standard_normal((rows, k)).astype(np.float16)
+    want = int8_activations(x) @ np.concatenate([dequantized(r, t) for t, r in parts]).T
+    got = _matmul_q(parts, k, **INT8).run(None, {"x": x})[0].astype(np.float64)
+    np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, k", [(1, 1024), (1, 9216), (2, 1024)])
+def test_the_8bit_gemv_stages_the_pre_norm(cuda, rows, k):
+    rng = np.random.default_rng(rows * k + 1)
+    n, eps = 72, 1e-5
+    raw = blocks(rng, "Q4_K", n, k)
+    x = (rng.standard_normal((rows, k)) * 3).astype(np.float16)
+    skip = (rng.standard_normal((rows, k)) * 3).astype(np.float16)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float16)
+    node = helper.make_node("MatMulQ", ["x", "w0", "", "", "skip", "gamma"], ["y", "summed"], domain=cuda_kernels.DOMAIN,
+                            type=cuda_kernels.TYPE_IDS["Q4_K"], eps=eps, **INT8)
+    session = _session([node], [helper.make_tensor_value_info(name, TensorProto.FLOAT16, ["m", k]) for name in ("x", "skip")],
+                       [helper.make_tensor_value_info(o, TensorProto.FLOAT16, None) for o in ("y", "summed")],
+                       [numpy_helper.from_array(raw, "w0"), numpy_helper.from_array(gamma, "gamma")])
+    y, summed = session.run(None, {"x": x, "skip": skip})
+    s = x.astype(np.float64) + skip.astype(np.float64)
+    normed = s / np.sqrt((s ** 2).mean(-1, keepdims=True) + eps) * gamma.astype(np.float64)
+    want = normed @ dequantized(raw, "Q4_K").T
+    np.testing.assert_allclose(y.astype(np.float64), want, atol=3e-2 * np.abs(want).max(), rtol=0)
+    np.testing.assert_array_equal(summed, s.astype(np.float16))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("act", [cuda_kernels.ACT_SILU, cuda_kernels.ACT_GELU_TANH])
 @pytest.mark.parametrize("rows", [1, 5, 20])
@@ -280,7 +355,8 @@ def test_a_table_that_is_not_whole_blocks_is_refused(cuda):
 @pytest.mark.gpu
 @pytest.mark.parametrize("attrs, message", [({"type": 10}, "unsupported weight type 10 in type"),
                                             ({"type": 12, "act": 5}, "act must be 0, 1 or 2, not 5"),
-                                            ({"type": 12, "eps": 0.0}, "eps must be positive")])
+                                            ({"type": 12, "eps": 0.0}, "eps must be positive"),
+                                            ({"type": 12, "numerics": 2}, "numerics must be 0 .* or 1 .*, not 2")])
 def test_bad_attributes_are_refused_when_the_session_opens(cuda, attrs, message):
     import onnxruntime as ort
 

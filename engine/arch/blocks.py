@@ -114,8 +114,12 @@ class Graph:
         """One launch of the CUDA MatMulQ over up to three matrices side by side ((initializer, GGUF type) each,
         their outputs concatenated); ``act`` (cuda_kernels.ACT_*): x is gate|up and the matmul reads act(gate)·up."""
         types = {("type", "type1", "type2")[i]: cuda_kernels.TYPE_IDS[t] for i, (_, t) in enumerate(parts)}
+        if act:
+            types["act"] = act
+        if self.precision.accuracy_level == 4:  # int8 activations per 32 and dp4a (hearth_cuda_q8.cuh)
+            types["numerics"] = cuda_kernels.NUMERICS_INT8
         return self.w.op(cuda_kernels.MATMUL_OP, [x, *(b for b, _ in parts)], domain=cuda_kernels.DOMAIN, **named,
-                         **types, **({"act": act} if act else {}))[0]
+                         **types)[0]
 
     def _packed(self, name: str, layer: PackedWeight) -> PackedInitializers:
         return write_packed(self.w, name, layer, self.np_dtype, self.precision.q4_1_form == "zero_point")

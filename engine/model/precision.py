@@ -71,10 +71,11 @@ PRECISIONS: dict[str, Precision] = {
             compute="float16", family="int4", q4_1_form="zero_point",
         ),
         Precision(
-            "int4-cuda-blocks", True, True, 0, "float16",
-            "for CUDA: the GGUF's own blocks read by Hearth's CUDA kernels (GEMV per block type, the MLP's "
-            "activation fused into the down projection), fp16 activations and KV cache; what an int4 model runs as "
-            "on an NVIDIA GPU of compute capability 8.0 or later; no CPU kernel",
+            "int4-cuda-blocks", True, True, 4, "float16",
+            "for CUDA: the GGUF's own blocks read by Hearth's CUDA kernels (a decode step's matmuls with the "
+            "activations quantized to int8 per 32 and integer dot products, as llama.cpp's CUDA path computes; the "
+            "MLP's activation and the pre-norms fused in), fp16 activations and KV cache; what an int4 model runs "
+            "as on an NVIDIA GPU of compute capability 8.0 or later; no CPU kernel",
             compute="float16", family="int4", native=True, cuda_blocks=True,
         ),
         Precision(

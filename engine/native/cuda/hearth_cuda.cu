@@ -3,7 +3,7 @@
  *
  *   MatMulQ(X fp16 [.., Kx], W0 uint8 [N0, R0], W1?, W2?, skip?, gamma?) -> Y fp16 [.., N0+N1+N2], summed?
  *       attributes type, type1, type2 (GGML type ids of W0..W2), act (0 none; 1 silu, 2 gelu-tanh: X is gate|up,
- *       Kx = 2K, and the layer reads act(gate)·up), eps. With gamma the layer reads RMSNorm(X + skip)·gamma (the
+ *       Kx = 2K, and the layer reads act(gate)·up), eps, numerics (0: fp32 activations; 1: int8 per 32, dp4a, as llama.cpp's MMVQ). With gamma the layer reads RMSNorm(X + skip)·gamma (the
  *       pre-norm ONNX Runtime would run as its own SkipSimplifiedLayerNormalization) and, with skip, writes
  *       X + skip as `summed`, the new residual stream. Up to 8 rows of X: hearth_cuda_kernels.cuh's GEMV (a
  *       one-row norm staged inside it); more (a prefill): the weights dequantized to fp16 in slabs of at most
@@ -29,7 +29,7 @@
 #include <unordered_map>
 
 #include "../ort_abi.h"
-#include "hearth_cuda_kernels.cuh"
+#include "hearth_cuda_q8.cuh"
 
 #ifndef HEARTH_CUDA_SOURCE_HASH
 #define HEARTH_CUDA_SOURCE_HASH "unknown"
@@ -177,11 +177,63 @@ static cudaError_t scratch(void **p, size_t bytes, cudaStream_t stream) {
 /* ---- MatMulQ -------------------------------------------------------------------------------------------------- */
 enum { INPUT_SKIP = 1 + HQ_MAX_SEGMENTS, INPUT_GAMMA, MATMUL_INPUTS };
 
+enum { NUMERICS_EXACT = 0, NUMERICS_Q8 = 1 };
+
 struct MatMulKernel {
     int types[HQ_MAX_SEGMENTS];
     int act;
+    int numerics;  /* NUMERICS_EXACT: fp32 activations (hearth_cuda_kernels.cuh); NUMERICS_Q8: int8 (hearth_cuda_q8.cuh) */
     float eps;
 };
+
+/* Whether the 8-bit GEMV can read these segments: their rows start where its word loads need them to (16 bytes
+ * for Q4_K's and Q5_K's 128-bit loads, 4 for Q4_1's and Q5_1's words, 2 for the rest's halves). ONNX Runtime's
+ * buffers start 256-byte aligned; a row stride keeps that for the K-quants (144 and 176 bytes). */
+static bool q8_aligned(const HqSegments &segs) {
+    for (int s = 0; s < segs.count; s++) {
+        const int t = segs.type[s];
+        const uintptr_t need = t == HQ_Q4_K || t == HQ_Q5_K ? 16 : t == HQ_Q4_1 || t == HQ_Q5_1 ? 4 : 2;
+        if ((uintptr_t)segs.rows[s] % need || (uintptr_t)segs.row_bytes[s] % need) return false;
+    }
+    return true;
+}
+
+/* Rows a warp of the 8-bit GEMV takes: two where there are enough rows to fill the GPU twice over either way (the
+ * block's staging of x is then shared by 16 rows), else one. */
+static const int64_t Q8_TWO_ROWS_FROM = 8192;
+
+template <int MT>
+static void gemv_q8(dim3 grid, size_t shared, int rw, cudaStream_t stream, const __half *x, int64_t x_stride, int act,
+                    int rows, int64_t k, const HqSegments &segs, const HqNorm &norm, __half *y) {
+    const dim3 block(HQ_THREADS);
+    if (rw == 2)
+        gemv_q8_kernel<MT, 2><<<grid, block, shared, stream>>>(x, x_stride, act, rows, k, segs, norm, y);
+    else
+        gemv_q8_kernel<MT, 1><<<grid, block, shared, stream>>>(x, x_stride, act, rows, k, segs, norm, y);
+}
+
+static OrtStatus *launch_gemv_q8(const __half *x, int64_t x_stride, int act, int rows, int64_t k,
+                                 const HqSegments &segs, const HqNorm &norm, __half *y, cudaStream_t stream) {
+    const int64_t n_total = segs.total;
+    const int rw = n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
+    const int64_t per_block = (int64_t)HQ_WARPS * rw;
+    const dim3 grid((unsigned)((n_total + per_block - 1) / per_block));
+    for (int m0 = 0; m0 < rows; m0 += GEMV_MAX_ROWS) {
+        const int mt = rows - m0 < GEMV_MAX_ROWS ? rows - m0 : GEMV_MAX_ROWS;
+        const __half *xm = x + (int64_t)m0 * x_stride;
+        __half *ym = y + (int64_t)m0 * n_total;
+        const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
+        const int64_t tile = hq_q8_tile(width, k);
+        const size_t shared = (size_t)(width * tile) * 11 / 8;  // codes, a scale per 32, a sum per 16
+        switch (width) {
+        case 1: gemv_q8<1>(grid, shared, rw, stream, xm, x_stride, act, mt, k, segs, norm, ym); break;
+        case 2: gemv_q8<2>(grid, shared, rw, stream, xm, x_stride, act, mt, k, segs, norm, ym); break;
+        case 4: gemv_q8<4>(grid, shared, rw, stream, xm, x_stride, act, mt, k, segs, norm, ym); break;
+        default: gemv_q8<8>(grid, shared, rw, stream, xm, x_stride, act, mt, k, segs, norm, ym); break;
+        }
+    }
+    return cuda_status("MatMulQ", cudaGetLastError());
+}
 
 static OrtStatus *launch_gemv(const __half *x, int64_t x_stride, int act, int rows, int64_t k, const HqSegments &segs,
                               const HqNorm &norm, __half *y, cudaStream_t stream) {
@@ -312,7 +364,8 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
     if ((st = stream_of(ctx, &stream))) return st;
     const __half *input = (const __half *)x.data;
     __half *normed = nullptr;
-    if (norm.gamma && (rows > 1 || hq_tile(1, k) < k)) {
+    const bool q8 = kern->numerics == NUMERICS_Q8 && q8_aligned(segs);
+    if (norm.gamma && (rows > 1 || (q8 ? hq_q8_tile(1, k) : hq_tile(1, k)) < k)) {
         // The GEMV stages the norm only for one row whose K fits a tile; otherwise a kernel of its own first.
         if ((st = cuda_status("MatMulQ", scratch((void **)&normed, (size_t)(rows * k * 2), stream)))) return st;
         rmsnorm_kernel<<<(unsigned)rows, HQ_THREADS, 0, stream>>>(input, k, norm, normed);
@@ -324,6 +377,8 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
         st = nullptr;
     } else if (handle) {
         st = launch_gemm(handle, input, kern->act, rows, k, segs, (__half *)y, stream);
+    } else if (q8) {
+        st = launch_gemv_q8(input, kx, kern->act, (int)rows, k, segs, norm, (__half *)y, stream);
     } else {
         st = launch_gemv(input, kx, kern->act, (int)rows, k, segs, norm, (__half *)y, stream);
     }
@@ -349,6 +404,13 @@ static OrtStatus *matmul_create(const OrtCustomOp *, const OrtApi *, const OrtKe
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: act must be 0, 1 or 2, not %lld", (long long)act);
     }
     kern->act = (int)act;
+    const int64_t numerics = int_attribute(info, "numerics", NUMERICS_EXACT);
+    if (numerics != NUMERICS_EXACT && numerics != NUMERICS_Q8) {
+        delete kern;
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: numerics must be 0 (fp32 activations) or 1 (int8), "
+                    "not %lld", (long long)numerics);
+    }
+    kern->numerics = (int)numerics;
     float eps = 1e-6f;
     OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "eps", &eps);
     if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);  // no norm in this node, or the default

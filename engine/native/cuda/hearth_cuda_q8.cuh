@@ -1,0 +1,328 @@
+/* MatMulQ's GEMV with 8-bit activations: x is quantized per 32 columns to int8 (a scale per 32, the codes' sum
+ * per 16), and the GGUF's codes meet it in __dp4a, four products an instruction, as llama.cpp's MMVQ computes
+ * (ggml-cuda/mmvq.cu, vecdotq.cuh). The fp32 GEMV of hearth_cuda_kernels.cuh decodes every weight to a float
+ * (shift, mask, int→float, scale): ~10 instructions a weight, which on an H100 costs more than reading a Q4_K
+ * layer's bytes does; here a weight costs ~1.2 (a word of codes is masked once, then one dp4a).
+ *
+ * A chunk is one block's worth of codes a lane reads at once: 32 weights for the 32-weight types, 64 (one of a
+ * K-quant super-block's 64-column groups, or a quarter of Q6_K's) for the others, as G groups of 16 columns.
+ * Each group shares a scale a and an offset b: its weights are a·v + b for the codes v, so
+ *     Σ w·x = dx · (a · Σ v·xq + b · Σ xq)      (dx the 32 columns' activation scale)
+ * and the sums of the activation codes per 16 columns come from the staging, once per block.
+ *
+ * One warp per output row (RW rows a warp, one after the other), its lanes taking the row's chunks in turn, so
+ * every lane of a warp reads the same type (a launch of Q|K|V with V in Q6_K branches per warp, not per lane).
+ * The functions marked HQ_FN also compile for the host: bench/cuda_blocks_check.py runs every lane of every row
+ * on the CPU against the float64 product with the quantized activations.
+ */
+#ifndef HEARTH_CUDA_Q8_CUH
+#define HEARTH_CUDA_Q8_CUH
+
+#include "hearth_cuda_kernels.cuh"
+
+HQ_FN int hq_dp4a(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+#endif
+}
+
+/* Columns of the activations staged at a time: a multiple of 256 whose MT rows (1 byte a column, plus a float
+ * scale per 32 and an int sum per 16: 1.375 bytes) fit the stage, or all of K rounded up where that is less. */
+__host__ __device__ __forceinline__ int64_t hq_q8_tile(int mt, int64_t k_total) {
+    const int64_t most = (int64_t)(HQ_STAGE_BYTES * 8 / 11 / mt) & ~255LL, whole = (k_total + 255) & ~255LL;
+    return whole < most ? whole : most;
+}
+
+/* The staged activations of one row of x: codes [tile], scales [tile / 32], code sums [tile / 16]. */
+struct HqXq {
+    const int8_t *q;
+    const float *d;
+    const int *s;
+};
+
+template <int TYPE>
+HQ_FN constexpr int hq_q8_chunk() { return TYPE >= HQ_Q4_K ? 64 : 32; }
+
+/* A chunk's codes: v[4g .. 4g+3] are group g's 16 codes (one byte each), at columns col0 + goff[g] .. +15;
+ * its weights are a[g]·v + b[g]. */
+struct HqChunk {
+    int v[16];
+    float a[4], b[4];
+    int goff[4];
+    int col0;
+};
+
+HQ_FN int hq_spread4(uint32_t bits) {  /* 4 bits to bit 4 of each of a word's bytes (Q5_0, Q5_1's fifth bits) */
+    return (int)(((bits & 1) << 4) | ((bits & 2) << 11) | ((bits & 4) << 18) | ((bits & 8) << 25));
+}
+
+/* Chunk c of a row: its codes, scales and offsets, read from the block as the format lays it out (ggml's
+ * dequantize_row_*; each layout is checked against gguf-py by bench/cuda_blocks_check.py). */
+template <int TYPE>
+HQ_FN void hq_q8_load(const uint8_t *row, int c, HqChunk &k) {
+    const uint32_t low = 0x0F0F0F0Fu;
+    if (TYPE < HQ_Q4_K) {
+        const uint8_t *blk = row + (size_t)c * hq_block_bytes(TYPE);
+        const float d = hq_half(blk);
+        k.col0 = c * 32;
+        k.goff[0] = 0, k.goff[1] = 16;
+        if (TYPE == HQ_Q8_0) {  /* qs[32] int8 at 2: columns in order */
+            HQ_UNROLL
+            for (int i = 0; i < 8; i++) k.v[i] = (int)hq_word<2>(blk + 2 + 4 * i);
+            k.a[0] = k.a[1] = d;
+            k.b[0] = k.b[1] = 0.0f;
+            return;
+        }
+        /* qs[16]: low nibbles are columns 0..15, high nibbles 16..31; Q5's fifth bit j of qh is column j's. */
+        const int qs = TYPE == HQ_Q4_0 ? 2 : TYPE == HQ_Q4_1 ? 4 : TYPE == HQ_Q5_0 ? 6 : 8;
+        const uint32_t qh = TYPE == HQ_Q5_0 ? hq_word<2>(blk + 2) : TYPE == HQ_Q5_1 ? hq_word<4>(blk + 4) : 0;
+        HQ_UNROLL
+        for (int i = 0; i < 4; i++) {
+            const uint32_t w = TYPE == HQ_Q4_1 || TYPE == HQ_Q5_1 ? hq_word<4>(blk + qs + 4 * i)
+                                                                 : hq_word<2>(blk + qs + 4 * i);
+            k.v[i] = (int)(w & low);
+            k.v[4 + i] = (int)((w >> 4) & low);
+            if (TYPE == HQ_Q5_0 || TYPE == HQ_Q5_1) {
+                k.v[i] |= hq_spread4((qh >> (4 * i)) & 0xF);
+                k.v[4 + i] |= hq_spread4((qh >> (16 + 4 * i)) & 0xF);
+            }
+        }
+        const float b = TYPE == HQ_Q4_0 ? -8.0f * d : TYPE == HQ_Q5_0 ? -16.0f * d : hq_half(blk + 2);
+        k.a[0] = k.a[1] = d;
+        k.b[0] = k.b[1] = b;
+        return;
+    }
+    const int sb = c >> 2;
+    const uint8_t *blk = row + (size_t)sb * hq_block_bytes(TYPE);
+    if (TYPE == HQ_Q6_K) {
+        /* Half h (128 columns: ql[64], qh[32], 8 scales) of the super-block, columns t·16 .. +15 of each of its
+         * four 32-column quarters: ql's low nibbles (quarters 0, 1), high nibbles (2, 3), qh's 2-bit pairs. */
+        const int h = (c >> 1) & 1, t = c & 1;
+        const uint8_t *ql = blk + 64 * h + 16 * t, *qh = blk + 128 + 32 * h + 16 * t;
+        const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + t;
+        const float d = hq_half(blk + 208);
+        k.col0 = sb * 256 + 128 * h;
+        HQ_UNROLL
+        for (int i = 0; i < 4; i++) {
+            const uint32_t a = hq_word<2>(ql + 4 * i), b = hq_word<2>(ql + 32 + 4 * i), hb = hq_word<2>(qh + 4 * i);
+            k.v[i] = (int)((a & low) | ((hb << 4) & 0x30303030u));
+            k.v[4 + i] = (int)((b & low) | ((hb << 2) & 0x30303030u));
+            k.v[8 + i] = (int)(((a >> 4) & low) | (hb & 0x30303030u));
+            k.v[12 + i] = (int)(((b >> 4) & low) | ((hb >> 2) & 0x30303030u));
+        }
+        HQ_UNROLL
+        for (int q = 0; q < 4; q++) {
+            k.goff[q] = 32 * q + 16 * t;
+            k.a[q] = d * (float)sc[2 * q];
+            k.b[q] = -32.0f * k.a[q];
+        }
+        return;
+    }
+    /* Q4_K / Q5_K: group g's 32 bytes of qs: low nibbles are columns 64g .. +31 (sub-block 2g), high nibbles
+     * 64g+32 .. +63 (2g+1); Q5_K's fifth bits are bits 2g and 2g+1 of qh[0..31]. Blocks of 144 and 176 bytes keep
+     * qs and qh 16-byte aligned in rows that start so (launch_gemv_q8 checks). */
+    const int g = c & 3;
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2 *>(blk));
+    const uint32_t *s3 = reinterpret_cast<const uint32_t *>(blk + 4);  /* 12 bytes of 6-bit scales and mins */
+    const uint32_t s0 = s3[0], s1 = s3[1], s2 = s3[2];
+    float sc[2], mn[2];
+    HQ_UNROLL
+    for (int i = 0; i < 2; i++) {
+        const int j = 2 * g + i;
+        if (j < 4) {
+            sc[i] = (float)((s0 >> (8 * j)) & 63);
+            mn[i] = (float)((s1 >> (8 * j)) & 63);
+        } else {
+            const int s = 8 * (j - 4);
+            sc[i] = (float)(((s2 >> s) & 0xF) | (((s0 >> (s + 6)) & 3) << 4));
+            mn[i] = (float)(((s2 >> (s + 4)) & 0xF) | (((s1 >> (s + 6)) & 3) << 4));
+        }
+    }
+    const uint4 *qs = reinterpret_cast<const uint4 *>(blk + (TYPE == HQ_Q4_K ? 16 : 48) + 32 * g);
+    const uint4 q0 = qs[0], q1 = qs[1];
+    const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    uint32_t hb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (TYPE == HQ_Q5_K) {
+        const uint4 *qh = reinterpret_cast<const uint4 *>(blk + 16);
+        const uint4 h0 = qh[0], h1 = qh[1];
+        hb[0] = h0.x, hb[1] = h0.y, hb[2] = h0.z, hb[3] = h0.w, hb[4] = h1.x, hb[5] = h1.y, hb[6] = h1.z, hb[7] = h1.w;
+    }
+    HQ_UNROLL
+    for (int i = 0; i < 8; i++) {
+        k.v[i] = (int)((w[i] & low) | (((hb[i] >> (2 * g)) & 0x01010101u) << 4));
+        k.v[8 + i] = (int)(((w[i] >> 4) & low) | (((hb[i] >> (2 * g + 1)) & 0x01010101u) << 4));
+    }
+    k.col0 = sb * 256 + 64 * g;
+    HQ_UNROLL
+    for (int q = 0; q < 4; q++) {
+        k.goff[q] = 16 * q;
+        k.a[q] = dm.x * sc[q >> 1];
+        k.b[q] = -dm.y * mn[q >> 1];
+    }
+}
+
+/* Lane ``lane`` of ``lanes``'s share of one row against the MT staged rows of x: chunks lane, lane + lanes, … of
+ * the tile [k0, k0 + kt). Each chunk's codes are read once for all MT rows. */
+template <int TYPE, int MT>
+HQ_FN void hq_q8_row(const uint8_t *row, int64_t k0, int kt, const HqXq (&x)[MT], float (&acc)[MT], int lane,
+                     int lanes) {
+    constexpr int CW = hq_q8_chunk<TYPE>(), G = CW / 16;
+    const int c1 = (int)((k0 + kt) / CW);
+    for (int c = (int)(k0 / CW) + lane; c < c1; c += lanes) {
+        HqChunk k;
+        hq_q8_load<TYPE>(row, c, k);
+        const int base = (int)(k.col0 - k0);
+        HQ_UNROLL
+        for (int m = 0; m < MT; m++) {
+            float sum = 0.0f;
+            HQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                const int col = base + k.goff[g];
+                const int4 xw = *reinterpret_cast<const int4 *>(x[m].q + col);
+                int s = hq_dp4a(k.v[4 * g], xw.x, 0);
+                s = hq_dp4a(k.v[4 * g + 1], xw.y, s);
+                s = hq_dp4a(k.v[4 * g + 2], xw.z, s);
+                s = hq_dp4a(k.v[4 * g + 3], xw.w, s);
+                sum += x[m].d[col >> 5] * (k.a[g] * (float)s + k.b[g] * (float)x[m].s[col >> 4]);
+            }
+            acc[m] += sum;
+        }
+    }
+}
+
+template <int MT>
+HQ_FN void hq_q8_dispatch(int type, const uint8_t *row, int64_t k0, int kt, const HqXq (&x)[MT], float (&acc)[MT],
+                          int lane, int lanes) {
+    switch (type) {
+    case HQ_Q4_0: hq_q8_row<HQ_Q4_0, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q4_1: hq_q8_row<HQ_Q4_1, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q5_0: hq_q8_row<HQ_Q5_0, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q5_1: hq_q8_row<HQ_Q5_1, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q8_0: hq_q8_row<HQ_Q8_0, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q4_K: hq_q8_row<HQ_Q4_K, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q5_K: hq_q8_row<HQ_Q5_K, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    case HQ_Q6_K: hq_q8_row<HQ_Q6_K, MT>(row, k0, kt, x, acc, lane, lanes); break;
+    default: break;
+    }
+}
+
+/* Eight activations quantized with their 32 columns' largest magnitude: codes round(v·127/amax) as two words;
+ * returns their sum. The scale is amax/127 (0 where the 32 columns are all 0). */
+HQ_FN int hq_q8_pack8(const float v[8], float amax, int *lo, int *hi) {
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    uint32_t words[2] = {0, 0};
+    for (int j = 0; j < 8; j++) {
+        int q = (int)rintf(v[j] * inv);
+        q = q > 127 ? 127 : q < -127 ? -127 : q;
+        sum += q;
+        words[j >> 2] |= (uint32_t)(q & 0xFF) << (8 * (j & 3));
+    }
+    *lo = (int)words[0], *hi = (int)words[1];
+    return sum;
+}
+
+#ifdef __CUDACC__
+/* Stages columns [k0, k0 + kt) of x's rows (act(gate)·up where act is set; RMSNorm(x + skip)·gamma where norm
+ * has gamma: then MT is 1 and the tile holds all of K) as int8 codes. Each thread takes 8 columns, four
+ * neighbouring lanes one group of 32 (kt is a multiple of 32, so a group is never split). */
+template <int MT>
+__device__ __forceinline__ void hq_q8_stage(const __half *x, int64_t x_stride, int act, int rows, int64_t k_total,
+                                            int64_t k0, int kt, int tile, const HqNorm &norm, float norm_scale,
+                                            int8_t *xq, float *xd, int *xs) {
+    for (int m = 0; m < MT; m++) {
+        for (int base = 0; base < kt; base += HQ_THREADS * 8) {
+            const int col = base + 8 * (int)threadIdx.x;
+            const bool on = col < kt && m < rows;
+            float v[8], amax = 0.0f;
+            for (int j = 0; j < 8; j++) {
+                float e = 0.0f;
+                if (on) {
+                    const int64_t k = k0 + col + j;
+                    if (norm.gamma) {
+                        e = __half2float(x[k]);
+                        if (norm.skip) e += __half2float(norm.skip[k]);
+                        e = e * norm_scale * __half2float(norm.gamma[k]);
+                    } else {
+                        e = hq_input(x, x_stride, act, k_total, m, k);
+                    }
+                }
+                v[j] = e;
+                amax = fmaxf(amax, fabsf(e));
+            }
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            int lo, hi;
+            int sum = hq_q8_pack8(v, amax, &lo, &hi);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (col < kt) {
+                *reinterpret_cast<int2 *>(xq + m * tile + col) = make_int2(lo, hi);
+                if ((threadIdx.x & 1) == 0) xs[m * (tile / 16) + col / 16] = sum;
+                if ((threadIdx.x & 3) == 0) xd[m * (tile / 32) + col / 32] = amax / 127.0f;
+            }
+        }
+    }
+}
+
+/* The norm's scale 1/sqrt(mean((x + skip)²) + eps) of one row, and x + skip written out from the first block. */
+__device__ __forceinline__ float hq_norm_scale(const __half *x, int64_t k_total, const HqNorm &norm) {
+    __shared__ float scratch[HQ_WARPS];
+    float squares = 0.0f;
+    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
+        float v = __half2float(x[k]);
+        if (norm.skip) v += __half2float(norm.skip[k]);
+        if (norm.summed && blockIdx.x == 0) norm.summed[k] = __float2half(v);
+        squares += v * v;
+    }
+    return rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + norm.eps);
+}
+
+/* y = act(x)·Wᵀ for rows 0 .. MT-1 of x (fewer when rows < MT): warp w of block b takes output rows
+ * (8b + w)·RW .. +RW-1. Shared memory: hq_q8_tile(MT, K) columns of MT rows (launch_gemv_q8 sizes it). */
+template <int MT, int RW>
+__global__ void __launch_bounds__(HQ_THREADS) gemv_q8_kernel(const __half *__restrict__ x, int64_t x_stride, int act,
+                                                             int rows, int64_t k_total, HqSegments segs, HqNorm norm,
+                                                             __half *__restrict__ y) {
+    extern __shared__ int4 hq_q8_stage_mem[];
+    const int tile = (int)hq_q8_tile(MT, k_total);
+    int8_t *xq = reinterpret_cast<int8_t *>(hq_q8_stage_mem);
+    float *xd = reinterpret_cast<float *>(xq + MT * tile);
+    int *xs = reinterpret_cast<int *>(xd + MT * (tile / 32));
+    HqXq staged[MT];
+    HQ_UNROLL
+    for (int m = 0; m < MT; m++) staged[m] = {xq + m * tile, xd + m * (tile / 32), xs + m * (tile / 16)};
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t n_total = segs.total, r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW;
+    const uint8_t *row[RW];
+    int type[RW];
+    hq_locate<RW>(segs, r0, row, type);
+    float acc[RW][MT];
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++)
+        HQ_UNROLL
+        for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
+    const float norm_scale = norm.gamma ? hq_norm_scale(x, k_total, norm) : 1.0f;
+    for (int64_t k0 = 0; k0 < k_total; k0 += tile) {
+        const int kt = (int)min((int64_t)tile, k_total - k0);
+        __syncthreads();  /* the previous tile is read */
+        hq_q8_stage<MT>(x, x_stride, act, rows, k_total, k0, kt, tile, norm, norm_scale, xq, xd, xs);
+        __syncthreads();
+        HQ_UNROLL
+        for (int j = 0; j < RW; j++)
+            if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], k0, kt, staged, acc[j], lane, 32);
+    }
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++)
+        HQ_UNROLL
+        for (int m = 0; m < MT; m++) {
+            float v = acc[j][m];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == j * MT + m && m < rows && r0 + j < n_total) y[(int64_t)m * n_total + r0 + j] = __float2half(v);
+        }
+}
+#endif
+
+#endif
