@@ -33,10 +33,11 @@ def _layer(form: str, i: int, x: str, k: int, rng) -> tuple[list, list, int]:
     """(nodes, initializers, bytes read) of layer ``i`` in ``form``, output ``y{i}``."""
     y, p = f"y{i}", f"l{i}."
     if form.startswith("Hearth "):  # the GGUF's blocks through Hearth's CUDA MatMulQ (engine/native/cuda/)
-        type_name = form.split()[1]
+        type_name = form.split()[-1]
         blocks = _gguf_blocks(rng, type_name, k)
+        numerics = {"numerics": cuda_kernels.NUMERICS_INT8} if " int8 " in form else {}
         node = helper.make_node("MatMulQ", [x, p + "q"], [y], domain=cuda_kernels.DOMAIN,
-                                type=cuda_kernels.TYPE_IDS[type_name])
+                                type=cuda_kernels.TYPE_IDS[type_name], **numerics)
         return [node], [numpy_helper.from_array(blocks, p + "q")], blocks.nbytes
     if form == "dense fp16":
         w = (rng.standard_normal((k, k)) * 0.01).astype(np.float16)
@@ -140,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for form in ("dense fp16", "4-bit block 32", "4-bit block 32, fp16 zero points", "4-bit block 32, uint8 zero points",
                  "4-bit block 32 + offset branch", "8-bit block 16", "8-bit block 32", "8-bit as 4-bit planes, block 16",
-                 "Hearth Q4_0", "Hearth Q4_1", "Hearth Q5_0", "Hearth Q8_0", "Hearth Q4_K", "Hearth Q5_K", "Hearth Q6_K"):
+                 "Hearth Q4_0", "Hearth Q4_1", "Hearth Q5_0", "Hearth Q8_0", "Hearth Q4_K", "Hearth Q5_K", "Hearth Q6_K",
+                 "Hearth int8 Q4_0", "Hearth int8 Q4_1", "Hearth int8 Q5_0", "Hearth int8 Q8_0", "Hearth int8 Q4_K",
+                 "Hearth int8 Q5_K", "Hearth int8 Q6_K"):
         try:
             rows.append(measure(form, args.k, args.layers, args.repeats))
         except Exception as exc:  # a form this build's CUDA kernel refuses: say so and go on

@@ -80,7 +80,11 @@ def test_the_q4km_graph_runs_every_matrix_from_its_blocks_with_the_mlp_fused(arc
     # ONNX Runtime's.
     assert ops.count(("com.microsoft", "SkipSimplifiedLayerNormalization")) == 1
     normed = [n for n in model.graph.node if n.op_type == "MatMulQ" and len(n.input) == 6]
-    assert len(normed) == 2 * layers and sum(len(n.output) == 2 for n in normed) == 2 * layers - 1
+    assert len(normed) == 2 * layers and sum(len(n.output) > 1 and bool(n.output[1]) for n in normed) == 2 * layers - 1
+    # int8 activations, each MatMulQ quantizing x into its own scratch output (its third)
+    matmuls = [n for n in model.graph.node if n.op_type == "MatMulQ"]
+    assert all(len(n.output) == 3 and n.output[2] and any(a.name == "numerics" and a.i == cuda_kernels.NUMERICS_INT8
+                                                          for a in n.attribute) for n in matmuls)
     mixed = [n for n in model.graph.node if n.op_type == "MatMulQ" and len(n.input) >= 3]
     assert mixed, "no projection with two block types in one launch"
     downs = [n for n in model.graph.node if any(a.name == "act" for a in n.attribute)]
@@ -118,12 +122,14 @@ def _session(nodes, inputs, outputs, initializers, library: bool = True):
     return session
 
 
-def _matmul_q(parts: list[tuple[str, np.ndarray]], kx: int, act: int = 0, **extra):
+def _matmul_q(parts: list[tuple[str, np.ndarray]], kx: int, act: int = 0, scratch: bool = False, **extra):
+    """One MatMulQ; ``scratch``: with the third output the 8-bit GEMV quantizes x into once (as the converter
+    writes it), else it quantizes x in each block."""
     inits = [numpy_helper.from_array(raw, f"w{i}") for i, (_, raw) in enumerate(parts)]
     attrs = {("type", "type1", "type2")[i]: cuda_kernels.TYPE_IDS[t] for i, (t, _) in enumerate(parts)}
     attrs.update(extra)
-    node = helper.make_node("MatMulQ", ["x", *(f"w{i}" for i in range(len(parts)))], ["y"], domain=cuda_kernels.DOMAIN,
-                            **attrs, **({"act": act} if act else {}))
+    node = helper.make_node("MatMulQ", ["x", *(f"w{i}" for i in range(len(parts)))], ["y", "", "q8"] if scratch else ["y"],
+                            domain=cuda_kernels.DOMAIN, **attrs, **({"act": act} if act else {}))
     return _session([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["m", kx])],
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], inits)
 
@@ -170,18 +176,20 @@ INT8 = {"numerics": cuda_kernels.NUMERICS_INT8}
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("type_name", TYPES)
-@pytest.mark.parametrize("rows", [1, 3, 8])
-def test_the_8bit_gemv_matches_its_codes_product_and_stays_near_float64(cuda, type_name, rows):
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+@pytest.mark.parametrize("scratch", [True, False])
+def test_the_8bit_gemv_matches_its_codes_product_and_stays_near_float64(cuda, type_name, rows, scratch):
     """numerics=1: exact against the float64 product of the weights with x's int8 codes (only the fp16 output
-    rounds), and within int8's quantization of x·Wᵀ."""
+    rounds), and within int8's quantization of x·Wᵀ; x quantized once into the scratch output, or in each block.
+    (11 rows: cuBLAS's GEMM over fp16 x, the scratch left empty.)"""
     rng = np.random.default_rng(rows + 100)
     n, k = 300, 768 if type_name in _SMALL_BLOCKS else 1024
     raw = blocks(rng, type_name, n, k)
     w = dequantized(raw, type_name)
     x = (rng.standard_normal((rows, k)) * 4).astype(np.float16)
-    got = _matmul_q([(type_name, raw)], k, **INT8).run(None, {"x": x})[0].astype(np.float64)
-    want = int8_activations(x) @ w.T
+    got = _matmul_q([(type_name, raw)], k, scratch=scratch, **INT8).run(None, {"x": x})[0].astype(np.float64)
     exact = x.astype(np.float64) @ w.T
+    want = exact if rows > 8 else int8_activations(x) @ w.T
     assert got.shape == (rows, n)
     np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
     np.testing.assert_allclose(got, exact, atol=3e-2 * np.abs(exact).max(), rtol=0)
@@ -189,7 +197,8 @@ def test_the_8bit_gemv_matches_its_codes_product_and_stays_near_float64(cuda, ty
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 5])
-def test_the_8bit_gemv_reads_the_gated_activation_and_three_types(cuda, rows):
+@pytest.mark.parametrize("scratch", [True, False])
+def test_the_8bit_gemv_reads_the_gated_activation_and_three_types(cuda, rows, scratch):
     """The down projection's act(gate)·up quantized in the staging (K past one tile of 8 rows), and Q|K|V of two
     types in one launch, with numerics=1."""
     rng = np.random.default_rng(rows + 200)
@@ -198,27 +207,28 @@ def test_the_8bit_gemv_reads_the_gated_activation_and_three_types(cuda, rows):
     gate_up = (rng.standard_normal((rows, 2 * k)) * 2).astype(np.float16)
     gated = act_of(cuda_kernels.ACT_SILU, gate_up.astype(np.float32).astype(np.float64))
     want = int8_activations(gated) @ dequantized(raw, "Q6_K").T
-    got = _matmul_q([("Q6_K", raw)], 2 * k, cuda_kernels.ACT_SILU, **INT8).run(None, {"x": gate_up})[0]
+    got = _matmul_q([("Q6_K", raw)], 2 * k, cuda_kernels.ACT_SILU, scratch, **INT8).run(None, {"x": gate_up})[0]
     np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3 * np.abs(want).max(), rtol=0)
     k = 512
     parts = [("Q4_K", blocks(rng, "Q4_K", 64, k)), ("Q4_K", blocks(rng, "Q4_K", 16, k)), ("Q6_K", blocks(rng, "Q6_K", 16, k))]
     x = rng.standard_normal((rows, k)).astype(np.float16)
     want = int8_activations(x) @ np.concatenate([dequantized(r, t) for t, r in parts]).T
-    got = _matmul_q(parts, k, **INT8).run(None, {"x": x})[0].astype(np.float64)
+    got = _matmul_q(parts, k, scratch=scratch, **INT8).run(None, {"x": x})[0].astype(np.float64)
     np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, k", [(1, 1024), (1, 9216), (2, 1024)])
-def test_the_8bit_gemv_stages_the_pre_norm(cuda, rows, k):
+@pytest.mark.parametrize("scratch", [True, False])
+def test_the_8bit_gemv_stages_the_pre_norm(cuda, rows, k, scratch):
     rng = np.random.default_rng(rows * k + 1)
     n, eps = 72, 1e-5
     raw = blocks(rng, "Q4_K", n, k)
     x = (rng.standard_normal((rows, k)) * 3).astype(np.float16)
     skip = (rng.standard_normal((rows, k)) * 3).astype(np.float16)
     gamma = rng.uniform(0.5, 1.5, k).astype(np.float16)
-    node = helper.make_node("MatMulQ", ["x", "w0", "", "", "skip", "gamma"], ["y", "summed"], domain=cuda_kernels.DOMAIN,
-                            type=cuda_kernels.TYPE_IDS["Q4_K"], eps=eps, **INT8)
+    node = helper.make_node("MatMulQ", ["x", "w0", "", "", "skip", "gamma"], ["y", "summed", "q8"][:2 + scratch],
+                            domain=cuda_kernels.DOMAIN, type=cuda_kernels.TYPE_IDS["Q4_K"], eps=eps, **INT8)
     session = _session([node], [helper.make_tensor_value_info(name, TensorProto.FLOAT16, ["m", k]) for name in ("x", "skip")],
                        [helper.make_tensor_value_info(o, TensorProto.FLOAT16, None) for o in ("y", "summed")],
                        [numpy_helper.from_array(raw, "w0"), numpy_helper.from_array(gamma, "gamma")])

@@ -68,6 +68,8 @@ def _fuse(norm: NodeProto, nodes: list[NodeProto], readers: dict[str, list[int]]
     weights = list(matmul.input[1:4]) + [""] * (4 - len(matmul.input))
     inputs = [x, *weights, skip, gamma]
     outputs = [matmul.output[0]] + ([summed] if skip and summed else [])
+    if len(matmul.output) > 2 and matmul.output[2]:  # the 8-bit GEMV's scratch stays the third output
+        outputs = [outputs[0], outputs[1] if len(outputs) > 1 else "", matmul.output[2]]
     eps = attrs["epsilon"].f if "epsilon" in attrs else 1e-5
     from onnx import helper
 

@@ -212,6 +212,38 @@ static void gemv_q8(dim3 grid, size_t shared, int rw, cudaStream_t stream, const
         gemv_q8_kernel<MT, 1><<<grid, block, shared, stream>>>(x, x_stride, act, rows, k, segs, norm, y);
 }
 
+template <int MT>
+static void gemv_q8x(dim3 grid, int rw, cudaStream_t stream, const uint8_t *scratch, int rows, int m0, int mt,
+                     int64_t k, const HqSegments &segs, __half *y) {
+    if (rw == 2)
+        gemv_q8x_kernel<MT, 2><<<grid, HQ_THREADS, 0, stream>>>(scratch, rows, m0, mt, k, segs, y);
+    else
+        gemv_q8x_kernel<MT, 1><<<grid, HQ_THREADS, 0, stream>>>(scratch, rows, m0, mt, k, segs, y);
+}
+
+/* The 8-bit GEMV with x quantized once into the node's scratch output (q8_quantize_kernel, the norm or act
+ * applied there), then read by every warp. */
+static OrtStatus *launch_gemv_q8x(const __half *x, int64_t x_stride, int act, int rows, int64_t k,
+                                  const HqSegments &segs, const HqNorm &norm, uint8_t *scratch, __half *y,
+                                  cudaStream_t stream) {
+    q8_quantize_kernel<<<rows, HQ_THREADS, 0, stream>>>(x, x_stride, act, k, norm, rows, scratch);
+    const int64_t n_total = segs.total;
+    const int rw = n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
+    const int64_t per_block = (int64_t)HQ_WARPS * rw;
+    const dim3 grid((unsigned)((n_total + per_block - 1) / per_block));
+    for (int m0 = 0; m0 < rows; m0 += GEMV_MAX_ROWS) {
+        const int mt = rows - m0 < GEMV_MAX_ROWS ? rows - m0 : GEMV_MAX_ROWS;
+        const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
+        switch (width) {
+        case 1: gemv_q8x<1>(grid, rw, stream, scratch, rows, m0, mt, k, segs, y); break;
+        case 2: gemv_q8x<2>(grid, rw, stream, scratch, rows, m0, mt, k, segs, y); break;
+        case 4: gemv_q8x<4>(grid, rw, stream, scratch, rows, m0, mt, k, segs, y); break;
+        default: gemv_q8x<8>(grid, rw, stream, scratch, rows, m0, mt, k, segs, y); break;
+        }
+    }
+    return cuda_status("MatMulQ", cudaGetLastError());
+}
+
 static OrtStatus *launch_gemv_q8(const __half *x, int64_t x_stride, int act, int rows, int64_t k,
                                  const HqSegments &segs, const HqNorm &norm, __half *y, cudaStream_t stream) {
     const int64_t n_total = segs.total;
@@ -359,24 +391,36 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
             return st;
     }
     const int64_t rows = x.count() / kx;
-    if (rows == 0) return nullptr;
+    const bool q8 = kern->numerics == NUMERICS_Q8 && q8_aligned(segs);
     cudaStream_t stream;
     if ((st = stream_of(ctx, &stream))) return st;
+    CublasHandle handle = rows > GEMV_MAX_ROWS && n_total > 0 ? cublas_for(stream) : nullptr;
+    uint8_t *q8_scratch = nullptr;
+    if (outputs > 2) {  // the scratch output: sized for the rows the 8-bit GEMV quantizes, else empty
+        const bool used = q8 && !handle && n_total > 0 && rows > 0;
+        const int64_t scratch_dims[2] = {used ? rows : 0, hq_q8_row_bytes(k)};
+        OrtValue *value = nullptr;
+        if ((st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, 2, scratch_dims, 2, &value))) return st;
+        if (used && value &&
+            (st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)(value, (void **)&q8_scratch)))
+            return st;
+    }
+    if (rows == 0) return nullptr;
     const __half *input = (const __half *)x.data;
     __half *normed = nullptr;
-    const bool q8 = kern->numerics == NUMERICS_Q8 && q8_aligned(segs);
-    if (norm.gamma && (rows > 1 || (q8 ? hq_q8_tile(1, k) : hq_tile(1, k)) < k)) {
+    if (norm.gamma && !q8_scratch && (rows > 1 || (q8 ? hq_q8_tile(1, k) : hq_tile(1, k)) < k)) {
         // The GEMV stages the norm only for one row whose K fits a tile; otherwise a kernel of its own first.
         if ((st = cuda_status("MatMulQ", scratch((void **)&normed, (size_t)(rows * k * 2), stream)))) return st;
         rmsnorm_kernel<<<(unsigned)rows, HQ_THREADS, 0, stream>>>(input, k, norm, normed);
         input = normed;
         norm = {nullptr, nullptr, nullptr, 0.0f};
     }
-    CublasHandle handle = rows > GEMV_MAX_ROWS && n_total > 0 ? cublas_for(stream) : nullptr;
     if (n_total == 0) {
         st = nullptr;
     } else if (handle) {
         st = launch_gemm(handle, input, kern->act, rows, k, segs, (__half *)y, stream);
+    } else if (q8_scratch) {
+        st = launch_gemv_q8x(input, kx, kern->act, (int)rows, k, segs, norm, q8_scratch, (__half *)y, stream);
     } else if (q8) {
         st = launch_gemv_q8(input, kx, kern->act, (int)rows, k, segs, norm, (__half *)y, stream);
     } else {
@@ -488,7 +532,6 @@ static int matmul_input_type(const OrtCustomOp *, size_t i) {
     return i == 0 || i >= INPUT_SKIP ? (int)ELEMENT_FLOAT16 : (int)ELEMENT_UINT8;
 }
 static size_t matmul_inputs(const OrtCustomOp *) { return MATMUL_INPUTS; }
-static size_t two_count(const OrtCustomOp *) { return 2; }
 static const char *gather_name(const OrtCustomOp *) { return "GatherQ"; }
 static int gather_input_type(const OrtCustomOp *, size_t i) { return i == 0 ? (int)ELEMENT_INT64 : (int)ELEMENT_UINT8; }
 static size_t gather_inputs(const OrtCustomOp *) { return 2; }
@@ -521,8 +564,14 @@ static OrtCustomOp cuda_op(const char *(*name)(const OrtCustomOp *), int (*input
     return op;
 }
 
-static OrtCustomOp matmul_with_sum(OrtCustomOp op) {  // MatMulQ's second output: the residual stream a norm adds
-    op.GetOutputTypeCount = two_count;
+static int matmul_output_type(const OrtCustomOp *, size_t i) { return i == 2 ? (int)ELEMENT_UINT8 : (int)ELEMENT_FLOAT16; }
+static size_t three_count(const OrtCustomOp *) { return 3; }
+
+/* MatMulQ's optional outputs: the residual stream a norm adds (1), and the scratch of the 8-bit GEMV's quantized
+ * activations (2), which ONNX Runtime allocates like any output, so a captured CUDA graph keeps its address. */
+static OrtCustomOp matmul_with_sum(OrtCustomOp op) {
+    op.GetOutputType = matmul_output_type;
+    op.GetOutputTypeCount = three_count;
     op.GetOutputCharacteristic = second_optional;
     return op;
 }

@@ -171,6 +171,11 @@ HQ_FN void hq_q8_row(const uint8_t *row, int64_t k0, int kt, const HqXq (&x)[MT]
                      int lanes) {
     constexpr int CW = hq_q8_chunk<TYPE>(), G = CW / 16;
     const int c1 = (int)((k0 + kt) / CW);
+    /* One row of x: two chunks' loads in flight before either's dots; more rows already give a lane work enough
+     * between loads (and two chunks of them would not fit the registers). */
+#ifdef __CUDA_ARCH__
+#pragma unroll(MT == 1 ? 2 : 1)
+#endif
     for (int c = (int)(k0 / CW) + lane; c < c1; c += lanes) {
         HqChunk k;
         hq_q8_load<TYPE>(row, c, k);
@@ -278,6 +283,107 @@ __device__ __forceinline__ float hq_norm_scale(const __half *x, int64_t k_total,
         squares += v * v;
     }
     return rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + norm.eps);
+}
+
+/* Bytes of one row's quantized activations in MatMulQ's scratch output: K codes, K/32 float scales, K/16 int sums
+ * (stored as three arrays over all rows: codes [rows, K], scales [rows, K/32], sums [rows, K/16]). */
+__host__ __device__ __forceinline__ int64_t hq_q8_row_bytes(int64_t k) { return k + k / 8 + k / 4; }
+
+/* Row blockIdx.x of x quantized once for every GEMV block to read (the llama.cpp way: quantize_q8_1, then MMVQ),
+ * with the act or the norm the staging above would apply. */
+__global__ void __launch_bounds__(HQ_THREADS) q8_quantize_kernel(const __half *__restrict__ x, int64_t x_stride,
+                                                                 int act, int64_t k_total, HqNorm norm, int rows,
+                                                                 uint8_t *__restrict__ scratch) {
+    const int m = blockIdx.x;
+    int8_t *xq = reinterpret_cast<int8_t *>(scratch) + (int64_t)m * k_total;
+    float *xd = reinterpret_cast<float *>(scratch + rows * k_total) + (int64_t)m * (k_total / 32);
+    int *xs = reinterpret_cast<int *>(scratch + rows * k_total + rows * (k_total / 8)) + (int64_t)m * (k_total / 16);
+    const __half *row = x + (int64_t)m * x_stride;
+    HqNorm mine = norm;  /* this row's skip and summed */
+    if (norm.skip) mine.skip = norm.skip + (int64_t)m * k_total;
+    if (norm.summed) mine.summed = norm.summed + (int64_t)m * k_total;
+    float scale = 1.0f;
+    if (norm.gamma) {
+        __shared__ float scratch_sum[HQ_WARPS];
+        float squares = 0.0f;
+        for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
+            float v = __half2float(row[k]);
+            if (mine.skip) v += __half2float(mine.skip[k]);
+            if (mine.summed) mine.summed[k] = __float2half(v);
+            squares += v * v;
+        }
+        scale = rsqrtf(hq_block_sum(squares, scratch_sum) / (float)k_total + norm.eps);
+    }
+    for (int64_t base = 0; base < k_total; base += HQ_THREADS * 8) {
+        const int64_t col = base + 8 * (int64_t)threadIdx.x;
+        const bool on = col < k_total;
+        float v[8], amax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float e = 0.0f;
+            if (on) {
+                const int64_t k = col + j;
+                if (norm.gamma) {
+                    e = __half2float(row[k]);
+                    if (mine.skip) e += __half2float(mine.skip[k]);
+                    e = e * scale * __half2float(norm.gamma[k]);
+                } else {
+                    e = hq_input(x, x_stride, act, k_total, m, k);
+                }
+            }
+            v[j] = e;
+            amax = fmaxf(amax, fabsf(e));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        int lo, hi;
+        int sum = hq_q8_pack8(v, amax, &lo, &hi);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        if (on) {
+            *reinterpret_cast<int2 *>(xq + col) = make_int2(lo, hi);
+            if ((threadIdx.x & 1) == 0) xs[col / 16] = sum;
+            if ((threadIdx.x & 3) == 0) xd[col / 32] = amax / 127.0f;
+        }
+    }
+}
+
+/* The GEMV over x quantized by q8_quantize_kernel: no staging and no barrier, so a warp's weight loads start at
+ * once (the staged kernel below spent most of a [4096 × 4096] layer quantizing x in every block before its first
+ * load: 10.6 µs a Q4_K layer against ~3 µs of bytes, bench/cuda_layer_forms.py on an H100). Warp w of block b
+ * takes output rows (8b + w)·RW .. +RW-1 against rows m0 .. m0+MT-1 of the scratch. */
+template <int MT, int RW>
+__global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__restrict__ scratch, int rows, int m0,
+                                                              int mt, int64_t k_total, HqSegments segs,
+                                                              __half *__restrict__ y) {
+    const int8_t *xq = reinterpret_cast<const int8_t *>(scratch);
+    const float *xd = reinterpret_cast<const float *>(scratch + rows * k_total);
+    const int *xs = reinterpret_cast<const int *>(scratch + rows * k_total + rows * (k_total / 8));
+    HqXq x[MT];
+    HQ_UNROLL
+    for (int m = 0; m < MT; m++) {
+        const int r = m0 + (m < mt ? m : 0);  /* a row past mt repeats the first; its sums are never written */
+        x[m] = {xq + (int64_t)r * k_total, xd + (int64_t)r * (k_total / 32), xs + (int64_t)r * (k_total / 16)};
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t n_total = segs.total, r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW;
+    const uint8_t *row[RW];
+    int type[RW];
+    hq_locate<RW>(segs, r0, row, type);
+    float acc[RW][MT];
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++) {
+        HQ_UNROLL
+        for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
+        if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], 0, (int)k_total, x, acc[j], lane, 32);
+    }
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++)
+        HQ_UNROLL
+        for (int m = 0; m < MT; m++) {
+            float v = acc[j][m];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == j * MT + m && m < mt && r0 + j < n_total)
+                y[(int64_t)(m0 + m) * n_total + r0 + j] = __float2half(v);
+        }
 }
 
 /* y = act(x)·Wᵀ for rows 0 .. MT-1 of x (fewer when rows < MT): warp w of block b takes output rows
