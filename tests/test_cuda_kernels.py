@@ -4,6 +4,8 @@ fp16 MatMul, and every bad input. The GPU tests skip cleanly without CUDA."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, quants
@@ -172,6 +174,10 @@ def int8_activations(x: np.ndarray) -> np.ndarray:
 
 
 INT8 = {"numerics": cuda_kernels.NUMERICS_INT8}
+# The library reads this once: every launch given a scratch output uses it here, however small its matrix (the
+# default, 2^22 weights and up, would leave these tests' matrices, and the tiny models of tests/test_gpu.py run in
+# the same process, to the per-block quantizing the scratch=False cases check).
+os.environ["HEARTH_CUDA_SCRATCH_FROM"] = "0"
 
 
 @pytest.mark.gpu

@@ -24,6 +24,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -201,6 +202,18 @@ static bool q8_aligned(const HqSegments &segs) {
 /* Rows a warp of the 8-bit GEMV takes: two where there are enough rows to fill the GPU twice over either way (the
  * block's staging of x is then shared by 16 rows), else one. */
 static const int64_t Q8_TWO_ROWS_FROM = 8192;
+
+/* From how many weights (N·K) a launch quantizes x once into the scratch output rather than in each block: a
+ * small matrix's decode is launch-bound, and the quantizing kernel is one more launch; a large one's blocks each
+ * spent longer quantizing x than reading their rows. HEARTH_CUDA_SCRATCH_FROM (weights) overrides it for
+ * bench/cuda_run.sh's comparisons. */
+static int64_t scratch_from_weights() {
+    static const int64_t from = [] {
+        const char *env = getenv("HEARTH_CUDA_SCRATCH_FROM");
+        return env && *env ? (int64_t)atoll(env) : (int64_t)1 << 22;
+    }();
+    return from;
+}
 
 template <int MT>
 static void gemv_q8(dim3 grid, size_t shared, int rw, cudaStream_t stream, const __half *x, int64_t x_stride, int act,
@@ -397,7 +410,7 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
     CublasHandle handle = rows > GEMV_MAX_ROWS && n_total > 0 ? cublas_for(stream) : nullptr;
     uint8_t *q8_scratch = nullptr;
     if (outputs > 2) {  // the scratch output: sized for the rows the 8-bit GEMV quantizes, else empty
-        const bool used = q8 && !handle && n_total > 0 && rows > 0;
+        const bool used = q8 && !handle && n_total > 0 && rows > 0 && n_total * k >= scratch_from_weights();
         const int64_t scratch_dims[2] = {used ? rows : 0, hq_q8_row_bytes(k)};
         OrtValue *value = nullptr;
         if ((st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, 2, scratch_dims, 2, &value))) return st;
