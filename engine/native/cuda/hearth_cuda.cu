@@ -205,12 +205,13 @@ static const int64_t Q8_TWO_ROWS_FROM = 8192;
 
 /* From how many weights (N·K) a launch quantizes x once into the scratch output rather than in each block: a
  * small matrix's decode is launch-bound, and the quantizing kernel is one more launch; a large one's blocks each
- * spent longer quantizing x than reading their rows. HEARTH_CUDA_SCRATCH_FROM (weights) overrides it for
- * bench/cuda_run.sh's comparisons. */
+ * spent longer quantizing x than reading their rows (an 8B's gate|up ran at 1.1 TB/s of the H100's 3.35).
+ * HEARTH_CUDA_SCRATCH_FROM (weights) sets it; unset, never, until a GPU run has checked the scratch path
+ * (tests/test_cuda_kernels.py sets 0). */
 static int64_t scratch_from_weights() {
     static const int64_t from = [] {
         const char *env = getenv("HEARTH_CUDA_SCRATCH_FROM");
-        return env && *env ? (int64_t)atoll(env) : (int64_t)1 << 22;
+        return env && *env ? (int64_t)atoll(env) : INT64_MAX;
     }();
     return from;
 }
