@@ -7,6 +7,7 @@
 #   sh bench/cuda_run.sh tests            # tests/test_cuda_kernels.py, tests/test_gpu.py
 #   sh bench/cuda_run.sh layers           # one [4096 x 4096] layer in each form, Hearth's MatMulQ per block type
 #   sh bench/cuda_run.sh speed MODEL...   # MODEL: default | gemma | llama3-8b-q4km | qwen2.5-7b-q4km
+#                                         # (KERNELS=1: Hearth's kernels only; SUFFIX=-x: names the results apart)
 #   sh bench/cuda_run.sh peer MODEL...    # llama-bench (flash attention on) on the same GGUFs
 #
 # llama-bench: llama.cpp as vendored by llama-cpp-python 0.3.36, built on a machine with nvcc 13.0 (no GPU needed):
@@ -53,9 +54,9 @@ speed)
             esac
             # shellcheck disable=SC2086
             HEARTH_CUDA_KERNELS=$kernels timeout 300 python3 bench/gpu.py --data-dir "$data" $source \
-                --contexts 1024,8000 --resume-sizes '' --loop --out "$out/gpu-$model-kernels$kernels.json" \
-                > "$out/gpu-$model-kernels$kernels.txt" 2>&1
-            tail -12 "$out/gpu-$model-kernels$kernels.txt"
+                --contexts 1024,8000 --resume-sizes '' --loop --out "$out/gpu-$model-kernels$kernels${SUFFIX:-}.json" \
+                > "$out/gpu-$model-kernels$kernels${SUFFIX:-}.txt" 2>&1
+            tail -12 "$out/gpu-$model-kernels$kernels${SUFFIX:-}.txt"
         done
     done
     ;;
