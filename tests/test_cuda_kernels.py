@@ -174,9 +174,9 @@ def int8_activations(x: np.ndarray) -> np.ndarray:
 
 
 INT8 = {"numerics": cuda_kernels.NUMERICS_INT8}
-# The library reads this once: every launch given a scratch output uses it here, however small its matrix (unset,
-# the scratch waits for a GPU run to check it; set to a size, small matrices such as these tests' and the tiny models'
-# of tests/test_gpu.py, run in the same process, keep the per-block quantizing the scratch=False cases check).
+# The library reads this once: every launch given a scratch output uses it here, however small its matrix (by
+# default only matrices of 2^22 weights and up do, which these tests' and the tiny models' of tests/test_gpu.py,
+# run in the same process, are not; the per-block quantizing is what the scratch=False cases check).
 os.environ["HEARTH_CUDA_SCRATCH_FROM"] = "0"
 
 

@@ -205,13 +205,14 @@ static const int64_t Q8_TWO_ROWS_FROM = 8192;
 
 /* From how many weights (N·K) a launch quantizes x once into the scratch output rather than in each block: a
  * small matrix's decode is launch-bound, and the quantizing kernel is one more launch; a large one's blocks each
- * spent longer quantizing x than reading their rows (an 8B's gate|up ran at 1.1 TB/s of the H100's 3.35).
- * HEARTH_CUDA_SCRATCH_FROM (weights) sets it; unset, never, until a GPU run has checked the scratch path
- * (tests/test_cuda_kernels.py sets 0). */
+ * spent longer quantizing x than reading their rows. On an H100 (docs/benchmarks.md, third lease): from 2^22 the
+ * Q4_K_M 8B decodes 5% faster (203 against 193 tok/s) and Gemma 3 270M 3% (its 168M-weight head), the default
+ * model the same (956 against 953); every launch through the scratch (0) slows the default model to 853.
+ * HEARTH_CUDA_SCRATCH_FROM (weights) overrides it (tests/test_cuda_kernels.py sets 0). */
 static int64_t scratch_from_weights() {
     static const int64_t from = [] {
         const char *env = getenv("HEARTH_CUDA_SCRATCH_FROM");
-        return env && *env ? (int64_t)atoll(env) : INT64_MAX;
+        return env && *env ? (int64_t)atoll(env) : (int64_t)1 << 22;
     }();
     return from;
 }
