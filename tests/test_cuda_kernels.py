@@ -5,6 +5,7 @@ fp16 MatMul, and every bad input. The GPU tests skip cleanly without CUDA."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -453,3 +454,28 @@ def test_the_cuda_graph_computes_the_int4_model(arch_converted, arch, tmp_path):
     scale = np.abs(expected).max()
     np.testing.assert_allclose(got, expected, atol=half_tolerance(arch, 0.02) * scale, rtol=0)
     assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.gpu
+def test_the_8bit_gemv_walks_its_rows_with_a_capped_grid(cuda):
+    """HEARTH_CUDA_GEMV_BLOCKS_PER_SM=1 (read once per process, so in a child): each warp walks several rows
+    (3,000 rows against a multiprocessor count × 8 warps), and the product is still the codes'."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from tests.test_cuda_kernels import INT8, _matmul_q, blocks, dequantized, int8_activations
+rng = np.random.default_rng(9)
+raw = blocks(rng, "Q4_K", 3000, 512)
+x = rng.standard_normal((2, 512)).astype(np.float16)
+got = _matmul_q([("Q4_K", raw)], 512, scratch=True, **INT8).run(None, {"x": x})[0].astype(np.float64)
+want = int8_activations(x) @ dequantized(raw, "Q4_K").T
+np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
+print("same")
+"""
+    env = {**os.environ, "HEARTH_CUDA_GEMV_BLOCKS_PER_SM": "1", "HEARTH_CUDA_SCRATCH_FROM": "0"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                            cwd=str(Path(__file__).resolve().parent.parent))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("same")

@@ -227,6 +227,23 @@ static void gemv_q8(dim3 grid, size_t shared, int rw, cudaStream_t stream, const
         gemv_q8_kernel<MT, 1><<<grid, block, shared, stream>>>(x, x_stride, act, rows, k, segs, norm, y);
 }
 
+/* The most blocks an 8-bit GEMV over the scratch launches: unset (0), one per 8·RW rows, as measured; with
+ * HEARTH_CUDA_GEMV_BLOCKS_PER_SM=n, n per multiprocessor, each warp then walking several rows (not yet timed: the
+ * 8B's GEMVs reach about a third of the H100's bandwidth either way of quantizing x, which leaves the blocks'
+ * short lives, a row each, as the next suspect). Read once, with the device's multiprocessor count. */
+static int64_t gemv_blocks_most() {
+    static const int64_t most = [] {
+        const char *env = getenv("HEARTH_CUDA_GEMV_BLOCKS_PER_SM");
+        const int64_t per_sm = env && *env ? (int64_t)atoll(env) : 0;
+        int device = 0, sms = 0;
+        if (per_sm <= 0 || cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0)
+            return (int64_t)0;
+        return per_sm * sms;
+    }();
+    return most;
+}
+
 template <int MT>
 static void gemv_q8x(dim3 grid, int rw, cudaStream_t stream, const uint8_t *scratch, int rows, int m0, int mt,
                      int64_t k, const HqSegments &segs, __half *y) {
@@ -245,7 +262,10 @@ static OrtStatus *launch_gemv_q8x(const __half *x, int64_t x_stride, int act, in
     const int64_t n_total = segs.total;
     const int rw = n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
     const int64_t per_block = (int64_t)HQ_WARPS * rw;
-    const dim3 grid((unsigned)((n_total + per_block - 1) / per_block));
+    int64_t blocks = (n_total + per_block - 1) / per_block;
+    const int64_t most = gemv_blocks_most();
+    if (most > 0 && blocks > most) blocks = most;
+    const dim3 grid((unsigned)blocks);
     for (int m0 = 0; m0 < rows; m0 += GEMV_MAX_ROWS) {
         const int mt = rows - m0 < GEMV_MAX_ROWS ? rows - m0 : GEMV_MAX_ROWS;
         const int width = mt == 1 ? 1 : mt == 2 ? 2 : mt <= 4 ? 4 : 8;
@@ -446,6 +466,8 @@ static OrtStatus *matmul_compute(void *self, OrtKernelContext *ctx) {
 }
 
 static OrtStatus *matmul_create(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *info, void **out) {
+    (void)scratch_from_weights();  // the settings read now, outside any CUDA graph capture
+    (void)gemv_blocks_most();
     MatMulKernel *kern = new MatMulKernel();
     static const char *names[HQ_MAX_SEGMENTS] = {"type", "type1", "type2"};
     for (int i = 0; i < HQ_MAX_SEGMENTS; i++) {

@@ -364,26 +364,30 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__r
         x[m] = {xq + (int64_t)r * k_total, xd + (int64_t)r * (k_total / 32), xs + (int64_t)r * (k_total / 16)};
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t n_total = segs.total, r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW;
-    const uint8_t *row[RW];
-    int type[RW];
-    hq_locate<RW>(segs, r0, row, type);
-    float acc[RW][MT];
-    HQ_UNROLL
-    for (int j = 0; j < RW; j++) {
+    const int64_t n_total = segs.total, stride = (int64_t)gridDim.x * HQ_WARPS * RW;
+    /* A grid of one block per 8·RW rows takes this loop once; a smaller one (HEARTH_CUDA_GEMV_BLOCKS_PER_SM, to be
+     * timed against it) walks the rows with fewer, longer-lived warps. */
+    for (int64_t r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW; r0 < n_total; r0 += stride) {
+        const uint8_t *row[RW];
+        int type[RW];
+        hq_locate<RW>(segs, r0, row, type);
+        float acc[RW][MT];
         HQ_UNROLL
-        for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
-        if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], 0, (int)k_total, x, acc[j], lane, 32);
-    }
-    HQ_UNROLL
-    for (int j = 0; j < RW; j++)
-        HQ_UNROLL
-        for (int m = 0; m < MT; m++) {
-            float v = acc[j][m];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == j * MT + m && m < mt && r0 + j < n_total)
-                y[(int64_t)(m0 + m) * n_total + r0 + j] = __float2half(v);
+        for (int j = 0; j < RW; j++) {
+            HQ_UNROLL
+            for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
+            if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], 0, (int)k_total, x, acc[j], lane, 32);
         }
+        HQ_UNROLL
+        for (int j = 0; j < RW; j++)
+            HQ_UNROLL
+            for (int m = 0; m < MT; m++) {
+                float v = acc[j][m];
+                for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                if (lane == j * MT + m && m < mt && r0 + j < n_total)
+                    y[(int64_t)(m0 + m) * n_total + r0 + j] = __float2half(v);
+            }
+    }
 }
 
 /* y = act(x)·Wᵀ for rows 0 .. MT-1 of x (fewer when rows < MT): warp w of block b takes output rows
