@@ -24,6 +24,31 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# The weight segments both GEMV harnesses take on their command line (type, rows, file; three at most), each read
+# into 16-byte aligned memory as ONNX Runtime's buffers are; argc counts up to the x file and one output after it.
+READ_SEGMENTS = r"""
+static bool read_segments(int k, int argc, char **argv, int *a, HqSegments *segs, std::vector<std::vector<int4>> &keep) {
+    keep.reserve(HQ_MAX_SEGMENTS);
+    while (*a + 3 < argc && segs->count < HQ_MAX_SEGMENTS) {
+        const int type = atoi(argv[*a]);
+        const long n = atol(argv[*a + 1]);
+        const long rb = k / hq_block_weights(type) * hq_block_bytes(type);
+        keep.emplace_back((n * rb + 15) / 16);
+        FILE *f = fopen(argv[*a + 2], "rb");
+        if (!f || fread(keep.back().data(), 1, n * rb, f) != (size_t)(n * rb)) return false;
+        fclose(f);
+        const int s = segs->count++;
+        segs->rows[s] = reinterpret_cast<const uint8_t *>(keep.back().data());
+        segs->row_bytes[s] = rb;
+        segs->type[s] = type;
+        segs->start[s + 1] = segs->start[s] + n;
+        segs->total = segs->start[s + 1];
+        *a += 3;
+    }
+    return true;
+}
+"""
+
 GEMV_HARNESS = r"""
 #include <cstdio>
 #include <cstdlib>
@@ -65,27 +90,13 @@ static void run(const HqSegments &segs, int k, const float *x, float *y) {
                 if (r0 + i < segs.total) y[(size_t)m * segs.total + r0 + i] = sum[m][i];
     }
 }
+READ_SEGMENTS
 int main(int argc, char **argv) {
     const int k = atoi(argv[1]), mt = atoi(argv[2]);
     HqSegments segs = {};
     int a = 3;
-    std::vector<std::vector<uint32_t>> keep;
-    while (a + 3 < argc && segs.count < HQ_MAX_SEGMENTS) {
-        const int type = atoi(argv[a]);
-        const long n = atol(argv[a + 1]);
-        const long rb = k / hq_block_weights(type) * hq_block_bytes(type);
-        keep.emplace_back((n * rb + 3) / 4);
-        FILE *f = fopen(argv[a + 2], "rb");
-        if (fread(keep.back().data(), 1, n * rb, f) != (size_t)(n * rb)) return 2;
-        fclose(f);
-        const int s = segs.count++;
-        segs.rows[s] = reinterpret_cast<const uint8_t *>(keep.back().data());
-        segs.row_bytes[s] = rb;
-        segs.type[s] = type;
-        segs.start[s + 1] = segs.start[s] + n;
-        segs.total = segs.start[s + 1];
-        a += 3;
-    }
+    std::vector<std::vector<int4>> keep;
+    if (!read_segments(k, argc, argv, &a, &segs, keep)) return 2;
     std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f);
     FILE *f = fopen(argv[a], "rb");
     if (fread(x.data(), 4, x.size(), f) != x.size()) return 2;
@@ -153,27 +164,13 @@ static void run(const HqSegments &segs, int k, const float *x, float *y, float *
     }
     for (size_t i = 0; i < acc_all.size(); i++) y[i] = acc_all[i];
 }
+READ_SEGMENTS
 int main(int argc, char **argv) {
     const int k = atoi(argv[1]), mt = atoi(argv[2]);
     HqSegments segs = {};
     int a = 3;
-    std::vector<std::vector<int4>> keep;  // 16-byte aligned rows, as ONNX Runtime's buffers are
-    while (a + 4 < argc && segs.count < HQ_MAX_SEGMENTS) {
-        const int type = atoi(argv[a]);
-        const long n = atol(argv[a + 1]);
-        const long rb = k / hq_block_weights(type) * hq_block_bytes(type);
-        keep.emplace_back((n * rb + 15) / 16);
-        FILE *f = fopen(argv[a + 2], "rb");
-        if (fread(keep.back().data(), 1, n * rb, f) != (size_t)(n * rb)) return 2;
-        fclose(f);
-        const int s = segs.count++;
-        segs.rows[s] = reinterpret_cast<const uint8_t *>(keep.back().data());
-        segs.row_bytes[s] = rb;
-        segs.type[s] = type;
-        segs.start[s + 1] = segs.start[s] + n;
-        segs.total = segs.start[s + 1];
-        a += 3;
-    }
+    std::vector<std::vector<int4>> keep;
+    if (!read_segments(k, argc - 1, argv, &a, &segs, keep)) return 2;  // its third output
     std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f), xdeq((size_t)mt * k);
     FILE *f = fopen(argv[a], "rb");
     if (fread(x.data(), 4, x.size(), f) != x.size()) return 2;
@@ -252,13 +249,28 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def check_gemv(work: Path, rng) -> int:
-    """The GEMV's work share-out on the CPU against x·Wᵀ in float64; returns the number of cases that failed."""
+def _write_segments(work: Path, rng, parts: list[tuple[str, int]], k: int) -> tuple[list[str], list[np.ndarray]]:
+    """Random rows of each (type, rows) part written for a harness: its command-line arguments, and each part's
+    weights as gguf-py dequantizes them (float64)."""
     from gguf import GGMLQuantizationType, quants
 
     from tests.test_cuda_kernels import blocks
 
-    (work / "gemv.cu").write_text(GEMV_HARNESS)
+    args, dense = [], []
+    for i, (type_name, n) in enumerate(parts):
+        raw = blocks(rng, type_name, n, k)
+        raw.tofile(work / f"w{i}.bin")
+        qtype = GGMLQuantizationType[type_name]
+        args += [str(int(qtype)), str(n), str(work / f"w{i}.bin")]
+        dense.append(quants.dequantize(raw, qtype).reshape(n, k).astype(np.float64))
+    return args, dense
+
+
+def check_gemv(work: Path, rng) -> int:
+    """The GEMV's work share-out on the CPU against x·Wᵀ in float64; returns the number of cases that failed."""
+
+
+    (work / "gemv.cu").write_text(GEMV_HARNESS.replace("READ_SEGMENTS", READ_SEGMENTS))
     subprocess.run(["nvcc", "-O2", "-I", str(ROOT / "engine/native/cuda"), str(work / "gemv.cu"), "-o",
                     str(work / "gemv")], check=True)
     cases = [([("Q4_K", 37)], 1024, 1), ([("Q4_0", 21)], 768, 2), ([("Q8_0", 9)], 9216, 1),
@@ -266,13 +278,7 @@ def check_gemv(work: Path, rng) -> int:
              ([("Q5_K", 11)], 256, 8), ([("Q6_K", 3)], 2048, 1), ([("Q5_1", 17)], 256, 1)]
     failed = 0
     for parts, k, mt in cases:
-        args, dense = [], []
-        for i, (type_name, n) in enumerate(parts):
-            raw = blocks(rng, type_name, n, k)
-            raw.tofile(work / f"w{i}.bin")
-            qtype = GGMLQuantizationType[type_name]
-            args += [str(int(qtype)), str(n), str(work / f"w{i}.bin")]
-            dense.append(quants.dequantize(raw, qtype).reshape(n, k).astype(np.float64))
+        args, dense = _write_segments(work, rng, parts, k)
         x = rng.standard_normal((mt, k)).astype(np.float32)
         x.tofile(work / "x.bin")
         subprocess.run([str(work / "gemv"), str(k), str(mt), *args, str(work / "x.bin"), str(work / "y.bin")],
@@ -291,11 +297,10 @@ def check_gemv_q8(work: Path, rng) -> int:
     """The 8-bit GEMV (hearth_cuda_q8.cuh): every lane of every row on the CPU, against the float64 product of the
     dequantized weights with the activations as its codes and scales hold them (so every type's code layout and
     scales are checked exactly), and how far the 8-bit activations move it from x·Wᵀ. Returns failures."""
-    from gguf import GGMLQuantizationType, quants
 
-    from tests.test_cuda_kernels import TYPES, blocks
+    from tests.test_cuda_kernels import TYPES
 
-    (work / "q8.cu").write_text(Q8_HARNESS)
+    (work / "q8.cu").write_text(Q8_HARNESS.replace("READ_SEGMENTS", READ_SEGMENTS))
     subprocess.run(["nvcc", "-O2", "-std=c++17", "-I", str(ROOT / "engine/native/cuda"), str(work / "q8.cu"), "-o",
                     str(work / "q8")], check=True)
     cases = [([(t, 7)], 512, 1) for t in TYPES]
@@ -303,13 +308,7 @@ def check_gemv_q8(work: Path, rng) -> int:
               ([("Q5_K", 11)], 256, 8), ([("Q6_K", 3)], 24576, 1), ([("Q8_0", 5)], 4096, 8), ([("Q4_0", 9)], 96, 2)]
     failed = 0
     for parts, k, mt in cases:
-        args, dense = [], []
-        for i, (type_name, n) in enumerate(parts):
-            raw = blocks(rng, type_name, n, k)
-            raw.tofile(work / f"w{i}.bin")
-            qtype = GGMLQuantizationType[type_name]
-            args += [str(int(qtype)), str(n), str(work / f"w{i}.bin")]
-            dense.append(quants.dequantize(raw, qtype).reshape(n, k).astype(np.float64))
+        args, dense = _write_segments(work, rng, parts, k)
         x = (rng.standard_normal((mt, k)) * rng.uniform(0.1, 30, (mt, 1))).astype(np.float32)
         x[:, 5] *= 40  # an outlier, as real activations have
         x.tofile(work / "x.bin")

@@ -143,20 +143,30 @@ __device__ __forceinline__ float hq_block_sum(float v, float *scratch) {
     return total;
 }
 
-/* Stages RMSNorm(x + skip) · gamma of one row of K (all of it: the caller checks K fits one tile) into xs, and
- * the sum into norm.summed from the first block. */
-__device__ __forceinline__ void hq_stage_normed(const __half *x, int64_t k_total, const HqNorm &norm, float *xs) {
+/* The RMS norm's scale 1/sqrt(mean((x + skip)²) + eps) of one row (skip may be null), x + skip written to summed
+ * where that is not null. Every thread of the block calls it. */
+__device__ __forceinline__ float hq_norm_scale(const __half *x, const __half *skip, __half *summed, int64_t k_total,
+                                               float eps) {
     __shared__ float scratch[HQ_WARPS];
     float squares = 0.0f;
     for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
         float v = __half2float(x[k]);
-        if (norm.skip) v += __half2float(norm.skip[k]);
-        if (norm.summed && blockIdx.x == 0) norm.summed[k] = __float2half(v);
-        xs[k] = v;
+        if (skip) v += __half2float(skip[k]);
+        if (summed) summed[k] = __float2half(v);
         squares += v * v;
     }
-    const float scale = rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + norm.eps);
-    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) xs[k] = xs[k] * scale * __half2float(norm.gamma[k]);
+    return rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + eps);
+}
+
+/* Stages RMSNorm(x + skip) · gamma of one row of K (all of it: the caller checks K fits one tile) into xs, and
+ * the sum into norm.summed from the first block. */
+__device__ __forceinline__ void hq_stage_normed(const __half *x, int64_t k_total, const HqNorm &norm, float *xs) {
+    const float scale = hq_norm_scale(x, norm.skip, blockIdx.x == 0 ? norm.summed : nullptr, k_total, norm.eps);
+    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
+        float v = __half2float(x[k]);
+        if (norm.skip) v += __half2float(norm.skip[k]);
+        xs[k] = v * scale * __half2float(norm.gamma[k]);
+    }
 }
 
 /* Output rows per block for MT rows of x: fewer as MT grows, so MT·R sums fit the registers. */

@@ -231,6 +231,38 @@ HQ_FN int hq_q8_pack8(const float v[8], float amax, int *lo, int *hi) {
 }
 
 #ifdef __CUDACC__
+/* Columns k .. k+7 of one row of x as the matmul reads them (RMSNorm(x + skip)·gamma with the row's scale where
+ * gamma is set; act(gate)·up where act is; else x), quantized with the rest of their group of 32, which three
+ * neighbouring lanes hold (all four must call this; on: the columns exist), into the codes at xq, the sums of
+ * 16 at xs and the group's scale at xd (the three already offset to these columns' places). */
+__device__ __forceinline__ void hq_q8_quantize8(const __half *row, const __half *skip, const __half *gamma,
+                                                float norm_scale, int act, int64_t k_total, int64_t k, bool on,
+                                                int8_t *xq, float *xd, int *xs) {
+    float v[8], amax = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float e = 0.0f;
+        if (on && gamma) {
+            e = __half2float(row[k + j]);
+            if (skip) e += __half2float(skip[k + j]);
+            e = e * norm_scale * __half2float(gamma[k + j]);
+        } else if (on) {
+            e = hq_input(row, 0, act, k_total, 0, k + j);
+        }
+        v[j] = e;
+        amax = fmaxf(amax, fabsf(e));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    int lo, hi;
+    int sum = hq_q8_pack8(v, amax, &lo, &hi);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (on) {
+        *reinterpret_cast<int2 *>(xq) = make_int2(lo, hi);
+        if ((threadIdx.x & 1) == 0) *xs = sum;
+        if ((threadIdx.x & 3) == 0) *xd = amax / 127.0f;
+    }
+}
+
 /* Stages columns [k0, k0 + kt) of x's rows (act(gate)·up where act is set; RMSNorm(x + skip)·gamma where norm
  * has gamma: then MT is 1 and the tile holds all of K) as int8 codes. Each thread takes 8 columns, four
  * neighbouring lanes one group of 32 (kt is a multiple of 32, so a group is never split). */
@@ -241,48 +273,11 @@ __device__ __forceinline__ void hq_q8_stage(const __half *x, int64_t x_stride, i
     for (int m = 0; m < MT; m++) {
         for (int base = 0; base < kt; base += HQ_THREADS * 8) {
             const int col = base + 8 * (int)threadIdx.x;
-            const bool on = col < kt && m < rows;
-            float v[8], amax = 0.0f;
-            for (int j = 0; j < 8; j++) {
-                float e = 0.0f;
-                if (on) {
-                    const int64_t k = k0 + col + j;
-                    if (norm.gamma) {
-                        e = __half2float(x[k]);
-                        if (norm.skip) e += __half2float(norm.skip[k]);
-                        e = e * norm_scale * __half2float(norm.gamma[k]);
-                    } else {
-                        e = hq_input(x, x_stride, act, k_total, m, k);
-                    }
-                }
-                v[j] = e;
-                amax = fmaxf(amax, fabsf(e));
-            }
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            int lo, hi;
-            int sum = hq_q8_pack8(v, amax, &lo, &hi);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            if (col < kt) {
-                *reinterpret_cast<int2 *>(xq + m * tile + col) = make_int2(lo, hi);
-                if ((threadIdx.x & 1) == 0) xs[m * (tile / 16) + col / 16] = sum;
-                if ((threadIdx.x & 3) == 0) xd[m * (tile / 32) + col / 32] = amax / 127.0f;
-            }
+            hq_q8_quantize8(x + (int64_t)m * x_stride, norm.skip, norm.gamma, norm_scale, act, k_total, k0 + col,
+                            col < kt && m < rows, xq + m * tile + col, xd + m * (tile / 32) + col / 32,
+                            xs + m * (tile / 16) + col / 16);
         }
     }
-}
-
-/* The norm's scale 1/sqrt(mean((x + skip)²) + eps) of one row, and x + skip written out from the first block. */
-__device__ __forceinline__ float hq_norm_scale(const __half *x, int64_t k_total, const HqNorm &norm) {
-    __shared__ float scratch[HQ_WARPS];
-    float squares = 0.0f;
-    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
-        float v = __half2float(x[k]);
-        if (norm.skip) v += __half2float(norm.skip[k]);
-        if (norm.summed && blockIdx.x == 0) norm.summed[k] = __float2half(v);
-        squares += v * v;
-    }
-    return rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + norm.eps);
 }
 
 /* Bytes of one row's quantized activations in MatMulQ's scratch output: K codes, K/32 float scales, K/16 int sums
@@ -299,51 +294,31 @@ __global__ void __launch_bounds__(HQ_THREADS) q8_quantize_kernel(const __half *_
     float *xd = reinterpret_cast<float *>(scratch + rows * k_total) + (int64_t)m * (k_total / 32);
     int *xs = reinterpret_cast<int *>(scratch + rows * k_total + rows * (k_total / 8)) + (int64_t)m * (k_total / 16);
     const __half *row = x + (int64_t)m * x_stride;
-    HqNorm mine = norm;  /* this row's skip and summed */
-    if (norm.skip) mine.skip = norm.skip + (int64_t)m * k_total;
-    if (norm.summed) mine.summed = norm.summed + (int64_t)m * k_total;
-    float scale = 1.0f;
-    if (norm.gamma) {
-        __shared__ float scratch_sum[HQ_WARPS];
-        float squares = 0.0f;
-        for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
-            float v = __half2float(row[k]);
-            if (mine.skip) v += __half2float(mine.skip[k]);
-            if (mine.summed) mine.summed[k] = __float2half(v);
-            squares += v * v;
-        }
-        scale = rsqrtf(hq_block_sum(squares, scratch_sum) / (float)k_total + norm.eps);
-    }
+    const __half *skip = norm.skip ? norm.skip + (int64_t)m * k_total : nullptr;
+    const float scale =
+        norm.gamma ? hq_norm_scale(row, skip, norm.summed ? norm.summed + (int64_t)m * k_total : nullptr, k_total,
+                                   norm.eps)
+                   : 1.0f;
     for (int64_t base = 0; base < k_total; base += HQ_THREADS * 8) {
         const int64_t col = base + 8 * (int64_t)threadIdx.x;
-        const bool on = col < k_total;
-        float v[8], amax = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            float e = 0.0f;
-            if (on) {
-                const int64_t k = col + j;
-                if (norm.gamma) {
-                    e = __half2float(row[k]);
-                    if (mine.skip) e += __half2float(mine.skip[k]);
-                    e = e * scale * __half2float(norm.gamma[k]);
-                } else {
-                    e = hq_input(x, x_stride, act, k_total, m, k);
-                }
-            }
-            v[j] = e;
-            amax = fmaxf(amax, fabsf(e));
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        int lo, hi;
-        int sum = hq_q8_pack8(v, amax, &lo, &hi);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        if (on) {
-            *reinterpret_cast<int2 *>(xq + col) = make_int2(lo, hi);
-            if ((threadIdx.x & 1) == 0) xs[col / 16] = sum;
-            if ((threadIdx.x & 3) == 0) xd[col / 32] = amax / 127.0f;
-        }
+        hq_q8_quantize8(row, skip, norm.gamma, scale, act, k_total, col, col < k_total, xq + col, xd + col / 32,
+                        xs + col / 16);
     }
+}
+
+/* A warp's sums for its RW output rows r0 .. against MT rows of x, added over its lanes; lane j·MT + m writes
+ * y[m, r0 + j] for the rows that exist (m < valid, r0 + j < N). */
+template <int MT, int RW>
+__device__ __forceinline__ void hq_warp_write(const float (&acc)[RW][MT], int lane, int valid, int64_t r0,
+                                              int64_t n_total, __half *y) {
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++)
+        HQ_UNROLL
+        for (int m = 0; m < MT; m++) {
+            float v = acc[j][m];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == j * MT + m && m < valid && r0 + j < n_total) y[(int64_t)m * n_total + r0 + j] = __float2half(v);
+        }
 }
 
 /* The GEMV over x quantized by q8_quantize_kernel: no staging and no barrier, so a warp's weight loads start at
@@ -378,15 +353,7 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__r
             for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
             if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], 0, (int)k_total, x, acc[j], lane, 32);
         }
-        HQ_UNROLL
-        for (int j = 0; j < RW; j++)
-            HQ_UNROLL
-            for (int m = 0; m < MT; m++) {
-                float v = acc[j][m];
-                for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                if (lane == j * MT + m && m < mt && r0 + j < n_total)
-                    y[(int64_t)(m0 + m) * n_total + r0 + j] = __float2half(v);
-            }
+        hq_warp_write<MT, RW>(acc, lane, mt, r0, n_total, y + (int64_t)m0 * n_total);
     }
 }
 
@@ -414,7 +381,8 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8_kernel(const __half *__res
     for (int j = 0; j < RW; j++)
         HQ_UNROLL
         for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
-    const float norm_scale = norm.gamma ? hq_norm_scale(x, k_total, norm) : 1.0f;
+    const float norm_scale =
+        norm.gamma ? hq_norm_scale(x, norm.skip, blockIdx.x == 0 ? norm.summed : nullptr, k_total, norm.eps) : 1.0f;
     for (int64_t k0 = 0; k0 < k_total; k0 += tile) {
         const int kt = (int)min((int64_t)tile, k_total - k0);
         __syncthreads();  /* the previous tile is read */
@@ -424,14 +392,7 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8_kernel(const __half *__res
         for (int j = 0; j < RW; j++)
             if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], k0, kt, staged, acc[j], lane, 32);
     }
-    HQ_UNROLL
-    for (int j = 0; j < RW; j++)
-        HQ_UNROLL
-        for (int m = 0; m < MT; m++) {
-            float v = acc[j][m];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == j * MT + m && m < rows && r0 + j < n_total) y[(int64_t)m * n_total + r0 + j] = __float2half(v);
-        }
+    hq_warp_write<MT, RW>(acc, lane, rows, r0, n_total, y);
 }
 #endif
 
