@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# The weight segments both GEMV harnesses take on their command line (type, rows, file; three at most), each read
-# into 16-byte aligned memory as ONNX Runtime's buffers are; argc counts up to the x file and one output after it.
+# What both GEMV harnesses read and write: the weight segments of their command line (type, rows, file; three at
+# most), each into 16-byte aligned memory as ONNX Runtime's buffers are (argc counts up to the x file and one output
+# after it), and float32 files.
 READ_SEGMENTS = r"""
 static bool read_segments(int k, int argc, char **argv, int *a, HqSegments *segs, std::vector<std::vector<int4>> &keep) {
     keep.reserve(HQ_MAX_SEGMENTS);
@@ -46,6 +47,17 @@ static bool read_segments(int k, int argc, char **argv, int *a, HqSegments *segs
         *a += 3;
     }
     return true;
+}
+static bool read_floats(const char *path, std::vector<float> &v) {
+    FILE *f = fopen(path, "rb");
+    const bool ok = f && fread(v.data(), 4, v.size(), f) == v.size();
+    if (f) fclose(f);
+    return ok;
+}
+static void write_floats(const char *path, const std::vector<float> &v) {
+    FILE *f = fopen(path, "wb");
+    fwrite(v.data(), 4, v.size(), f);
+    fclose(f);
 }
 """
 
@@ -98,18 +110,14 @@ int main(int argc, char **argv) {
     std::vector<std::vector<int4>> keep;
     if (!read_segments(k, argc, argv, &a, &segs, keep)) return 2;
     std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f);
-    FILE *f = fopen(argv[a], "rb");
-    if (fread(x.data(), 4, x.size(), f) != x.size()) return 2;
-    fclose(f);
+    if (!read_floats(argv[a], x)) return 2;
     switch (mt) {
     case 1: run<1>(segs, k, x.data(), y.data()); break;
     case 2: run<2>(segs, k, x.data(), y.data()); break;
     case 4: run<4>(segs, k, x.data(), y.data()); break;
     default: run<8>(segs, k, x.data(), y.data()); break;
     }
-    f = fopen(argv[a + 1], "wb");
-    fwrite(y.data(), 4, y.size(), f);
-    fclose(f);
+    write_floats(argv[a + 1], y);
 }
 """
 
@@ -172,21 +180,15 @@ int main(int argc, char **argv) {
     std::vector<std::vector<int4>> keep;
     if (!read_segments(k, argc - 1, argv, &a, &segs, keep)) return 2;  // its third output
     std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f), xdeq((size_t)mt * k);
-    FILE *f = fopen(argv[a], "rb");
-    if (fread(x.data(), 4, x.size(), f) != x.size()) return 2;
-    fclose(f);
+    if (!read_floats(argv[a], x)) return 2;
     switch (mt) {
     case 1: run<1>(segs, k, x.data(), y.data(), xdeq.data()); break;
     case 2: run<2>(segs, k, x.data(), y.data(), xdeq.data()); break;
     case 4: run<4>(segs, k, x.data(), y.data(), xdeq.data()); break;
     default: run<8>(segs, k, x.data(), y.data(), xdeq.data()); break;
     }
-    f = fopen(argv[a + 1], "wb");
-    fwrite(y.data(), 4, y.size(), f);
-    fclose(f);
-    f = fopen(argv[a + 2], "wb");
-    fwrite(xdeq.data(), 4, xdeq.size(), f);
-    fclose(f);
+    write_floats(argv[a + 1], y);
+    write_floats(argv[a + 2], xdeq);
 }
 """
 

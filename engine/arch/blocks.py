@@ -116,15 +116,16 @@ class Graph:
         types = {("type", "type1", "type2")[i]: cuda_kernels.TYPE_IDS[t] for i, (_, t) in enumerate(parts)}
         if act:
             types["act"] = act
-        inputs = [x, *(b for b, _ in parts)]
-        if self.precision.accuracy_level != 4:
-            return self.w.op(cuda_kernels.MATMUL_OP, inputs, domain=cuda_kernels.DOMAIN, **named, **types)[0]
-        # int8 activations per 32 and dp4a (hearth_cuda_q8.cuh), x quantized into the node's third output, a scratch
-        # no node reads (ONNX Runtime allocates it, so a captured CUDA graph keeps its address); no residual sum yet.
-        base = self.w.fresh(cuda_kernels.MATMUL_OP)
-        y = named["outputs"][0] if named.get("outputs") else f"{base}/0"
-        return self.w.op(cuda_kernels.MATMUL_OP, inputs, domain=cuda_kernels.DOMAIN, name=base,
-                         outputs=[y, "", f"{base}/q8"], numerics=cuda_kernels.NUMERICS_INT8, **types)[0]
+        if self.precision.accuracy_level == 4:
+            # int8 activations per 32 and dp4a (hearth_cuda_q8.cuh), x quantized into the node's third output, a
+            # scratch no node reads (ONNX Runtime allocates it, so a captured CUDA graph keeps its address); no
+            # residual sum yet.
+            types["numerics"] = cuda_kernels.NUMERICS_INT8
+            base = self.w.fresh(cuda_kernels.MATMUL_OP)
+            y = named["outputs"][0] if named.get("outputs") else f"{base}/0"
+            named = {"name": base, "outputs": [y, "", f"{base}/q8"]}
+        return self.w.op(cuda_kernels.MATMUL_OP, [x, *(b for b, _ in parts)], domain=cuda_kernels.DOMAIN, **named,
+                         **types)[0]
 
     def _packed(self, name: str, layer: PackedWeight) -> PackedInitializers:
         return write_packed(self.w, name, layer, self.np_dtype, self.precision.q4_1_form == "zero_point")

@@ -67,9 +67,10 @@ def _fuse(norm: NodeProto, nodes: list[NodeProto], readers: dict[str, list[int]]
     summed = norm.output[3] if with_skip and len(norm.output) > 3 else ""
     weights = list(matmul.input[1:4]) + [""] * (4 - len(matmul.input))
     inputs = [x, *weights, skip, gamma]
-    outputs = [matmul.output[0]] + ([summed] if skip and summed else [])
-    if len(matmul.output) > 2 and matmul.output[2]:  # the 8-bit GEMV's scratch stays the third output
-        outputs = [outputs[0], outputs[1] if len(outputs) > 1 else "", matmul.output[2]]
+    scratch = matmul.output[2] if len(matmul.output) > 2 else ""  # the 8-bit GEMV's, kept the third output
+    outputs = [matmul.output[0], summed if skip else "", scratch]
+    while not outputs[-1]:
+        outputs.pop()
     eps = attrs["epsilon"].f if "epsilon" in attrs else 1e-5
     from onnx import helper
 
