@@ -211,7 +211,10 @@ def main() -> None:
     if engine.provider != "cuda":
         sys.exit(f"CUDA is not usable here: {engine.runner.provider_note}")
     engine.prefill_chunk = 2048
-    print(f"running {converted.precision} on CUDA (matmuls: {engine.runner.matmul})", file=sys.stderr, flush=True)
+    graph = engine.runner.graph
+    attention = graph.attention if graph is not None else "no CUDA graph"
+    print(f"running {converted.precision} on CUDA (matmuls: {engine.runner.matmul}; decode attention: {attention})",
+          file=sys.stderr, flush=True)
     rng = np.random.default_rng(0)
     prefill_speed(engine, 256, rng)  # warm-up
     cfg = engine.runner.config

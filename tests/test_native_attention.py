@@ -20,26 +20,27 @@ needs_library = pytest.mark.skipif(LIBRARY is None, reason="no prebuilt kernel f
 
 
 def attention_model(domain: str, heads: int, kv_heads: int, d: int, *, packed: bool = True, rotary: bool = True,
-                    half: int = 0, free_shapes: bool = False, **attrs) -> bytes:
-    """One attention node (GroupQueryAttention or hearth's) with the engine's input layout."""
+                    half: int = 0, free_shapes: bool = False, dtype: int = TensorProto.FLOAT, **attrs) -> bytes:
+    """One attention node (GroupQueryAttention or hearth's, CPU or CUDA) with the engine's input layout;
+    ``dtype``: the floats' element type (TensorProto.FLOAT16 for CUDA's)."""
     width = (heads + 2 * kv_heads) * d if packed else heads * d
-    inputs = [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, None, width])]
+    inputs = [helper.make_tensor_value_info("q", dtype, [1, None, width])]
     names = ["q", "", ""]
     if not packed:
         names[1:] = ["k", "v"]
-        inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, None, kv_heads * d]) for n in ("k", "v")]
-    inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, kv_heads, None, d]) for n in ("pk", "pv")]
+        inputs += [helper.make_tensor_value_info(n, dtype, [1, None, kv_heads * d]) for n in ("k", "v")]
+    inputs += [helper.make_tensor_value_info(n, dtype, [1, kv_heads, None, d]) for n in ("pk", "pv")]
     inputs += [helper.make_tensor_value_info("sl", TensorProto.INT32, [1]),
                helper.make_tensor_value_info("tot", TensorProto.INT32, [])]
     names += ["pk", "pv", "sl", "tot"]
     if rotary:
-        inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, half]) for n in ("cos", "sin")]
+        inputs += [helper.make_tensor_value_info(n, dtype, [None, half]) for n in ("cos", "sin")]
         names += ["cos", "sin"]
         attrs = {"do_rotary": 1, "rotary_interleaved": 0, **attrs}
     op = "GroupQueryAttention" if domain == "com.microsoft" else native_attention.OP_TYPE
     node = helper.make_node(op, names, ["o", "ok", "ov"], domain=domain, num_heads=heads, kv_num_heads=kv_heads,
                             **attrs)
-    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("o", "ok", "ov")]
+    outputs = [helper.make_tensor_value_info(n, dtype, None) for n in ("o", "ok", "ov")]
     if free_shapes:  # no declared shapes: bad shapes reach the kernel instead of ONNX Runtime's checks
         for value in inputs:
             value.type.tensor_type.ClearField("shape")
@@ -83,9 +84,11 @@ SHAPES = {
 }
 
 
-def reference_attention(feeds: dict, heads: int, kv_heads: int, d: int, half: int, window: int = 0) -> np.ndarray:
-    """Packed-QKV attention in float64, written from the definition: rotate Q and K (half-split), scale
-    by 1/sqrt(d), softmax over the causal (and windowed) keys, weight V."""
+def reference_attention(feeds: dict, heads: int, kv_heads: int, d: int, half: int, window: int = 0,
+                        scale: float = 0.0) -> np.ndarray:
+    """Attention in float64, written from the definition: rotate Q and K (half-split), scale by 1/sqrt(d) (or
+    ``scale``), softmax over the causal (and windowed) keys, weight V. Q, K and V packed in feeds["q"], or K and V
+    apart in feeds["k"] and feeds["v"]."""
     q_all = feeds["q"][0].astype(np.float64)
     seq, past = q_all.shape[0], int(feeds["tot"]) - q_all.shape[0]
     keys = feeds["pk"][0, :, :past].astype(np.float64)
@@ -100,9 +103,10 @@ def reference_attention(feeds: dict, heads: int, kv_heads: int, d: int, half: in
         out[..., half:2 * half] = x[..., half:2 * half] * c + x[..., :half] * s
         return out
 
-    new_k = np.stack([rotate(q_all[s, heads * d:(heads + kv_heads) * d].reshape(kv_heads, d), past + s)
-                      for s in range(seq)], axis=1)
-    new_v = q_all[:, (heads + kv_heads) * d:].reshape(seq, kv_heads, d).transpose(1, 0, 2)
+    k_all = feeds["k"][0].astype(np.float64) if "k" in feeds else q_all[:, heads * d:(heads + kv_heads) * d]
+    v_all = feeds["v"][0].astype(np.float64) if "v" in feeds else q_all[:, (heads + kv_heads) * d:]
+    new_k = np.stack([rotate(k_all[s].reshape(kv_heads, d), past + s) for s in range(seq)], axis=1)
+    new_v = v_all.reshape(seq, kv_heads, d).transpose(1, 0, 2)
     keys, values = np.concatenate([keys, new_k], axis=1), np.concatenate([values, new_v], axis=1)
     out = np.zeros((seq, heads, d))
     for s in range(seq):
@@ -110,7 +114,7 @@ def reference_attention(feeds: dict, heads: int, kv_heads: int, d: int, half: in
         lo = max(0, pos - window + 1) if window else 0
         for n in range(heads):
             h = n // (heads // kv_heads)
-            q = rotate(q_all[s, n * d:(n + 1) * d], pos) / np.sqrt(d)
+            q = rotate(q_all[s, n * d:(n + 1) * d], pos) * (scale or 1 / np.sqrt(d))
             scores = keys[h, lo:pos + 1] @ q
             weights = np.exp(scores - scores.max())
             out[s, n] = weights @ values[h, lo:pos + 1] / weights.sum()

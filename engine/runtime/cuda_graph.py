@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.arch import io_names
-from engine.runtime import providers
+from engine.runtime import cuda_attention, providers
 from engine.runtime.kv_cache import KVCache
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,21 @@ log = logging.getLogger(__name__)
 
 class GraphDecoder:
     def __init__(self, onnx_path: Path, options, vocab_size: int):
-        self.session = providers.open_session(onnx_path, options, [(providers.ort_name("cuda"), {"enable_cuda_graph": "1"})])
+        cuda = [(providers.ort_name("cuda"), {"enable_cuda_graph": "1"})]
+        # Whose attention the decode steps run: "hearth (CUDA)", one launch a layer (cuda_attention.py), or ONNX
+        # Runtime's GroupQueryAttention, where Hearth's cannot run or fails to open.
+        self.attention = "onnxruntime"
+        self.session = None
+        model = cuda_attention.decode_model(onnx_path, options)
+        if model is not None:
+            try:
+                self.session = providers.open_session(model, options, cuda)
+                self.attention = "hearth (CUDA)"
+            except Exception as exc:  # ORT raises its own types; fall back to the graph as converted
+                log.warning("CUDA decode attention unavailable (%s); using ONNX Runtime's",
+                            str(exc).splitlines()[0][:200])
+        if self.session is None:
+            self.session = providers.open_session(onnx_path, options, cuda)
         self.vocab_size = vocab_size
         self.cache: KVCache | None = None
         self.binding = None

@@ -27,7 +27,8 @@ MATMUL_OP, GATHER_OP = "MatMulQ", "GatherQ"
 PRECISION = "int4-cuda-blocks"
 SOURCE_DIR = native_library.NATIVE_DIR / "cuda"
 # build.sh's order
-SOURCES = ("hearth_cuda.cu", "hearth_cuda_kernels.cuh", "hearth_cuda_q8.cuh", "hearth_cuda_blocks.cuh", "../ort_abi.h")
+SOURCES = ("hearth_cuda.cu", "hearth_cuda_kernels.cuh", "hearth_cuda_q8.cuh", "hearth_cuda_blocks.cuh", "hearth_cuda_attention.cuh",
+           "../ort_abi.h")
 # The GGUF block types the kernels read (hearth_cuda_blocks.cuh); a layer of any other type stays dense fp16.
 TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 # MatMulQ's act attribute: the down projection reads act(gate)·up from gate|up side by side.

@@ -10,7 +10,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../linux-x86_64/libhearth_cuda.so}
 # The same files, in the same order, as engine/runtime/cuda_kernels.py's SOURCES.
-hash=$(cat "$here/hearth_cuda.cu" "$here/hearth_cuda_kernels.cuh" "$here/hearth_cuda_q8.cuh" "$here/hearth_cuda_blocks.cuh" "$here/../ort_abi.h" \
+hash=$(cat "$here/hearth_cuda.cu" "$here/hearth_cuda_kernels.cuh" "$here/hearth_cuda_q8.cuh" "$here/hearth_cuda_blocks.cuh" "$here/hearth_cuda_attention.cuh" "$here/../ort_abi.h" \
        | sha256sum | cut -c1-16)
 nvcc=${NVCC:-nvcc}
 mkdir -p "$(dirname "$out")"

@@ -9,6 +9,8 @@
  *       one-row norm staged inside it); more (a prefill): the weights dequantized to fp16 in slabs of at most
  *       64 MB and cuBLAS's GEMM.
  *   GatherQ(ids int64 [..], table uint8 [V, R]) -> fp16 [.., K]; attributes type, k.
+ *   Attention: com.microsoft.GroupQueryAttention's inputs, attributes and outputs, for one decode step over an fp16
+ *       KV cache (hearth_cuda_attention.cuh); the engine runs it in the CUDA graph's decode session only.
  *
  * The library links the CUDA runtime statically and needs nothing at load time but the driver; cuBLAS is looked
  * up (dlopen) on the first prefill, where ONNX Runtime's CUDA provider has loaded it already. Every kernel runs
@@ -30,6 +32,7 @@
 #include <unordered_map>
 
 #include "../ort_abi.h"
+#include "hearth_cuda_attention.cuh"
 #include "hearth_cuda_q8.cuh"
 
 #ifndef HEARTH_CUDA_SOURCE_HASH
@@ -552,6 +555,180 @@ static OrtStatus *gather_create(const OrtCustomOp *, const OrtApi *, const OrtKe
 
 static void gather_destroy(void *kernel) { delete (GatherKernel *)kernel; }
 
+/* ---- Attention ------------------------------------------------------------------------------------------------ */
+enum { ATTN_QUERY, ATTN_KEY, ATTN_VALUE, ATTN_PAST_K, ATTN_PAST_V, ATTN_SEQLENS, ATTN_TOTAL, ATTN_COS, ATTN_SIN,
+       ATTN_INPUTS };
+
+struct AttentionKernel {
+    int heads, kv_heads, rotary, splits;
+    float scale;
+    int64_t window;
+    std::mutex lock;
+    void *buffer = nullptr;  /* the splits' partial softmaxes, then a counter per KV head (hearth_cuda_attention.cuh) */
+    size_t buffer_bytes = 0;
+};
+
+/* The kernel's own buffer, allocated on the first run: ONNX Runtime runs a session once before it captures a CUDA
+ * graph, and a replayed graph keeps the address. Zeroed once; the kernel leaves its counters at zero. */
+static OrtStatus *attention_buffer(AttentionKernel *kern, size_t bytes, cudaStream_t stream, void **out) {
+    std::lock_guard<std::mutex> guard(kern->lock);
+    if (kern->buffer_bytes < bytes) {
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing != cudaStreamCaptureStatusNone)
+            return fail(ORT_FAIL, "hearth.cuda.Attention: its first run must not be captured into a CUDA graph");
+        if (kern->buffer) cudaFree(kern->buffer);
+        kern->buffer = nullptr, kern->buffer_bytes = 0;
+        OrtStatus *st = cuda_status("Attention", cudaMalloc(&kern->buffer, bytes));
+        if (!st) st = cuda_status("Attention", cudaMemsetAsync(kern->buffer, 0, bytes, stream));
+        if (st) return st;
+        kern->buffer_bytes = bytes;
+    }
+    *out = kern->buffer;
+    return nullptr;
+}
+
+static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
+    AttentionKernel *kern = (AttentionKernel *)self;
+    const OrtValue *in[ATTN_INPUTS] = {};
+    size_t inputs = 0;
+    OrtStatus *st = CALL(GetInputCountFn, SLOT_KernelContext_GetInputCount)(ctx, &inputs);
+    for (size_t i = 0; !st && i < inputs && i < ATTN_INPUTS; i++) st = CALL(GetInputFn, SLOT_KernelContext_GetInput)(ctx, i, &in[i]);
+    if (st) return st;
+    if (!in[ATTN_QUERY] || !in[ATTN_PAST_K] || !in[ATTN_PAST_V] || !in[ATTN_SEQLENS] || !in[ATTN_TOTAL])
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention needs query, past_key, past_value, seqlens_k and "
+                    "total_sequence_length");
+    Tensor query, key = {}, value = {}, past_k, past_v, seqlens, total, cos = {}, sin = {};
+    if ((st = read_tensor(in[ATTN_QUERY], ELEMENT_FLOAT16, "Attention's query", &query)) ||
+        (st = read_tensor(in[ATTN_PAST_K], ELEMENT_FLOAT16, "Attention's past_key", &past_k)) ||
+        (st = read_tensor(in[ATTN_PAST_V], ELEMENT_FLOAT16, "Attention's past_value", &past_v)) ||
+        (st = read_tensor(in[ATTN_SEQLENS], ELEMENT_INT32, "Attention's seqlens_k", &seqlens)) ||
+        (st = read_tensor(in[ATTN_TOTAL], ELEMENT_INT32, "Attention's total_sequence_length", &total)))
+        return st;
+    const bool packed = in[ATTN_KEY] == nullptr;
+    if (!packed && (!in[ATTN_VALUE] || (st = read_tensor(in[ATTN_KEY], ELEMENT_FLOAT16, "Attention's key", &key)) ||
+                    (st = read_tensor(in[ATTN_VALUE], ELEMENT_FLOAT16, "Attention's value", &value))))
+        return st ? st : fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: key given without value");
+    const int64_t heads = kern->heads, kvh = kern->kv_heads;
+    if (past_k.rank != 4 || past_k.dims[0] != 1 || past_k.dims[1] != kvh || past_v.rank != 4 ||
+        memcmp(past_k.dims, past_v.dims, sizeof(int64_t) * 4) != 0)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: past key and value must both be [1, %lld, capacity, "
+                    "head size]", (long long)kvh);
+    const int64_t cap = past_k.dims[2], d = past_k.dims[3];
+    if (!hq_attn_supported((int)d, (int)(heads / kvh)))
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: head size %lld with %lld query heads a KV head is not "
+                    "compiled (64, 96, 128 or 256; 1 to %d)", (long long)d, (long long)(heads / kvh), HQ_ATTN_MAX_GROUP);
+    if (query.rank != 3 || query.dims[0] != 1 || query.dims[1] != 1)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention runs one decode step: query must be [1, 1, width]");
+    const int64_t width = packed ? (heads + 2 * kvh) * d : heads * d;
+    if (query.dims[2] != width)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: query is %lld wide, the heads need %lld",
+                    (long long)query.dims[2], (long long)width);
+    if (!packed && (key.count() != kvh * d || value.count() != kvh * d))
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: key and value must be [1, 1, %lld]", (long long)(kvh * d));
+    if (seqlens.count() != 1 || total.count() != 1)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: batch size must be 1");
+    const int32_t total_length = *(const int32_t *)total.data;  /* on the host (its memory type below) */
+    if (total_length < 1 || total_length > cap)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: total_sequence_length %d does not fit the cache's %lld "
+                    "rows", total_length, (long long)cap);
+    int half = 0;
+    if (kern->rotary) {
+        if (!in[ATTN_COS] || !in[ATTN_SIN] ||
+            (st = read_tensor(in[ATTN_COS], ELEMENT_FLOAT16, "Attention's cos_cache", &cos)) ||
+            (st = read_tensor(in[ATTN_SIN], ELEMENT_FLOAT16, "Attention's sin_cache", &sin)))
+            return st ? st : fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: do_rotary needs cos_cache and sin_cache");
+        if (cos.rank != 2 || sin.rank != 2 || cos.dims[0] != sin.dims[0] || cos.dims[1] != sin.dims[1] ||
+            cos.dims[1] < 1 || 2 * cos.dims[1] > d)
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: cos and sin caches must be [positions, rotary "
+                        "size / 2], at most half the head");
+        half = (int)cos.dims[1];
+    }
+    const int64_t out_dims[3] = {1, 1, heads * d};
+    void *out, *present_k, *present_v;
+    OrtValue *value_out;
+    for (size_t i = 0; i < 3; i++) {
+        void **dst = i == 0 ? &out : i == 1 ? &present_k : &present_v;
+        if ((st = CALL(GetOutputFn, SLOT_KernelContext_GetOutput)(ctx, i, i == 0 ? out_dims : past_k.dims,
+                                                                   i == 0 ? 3 : 4, &value_out)) ||
+            (st = CALL(GetTensorMutableDataFn, SLOT_GetTensorMutableData)(value_out, dst)))
+            return st;
+    }
+    cudaStream_t stream;
+    if ((st = stream_of(ctx, &stream))) return st;
+    const size_t cache_bytes = (size_t)(kvh * cap * d) * sizeof(__half);
+    if (present_k != past_k.data)  /* not one shared buffer: the present starts as a copy of the past */
+        st = cuda_status("Attention", cudaMemcpyAsync(present_k, past_k.data, cache_bytes, cudaMemcpyDeviceToDevice, stream));
+    if (!st && present_v != past_v.data)
+        st = cuda_status("Attention", cudaMemcpyAsync(present_v, past_v.data, cache_bytes, cudaMemcpyDeviceToDevice, stream));
+    const int group = (int)(heads / kvh);
+    const size_t partial_bytes = (size_t)(kvh * kern->splits * hq_attn_group_width(group) * (d + 2)) * sizeof(float);
+    void *buffer = nullptr;
+    if (!st) st = attention_buffer(kern, partial_bytes + (size_t)kvh * sizeof(unsigned), stream, &buffer);
+    if (st) return st;
+    const __half *q = (const __half *)query.data;
+    HqAttnArgs args;
+    args.q = q;
+    args.k_new = packed ? q + heads * d : (const __half *)key.data;
+    args.v_new = packed ? q + (heads + kvh) * d : (const __half *)value.data;
+    args.keys = (__half *)present_k, args.values = (__half *)present_v;
+    args.seqlens = (const int32_t *)seqlens.data;
+    args.cos = (const __half *)cos.data, args.sin = (const __half *)sin.data;
+    args.positions = half ? cos.dims[0] : 0, args.half = half;
+    args.cap = cap;
+    args.scale = kern->scale > 0.0f ? kern->scale : 1.0f / sqrtf((float)d);
+    args.window = kern->window;
+    args.splits = kern->splits;
+    args.group = group;
+    args.partial = (float *)buffer;
+    args.done = (unsigned *)((char *)buffer + partial_bytes);
+    args.out = (__half *)out;
+    hq_attn_launch((int)d, (int)kvh, args, stream);
+    return cuda_status("Attention", cudaGetLastError());
+}
+
+/* Splits of the past a KV head's keys go to: about two blocks for each multiprocessor in all (128 at most). */
+static int attention_splits(int64_t kv_heads) {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0)
+        sms = 108;
+    const int64_t splits = (2 * sms + kv_heads - 1) / kv_heads;
+    return (int)(splits < 1 ? 1 : splits > HQ_ATTN_MAX_SPLITS ? HQ_ATTN_MAX_SPLITS : splits);
+}
+
+static OrtStatus *attention_create(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *info, void **out) {
+    const int64_t heads = int_attribute(info, "num_heads", 0), kv_heads = int_attribute(info, "kv_num_heads", 0);
+    if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || heads > (1 << 16))
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: num_heads (%lld) must be a positive multiple of "
+                    "kv_num_heads (%lld)", (long long)heads, (long long)kv_heads);
+    if (heads / kv_heads > HQ_ATTN_MAX_GROUP)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: at most %d query heads a KV head, not %lld",
+                    HQ_ATTN_MAX_GROUP, (long long)(heads / kv_heads));
+    float scale = 0.0f, softcap = 0.0f;
+    OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "scale", &scale);
+    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st), scale = 0.0f;
+    st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "softcap", &softcap);
+    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st), softcap = 0.0f;
+    if (int_attribute(info, "rotary_interleaved", 0) || int_attribute(info, "smooth_softmax", 0) || softcap != 0.0f)
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: interleaved rotary, smooth softmax and softcap are "
+                    "not supported");
+    if (!(scale >= 0.0f)) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: scale must not be negative");
+    AttentionKernel *kern = new AttentionKernel();
+    kern->heads = (int)heads, kern->kv_heads = (int)kv_heads;
+    kern->rotary = int_attribute(info, "do_rotary", 0) != 0;
+    kern->scale = scale;
+    kern->window = int_attribute(info, "local_window_size", -1);
+    kern->splits = attention_splits(kv_heads);
+    *out = kern;
+    return nullptr;
+}
+
+static void attention_destroy(void *kernel) {
+    AttentionKernel *kern = (AttentionKernel *)kernel;
+    if (kern->buffer) cudaFree(kern->buffer);
+    delete kern;
+}
+
 /* ---- registration --------------------------------------------------------------------------------------------- */
 static const char *cuda_provider(const OrtCustomOp *) { return "CUDAExecutionProvider"; }
 static int default_memory(const OrtCustomOp *, size_t) { return 0; }
@@ -618,6 +795,26 @@ static OrtCustomOp matmul_op = matmul_with_sum(cuda_op(matmul_name, matmul_input
 static OrtCustomOp gather_op = cuda_op(gather_name, gather_input_type, gather_inputs, required, gather_create,
                                        gather_compute, gather_destroy);
 
+static const char *attention_name(const OrtCustomOp *) { return "Attention"; }
+static int attention_input_type(const OrtCustomOp *, size_t i) {
+    return i == ATTN_SEQLENS || i == ATTN_TOTAL ? (int)ELEMENT_INT32 : (int)ELEMENT_FLOAT16;
+}
+static size_t attention_inputs(const OrtCustomOp *) { return ATTN_INPUTS; }
+static int attention_characteristic(const OrtCustomOp *, size_t i) {
+    return i == ATTN_KEY || i == ATTN_VALUE || i == ATTN_COS || i == ATTN_SIN ? IO_OPTIONAL : IO_REQUIRED;
+}
+/* total_sequence_length stays on the host, as GroupQueryAttention has it (OrtMemTypeCPUInput). */
+static int attention_memory(const OrtCustomOp *, size_t i) { return i == ATTN_TOTAL ? -2 : 0; }
+
+static OrtCustomOp attention_with_cache(OrtCustomOp op) {
+    op.GetOutputTypeCount = three_count;
+    op.GetInputMemoryType = attention_memory;
+    return op;
+}
+static OrtCustomOp attention_op = attention_with_cache(cuda_op(attention_name, attention_input_type, attention_inputs,
+                                                               attention_characteristic, attention_create,
+                                                               attention_compute, attention_destroy));
+
 /* For the Python side: the sources this binary was built from (build.sh), and whether a GPU here can run it. */
 HQ_EXPORT const char *HearthCudaKernelsSourceHash(void) { return HEARTH_CUDA_SOURCE_HASH; }
 
@@ -638,6 +835,7 @@ HQ_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiB
     OrtStatus *st = CALL(CreateCustomOpDomainFn, SLOT_CreateCustomOpDomain)("ai.hearth.cuda", &domain);
     if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &matmul_op);
     if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &gather_op);
+    if (!st) st = CALL(CustomOpDomainAddFn, SLOT_CustomOpDomain_Add)(domain, &attention_op);
     if (!st) st = CALL(AddCustomOpDomainFn, SLOT_AddCustomOpDomain)(options, domain);
     return st;
 }

@@ -1,0 +1,322 @@
+/* ai.hearth.cuda.Attention's kernel: one decode step of GroupQueryAttention (one new token, batch 1, fp16 KV cache
+ * shared as past and present), in one launch a layer.
+ *
+ * ONNX Runtime's CUDA GroupQueryAttention spends three to four launches a layer on a decode step (sequence lengths,
+ * rotary + KV append, the attention, its split-K reduction), each at the ~2–5 µs floor a launch costs inside a CUDA
+ * graph: on an H100, 24% of the default model's step and 14% of a Q4_K_M 8B's at 1k tokens (docs/cuda.md). Here
+ * one kernel does it all. Block (h, s) takes KV head h and split s of the visible past keys; every key row it reads
+ * serves the G query heads of h's group at once (flash-decoding). Split 0 also rotates the new key, writes it and
+ * the new value into the cache, and counts them among its keys (no other block reads that row in this launch).
+ * The splits' partial softmaxes meet in a buffer the kernel owns; the last block of h to finish (a counter it then
+ * resets) merges them, so the reduction needs no launch of its own.
+ *
+ * The past length comes from seqlens_k on the device, so a captured CUDA graph replays with the step's own
+ * length; the grid is fixed (splits per head chosen for the device), and the keys each split takes follow
+ * the length: at least MIN_CHUNK, so a short past does not wake blocks with nothing to do.
+ *
+ * Arithmetic: q and the new key rotated in fp32 (the half-split layout, cos/sin per position), the new key and
+ * value rounded to fp16 as stored, scores, softmax and the weighted sum in fp32; out in fp16.
+ */
+#ifndef HEARTH_CUDA_ATTENTION_CUH
+#define HEARTH_CUDA_ATTENTION_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define HQ_ATTN_THREADS 128
+#define HQ_ATTN_WARPS (HQ_ATTN_THREADS / 32)
+#define HQ_ATTN_MIN_CHUNK 128   /* past keys a split takes at least: one 32-key tile for each of its four warps */
+#define HQ_ATTN_MAX_SPLITS 128
+#define HQ_ATTN_MAX_GROUP 8
+#define HQ_ATTN_NEG (-1.0e30f)  /* "no key yet": finite, so NEG - NEG is 0, never NaN */
+
+struct HqAttnArgs {
+    const __half *q;      /* the token's query heads: heads·D values, head n at n·D */
+    const __half *k_new;  /* its key heads (kv_heads·D) and value heads */
+    const __half *v_new;
+    __half *keys;         /* the cache: [kv_heads, cap, D] each */
+    __half *values;
+    const int32_t *seqlens;  /* device: [0] = the past length (the new token's position) */
+    const __half *cos;    /* [positions, half] each, or null: no rotary */
+    const __half *sin;
+    int64_t positions;
+    int half;
+    int64_t cap;
+    float scale;
+    int64_t window;       /* <= 0: every past key; else the last `window` keys, the new one included */
+    int splits;           /* gridDim.y */
+    int group;            /* query heads a KV head: G or fewer (the kernel's G rounded up to 1, 2, 4 or 8) */
+    float *partial;       /* [kv_heads, splits, G, D + 2]: a split's unnormalized sums, then its max and its total */
+    unsigned *done;       /* [kv_heads]: splits finished, reset by the one that merges */
+    __half *out;          /* heads·D */
+};
+
+/* The keys split s of `splits` takes, [a, b), of the visible past [lo, pos), and how many splits have any. */
+__device__ __forceinline__ int hq_attn_range(int64_t lo, int64_t pos, int splits, int s, int64_t *a, int64_t *b) {
+    const int64_t n = pos - lo;
+    int64_t chunk = (n + splits - 1) / splits;
+    chunk = chunk < HQ_ATTN_MIN_CHUNK ? HQ_ATTN_MIN_CHUNK : (chunk + 31) & ~31LL;
+    const int used = n > 0 ? (int)((n + chunk - 1) / chunk) : 1;
+    *a = lo + s * chunk;
+    *b = *a + chunk < pos ? *a + chunk : pos;
+    return used;
+}
+
+/* x (D values, fp16) rotated at one position into dst (fp32, times `scale`): pairs (i, i + half) for i < half, the
+ * dimensions past 2·half as they are. Threads of the block take dimensions in turn. */
+template <int D>
+__device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *cos, const __half *sin, int half,
+                                               float scale, float *dst) {
+    for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
+        float v = __half2float(x[d]);
+        if (d < 2 * half) {
+            const int i = d < half ? d : d - half;
+            const float c = __half2float(cos[i]), s = __half2float(sin[i]);
+            const float other = __half2float(x[d < half ? d + half : d - half]);
+            v = d < half ? v * c - other * s : v * c + other * s;
+        }
+        dst[d] = v * scale;
+    }
+}
+
+__device__ __forceinline__ float hq_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float hq_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* n fp16 values to fp32, in the widest loads their alignment allows (a row of V starts 64-byte aligned; a lane's
+ * share of it, n values, at a multiple of n). */
+template <int N>
+__device__ __forceinline__ void hq_attn_halves(const __half *src, float (&dst)[N]) {
+    if (N % 8 == 0) {
+#pragma unroll
+        for (int c = 0; c < N / 8; c++) {
+            const uint4 u = reinterpret_cast<const uint4 *>(src)[c];
+            const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 f = __half22float2(h2[e]);
+                dst[8 * c + 2 * e] = f.x, dst[8 * c + 2 * e + 1] = f.y;
+            }
+        }
+    } else if (N % 2 == 0) {
+#pragma unroll
+        for (int c = 0; c < N / 2; c++) {
+            const float2 f = __half22float2(reinterpret_cast<const __half2 *>(src)[c]);
+            dst[2 * c] = f.x, dst[2 * c + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++) dst[e] = __half2float(src[e]);
+    }
+}
+
+/* One warp's running softmax over the keys it has seen, for the G heads: the max m, the total l of e^(score - m),
+ * and this lane's D/32 dimensions of Σ e^(score - m)·v. */
+template <int D, int G>
+struct HqAttnState {
+    float m[G], l[G], acc[G][D / 32];
+};
+
+/* Takes in a tile's scores, sc (this lane's key's; NEG where it has none), which become p = e^(sc - m') against the
+ * new max m'. */
+template <int D, int G>
+__device__ __forceinline__ void hq_attn_rescale(HqAttnState<D, G> &st, float (&sc)[G], bool valid) {
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        const float top = fmaxf(st.m[i], hq_warp_max(sc[i]));
+        const float fix = __expf(st.m[i] - top);
+        sc[i] = valid ? __expf(sc[i] - top) : 0.0f;
+        st.l[i] = st.l[i] * fix + hq_warp_sum(sc[i]);
+        st.m[i] = top;
+#pragma unroll
+        for (int v = 0; v < D / 32; v++) st.acc[i][v] *= fix;
+    }
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAttnArgs a) {
+    constexpr int VD = D / 32;  /* the dimensions of V a lane sums */
+    __shared__ float q_s[G][D];
+    __shared__ float new_k[D], new_v[D];
+    __shared__ float warp_m[HQ_ATTN_WARPS][G], warp_l[HQ_ATTN_WARPS][G];
+    __shared__ float warp_acc[HQ_ATTN_WARPS][G][D];
+    __shared__ int last;
+    const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t pos = a.seqlens[0];
+    __half *out = a.out + (int64_t)h * a.group * D;
+    if (pos < 0 || pos >= a.cap || (a.half && pos >= a.positions)) {  /* a length the buffers cannot hold */
+        if (s == 0)
+            for (int d = threadIdx.x; d < a.group * D; d += HQ_ATTN_THREADS) out[d] = __float2half(__int_as_float(0x7fc00000));
+        return;
+    }
+    const int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    int64_t k0, k1;
+    const int used = hq_attn_range(lo, pos, a.splits, s, &k0, &k1);
+    if (s >= used) return;
+    const __half *cos = a.half ? a.cos + pos * a.half : nullptr, *sin = a.half ? a.sin + pos * a.half : nullptr;
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        if (i < a.group)
+            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, cos, sin, a.half, a.scale, q_s[i]);
+        else  /* a head the group lacks: scored as zeros, never written */
+            for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) q_s[i][d] = 0.0f;
+    }
+    __half *keys = a.keys + (int64_t)h * a.cap * D, *values = a.values + (int64_t)h * a.cap * D;
+    if (s == 0) {  /* the new token's key and value: into the cache, and kept here as stored */
+        hq_attn_rotate<D>(a.k_new + (int64_t)h * D, cos, sin, a.half, 1.0f, new_k);
+        for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
+            const __half kh = __float2half(new_k[d]), vh = a.v_new[(int64_t)h * D + d];
+            keys[pos * D + d] = kh;
+            values[pos * D + d] = vh;
+            new_k[d] = __half2float(kh);
+            new_v[d] = __half2float(vh);
+        }
+    }
+    __syncthreads();
+
+    HqAttnState<D, G> st;
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        st.m[i] = HQ_ATTN_NEG, st.l[i] = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VD; v++) st.acc[i][v] = 0.0f;
+    }
+    /* Tiles of 32 keys, the warps taking them in turn: lane j scores key t0 + j against the G heads (a whole key
+     * row, 16 bytes a load), then every lane adds its dimensions of the tile's values, weighted. */
+    for (int64_t t0 = k0 + 32 * warp; t0 < k1; t0 += 32 * HQ_ATTN_WARPS) {
+        const int64_t j = t0 + lane;
+        const bool valid = j < k1;
+        float sc[G];
+#pragma unroll
+        for (int i = 0; i < G; i++) sc[i] = 0.0f;
+        if (valid) {
+            const uint4 *row = reinterpret_cast<const uint4 *>(keys + j * D);
+#pragma unroll 4
+            for (int c = 0; c < D / 8; c++) {
+                const uint4 u = row[c];
+                const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 f = __half22float2(h2[e]);
+#pragma unroll
+                    for (int i = 0; i < G; i++) sc[i] += q_s[i][8 * c + 2 * e] * f.x + q_s[i][8 * c + 2 * e + 1] * f.y;
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < G; i++) sc[i] = valid ? sc[i] : HQ_ATTN_NEG;
+        hq_attn_rescale<D, G>(st, sc, valid);
+        const int count = k1 - t0 < 32 ? (int)(k1 - t0) : 32;
+        for (int jj = 0; jj < count; jj++) {
+            float v[VD];
+            hq_attn_halves<VD>(values + (t0 + jj) * D + lane * VD, v);
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                const float p = __shfl_sync(0xffffffffu, sc[i], jj);
+#pragma unroll
+                for (int e = 0; e < VD; e++) st.acc[i][e] += p * v[e];
+            }
+        }
+    }
+    if (s == 0 && warp == 0) {  /* the new key, once */
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            float part = 0.0f;
+#pragma unroll
+            for (int e = 0; e < VD; e++) part += q_s[i][lane * VD + e] * new_k[lane * VD + e];
+            const float score = hq_warp_sum(part), top = fmaxf(st.m[i], score);
+            const float fix = __expf(st.m[i] - top), p = __expf(score - top);
+            st.l[i] = st.l[i] * fix + p;
+            st.m[i] = top;
+#pragma unroll
+            for (int e = 0; e < VD; e++) st.acc[i][e] = st.acc[i][e] * fix + p * new_v[lane * VD + e];
+        }
+    }
+
+    /* The block's four warps into one partial softmax. */
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        if (lane == 0) warp_m[warp][i] = st.m[i], warp_l[warp][i] = st.l[i];
+#pragma unroll
+        for (int e = 0; e < VD; e++) warp_acc[warp][i][lane * VD + e] = st.acc[i][e];
+    }
+    __syncthreads();
+    float *mine = a.partial + ((int64_t)h * a.splits + s) * G * (D + 2);
+    for (int idx = threadIdx.x; idx < G * D; idx += HQ_ATTN_THREADS) {
+        const int i = idx / D, d = idx % D;
+        float top = HQ_ATTN_NEG, total = 0.0f, sum = 0.0f;
+        for (int w = 0; w < HQ_ATTN_WARPS; w++) top = fmaxf(top, warp_m[w][i]);
+        for (int w = 0; w < HQ_ATTN_WARPS; w++) {
+            const float f = __expf(warp_m[w][i] - top);
+            total += warp_l[w][i] * f;
+            sum += warp_acc[w][i][d] * f;
+        }
+        if (used == 1) {
+            if (i < a.group) out[idx] = __float2half(total > 0.0f ? sum / total : 0.0f);
+        } else {
+            mine[i * (D + 2) + d] = sum;
+            if (d == 0) mine[i * (D + 2) + D] = top, mine[i * (D + 2) + D + 1] = total;
+        }
+    }
+    if (used == 1) return;
+
+    /* The last split of head h to finish merges them all (CUDA's threadFenceReduction pattern). */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&a.done[h], 1u) == (unsigned)(used - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float *all = a.partial + (int64_t)h * a.splits * G * (D + 2);
+    for (int idx = threadIdx.x; idx < G * D; idx += HQ_ATTN_THREADS) {
+        const int i = idx / D, d = idx % D;
+        float top = HQ_ATTN_NEG, total = 0.0f, sum = 0.0f;
+        for (int p = 0; p < used; p++) top = fmaxf(top, __ldcg(all + (p * G + i) * (D + 2) + D));
+        for (int p = 0; p < used; p++) {
+            const float *part = all + (p * G + i) * (D + 2);
+            const float f = __expf(__ldcg(part + D) - top);
+            total += __ldcg(part + D + 1) * f;
+            sum += __ldcg(part + d) * f;
+        }
+        if (i < a.group) out[idx] = __float2half(total > 0.0f ? sum / total : 0.0f);
+    }
+    if (threadIdx.x == 0) a.done[h] = 0;  /* for the next step's launch, which follows this one on the stream */
+}
+
+/* The head sizes and group sizes compiled (every model in the catalog: 64, 128, 256 and Phi-3's 96; groups 1–8). */
+__host__ __forceinline__ bool hq_attn_supported(int d, int group) {
+    return (d == 64 || d == 96 || d == 128 || d == 256) && group >= 1 && group <= HQ_ATTN_MAX_GROUP;
+}
+
+/* The kernel's G: the group size rounded up to 1, 2, 4 or 8 (a group of 3, SmolLM2's, runs as 4 with one head of
+ * zeros; four instantiations a head size rather than eight keep the library's size). */
+__host__ __forceinline__ int hq_attn_group_width(int group) { return group <= 2 ? group : group <= 4 ? 4 : 8; }
+
+template <int D>
+static void hq_attn_launch_d(dim3 grid, const HqAttnArgs &a, cudaStream_t stream) {
+    switch (hq_attn_group_width(a.group)) {
+    case 1: attention_decode_kernel<D, 1><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
+    case 2: attention_decode_kernel<D, 2><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
+    case 4: attention_decode_kernel<D, 4><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
+    default: attention_decode_kernel<D, 8><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
+    }
+}
+
+/* One decode step for kv_heads heads of head size d (hq_attn_supported; a.group query heads each). */
+static void hq_attn_launch(int d, int kv_heads, const HqAttnArgs &a, cudaStream_t stream) {
+    const dim3 grid((unsigned)kv_heads, (unsigned)a.splits);
+    switch (d) {
+    case 64: hq_attn_launch_d<64>(grid, a, stream); break;
+    case 96: hq_attn_launch_d<96>(grid, a, stream); break;
+    case 128: hq_attn_launch_d<128>(grid, a, stream); break;
+    default: hq_attn_launch_d<256>(grid, a, stream); break;
+    }
+}
+
+#endif

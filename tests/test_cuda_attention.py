@@ -1,0 +1,244 @@
+"""Hearth's CUDA decode attention (ai.hearth.cuda.Attention): which nodes the decode session renames, and on the
+GPU the kernel against the float64 definition and ONNX Runtime's GroupQueryAttention, inside a replayed CUDA graph,
+every input it refuses, and the engine's decode steps with it against ONNX Runtime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+from engine.model.synthetic import SyntheticSpec, write_synthetic_gguf
+from engine.runtime import cuda_attention, cuda_kernels, providers
+from tests.test_native_attention import attention_model, feeds_for, reference_attention
+
+DOMAIN = cuda_kernels.DOMAIN
+
+
+def _graph_file(tmp_path, model: bytes, kv_dtype: str = "float16"):
+    proto = onnx.load_from_string(model)
+    onnx.helper.set_model_props(proto, {"hearth.kv_dtype": kv_dtype})
+    path = tmp_path / "attention.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def _ops(model: bytes) -> list[tuple[str, str]]:
+    return [(n.domain, n.op_type) for n in onnx.load_from_string(model).graph.node]
+
+
+# ---- which nodes the decode session renames (runs everywhere) --------------------------------------------------------
+def test_an_fp16_graphs_attention_is_renamed_and_its_opset_added(tmp_path):
+    path = _graph_file(tmp_path, attention_model("com.microsoft", 32, 8, 128, half=64, dtype=TensorProto.FLOAT16))
+    model = cuda_attention.decode_graph(path)
+    assert model is not None and _ops(model) == [(DOMAIN, "Attention")]
+    assert DOMAIN in {o.domain for o in onnx.load_from_string(model).opset_import}
+
+
+@pytest.mark.parametrize("why, heads, kv, d, attrs", [
+    ("softcap", 4, 1, 64, {"softcap": 30.0}),
+    ("interleaved rotary", 4, 1, 64, {"rotary_interleaved": 1}),
+    ("a head size not compiled", 4, 1, 48, {}),
+    ("nine query heads a KV head", 9, 1, 64, {}),
+])
+def test_a_node_the_kernel_cannot_run_keeps_onnxruntimes(tmp_path, why, heads, kv, d, attrs):
+    model = attention_model("com.microsoft", heads, kv, d, half=16, dtype=TensorProto.FLOAT16, **attrs)
+    assert cuda_attention.decode_graph(_graph_file(tmp_path, model)) is None, why
+
+
+def test_an_fp32_cache_keeps_onnxruntimes(tmp_path):
+    path = _graph_file(tmp_path, attention_model("com.microsoft", 8, 2, 64, half=32), kv_dtype="float32")
+    assert cuda_attention.decode_graph(path) is None
+
+
+def test_a_converted_cuda_graph_has_every_layer_renamed(arch_converted):
+    path = arch_converted("llama-q4km", cuda_kernels.PRECISION).onnx_path  # head size 64
+    model = cuda_attention.decode_graph(path)
+    assert model is not None
+    ops = _ops(model)
+    assert ops.count((DOMAIN, "Attention")) == 2 and ("com.microsoft", "GroupQueryAttention") not in ops
+
+
+def test_the_switch_keeps_onnxruntimes(monkeypatch):
+    monkeypatch.setenv(cuda_attention.ENV_SWITCH, "0")
+    assert cuda_attention.unavailable() == "HEARTH_CUDA_ATTENTION=0"
+    monkeypatch.setenv(cuda_attention.ENV_SWITCH, "1")
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "0")
+    assert cuda_attention.unavailable() == "HEARTH_CUDA_KERNELS=0"
+
+
+def test_without_the_kernels_the_decode_session_opens_the_graph_as_it_is(monkeypatch, tmp_path):
+    monkeypatch.setenv(cuda_kernels.ENV_SWITCH, "0")
+    path = _graph_file(tmp_path, attention_model("com.microsoft", 8, 2, 64, half=32, dtype=TensorProto.FLOAT16))
+    assert cuda_attention.decode_model(path, object()) is None  # nothing registered on the options
+
+
+# ---- on the GPU ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cuda():
+    why = providers.cuda_unavailable() or cuda_kernels.unavailable()
+    if why:
+        pytest.skip(f"Hearth's CUDA kernels cannot run here: {why}")
+
+
+def _session(model: bytes, graph: bool = False):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    cuda_kernels.register_library(options)
+    provider = [(providers.ort_name("cuda"), {"enable_cuda_graph": "1" if graph else "0"})]
+    session = ort.InferenceSession(model, options, providers=provider)
+    assert session.get_providers()[0] == "CUDAExecutionProvider"
+    return session
+
+
+def _half(feeds: dict) -> dict:
+    return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+
+
+# heads, kv heads, head size, past rows, capacity, packed, rotary half-width, window, scale
+CASES = {
+    "Llama-3-8B's heads over 3,000 keys: many splits merged": (32, 8, 128, 3000, 4096, True, 64, 0, 0.0),
+    "SmolLM2's group of 3, run as 4": (9, 3, 64, 700, 1024, True, 32, 0, 0.0),
+    "Gemma 3's: one KV head of 256, q/k/v apart, a window, a scale": (4, 1, 256, 900, 1024, False, 128, 512, 0.0625),
+    "the first token": (8, 2, 128, 0, 64, True, 64, 0, 0.0),
+    "head size 96, a group of 1, partial rotary": (4, 4, 96, 150, 256, True, 16, 0, 0.0),
+    "a group of 8, no rotary": (16, 2, 64, 260, 512, True, 0, 0, 0.0),
+    "a group of 6, a window longer than the past": (12, 2, 64, 300, 512, True, 32, 1000, 0.0),
+    "a window of 1: the new key alone": (8, 2, 64, 40, 64, True, 32, 1, 0.0),
+}
+
+
+def _case(name: str):
+    heads, kv, d, past, cap, packed, half, window, scale = CASES[name]
+    attrs = {"local_window_size": window} if window else {}
+    if scale:
+        attrs["scale"] = scale
+    feeds = _half(feeds_for(np.random.default_rng(len(name)), heads, kv, d, past, 1, cap, packed=packed, half=half))
+    return (heads, kv, d, past, packed, half, window, scale), attrs, feeds
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", CASES)
+def test_the_kernel_matches_float64_and_onnxruntimes_attention(cuda, name):
+    (heads, kv, d, past, packed, half, window, scale), attrs, feeds = _case(name)
+    build = dict(packed=packed, rotary=bool(half), half=half, dtype=TensorProto.FLOAT16, **attrs)
+    got = _session(attention_model(DOMAIN, heads, kv, d, **build)).run(None, feeds)
+    theirs = _session(attention_model("com.microsoft", heads, kv, d, **build)).run(None, feeds)
+    want = reference_attention(feeds, heads, kv, d, half, window, scale)
+    np.testing.assert_allclose(got[0].astype(np.float64), want, atol=4e-3, rtol=0)
+    np.testing.assert_allclose(got[0], theirs[0], atol=4e-3, rtol=0)
+    for mine, ort_rows in zip(got[1:], theirs[1:], strict=True):  # the rows written: the past and the new one
+        np.testing.assert_allclose(mine[:, :, :past + 1].astype(np.float32), ort_rows[:, :, :past + 1], atol=4e-3,
+                                   rtol=0)
+
+
+@pytest.mark.gpu
+def test_a_replayed_cuda_graph_takes_each_steps_length_from_the_device(cuda):
+    """The decode session's way: past and present one buffer, seqlens_k on the GPU written in place, the host's
+    total fixed at the capacity; five steps replayed from one capture, each against the float64 definition, the
+    later ones over more keys than one split takes (the merge's counter reset between launches)."""
+    import onnxruntime as ort
+
+    heads, kv, d, half, cap = 8, 2, 128, 64, 2048
+    session = _session(attention_model(DOMAIN, heads, kv, d, half=half, dtype=TensorProto.FLOAT16), graph=True)
+    rng = np.random.default_rng(3)
+    feeds = _half(feeds_for(rng, heads, kv, d, 0, 1, cap, half=half))
+    on_gpu = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n], "cuda", 0) for n in ("q", "pk", "pv", "cos", "sin")}
+    seqlens = ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.int32), "cuda", 0)
+    total = ort.OrtValue.ortvalue_from_numpy(np.array(cap, np.int32))
+    out = ort.OrtValue.ortvalue_from_shape_and_type([1, 1, heads * d], np.float16, "cuda", 0)
+    binding = session.io_binding()
+    for name in ("q", "cos", "sin"):
+        binding.bind_ortvalue_input(name, on_gpu[name])
+    binding.bind_ortvalue_input("sl", seqlens)
+    binding.bind_ortvalue_input("tot", total)
+    binding.bind_ortvalue_output("o", out)
+    for past_name, present_name in (("pk", "ok"), ("pv", "ov")):
+        binding.bind_ortvalue_input(past_name, on_gpu[past_name])
+        binding.bind_ortvalue_output(present_name, on_gpu[past_name])
+    for past in (5, 6, 700, 1500, 1501):
+        q = rng.standard_normal((1, 1, (heads + 2 * kv) * d)).astype(np.float16)
+        on_gpu["q"].update_inplace(q)
+        seqlens.update_inplace(np.array([past], np.int32))
+        before = {n: on_gpu[n].numpy() for n in ("pk", "pv")}
+        session.run_with_iobinding(binding)
+        step = {**feeds, "q": q, "pk": before["pk"], "pv": before["pv"], "tot": np.array(past + 1, np.int32)}
+        want = reference_attention(step, heads, kv, d, half)
+        np.testing.assert_allclose(out.numpy().astype(np.float64), want, atol=4e-3, rtol=0, err_msg=f"past {past}")
+        np.testing.assert_array_equal(on_gpu["pv"].numpy()[0, :, past], q[0, 0, (heads + kv) * d:].reshape(kv, d))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what, change, message", [
+    ("two new tokens", {"q": lambda f: np.concatenate([f["q"], f["q"]], axis=1)}, "runs one decode step"),
+    ("a total past the cache", {"tot": lambda f: np.array(5000, np.int32)}, "does not fit the cache"),
+    ("a total of 0", {"tot": lambda f: np.array(0, np.int32)}, "does not fit the cache"),
+    ("two batch rows", {"sl": lambda f: np.array([3, 3], np.int32)}, "batch size must be 1"),
+    ("a query of the wrong width", {"q": lambda f: f["q"][:, :, :-8]}, "the heads need"),
+])
+def test_bad_inputs_are_refused_with_what_is_wrong(cuda, what, change, message):
+    feeds = _half(feeds_for(np.random.default_rng(1), 8, 2, 64, 10, 1, 64, half=32))
+    for name, make in change.items():
+        feeds[name] = make(feeds)
+    session = _session(attention_model(DOMAIN, 8, 2, 64, half=32, dtype=TensorProto.FLOAT16, free_shapes=True))
+    with pytest.raises(Exception, match=message):
+        session.run(None, feeds)
+
+
+@pytest.mark.gpu
+def test_a_head_size_not_compiled_is_refused_when_it_runs(cuda):
+    feeds = _half(feeds_for(np.random.default_rng(2), 4, 1, 48, 10, 1, 64, half=16))
+    session = _session(attention_model(DOMAIN, 4, 1, 48, half=16, dtype=TensorProto.FLOAT16))
+    with pytest.raises(Exception, match="head size 48 .* is not compiled"):
+        session.run(None, feeds)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, kv, attrs, message", [
+    (9, 1, {}, "at most 8 query heads a KV head"),
+    (6, 4, {}, "must be a positive multiple"),
+    (8, 2, {"softcap": 30.0}, "softcap are not supported"),
+    (8, 2, {"scale": -1.0}, "scale must not be negative"),
+])
+def test_attributes_it_cannot_run_are_refused_when_the_session_opens(cuda, heads, kv, attrs, message):
+    with pytest.raises(Exception, match=message):
+        _session(attention_model(DOMAIN, heads, kv, 64, half=32, dtype=TensorProto.FLOAT16, **attrs))
+
+
+# Models whose heads the kernel compiles (the suite's usual tiny models have heads of 16 and 32): Gemma 3's layout
+# (q/k/v apart after their norms, a scale, an 8-key window on five layers of six), a llama with groups of 3 at head
+# size 64, and Phi-3's head size 96 with a group of 1; a context long enough for several splits.
+ENGINE_SPECS = {
+    "gemma3": SyntheticSpec(architecture="gemma3", n_layers=6, n_embd=128, n_head=4, n_head_kv=1, head_dim=64,
+                            n_ff=256, rope_base=1e6, sliding_window=8, context_length=1024, seed=21),
+    "llama": SyntheticSpec(n_embd=192, n_head=3, n_head_kv=1, n_ff=384, context_length=1024, seed=22),
+    "phi3": SyntheticSpec(architecture="phi3", n_embd=192, n_head=2, n_head_kv=2, n_ff=384, context_length=1024,
+                          seed=23),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ENGINE_SPECS)
+def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch, tmp_path, name):
+    from engine.model.convert import ensure_converted
+    from engine.runtime.runner import ModelRunner
+
+    gguf = write_synthetic_gguf(tmp_path / f"{name}.gguf", ENGINE_SPECS[name])
+    path = ensure_converted(gguf, cuda_kernels.PRECISION, tmp_path / "converted").onnx_path
+    runners = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(cuda_attention.ENV_SWITCH, switch)
+        runners[switch] = ModelRunner(path, "cuda", cpu_fallback=False)
+    assert runners["1"].graph.attention == "hearth (CUDA)" and runners["0"].graph.attention == "onnxruntime"
+    prompt = np.random.default_rng(4).integers(0, runners["1"].config.vocab_size, 600).tolist()
+    caches = {s: r.new_cache() for s, r in runners.items()}
+    logits = {s: r.forward(prompt, caches[s]) for s, r in runners.items()}  # prefill: ONNX Runtime's in both
+    for _ in range(8):
+        token = int(np.argmax(logits["0"][-1]))
+        logits = {s: r.forward([token], caches[s]) for s, r in runners.items()}
+        scale = np.abs(logits["0"]).max()
+        np.testing.assert_allclose(logits["1"], logits["0"], atol=0.01 * scale, rtol=0)
+    keys = {s: c.export()[0] for s, c in caches.items()}
+    np.testing.assert_allclose(keys["1"].astype(np.float32), keys["0"].astype(np.float32), atol=2e-2, rtol=0)
