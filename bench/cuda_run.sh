@@ -37,7 +37,7 @@ gguf_of() {
 case $phase in
 tests)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
-    timeout 560 python3 -m pytest tests/test_cuda_kernels.py tests/test_gpu.py -q -p no:cacheprovider -rs \
+    timeout 560 python3 -m pytest tests/test_cuda_kernels.py tests/test_cuda_attention.py tests/test_gpu.py -q -p no:cacheprovider -rs \
         > "$out/tests.txt" 2>&1
     tail -5 "$out/tests.txt"
     ;;

@@ -39,7 +39,8 @@ TOOL_PLACES = ("/usr/local/cuda/bin", "/opt/nvidia/nsight-systems/*/bin", "/usr/
 # elementwise ones). Checked against the names the H200 run printed.
 GROUPS = (
     ("matmul (cuBLAS GEMV)", ("nvjet", "gemv", "gemm", "xmma", "cutlass", "splitk", "matmulnbits", "dequant")),
-    ("attention (cuDNN SDPA + its reduction)", ("sdpa", "flash", "lean_reduction", "mha", "softmax")),
+    ("attention (cuDNN SDPA + its reduction, or Hearth's one kernel)",
+     ("sdpa", "flash", "lean_reduction", "mha", "softmax", "attention_decode")),
     ("attention's bookkeeping (RoPE + KV append, lengths, fill)", ("rope", "rotary", "getsequencelengths", "_fill",
                                                                   "concatpast", "unpack")),
     ("norm (fused skip + RMS norm)", ("layernorm", "layer_norm", "rmsnorm")),
