@@ -208,14 +208,18 @@ def test_attributes_it_cannot_run_are_refused_when_the_session_opens(cuda, heads
 
 
 # Models whose heads the kernel compiles (the suite's usual tiny models have heads of 16 and 32): Gemma 3's layout
-# (q/k/v apart after their norms, a scale, an 8-key window on five layers of six), a llama with groups of 3 at head
-# size 64, and Phi-3's head size 96 with a group of 1; a context long enough for several splits.
+# (q/k/v apart after their norms, a scale, an 8-key window on five layers of six) on Hearth's matmuls, a llama with
+# groups of 3 at head size 64 and Phi-3's head size 96 with a group of 1 on ONNX Runtime's (int4-half: the decode
+# session then loads the library for the attention alone); a context long enough for several splits. The matmuls
+# keep fp16 activations where the synthetic models' wide logits would turn the int8 ones' rounding into noise
+# (tests/test_gpu.py).
 ENGINE_SPECS = {
-    "gemma3": SyntheticSpec(architecture="gemma3", n_layers=6, n_embd=128, n_head=4, n_head_kv=1, head_dim=64,
-                            n_ff=256, rope_base=1e6, sliding_window=8, context_length=1024, seed=21),
-    "llama": SyntheticSpec(n_embd=192, n_head=3, n_head_kv=1, n_ff=384, context_length=1024, seed=22),
-    "phi3": SyntheticSpec(architecture="phi3", n_embd=192, n_head=2, n_head_kv=2, n_ff=384, context_length=1024,
-                          seed=23),
+    "gemma3": (SyntheticSpec(architecture="gemma3", n_layers=6, n_embd=128, n_head=4, n_head_kv=1, head_dim=64,
+                             n_ff=256, rope_base=1e6, sliding_window=8, context_length=1024, seed=21),
+               cuda_kernels.PRECISION),
+    "llama": (SyntheticSpec(n_embd=192, n_head=3, n_head_kv=1, n_ff=384, context_length=1024, seed=22), "int4-half"),
+    "phi3": (SyntheticSpec(architecture="phi3", n_embd=192, n_head=2, n_head_kv=2, n_ff=384, context_length=1024,
+                           seed=23), "int4-half"),
 }
 
 
@@ -225,8 +229,9 @@ def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch
     from engine.model.convert import ensure_converted
     from engine.runtime.runner import ModelRunner
 
-    gguf = write_synthetic_gguf(tmp_path / f"{name}.gguf", ENGINE_SPECS[name])
-    path = ensure_converted(gguf, cuda_kernels.PRECISION, tmp_path / "converted").onnx_path
+    spec, precision = ENGINE_SPECS[name]
+    gguf = write_synthetic_gguf(tmp_path / f"{name}.gguf", spec)
+    path = ensure_converted(gguf, precision, tmp_path / "converted").onnx_path
     runners = {}
     for switch in ("1", "0"):
         monkeypatch.setenv(cuda_attention.ENV_SWITCH, switch)
@@ -235,10 +240,10 @@ def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch
     prompt = np.random.default_rng(4).integers(0, runners["1"].config.vocab_size, 600).tolist()
     caches = {s: r.new_cache() for s, r in runners.items()}
     logits = {s: r.forward(prompt, caches[s]) for s, r in runners.items()}  # prefill: ONNX Runtime's in both
-    for _ in range(8):
+    for step in range(8):
         token = int(np.argmax(logits["0"][-1]))
         logits = {s: r.forward([token], caches[s]) for s, r in runners.items()}
         scale = np.abs(logits["0"]).max()
-        np.testing.assert_allclose(logits["1"], logits["0"], atol=0.01 * scale, rtol=0)
-    keys = {s: c.export()[0] for s, c in caches.items()}
-    np.testing.assert_allclose(keys["1"].astype(np.float32), keys["0"].astype(np.float32), atol=2e-2, rtol=0)
+        np.testing.assert_allclose(logits["1"], logits["0"], atol=0.01 * scale, rtol=0, err_msg=f"step {step}")
+    keys = {s: c.export()[0].astype(np.float32) for s, c in caches.items()}
+    np.testing.assert_allclose(keys["1"], keys["0"], atol=2e-3 * np.abs(keys["0"]).max(), rtol=0)

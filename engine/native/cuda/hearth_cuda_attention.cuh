@@ -62,11 +62,12 @@ __device__ __forceinline__ int hq_attn_range(int64_t lo, int64_t pos, int splits
     return used;
 }
 
-/* x (D values, fp16) rotated at one position into dst (fp32, times `scale`): pairs (i, i + half) for i < half, the
- * dimensions past 2·half as they are. Threads of the block take dimensions in turn. */
+/* x (D values, fp16) rotated at one position into dst, rounded to fp16 as a rotated row is stored (the cache's
+ * keys; ONNX Runtime's rotary kernel writes q so too): pairs (i, i + half) for i < half, the dimensions past 2·half
+ * as they are. Threads of the block take dimensions in turn. */
 template <int D>
 __device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *cos, const __half *sin, int half,
-                                               float scale, float *dst) {
+                                               float *dst) {
     for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
         float v = __half2float(x[d]);
         if (d < 2 * half) {
@@ -75,7 +76,7 @@ __device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *co
             const float other = __half2float(x[d < half ? d + half : d - half]);
             v = d < half ? v * c - other * s : v * c + other * s;
         }
-        dst[d] = v * scale;
+        dst[d] = __half2float(__float2half(v));
     }
 }
 
@@ -142,6 +143,7 @@ __device__ __forceinline__ void hq_attn_rescale(HqAttnState<D, G> &st, float (&s
 template <int D, int G>
 __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAttnArgs a) {
     constexpr int VD = D / 32;  /* the dimensions of V a lane sums */
+    static_assert(D % 32 == 0 && D >= 64, "the merge reuses warp_acc for 2 x 128 x G floats");
     __shared__ float q_s[G][D];
     __shared__ float new_k[D], new_v[D];
     __shared__ float warp_m[HQ_ATTN_WARPS][G], warp_l[HQ_ATTN_WARPS][G];
@@ -163,18 +165,17 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
 #pragma unroll
     for (int i = 0; i < G; i++) {
         if (i < a.group)
-            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, cos, sin, a.half, a.scale, q_s[i]);
+            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, cos, sin, a.half, q_s[i]);
         else  /* a head the group lacks: scored as zeros, never written */
             for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) q_s[i][d] = 0.0f;
     }
     __half *keys = a.keys + (int64_t)h * a.cap * D, *values = a.values + (int64_t)h * a.cap * D;
     if (s == 0) {  /* the new token's key and value: into the cache, and kept here as stored */
-        hq_attn_rotate<D>(a.k_new + (int64_t)h * D, cos, sin, a.half, 1.0f, new_k);
+        hq_attn_rotate<D>(a.k_new + (int64_t)h * D, cos, sin, a.half, new_k);
         for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
-            const __half kh = __float2half(new_k[d]), vh = a.v_new[(int64_t)h * D + d];
-            keys[pos * D + d] = kh;
+            const __half vh = a.v_new[(int64_t)h * D + d];
+            keys[pos * D + d] = __float2half(new_k[d]);
             values[pos * D + d] = vh;
-            new_k[d] = __half2float(kh);
             new_v[d] = __half2float(vh);
         }
     }
@@ -188,7 +189,10 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
         for (int v = 0; v < VD; v++) st.acc[i][v] = 0.0f;
     }
     /* Tiles of 32 keys, the warps taking them in turn: lane j scores key t0 + j against the G heads (a whole key
-     * row, 16 bytes a load), then every lane adds its dimensions of the tile's values, weighted. */
+     * row, 16 bytes a load, up to 16 loads in flight), then every lane adds its D/32 dimensions of the tile's values,
+     * weighted, VB rows' loads in flight at a time (a decode step's attention waits on memory, not arithmetic: one
+     * row at a time made SmolLM2's step at 8k 1.4× slower than ONNX Runtime's kernels, H100, 2026-12-07). */
+    constexpr int VB = VD <= 2 ? 32 : VD <= 4 ? 16 : 8;
     for (int64_t t0 = k0 + 32 * warp; t0 < k1; t0 += 32 * HQ_ATTN_WARPS) {
         const int64_t j = t0 + lane;
         const bool valid = j < k1;
@@ -197,7 +201,7 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
         for (int i = 0; i < G; i++) sc[i] = 0.0f;
         if (valid) {
             const uint4 *row = reinterpret_cast<const uint4 *>(keys + j * D);
-#pragma unroll 4
+#pragma unroll(D <= 128 ? D / 8 : 8)
             for (int c = 0; c < D / 8; c++) {
                 const uint4 u = row[c];
                 const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
@@ -210,18 +214,28 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
             }
         }
 #pragma unroll
-        for (int i = 0; i < G; i++) sc[i] = valid ? sc[i] : HQ_ATTN_NEG;
-        hq_attn_rescale<D, G>(st, sc, valid);
+        for (int i = 0; i < G; i++) sc[i] = valid ? sc[i] * a.scale : HQ_ATTN_NEG;
+        hq_attn_rescale<D, G>(st, sc, valid);  /* sc now p, 0 past the tile's keys */
         const int count = k1 - t0 < 32 ? (int)(k1 - t0) : 32;
-        for (int jj = 0; jj < count; jj++) {
-            float v[VD];
-            hq_attn_halves<VD>(values + (t0 + jj) * D + lane * VD, v);
+        for (int b0 = 0; b0 < count; b0 += VB) {
+            float v[VB][VD];
 #pragma unroll
-            for (int i = 0; i < G; i++) {
-                const float p = __shfl_sync(0xffffffffu, sc[i], jj);
+            for (int u = 0; u < VB; u++) {
+                if (b0 + u < count) {
+                    hq_attn_halves<VD>(values + (t0 + b0 + u) * D + lane * VD, v[u]);
+                } else {
 #pragma unroll
-                for (int e = 0; e < VD; e++) st.acc[i][e] += p * v[e];
+                    for (int e = 0; e < VD; e++) v[u][e] = 0.0f;  /* past the keys: weight 0, and no NaN to meet */
+                }
             }
+#pragma unroll
+            for (int u = 0; u < VB; u++)
+#pragma unroll
+                for (int i = 0; i < G; i++) {
+                    const float p = __shfl_sync(0xffffffffu, sc[i], b0 + u);
+#pragma unroll
+                    for (int e = 0; e < VD; e++) st.acc[i][e] += p * v[u][e];
+                }
         }
     }
     if (s == 0 && warp == 0) {  /* the new key, once */
@@ -230,7 +244,7 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
             float part = 0.0f;
 #pragma unroll
             for (int e = 0; e < VD; e++) part += q_s[i][lane * VD + e] * new_k[lane * VD + e];
-            const float score = hq_warp_sum(part), top = fmaxf(st.m[i], score);
+            const float score = hq_warp_sum(part) * a.scale, top = fmaxf(st.m[i], score);
             const float fix = __expf(st.m[i] - top), p = __expf(score - top);
             st.l[i] = st.l[i] * fix + p;
             st.m[i] = top;
@@ -273,18 +287,38 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
     __syncthreads();
     if (!last) return;
     __threadfence();
+    /* Each split's weight against the largest max, e^(m_p - M), and 1 / Σ_p l_p e^(m_p - M), per head, in the block's
+     * shared memory (warp_acc's, no longer needed; it holds 2 · 128 · G floats), then out = Σ_p w_p acc_p / L. */
     const float *all = a.partial + (int64_t)h * a.splits * G * (D + 2);
+    float *weight = &warp_acc[0][0][0], *total_of = weight + HQ_ATTN_MAX_SPLITS * G;
+    __syncthreads();
+    for (int p = threadIdx.x; p < used; p += HQ_ATTN_THREADS)
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            weight[p * G + i] = __ldcg(all + (p * G + i) * (D + 2) + D);
+            total_of[p * G + i] = __ldcg(all + (p * G + i) * (D + 2) + D + 1);
+        }
+    __syncthreads();
+    for (int i = warp; i < G; i += HQ_ATTN_WARPS) {
+        float top = HQ_ATTN_NEG;
+        for (int p = lane; p < used; p += 32) top = fmaxf(top, weight[p * G + i]);
+        top = hq_warp_max(top);
+        float total = 0.0f;
+        for (int p = lane; p < used; p += 32) {
+            const float f = __expf(weight[p * G + i] - top);
+            weight[p * G + i] = f;
+            total += f * total_of[p * G + i];
+        }
+        total = hq_warp_sum(total);
+        if (lane == 0) warp_l[0][i] = total > 0.0f ? 1.0f / total : 0.0f;
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < G * D; idx += HQ_ATTN_THREADS) {
         const int i = idx / D, d = idx % D;
-        float top = HQ_ATTN_NEG, total = 0.0f, sum = 0.0f;
-        for (int p = 0; p < used; p++) top = fmaxf(top, __ldcg(all + (p * G + i) * (D + 2) + D));
-        for (int p = 0; p < used; p++) {
-            const float *part = all + (p * G + i) * (D + 2);
-            const float f = __expf(__ldcg(part + D) - top);
-            total += __ldcg(part + D + 1) * f;
-            sum += __ldcg(part + d) * f;
-        }
-        if (i < a.group) out[idx] = __float2half(total > 0.0f ? sum / total : 0.0f);
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int p = 0; p < used; p++) sum += weight[p * G + i] * __ldcg(all + (p * G + i) * (D + 2) + d);
+        if (i < a.group) out[idx] = __float2half(sum * warp_l[0][i]);
     }
     if (threadIdx.x == 0) a.done[h] = 0;  /* for the next step's launch, which follows this one on the stream */
 }
