@@ -661,7 +661,8 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
     if (!st && present_v != past_v.data)
         st = cuda_status("Attention", cudaMemcpyAsync(present_v, past_v.data, cache_bytes, cudaMemcpyDeviceToDevice, stream));
     const int group = (int)(heads / kvh);
-    const size_t partial_bytes = (size_t)(kvh * kern->splits * hq_attn_group_width(group) * (d + 2)) * sizeof(float);
+    const size_t partial_bytes =
+        (size_t)(kvh * kern->splits * hq_attn_group_width(group) * HQ_ATTN_ROW(d)) * sizeof(float);
     void *buffer = nullptr;
     if (!st) st = attention_buffer(kern, partial_bytes + (size_t)kvh * sizeof(unsigned), stream, &buffer);
     if (st) return st;

@@ -28,6 +28,7 @@
 #define HQ_ATTN_MIN_CHUNK 128   /* past keys a split takes at least: one 32-key tile for each of its four warps */
 #define HQ_ATTN_MAX_SPLITS 128
 #define HQ_ATTN_MAX_GROUP 8
+#define HQ_ATTN_ROW(D) ((D) + 4)  /* floats of a partial's row */
 #define HQ_ATTN_NEG (-1.0e30f)  /* "no key yet": finite, so NEG - NEG is 0, never NaN */
 
 struct HqAttnArgs {
@@ -46,7 +47,8 @@ struct HqAttnArgs {
     int64_t window;       /* <= 0: every past key; else the last `window` keys, the new one included */
     int splits;           /* gridDim.y */
     int group;            /* query heads a KV head: G or fewer (the kernel's G rounded up to 1, 2, 4 or 8) */
-    float *partial;       /* [kv_heads, splits, G, D + 2]: a split's unnormalized sums, then its max and its total */
+    float *partial;       /* [kv_heads, splits, G, D + 4]: a split's unnormalized sums, its max, its total (and 2
+                           * floats of padding: rows of whole float4s) */
     unsigned *done;       /* [kv_heads]: splits finished, reset by the one that merges */
     __half *out;          /* heads·D */
 };
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
         for (int e = 0; e < VD; e++) warp_acc[warp][i][lane * VD + e] = st.acc[i][e];
     }
     __syncthreads();
-    float *mine = a.partial + ((int64_t)h * a.splits + s) * G * (D + 2);
+    float *mine = a.partial + ((int64_t)h * a.splits + s) * G * HQ_ATTN_ROW(D);
     for (int idx = threadIdx.x; idx < G * D; idx += HQ_ATTN_THREADS) {
         const int i = idx / D, d = idx % D;
         float top = HQ_ATTN_NEG, total = 0.0f, sum = 0.0f;
@@ -274,8 +276,8 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
         if (used == 1) {
             if (i < a.group) out[idx] = __float2half(total > 0.0f ? sum / total : 0.0f);
         } else {
-            mine[i * (D + 2) + d] = sum;
-            if (d == 0) mine[i * (D + 2) + D] = top, mine[i * (D + 2) + D + 1] = total;
+            mine[i * HQ_ATTN_ROW(D) + d] = sum;
+            if (d == 0) mine[i * HQ_ATTN_ROW(D) + D] = top, mine[i * HQ_ATTN_ROW(D) + D + 1] = total;
         }
     }
     if (used == 1) return;
@@ -289,14 +291,15 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
     __threadfence();
     /* Each split's weight against the largest max, e^(m_p - M), and 1 / Σ_p l_p e^(m_p - M), per head, in the block's
      * shared memory (warp_acc's, no longer needed; it holds 2 · 128 · G floats), then out = Σ_p w_p acc_p / L. */
-    const float *all = a.partial + (int64_t)h * a.splits * G * (D + 2);
+    const float *all = a.partial + (int64_t)h * a.splits * G * HQ_ATTN_ROW(D);
     float *weight = &warp_acc[0][0][0], *total_of = weight + HQ_ATTN_MAX_SPLITS * G;
     __syncthreads();
     for (int p = threadIdx.x; p < used; p += HQ_ATTN_THREADS)
 #pragma unroll
         for (int i = 0; i < G; i++) {
-            weight[p * G + i] = __ldcg(all + (p * G + i) * (D + 2) + D);
-            total_of[p * G + i] = __ldcg(all + (p * G + i) * (D + 2) + D + 1);
+            const float2 ml = __ldcg(reinterpret_cast<const float2 *>(all + (p * G + i) * HQ_ATTN_ROW(D) + D));
+            weight[p * G + i] = ml.x;
+            total_of[p * G + i] = ml.y;
         }
     __syncthreads();
     for (int i = warp; i < G; i += HQ_ATTN_WARPS) {
@@ -313,12 +316,40 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
         if (lane == 0) warp_l[0][i] = total > 0.0f ? 1.0f / total : 0.0f;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < G * D; idx += HQ_ATTN_THREADS) {
-        const int i = idx / D, d = idx % D;
-        float sum = 0.0f;
+    /* Σ_p w_p acc_p, four dimensions a load: the block's threads take (head, 4 dimensions) items, and where there are
+     * fewer items than threads, SLICES threads share an item's splits, their sums then added in shared memory. Every
+     * load is independent: the merge waits on a few round trips, not on `used` of them. */
+    constexpr int ITEMS = G * D / 4;
+    constexpr int SLICES = ITEMS >= HQ_ATTN_THREADS ? 1 : HQ_ATTN_THREADS / ITEMS;
+    __shared__ float4 slice_sums[HQ_ATTN_THREADS];
+    for (int base = 0; base < ITEMS; base += HQ_ATTN_THREADS / SLICES) {
+        const int item = base + threadIdx.x % (HQ_ATTN_THREADS / SLICES), slice = threadIdx.x / (HQ_ATTN_THREADS / SLICES);
+        const int i = item / (D / 4), d = item % (D / 4) * 4;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (item < ITEMS) {
 #pragma unroll 8
-        for (int p = 0; p < used; p++) sum += weight[p * G + i] * __ldcg(all + (p * G + i) * (D + 2) + d);
-        if (i < a.group) out[idx] = __float2half(sum * warp_l[0][i]);
+            for (int p = slice; p < used; p += SLICES) {
+                const float w = weight[p * G + i];
+                const float4 v = __ldcg(reinterpret_cast<const float4 *>(all + (p * G + i) * HQ_ATTN_ROW(D) + d));
+                sum.x += w * v.x, sum.y += w * v.y, sum.z += w * v.z, sum.w += w * v.w;
+            }
+        }
+        if (SLICES > 1) {
+            __syncthreads();
+            slice_sums[threadIdx.x] = sum;
+            __syncthreads();
+            if (slice == 0)
+                for (int o = 1; o < SLICES; o++) {
+                    const float4 more = slice_sums[threadIdx.x + o * (HQ_ATTN_THREADS / SLICES)];
+                    sum.x += more.x, sum.y += more.y, sum.z += more.z, sum.w += more.w;
+                }
+        }
+        if (slice == 0 && item < ITEMS && i < a.group) {
+            const float inv = warp_l[0][i];
+            __half *o = out + i * D + d;
+            o[0] = __float2half(sum.x * inv), o[1] = __float2half(sum.y * inv);
+            o[2] = __float2half(sum.z * inv), o[3] = __float2half(sum.w * inv);
+        }
     }
     if (threadIdx.x == 0) a.done[h] = 0;  /* for the next step's launch, which follows this one on the stream */
 }
