@@ -261,7 +261,8 @@ static void gemv_q8x(dim3 grid, int rw, cudaStream_t stream, const uint8_t *scra
 static OrtStatus *launch_gemv_q8x(const __half *x, int64_t x_stride, int act, int rows, int64_t k,
                                   const HqSegments &segs, const HqNorm &norm, uint8_t *scratch, __half *y,
                                   cudaStream_t stream) {
-    q8_quantize_kernel<<<rows, HQ_THREADS, 0, stream>>>(x, x_stride, act, k, norm, rows, scratch);
+    const dim3 slices((unsigned)((k + HQ_Q8_SLICE - 1) / HQ_Q8_SLICE), (unsigned)rows);
+    q8_quantize_kernel<<<slices, HQ_THREADS, 0, stream>>>(x, x_stride, act, k, norm, rows, scratch);
     const int64_t n_total = segs.total;
     const int rw = n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
     const int64_t per_block = (int64_t)HQ_WARPS * rw;

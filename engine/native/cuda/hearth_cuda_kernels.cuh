@@ -143,17 +143,38 @@ __device__ __forceinline__ float hq_block_sum(float v, float *scratch) {
     return total;
 }
 
+/* Eight fp16 values from a 16-byte aligned address, as floats. */
+__device__ __forceinline__ void hq_load8(const __half *p, float v[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
+    for (int e = 0; e < 4; e++) {
+        const float2 f = __half22float2(h2[e]);
+        v[2 * e] = f.x, v[2 * e + 1] = f.y;
+    }
+}
+
 /* The RMS norm's scale 1/sqrt(mean((x + skip)²) + eps) of one row (skip may be null), x + skip written to summed
- * where that is not null. Every thread of the block calls it. */
+ * where that is not null. Every thread of the block calls it. Eight columns a load (rows are whole blocks of 32
+ * weights, 16-byte aligned); a single 4,096-wide row read two values a load took most of the 8-bit quantizer's
+ * 10 µs on an H100 (bench/gpu_kernels.py, 2026-12-07). */
 __device__ __forceinline__ float hq_norm_scale(const __half *x, const __half *skip, __half *summed, int64_t k_total,
                                                float eps) {
     __shared__ float scratch[HQ_WARPS];
     float squares = 0.0f;
-    for (int64_t k = threadIdx.x; k < k_total; k += blockDim.x) {
-        float v = __half2float(x[k]);
-        if (skip) v += __half2float(skip[k]);
-        if (summed) summed[k] = __float2half(v);
-        squares += v * v;
+    for (int64_t k = 8 * (int64_t)threadIdx.x; k < k_total; k += 8 * (int64_t)blockDim.x) {
+        float v[8], w[8];
+        hq_load8(x + k, v);
+        if (skip) {
+            hq_load8(skip + k, w);
+            for (int e = 0; e < 8; e++) v[e] += w[e];
+        }
+        if (summed) {
+            uint4 packed;
+            __half2 *h2 = reinterpret_cast<__half2 *>(&packed);
+            for (int e = 0; e < 4; e++) h2[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+            *reinterpret_cast<uint4 *>(summed + k) = packed;
+        }
+        for (int e = 0; e < 8; e++) squares += v[e] * v[e];
     }
     return rsqrtf(hq_block_sum(squares, scratch) / (float)k_total + eps);
 }
