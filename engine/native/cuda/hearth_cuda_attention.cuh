@@ -147,7 +147,7 @@ template <int D, int G>
 __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAttnArgs a) {
     constexpr int VD = D / 32;  /* the dimensions of V a lane sums */
     static_assert(D % 32 == 0 && D >= 64, "the merge reuses warp_acc for 2 x 128 x G floats");
-    __shared__ float q_s[G][D];
+    __shared__ __align__(16) float q_s[G][D];
     __shared__ float new_k[D], new_v[D];
     __shared__ float warp_m[HQ_ATTN_WARPS][G], warp_l[HQ_ATTN_WARPS][G];
     __shared__ float warp_acc[HQ_ATTN_WARPS][G][D];
@@ -208,11 +208,18 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
             for (int c = 0; c < D / 8; c++) {
                 const uint4 u = row[c];
                 const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
+                float k8[8];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float2 f = __half22float2(h2[e]);
+                    k8[2 * e] = f.x, k8[2 * e + 1] = f.y;
+                }
 #pragma unroll
-                    for (int i = 0; i < G; i++) sc[i] += q_s[i][8 * c + 2 * e] * f.x + q_s[i][8 * c + 2 * e + 1] * f.y;
+                for (int i = 0; i < G; i++) {  /* q read as float4s: a quarter of the shared-memory loads */
+                    const float4 qa = *reinterpret_cast<const float4 *>(&q_s[i][8 * c]);
+                    const float4 qb = *reinterpret_cast<const float4 *>(&q_s[i][8 * c + 4]);
+                    sc[i] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] + qb.x * k8[4] + qb.y * k8[5] +
+                             qb.z * k8[6] + qb.w * k8[7];
                 }
             }
         }
