@@ -60,6 +60,46 @@ def test_a_converted_cuda_graph_has_every_layer_renamed(arch_converted):
     assert ops.count((DOMAIN, "Attention")) == 2 and ("com.microsoft", "GroupQueryAttention") not in ops
 
 
+def _gemma_decode_ops(tmp_path, monkeypatch, fold: bool):
+    from engine.model.convert import ensure_converted
+
+    spec, precision = ENGINE_SPECS["gemma3"]
+    path = ensure_converted(write_synthetic_gguf(tmp_path / "g.gguf", spec), precision, tmp_path / "conv").onnx_path
+    monkeypatch.setenv(cuda_attention.QK_NORM_SWITCH, "1" if fold else "0")
+    model = onnx.load_from_string(cuda_attention.decode_graph(path))
+    return onnx.load(str(path), load_external_data=False), model
+
+
+def test_the_qk_norms_fold_into_the_attention_only_when_asked(tmp_path, monkeypatch):
+    """Gemma 3's Split → Reshape → per-head RMSNorm → Reshape for q and k become the Attention's own inputs: it reads
+    the packed Q|K|V and the two gains; the other norms (the layers' post-norms) stay."""
+    converted, plain = _gemma_decode_ops(tmp_path, monkeypatch, fold=False)
+    _, folded = _gemma_decode_ops(tmp_path, monkeypatch, fold=True)
+
+    def count(model, op):
+        return sum(n.op_type == op for n in model.graph.node)
+
+    layers = count(converted, "GroupQueryAttention")
+    assert layers == 6 and count(plain, "Attention") == layers
+    assert all(len(n.input) <= 9 for n in plain.graph.node if n.op_type == "Attention")
+    assert count(folded, "SimplifiedLayerNormalization") == count(plain, "SimplifiedLayerNormalization") - 2 * layers
+    assert count(folded, "Split") == count(plain, "Split") - layers
+    producers = {o: n for n in folded.graph.node for o in n.output}
+    for node in (n for n in folded.graph.node if n.op_type == "Attention"):
+        assert len(node.input) == 11 and node.input[1:3] == ["", ""]
+        assert producers[node.input[0]].op_type == "MatMulQ"  # the packed projection itself
+        gains = {i.name: i for i in converted.graph.initializer}
+        assert node.input[9] in gains and node.input[10] in gains
+        assert [a.f for a in node.attribute if a.name == "qk_norm_eps"] == [pytest.approx(1e-5)]  # the GGUF's
+
+
+def test_a_graph_without_qk_norms_folds_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv(cuda_attention.QK_NORM_SWITCH, "1")
+    path = _graph_file(tmp_path, attention_model("com.microsoft", 8, 2, 64, half=32, dtype=TensorProto.FLOAT16))
+    model = onnx.load_from_string(cuda_attention.decode_graph(path))
+    assert [len(n.input) for n in model.graph.node] == [9]
+
+
 def test_the_switch_keeps_onnxruntimes(monkeypatch):
     monkeypatch.setenv(cuda_attention.ENV_SWITCH, "0")
     assert cuda_attention.unavailable() == "HEARTH_CUDA_ATTENTION=0"
@@ -132,6 +172,39 @@ def test_the_kernel_matches_float64_and_onnxruntimes_attention(cuda, name):
     for mine, ort_rows in zip(got[1:], theirs[1:], strict=True):  # the rows written: the past and the new one
         np.testing.assert_allclose(mine[:, :, :past + 1].astype(np.float32), ort_rows[:, :, :past + 1], atol=4e-3,
                                    rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, kv, d, past, half, window", [
+    (4, 1, 256, 900, 128, 512),  # Gemma 3 270M's heads and window
+    (16, 8, 128, 300, 64, 0),    # Qwen3's
+])
+def test_the_folded_qk_norms_match_float64(cuda, heads, kv, d, past, half, window):
+    """Inputs 9 and 10 (the QK norms' gains): q's heads and the new key RMS-normed (rounded to fp16, as the graph's
+    norm node stores them) before rotating, against the float64 definition of the same."""
+    eps = 1e-6
+    attrs = {"local_window_size": window} if window else {}
+    proto = onnx.load_from_string(attention_model(DOMAIN, heads, kv, d, half=half, dtype=TensorProto.FLOAT16, **attrs))
+    node = proto.graph.node[0]
+    node.input.extend(["qg", "kg"])
+    node.attribute.append(onnx.helper.make_attribute("qk_norm_eps", eps))
+    proto.graph.input.extend([onnx.helper.make_tensor_value_info(n, TensorProto.FLOAT16, [d]) for n in ("qg", "kg")])
+    rng = np.random.default_rng(d + heads)
+    feeds = _half(feeds_for(rng, heads, kv, d, past, 1, past + 64, half=half))
+    feeds["q"] = (feeds["q"].astype(np.float32) * 7.0).astype(np.float16)  # norms that matter
+    feeds["qg"], feeds["kg"] = (rng.uniform(0.5, 1.5, d).astype(np.float16) for _ in range(2))
+    got = _session(proto.SerializeToString()).run(None, feeds)[0].astype(np.float64)
+
+    def normed(x, gain):  # [..., d]
+        x = x.astype(np.float64)
+        return (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * gain.astype(np.float64)).astype(np.float16)
+
+    qkv = feeds["q"][0, 0]
+    q = normed(qkv[:heads * d].reshape(heads, d), feeds["qg"]).reshape(-1)
+    k = normed(qkv[heads * d:(heads + kv) * d].reshape(kv, d), feeds["kg"]).reshape(-1)
+    want = reference_attention({**feeds, "q": np.concatenate([q, k, qkv[(heads + kv) * d:]])[None, None]}, heads, kv,
+                               d, half, window)
+    np.testing.assert_allclose(got, want, atol=4e-3, rtol=0)
 
 
 @pytest.mark.gpu
@@ -224,11 +297,14 @@ ENGINE_SPECS = {
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ENGINE_SPECS)
+@pytest.mark.parametrize("name", [*ENGINE_SPECS, "gemma3 with its QK norms folded in"])
 def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch, tmp_path, name):
     from engine.model.convert import ensure_converted
     from engine.runtime.runner import ModelRunner
 
+    if name not in ENGINE_SPECS:
+        monkeypatch.setenv(cuda_attention.QK_NORM_SWITCH, "1")
+        name = "gemma3"
     spec, precision = ENGINE_SPECS[name]
     gguf = write_synthetic_gguf(tmp_path / f"{name}.gguf", spec)
     path = ensure_converted(gguf, precision, tmp_path / "converted").onnx_path

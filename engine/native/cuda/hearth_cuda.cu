@@ -10,7 +10,8 @@
  *       64 MB and cuBLAS's GEMM.
  *   GatherQ(ids int64 [..], table uint8 [V, R]) -> fp16 [.., K]; attributes type, k.
  *   Attention: com.microsoft.GroupQueryAttention's inputs, attributes and outputs, for one decode step over an fp16
- *       KV cache (hearth_cuda_attention.cuh); the engine runs it in the CUDA graph's decode session only.
+ *       KV cache (hearth_cuda_attention.cuh); the engine runs it in the CUDA graph's decode session only. Two more
+ *       optional inputs, the QK norms' gains [D] (attribute qk_norm_eps), norm q and the new key per head first.
  *
  * The library links the CUDA runtime statically and needs nothing at load time but the driver; cuBLAS is looked
  * up (dlopen) on the first prefill, where ONNX Runtime's CUDA provider has loaded it already. Every kernel runs
@@ -557,12 +558,14 @@ static OrtStatus *gather_create(const OrtCustomOp *, const OrtApi *, const OrtKe
 static void gather_destroy(void *kernel) { delete (GatherKernel *)kernel; }
 
 /* ---- Attention ------------------------------------------------------------------------------------------------ */
+/* GroupQueryAttention's inputs, then (Hearth's) the QK norms' gains: with them, q and the new key are normed per head
+ * here (engine/runtime/cuda_attention.py folds the graph's own norm nodes in where asked). */
 enum { ATTN_QUERY, ATTN_KEY, ATTN_VALUE, ATTN_PAST_K, ATTN_PAST_V, ATTN_SEQLENS, ATTN_TOTAL, ATTN_COS, ATTN_SIN,
-       ATTN_INPUTS };
+       ATTN_Q_GAMMA, ATTN_K_GAMMA, ATTN_INPUTS };
 
 struct AttentionKernel {
     int heads, kv_heads, rotary, splits;
-    float scale;
+    float scale, qk_eps;
     int64_t window;
     std::mutex lock;
     void *buffer = nullptr;  /* the splits' partial softmaxes, then a counter per KV head (hearth_cuda_attention.cuh) */
@@ -598,7 +601,7 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
     if (!in[ATTN_QUERY] || !in[ATTN_PAST_K] || !in[ATTN_PAST_V] || !in[ATTN_SEQLENS] || !in[ATTN_TOTAL])
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention needs query, past_key, past_value, seqlens_k and "
                     "total_sequence_length");
-    Tensor query, key = {}, value = {}, past_k, past_v, seqlens, total, cos = {}, sin = {};
+    Tensor query, key = {}, value = {}, past_k, past_v, seqlens, total, cos = {}, sin = {}, q_gamma = {}, k_gamma = {};
     if ((st = read_tensor(in[ATTN_QUERY], ELEMENT_FLOAT16, "Attention's query", &query)) ||
         (st = read_tensor(in[ATTN_PAST_K], ELEMENT_FLOAT16, "Attention's past_key", &past_k)) ||
         (st = read_tensor(in[ATTN_PAST_V], ELEMENT_FLOAT16, "Attention's past_value", &past_v)) ||
@@ -644,6 +647,15 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
                         "size / 2], at most half the head");
         half = (int)cos.dims[1];
     }
+    if ((in[ATTN_Q_GAMMA] == nullptr) != (in[ATTN_K_GAMMA] == nullptr))
+        return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: the QK norms need both gains or neither");
+    if (in[ATTN_Q_GAMMA]) {
+        if ((st = read_tensor(in[ATTN_Q_GAMMA], ELEMENT_FLOAT16, "Attention's q norm gain", &q_gamma)) ||
+            (st = read_tensor(in[ATTN_K_GAMMA], ELEMENT_FLOAT16, "Attention's k norm gain", &k_gamma)))
+            return st;
+        if (q_gamma.count() != d || k_gamma.count() != d)
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: the QK norms' gains must be [%lld]", (long long)d);
+    }
     const int64_t out_dims[3] = {1, 1, heads * d};
     void *out, *present_k, *present_v;
     OrtValue *value_out;
@@ -674,6 +686,8 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
     args.v_new = packed ? q + (heads + kvh) * d : (const __half *)value.data;
     args.keys = (__half *)present_k, args.values = (__half *)present_v;
     args.seqlens = (const int32_t *)seqlens.data;
+    args.q_gamma = (const __half *)q_gamma.data, args.k_gamma = (const __half *)k_gamma.data;
+    args.qk_eps = kern->qk_eps;
     args.cos = (const __half *)cos.data, args.sin = (const __half *)sin.data;
     args.positions = half ? cos.dims[0] : 0, args.half = half;
     args.cap = cap;
@@ -715,10 +729,14 @@ static OrtStatus *attention_create(const OrtCustomOp *, const OrtApi *, const Or
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: interleaved rotary, smooth softmax and softcap are "
                     "not supported");
     if (!(scale >= 0.0f)) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: scale must not be negative");
+    float qk_eps = 1e-6f;
+    st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "qk_norm_eps", &qk_eps);
+    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st), qk_eps = 1e-6f;
+    if (!(qk_eps > 0.0f)) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: qk_norm_eps must be positive");
     AttentionKernel *kern = new AttentionKernel();
     kern->heads = (int)heads, kern->kv_heads = (int)kv_heads;
     kern->rotary = int_attribute(info, "do_rotary", 0) != 0;
-    kern->scale = scale;
+    kern->scale = scale, kern->qk_eps = qk_eps;
     kern->window = int_attribute(info, "local_window_size", -1);
     kern->splits = attention_splits(kv_heads);
     *out = kern;
@@ -803,7 +821,8 @@ static int attention_input_type(const OrtCustomOp *, size_t i) {
 }
 static size_t attention_inputs(const OrtCustomOp *) { return ATTN_INPUTS; }
 static int attention_characteristic(const OrtCustomOp *, size_t i) {
-    return i == ATTN_KEY || i == ATTN_VALUE || i == ATTN_COS || i == ATTN_SIN ? IO_OPTIONAL : IO_REQUIRED;
+    return i == ATTN_KEY || i == ATTN_VALUE || i == ATTN_COS || i == ATTN_SIN || i >= ATTN_Q_GAMMA ? IO_OPTIONAL
+                                                                                                  : IO_REQUIRED;
 }
 /* total_sequence_length stays on the host, as GroupQueryAttention has it (OrtMemTypeCPUInput). */
 static int attention_memory(const OrtCustomOp *, size_t i) { return i == ATTN_TOTAL ? -2 : 0; }

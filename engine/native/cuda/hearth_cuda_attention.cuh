@@ -39,6 +39,9 @@ struct HqAttnArgs {
     __half *keys;         /* the cache: [kv_heads, cap, D] each */
     __half *values;
     const int32_t *seqlens;  /* device: [0] = the past length (the new token's position) */
+    const __half *q_gamma;  /* the QK norms' gains ([D] each), or null: q and the new key arrive normed (Gemma 3's and */
+    const __half *k_gamma;  /* Qwen3's per-head RMSNorm, done here instead of by the graph's own nodes) */
+    float qk_eps;
     const __half *cos;    /* [positions, half] each, or null: no rotary */
     const __half *sin;
     int64_t positions;
@@ -80,6 +83,41 @@ __device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *co
             v = d < half ? v * c - other * s : v * c + other * s;
         }
         dst[d] = __half2float(__float2half(v));
+    }
+}
+
+/* Σ v over the block's threads, for every thread; `red` holds a float a warp. Ends synchronized, so `red` can be
+ * used again at once. */
+__device__ __forceinline__ float hq_attn_block_sum(float v, float *red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < HQ_ATTN_WARPS; w++) total += red[w];
+    __syncthreads();
+    return total;
+}
+
+/* hq_attn_rotate's row after a per-head RMSNorm with gain gamma, rounded to fp16 as the graph's
+ * SimplifiedLayerNormalization stores it: normed into dst, then each thread rotates whole pairs in place. Every
+ * thread of the block calls it; dst is ready after the caller's next barrier. */
+template <int D>
+__device__ __forceinline__ void hq_attn_norm_rotate(const __half *x, const __half *gamma, float eps,
+                                                    const __half *cos, const __half *sin, int half, float *dst,
+                                                    float *red) {
+    float squares = 0.0f;
+    for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
+        const float v = __half2float(x[d]);
+        squares += v * v;
+    }
+    const float scale = rsqrtf(hq_attn_block_sum(squares, red) / (float)D + eps);
+    for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS)
+        dst[d] = __half2float(__float2half(__half2float(x[d]) * scale * __half2float(gamma[d])));
+    __syncthreads();
+    for (int i = threadIdx.x; i < half; i += HQ_ATTN_THREADS) {
+        const float c = __half2float(cos[i]), s = __half2float(sin[i]), x1 = dst[i], x2 = dst[i + half];
+        dst[i] = __half2float(__float2half(x1 * c - x2 * s));
+        dst[i + half] = __half2float(__float2half(x2 * c + x1 * s));
     }
 }
 
@@ -152,6 +190,7 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
     __shared__ float warp_m[HQ_ATTN_WARPS][G], warp_l[HQ_ATTN_WARPS][G];
     __shared__ float warp_acc[HQ_ATTN_WARPS][G][D];
     __shared__ int last;
+    __shared__ float red[HQ_ATTN_WARPS];
     const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t pos = a.seqlens[0];
     __half *out = a.out + (int64_t)h * a.group * D;
@@ -167,14 +206,22 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
     const __half *cos = a.half ? a.cos + pos * a.half : nullptr, *sin = a.half ? a.sin + pos * a.half : nullptr;
 #pragma unroll
     for (int i = 0; i < G; i++) {
-        if (i < a.group)
-            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, cos, sin, a.half, q_s[i]);
-        else  /* a head the group lacks: scored as zeros, never written */
+        if (i >= a.group)  /* a head the group lacks: scored as zeros, never written */
             for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) q_s[i][d] = 0.0f;
+        else if (a.q_gamma)
+            hq_attn_norm_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, a.q_gamma, a.qk_eps, cos, sin, a.half,
+                                   q_s[i], red);
+        else
+            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, cos, sin, a.half, q_s[i]);
     }
     __half *keys = a.keys + (int64_t)h * a.cap * D, *values = a.values + (int64_t)h * a.cap * D;
     if (s == 0) {  /* the new token's key and value: into the cache, and kept here as stored */
-        hq_attn_rotate<D>(a.k_new + (int64_t)h * D, cos, sin, a.half, new_k);
+        if (a.k_gamma) {
+            hq_attn_norm_rotate<D>(a.k_new + (int64_t)h * D, a.k_gamma, a.qk_eps, cos, sin, a.half, new_k, red);
+            __syncthreads();
+        } else {
+            hq_attn_rotate<D>(a.k_new + (int64_t)h * D, cos, sin, a.half, new_k);
+        }
         for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
             const __half vh = a.v_new[(int64_t)h * D + d];
             keys[pos * D + d] = __float2half(new_k[d]);
