@@ -60,12 +60,14 @@ def test_a_converted_cuda_graph_has_every_layer_renamed(arch_converted):
     assert ops.count((DOMAIN, "Attention")) == 2 and ("com.microsoft", "GroupQueryAttention") not in ops
 
 
-def _gemma_decode_ops(tmp_path, monkeypatch, fold: bool):
+def _decode_ops(tmp_path, monkeypatch, name: str, fold: bool):
+    """(the converted graph of ENGINE_SPECS[name], its decode graph with the fold switch as given)."""
     from engine.model.convert import ensure_converted
 
-    spec, precision = ENGINE_SPECS["gemma3"]
-    path = ensure_converted(write_synthetic_gguf(tmp_path / "g.gguf", spec), precision, tmp_path / "conv").onnx_path
-    monkeypatch.setenv(cuda_attention.QK_NORM_SWITCH, "1" if fold else "0")
+    spec, precision = ENGINE_SPECS[name]
+    path = ensure_converted(write_synthetic_gguf(tmp_path / f"{name}.gguf", spec), precision,
+                            tmp_path / "conv").onnx_path
+    monkeypatch.setenv(cuda_attention.FOLD_SWITCH, "1" if fold else "0")
     model = onnx.load_from_string(cuda_attention.decode_graph(path))
     return onnx.load(str(path), load_external_data=False), model
 
@@ -73,8 +75,8 @@ def _gemma_decode_ops(tmp_path, monkeypatch, fold: bool):
 def test_the_qk_norms_fold_into_the_attention_only_when_asked(tmp_path, monkeypatch):
     """Gemma 3's Split → Reshape → per-head RMSNorm → Reshape for q and k become the Attention's own inputs: it reads
     the packed Q|K|V and the two gains; the other norms (the layers' post-norms) stay."""
-    converted, plain = _gemma_decode_ops(tmp_path, monkeypatch, fold=False)
-    _, folded = _gemma_decode_ops(tmp_path, monkeypatch, fold=True)
+    converted, plain = _decode_ops(tmp_path, monkeypatch, "gemma3", fold=False)
+    _, folded = _decode_ops(tmp_path, monkeypatch, "gemma3", fold=True)
 
     def count(model, op):
         return sum(n.op_type == op for n in model.graph.node)
@@ -93,8 +95,22 @@ def test_the_qk_norms_fold_into_the_attention_only_when_asked(tmp_path, monkeypa
         assert [a.f for a in node.attribute if a.name == "qk_norm_eps"] == [pytest.approx(1e-5)]  # the GGUF's
 
 
+def test_qwen2s_qkv_bias_folds_into_the_attention_only_when_asked(tmp_path, monkeypatch):
+    converted, plain = _decode_ops(tmp_path, monkeypatch, "qwen2", fold=False)
+    _, folded = _decode_ops(tmp_path, monkeypatch, "qwen2", fold=True)
+    adds = [sum(n.op_type == "Add" for n in m.graph.node) for m in (plain, folded)]
+    assert adds[1] == adds[0] - 2  # one a layer
+    producers = {o: n for n in folded.graph.node for o in n.output}
+    constants = {i.name: i for i in converted.graph.initializer}
+    for node in (n for n in folded.graph.node if n.op_type == "Attention"):
+        assert len(node.input) == 12 and node.input[9:11] == ["", ""]
+        assert node.input[11].endswith(".bias") and list(constants[node.input[11]].dims) == [(4 + 2 * 2) * 64]
+        assert node.input[11] not in producers[node.input[0]].input  # reads the projection before its bias
+    assert all(len(n.input) == 9 for n in plain.graph.node if n.op_type == "Attention")
+
+
 def test_a_graph_without_qk_norms_folds_nothing(monkeypatch, tmp_path):
-    monkeypatch.setenv(cuda_attention.QK_NORM_SWITCH, "1")
+    monkeypatch.setenv(cuda_attention.FOLD_SWITCH, "1")
     path = _graph_file(tmp_path, attention_model("com.microsoft", 8, 2, 64, half=32, dtype=TensorProto.FLOAT16))
     model = onnx.load_from_string(cuda_attention.decode_graph(path))
     assert [len(n.input) for n in model.graph.node] == [9]
@@ -208,6 +224,25 @@ def test_the_folded_qk_norms_match_float64(cuda, heads, kv, d, past, half, windo
 
 
 @pytest.mark.gpu
+def test_the_folded_qkv_bias_matches_float64(cuda):
+    """Input 11 (the packed Q|K|V's bias): added to q, the new key and value (rounded to fp16, as the graph's Add
+    stores the sum) before rotating, against the float64 definition of the same."""
+    heads, kv, d, past, half = 28, 4, 128, 500, 64  # Qwen2.5-7B's heads: a group of 7, run as 8
+    proto = onnx.load_from_string(attention_model(DOMAIN, heads, kv, d, half=half, dtype=TensorProto.FLOAT16))
+    proto.graph.node[0].input.extend(["", "", "bias"])
+    width = (heads + 2 * kv) * d
+    proto.graph.input.append(onnx.helper.make_tensor_value_info("bias", TensorProto.FLOAT16, [width]))
+    rng = np.random.default_rng(11)
+    feeds = _half(feeds_for(rng, heads, kv, d, past, 1, past + 64, half=half))
+    feeds["bias"] = rng.standard_normal(width).astype(np.float16)
+    out, _, values = _session(proto.SerializeToString()).run(None, feeds)
+    biased = (feeds["q"].astype(np.float32) + feeds["bias"].astype(np.float32)).astype(np.float16)
+    want = reference_attention({**feeds, "q": biased}, heads, kv, d, half)
+    np.testing.assert_allclose(out.astype(np.float64), want, atol=4e-3, rtol=0)
+    np.testing.assert_array_equal(values[0, :, past], biased[0, 0, (heads + kv) * d:].reshape(kv, d))
+
+
+@pytest.mark.gpu
 def test_a_replayed_cuda_graph_takes_each_steps_length_from_the_device(cuda):
     """The decode session's way: past and present one buffer, seqlens_k on the GPU written in place, the host's
     total fixed at the capacity; five steps replayed from one capture, each against the float64 definition, the
@@ -293,18 +328,22 @@ ENGINE_SPECS = {
     "llama": (SyntheticSpec(n_embd=192, n_head=3, n_head_kv=1, n_ff=384, context_length=1024, seed=22), "int4-half"),
     "phi3": (SyntheticSpec(architecture="phi3", n_embd=192, n_head=2, n_head_kv=2, n_ff=384, context_length=1024,
                            seed=23), "int4-half"),
+    "qwen2": (SyntheticSpec(architecture="qwen2", n_embd=256, n_head=4, n_head_kv=2, n_ff=512, rope_base=1e6,
+                            context_length=1024, seed=24), "int4-half"),
 }
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [*ENGINE_SPECS, "gemma3 with its QK norms folded in"])
+@pytest.mark.parametrize("name", [*ENGINE_SPECS, "gemma3 folded", "qwen2 folded"])
 def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch, tmp_path, name):
+    """Each layout's decode steps with Hearth's attention against ONNX Runtime's; "folded": with the QK norms or the
+    QKV bias folded into it (HEARTH_CUDA_ATTENTION_FOLD=1)."""
     from engine.model.convert import ensure_converted
     from engine.runtime.runner import ModelRunner
 
-    if name not in ENGINE_SPECS:
-        monkeypatch.setenv(cuda_attention.QK_NORM_SWITCH, "1")
-        name = "gemma3"
+    if name.endswith(" folded"):
+        monkeypatch.setenv(cuda_attention.FOLD_SWITCH, "1")
+        name = name.split()[0]
     spec, precision = ENGINE_SPECS[name]
     gguf = write_synthetic_gguf(tmp_path / f"{name}.gguf", spec)
     path = ensure_converted(gguf, precision, tmp_path / "converted").onnx_path

@@ -7,9 +7,10 @@ changed on disk: the decode session opens it with its GroupQueryAttention nodes 
 attributes and outputs, the KV cache in the same layout), as native_attention.py does for the CPU. Prefill keeps
 ONNX Runtime's kernel (its flash attention for long prompts).
 
-With ``HEARTH_CUDA_ATTENTION_QK_NORM=1`` the rename also folds Gemma 3's and Qwen3's per-head QK norms into the node
-(their Split, Reshapes and SimplifiedLayerNormalizations: five launches a layer on ONNX Runtime's kernels, ~19 µs of
-Gemma 3 270M's 1.16 ms step on an H100) — off until a GPU run has checked it.
+With ``HEARTH_CUDA_ATTENTION_FOLD=1`` the rename also folds into the node what the graph does to Q, K and V before
+it: Gemma 3's and Qwen3's per-head QK norms (their Split, Reshapes and SimplifiedLayerNormalizations: five launches a
+layer on ONNX Runtime's kernels, ~19 µs of Gemma 3 270M's 1.16 ms step on an H100) and Qwen2's QKV bias (an Add) —
+off until a GPU run has checked it.
 
 A node keeps ONNX Runtime's kernel when ``HEARTH_CUDA_ATTENTION=0`` or ``HEARTH_CUDA_KERNELS=0`` is set, the CUDA
 library cannot run here, the KV cache is not fp16, or it uses what the kernel lacks (softcap, smooth softmax,
@@ -27,7 +28,7 @@ from engine.runtime import cuda_kernels
 log = logging.getLogger(__name__)
 
 ENV_SWITCH = "HEARTH_CUDA_ATTENTION"
-QK_NORM_SWITCH = "HEARTH_CUDA_ATTENTION_QK_NORM"  # =1: fold the QK norms in (not yet run on a GPU)
+FOLD_SWITCH = "HEARTH_CUDA_ATTENTION_FOLD"  # =1: fold the QK norms and the QKV bias in (not yet run on a GPU)
 OP_TYPE = "Attention"
 HEAD_SIZES = (64, 96, 128, 256)
 MAX_GROUP = 8
@@ -101,6 +102,25 @@ def _fold_qk_norms(graph, node) -> bool:
     return True
 
 
+def _fold_qkv_bias(graph, node) -> bool:
+    """Node (renamed to Attention, reading a packed Q|K|V) reads the projection before its bias Add, with the bias as
+    its input 11; the Add goes where nothing else reads it. False (nothing changed) where the pattern differs."""
+    if len(node.input) > MAX_INPUTS or (len(node.input) > 1 and node.input[1]):
+        return False
+    add = _producers(graph).get(node.input[0])
+    constants = {i.name for i in graph.initializer}
+    if add is None or add.op_type != "Add" or len(add.input) != 2 or add.input[1] not in constants:
+        return False
+    if sum(node.input[0] in n.input for n in graph.node) != 1:  # the biased Q|K|V read elsewhere too: keep the Add
+        return False
+    inputs = list(node.input) + [""] * (MAX_INPUTS + 2 - len(node.input))
+    inputs[0] = add.input[0]
+    del node.input[:]
+    node.input.extend(inputs + [add.input[1]])
+    _drop_unread(graph, [add])
+    return True
+
+
 def _drop_unread(graph, candidates: list) -> None:
     """Remove those of ``candidates`` none of whose outputs is read by a node or is a graph output, until none is."""
     outputs = {o.name for o in graph.output}
@@ -124,14 +144,14 @@ def decode_graph(onnx_path: Path) -> bytes | None:
     meta = {p.key: p.value for p in model.metadata_props}
     if meta.get("hearth.kv_dtype") != "float16":
         return None
-    fold = os.environ.get(QK_NORM_SWITCH) == "1"
+    fold = os.environ.get(FOLD_SWITCH) == "1"
     renamed = []
     for node in model.graph.node:
         if node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft" and _qualifies(node, model.graph):
             node.op_type, node.domain = OP_TYPE, cuda_kernels.DOMAIN
             renamed.append(node)
     for node in renamed if fold else ():
-        _fold_qk_norms(model.graph, node)
+        _fold_qk_norms(model.graph, node) or _fold_qkv_bias(model.graph, node)
     if not renamed:
         return None
     if cuda_kernels.DOMAIN not in {o.domain for o in model.opset_import}:

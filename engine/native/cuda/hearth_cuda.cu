@@ -558,10 +558,10 @@ static OrtStatus *gather_create(const OrtCustomOp *, const OrtApi *, const OrtKe
 static void gather_destroy(void *kernel) { delete (GatherKernel *)kernel; }
 
 /* ---- Attention ------------------------------------------------------------------------------------------------ */
-/* GroupQueryAttention's inputs, then (Hearth's) the QK norms' gains: with them, q and the new key are normed per head
- * here (engine/runtime/cuda_attention.py folds the graph's own norm nodes in where asked). */
+/* GroupQueryAttention's inputs, then (Hearth's) the QK norms' gains, with which q and the new key are normed per head
+ * here, and the packed Q|K|V's bias, added here (engine/runtime/cuda_attention.py folds the graph's own nodes in). */
 enum { ATTN_QUERY, ATTN_KEY, ATTN_VALUE, ATTN_PAST_K, ATTN_PAST_V, ATTN_SEQLENS, ATTN_TOTAL, ATTN_COS, ATTN_SIN,
-       ATTN_Q_GAMMA, ATTN_K_GAMMA, ATTN_INPUTS };
+       ATTN_Q_GAMMA, ATTN_K_GAMMA, ATTN_QKV_BIAS, ATTN_INPUTS };
 
 struct AttentionKernel {
     int heads, kv_heads, rotary, splits;
@@ -601,7 +601,7 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
     if (!in[ATTN_QUERY] || !in[ATTN_PAST_K] || !in[ATTN_PAST_V] || !in[ATTN_SEQLENS] || !in[ATTN_TOTAL])
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention needs query, past_key, past_value, seqlens_k and "
                     "total_sequence_length");
-    Tensor query, key = {}, value = {}, past_k, past_v, seqlens, total, cos = {}, sin = {}, q_gamma = {}, k_gamma = {};
+    Tensor query, key = {}, value = {}, past_k, past_v, seqlens, total, cos = {}, sin = {}, q_gamma = {}, k_gamma = {}, bias = {};
     if ((st = read_tensor(in[ATTN_QUERY], ELEMENT_FLOAT16, "Attention's query", &query)) ||
         (st = read_tensor(in[ATTN_PAST_K], ELEMENT_FLOAT16, "Attention's past_key", &past_k)) ||
         (st = read_tensor(in[ATTN_PAST_V], ELEMENT_FLOAT16, "Attention's past_value", &past_v)) ||
@@ -656,6 +656,12 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
         if (q_gamma.count() != d || k_gamma.count() != d)
             return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: the QK norms' gains must be [%lld]", (long long)d);
     }
+    if (in[ATTN_QKV_BIAS]) {
+        if ((st = read_tensor(in[ATTN_QKV_BIAS], ELEMENT_FLOAT16, "Attention's qkv bias", &bias))) return st;
+        if (!packed || in[ATTN_Q_GAMMA] || bias.count() != (heads + 2 * kvh) * d)
+            return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: a qkv bias goes with a packed query of %lld and no "
+                        "QK norms", (long long)((heads + 2 * kvh) * d));
+    }
     const int64_t out_dims[3] = {1, 1, heads * d};
     void *out, *present_k, *present_v;
     OrtValue *value_out;
@@ -688,6 +694,7 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
     args.seqlens = (const int32_t *)seqlens.data;
     args.q_gamma = (const __half *)q_gamma.data, args.k_gamma = (const __half *)k_gamma.data;
     args.qk_eps = kern->qk_eps;
+    args.qkv_bias = (const __half *)bias.data;
     args.cos = (const __half *)cos.data, args.sin = (const __half *)sin.data;
     args.positions = half ? cos.dims[0] : 0, args.half = half;
     args.cap = cap;

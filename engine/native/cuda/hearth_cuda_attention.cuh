@@ -42,6 +42,7 @@ struct HqAttnArgs {
     const __half *q_gamma;  /* the QK norms' gains ([D] each), or null: q and the new key arrive normed (Gemma 3's and */
     const __half *k_gamma;  /* Qwen3's per-head RMSNorm, done here instead of by the graph's own nodes) */
     float qk_eps;
+    const __half *qkv_bias;  /* [(heads + 2·kv_heads)·D], added to q, the new key and value first (Qwen2's), or null */
     const __half *cos;    /* [positions, half] each, or null: no rotary */
     const __half *sin;
     int64_t positions;
@@ -71,15 +72,19 @@ __device__ __forceinline__ int hq_attn_range(int64_t lo, int64_t pos, int splits
 /* x (D values, fp16) rotated at one position into dst, rounded to fp16 as a rotated row is stored (the cache's
  * keys; ONNX Runtime's rotary kernel writes q so too): pairs (i, i + half) for i < half, the dimensions past 2·half
  * as they are. Threads of the block take dimensions in turn. */
+__device__ __forceinline__ float hq_attn_biased(const __half *x, const __half *bias, int d) {
+    return __half2float(bias ? __hadd(x[d], bias[d]) : x[d]);  /* rounded as the graph's fp16 Add stores it */
+}
+
 template <int D>
-__device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *cos, const __half *sin, int half,
-                                               float *dst) {
+__device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *bias, const __half *cos,
+                                               const __half *sin, int half, float *dst) {
     for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
-        float v = __half2float(x[d]);
+        float v = hq_attn_biased(x, bias, d);
         if (d < 2 * half) {
             const int i = d < half ? d : d - half;
             const float c = __half2float(cos[i]), s = __half2float(sin[i]);
-            const float other = __half2float(x[d < half ? d + half : d - half]);
+            const float other = hq_attn_biased(x, bias, d < half ? d + half : d - half);
             v = d < half ? v * c - other * s : v * c + other * s;
         }
         dst[d] = __half2float(__float2half(v));
@@ -212,7 +217,9 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
             hq_attn_norm_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, a.q_gamma, a.qk_eps, cos, sin, a.half,
                                    q_s[i], red);
         else
-            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, cos, sin, a.half, q_s[i]);
+            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D,
+                              a.qkv_bias ? a.qkv_bias + (int64_t)(h * a.group + i) * D : nullptr, cos, sin, a.half,
+                              q_s[i]);
     }
     __half *keys = a.keys + (int64_t)h * a.cap * D, *values = a.values + (int64_t)h * a.cap * D;
     if (s == 0) {  /* the new token's key and value: into the cache, and kept here as stored */
@@ -220,10 +227,14 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
             hq_attn_norm_rotate<D>(a.k_new + (int64_t)h * D, a.k_gamma, a.qk_eps, cos, sin, a.half, new_k, red);
             __syncthreads();
         } else {
-            hq_attn_rotate<D>(a.k_new + (int64_t)h * D, cos, sin, a.half, new_k);
+            hq_attn_rotate<D>(a.k_new + (int64_t)h * D,
+                              a.qkv_bias ? a.qkv_bias + (int64_t)(a.group * gridDim.x + h) * D : nullptr, cos, sin,
+                              a.half, new_k);
         }
         for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
-            const __half vh = a.v_new[(int64_t)h * D + d];
+            const __half vh = a.qkv_bias ? __hadd(a.v_new[(int64_t)h * D + d],
+                                                  a.qkv_bias[(int64_t)((a.group + 1) * gridDim.x + h) * D + d])
+                                         : a.v_new[(int64_t)h * D + d];
             keys[pos * D + d] = __float2half(new_k[d]);
             values[pos * D + d] = vh;
             new_v[d] = __half2float(vh);
