@@ -144,8 +144,11 @@ def test_ctrl_c_keeps_the_part_and_the_same_command_resumes(hub, home, real_gguf
     hub.add_repo(REPO, {FILE: real_gguf})
     hub.pause_s = 0.05  # about 20 MiB/s: a few seconds for the whole file
     env = {**os.environ, "HEARTH_HOME": str(home), "HF_ENDPOINT": hub.url}
+    # A job started in the background (nohup … &, some CI runners) inherits SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: the child gets Ctrl-C's default back, as a terminal's foreground job has it.
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "model", "fetch", f"hf:{REPO}/{FILE}"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     part = home / "models" / ".downloads" / (FILE + ".part")
     deadline = time.monotonic() + 60
     while not (part.exists() and part.stat().st_size > 2 << 20):
