@@ -10,6 +10,9 @@
 #                                         # (KERNELS=1: Hearth's kernels only; SUFFIX=-x: names the results apart)
 #   sh bench/cuda_run.sh peer MODEL...    # llama-bench (flash attention on) on the same GGUFs
 #
+# The decode attention: HEARTH_CUDA_ATTENTION=0 (with SUFFIX=-ortattn) times ONNX Runtime's beside Hearth's;
+# HEARTH_CUDA_ATTENTION_FOLD=1 (SUFFIX=-fold) the QK norms and QKV bias folded into it (not yet run on a GPU).
+#
 # llama-bench: llama.cpp as vendored by llama-cpp-python 0.3.36, built on a machine with nvcc 13.0 (no GPU needed):
 #   cmake -B build-cuda -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
 #     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DGGML_CUDA_FA_ALL_QUANTS=OFF -DCMAKE_BUILD_TYPE=Release
