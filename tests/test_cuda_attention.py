@@ -4,6 +4,8 @@ every input it refuses, and the engine's decode steps with it against ONNX Runti
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import pytest
@@ -363,3 +365,33 @@ def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch
     keys = {s: c.export()[0].astype(np.float32) for s, c in caches.items()}
     # later rows come from hidden states the two attentions rounded apart: ~1% of a key's size
     np.testing.assert_allclose(keys["1"], keys["0"], atol=0.01 * np.abs(keys["0"]).max(), rtol=0)
+
+
+@pytest.mark.gpu
+def test_a_decode_session_that_will_not_open_with_hearths_attention_keeps_onnxruntimes(cuda, monkeypatch, tmp_path,
+                                                                                       caplog):
+    """A renamed graph the kernel refuses when the session opens (here a softcap on every node) leaves the decode
+    session on the graph as converted, with a warning, decoding as before."""
+    from engine.model.convert import ensure_converted
+    from engine.runtime.runner import ModelRunner
+
+    spec, precision = ENGINE_SPECS["llama"]
+    path = ensure_converted(write_synthetic_gguf(tmp_path / "l.gguf", spec), precision, tmp_path / "conv").onnx_path
+    rename = cuda_attention._rename
+
+    def refused(model) -> bool:
+        renamed = rename(model)
+        for node in (n for n in model.graph.node if n.op_type == "Attention"):
+            node.attribute.append(onnx.helper.make_attribute("softcap", 30.0))
+        return renamed
+
+    monkeypatch.setattr(cuda_attention, "_rename", refused)
+    with caplog.at_level(logging.WARNING, logger="engine.runtime.cuda_graph"):
+        runner = ModelRunner(path, "cuda", cpu_fallback=False)
+    assert runner.graph.attention == "onnxruntime" and "CUDA decode attention unavailable" in caplog.text
+    monkeypatch.setenv(cuda_attention.ENV_SWITCH, "0")
+    plain = ModelRunner(path, "cuda", cpu_fallback=False)
+    caches = (runner.new_cache(), plain.new_cache())
+    for r, c in zip((runner, plain), caches, strict=True):
+        r.forward([1, 2, 3], c)
+    np.testing.assert_array_equal(runner.forward([4], caches[0]), plain.forward([4], caches[1]))

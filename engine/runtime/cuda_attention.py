@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from engine.runtime import cuda_kernels
+from engine.runtime.native_attention import EXTERNAL_DATA_FOLDER, MAX_INPUTS, UNSUPPORTED_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,8 @@ FOLD_SWITCH = "HEARTH_CUDA_ATTENTION_FOLD"  # =1: fold the QK norms and the QKV 
 OP_TYPE = "Attention"
 HEAD_SIZES = (64, 96, 128, 256)
 MAX_GROUP = 8
-UNSUPPORTED_ATTRIBUTES = ("softcap", "smooth_softmax", "rotary_interleaved", "qk_output")
-MAX_INPUTS = 9  # query, key, value, past key/value, seqlens_k, total length, cos and sin caches
-EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+# Hearth's inputs after GroupQueryAttention's MAX_INPUTS: the QK norms' gains, then the packed Q|K|V's bias.
+Q_GAIN_INPUT, K_GAIN_INPUT, QKV_BIAS_INPUT = MAX_INPUTS, MAX_INPUTS + 1, MAX_INPUTS + 2
 
 
 def unavailable() -> str:
@@ -93,10 +93,11 @@ def _fold_qk_norms(graph, node) -> bool:
     eps = [helper.get_attribute_value(a) for n in (q[2], k[2]) for a in n.attribute if a.name == "epsilon"]
     if len(eps) != 2 or eps[0] != eps[1] or len(q[2].input) < 2 or len(k[2].input) < 2:
         return False
-    inputs = list(node.input) + [""] * (MAX_INPUTS - len(node.input))
+    inputs = list(node.input) + [""] * (K_GAIN_INPUT + 1 - len(node.input))
     inputs[0:3] = [q[0].input[0], "", ""]
+    inputs[Q_GAIN_INPUT], inputs[K_GAIN_INPUT] = q[2].input[1], k[2].input[1]
     del node.input[:]
-    node.input.extend(inputs + [q[2].input[1], k[2].input[1]])
+    node.input.extend(inputs)
     node.attribute.append(helper.make_attribute("qk_norm_eps", float(eps[0])))
     _drop_unread(graph, [q[0], q[2], k[2], *q[3], *k[3]])
     return True
@@ -113,10 +114,10 @@ def _fold_qkv_bias(graph, node) -> bool:
         return False
     if sum(node.input[0] in n.input for n in graph.node) != 1:  # the biased Q|K|V read elsewhere too: keep the Add
         return False
-    inputs = list(node.input) + [""] * (MAX_INPUTS + 2 - len(node.input))
-    inputs[0] = add.input[0]
+    inputs = list(node.input) + [""] * (QKV_BIAS_INPUT + 1 - len(node.input))
+    inputs[0], inputs[QKV_BIAS_INPUT] = add.input[0], add.input[1]
     del node.input[:]
-    node.input.extend(inputs + [add.input[1]])
+    node.input.extend(inputs)
     _drop_unread(graph, [add])
     return True
 
@@ -134,29 +135,37 @@ def _drop_unread(graph, candidates: list) -> None:
             candidates.remove(n)
 
 
-def decode_graph(onnx_path: Path) -> bytes | None:
-    """The graph at ``onnx_path`` with each GroupQueryAttention node the kernel can run renamed to
-    ai.hearth.cuda.Attention, serialized; None when none qualifies (or the KV cache is not fp16)."""
-    import onnx
+def _rename(model) -> bool:
+    """Each GroupQueryAttention node of ``model`` the kernel can run renamed to ai.hearth.cuda.Attention (its Q, K and
+    V preparation folded in where FOLD_SWITCH asks), the domain imported; False (nothing changed) when none qualifies
+    or the KV cache is not fp16."""
     from onnx import helper
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    meta = {p.key: p.value for p in model.metadata_props}
-    if meta.get("hearth.kv_dtype") != "float16":
-        return None
-    fold = os.environ.get(FOLD_SWITCH) == "1"
+    if {p.key: p.value for p in model.metadata_props}.get("hearth.kv_dtype") != "float16":
+        return False
     renamed = []
     for node in model.graph.node:
         if node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft" and _qualifies(node, model.graph):
             node.op_type, node.domain = OP_TYPE, cuda_kernels.DOMAIN
             renamed.append(node)
-    for node in renamed if fold else ():
+    for node in renamed if os.environ.get(FOLD_SWITCH) == "1" else ():
         _fold_qk_norms(model.graph, node) or _fold_qkv_bias(model.graph, node)
-    if not renamed:
-        return None
-    if cuda_kernels.DOMAIN not in {o.domain for o in model.opset_import}:
+    if renamed and cuda_kernels.DOMAIN not in {o.domain for o in model.opset_import}:
         model.opset_import.append(helper.make_opsetid(cuda_kernels.DOMAIN, 1))
-    return model.SerializeToString()
+    return bool(renamed)
+
+
+def _load(onnx_path: Path):
+    import onnx
+
+    return onnx.load(str(onnx_path), load_external_data=False)
+
+
+def decode_graph(onnx_path: Path) -> bytes | None:
+    """The graph at ``onnx_path`` renamed for the decode session (``_rename``), serialized; None when nothing
+    qualifies."""
+    model = _load(onnx_path)
+    return model.SerializeToString() if _rename(model) else None
 
 
 def decode_model(onnx_path: Path, options) -> bytes | None:
@@ -167,13 +176,12 @@ def decode_model(onnx_path: Path, options) -> bytes | None:
     if why:
         log.info("CUDA decode attention: ONNX Runtime's (%s)", why)
         return None
-    model = decode_graph(onnx_path)
-    if model is None:
+    model = _load(onnx_path)
+    runs_matmul_q = cuda_kernels.DOMAIN in {o.domain for o in model.opset_import}  # the runner registered it then
+    if not _rename(model):
         log.info("CUDA decode attention: %s does not qualify; ONNX Runtime's kernel runs", onnx_path.name)
         return None
-    from engine.runtime import native_matmul
-
-    if cuda_kernels.DOMAIN not in native_matmul.graph_domains(onnx_path):
+    if not runs_matmul_q:
         cuda_kernels.register_library(options)
     options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(onnx_path.parent))
-    return model
+    return model.SerializeToString()

@@ -118,6 +118,17 @@ static int64_t int_attribute(const OrtKernelInfo *info, const char *name, int64_
     return value;
 }
 
+/* A float attribute, or ``fallback`` where the node has none. */
+static float float_attribute(const OrtKernelInfo *info, const char *name, float fallback) {
+    float value = fallback;
+    OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, name, &value);
+    if (st) {
+        CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);
+        return fallback;
+    }
+    return value;
+}
+
 /* ---- cuBLAS, found at first use ------------------------------------------------------------------------------- */
 typedef void *CublasHandle;
 typedef int (*CublasCreateFn)(CublasHandle *);
@@ -497,9 +508,7 @@ static OrtStatus *matmul_create(const OrtCustomOp *, const OrtApi *, const OrtKe
                     "not %lld", (long long)numerics);
     }
     kern->numerics = (int)numerics;
-    float eps = 1e-6f;
-    OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "eps", &eps);
-    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);  // no norm in this node, or the default
+    const float eps = float_attribute(info, "eps", 1e-6f);  // absent: no norm in this node, or the default
     if (!(eps > 0.0f)) {
         delete kern;
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.MatMulQ: eps must be positive");
@@ -727,18 +736,12 @@ static OrtStatus *attention_create(const OrtCustomOp *, const OrtApi *, const Or
     if (heads / kv_heads > HQ_ATTN_MAX_GROUP)
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: at most %d query heads a KV head, not %lld",
                     HQ_ATTN_MAX_GROUP, (long long)(heads / kv_heads));
-    float scale = 0.0f, softcap = 0.0f;
-    OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "scale", &scale);
-    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st), scale = 0.0f;
-    st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "softcap", &softcap);
-    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st), softcap = 0.0f;
+    const float scale = float_attribute(info, "scale", 0.0f), softcap = float_attribute(info, "softcap", 0.0f);
     if (int_attribute(info, "rotary_interleaved", 0) || int_attribute(info, "smooth_softmax", 0) || softcap != 0.0f)
         return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: interleaved rotary, smooth softmax and softcap are "
                     "not supported");
     if (!(scale >= 0.0f)) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: scale must not be negative");
-    float qk_eps = 1e-6f;
-    st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, "qk_norm_eps", &qk_eps);
-    if (st) CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st), qk_eps = 1e-6f;
+    const float qk_eps = float_attribute(info, "qk_norm_eps", 1e-6f);
     if (!(qk_eps > 0.0f)) return fail(ORT_INVALID_ARGUMENT, "hearth.cuda.Attention: qk_norm_eps must be positive");
     AttentionKernel *kern = new AttentionKernel();
     kern->heads = (int)heads, kern->kv_heads = (int)kv_heads;

@@ -20,8 +20,7 @@
 #ifndef HEARTH_CUDA_ATTENTION_CUH
 #define HEARTH_CUDA_ATTENTION_CUH
 
-#include <cuda_fp16.h>
-#include <stdint.h>
+#include "hearth_cuda_kernels.cuh"
 
 #define HQ_ATTN_THREADS 128
 #define HQ_ATTN_WARPS (HQ_ATTN_THREADS / 32)
@@ -91,14 +90,9 @@ __device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *bi
     }
 }
 
-/* Σ v over the block's threads, for every thread; `red` holds a float a warp. Ends synchronized, so `red` can be
- * used again at once. */
+/* hq_block_sum, ending synchronized, so `red` (a float a warp) can be used again at once. */
 __device__ __forceinline__ float hq_attn_block_sum(float v, float *red) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < HQ_ATTN_WARPS; w++) total += red[w];
+    const float total = hq_block_sum<HQ_ATTN_WARPS>(v, red);
     __syncthreads();
     return total;
 }
@@ -126,31 +120,13 @@ __device__ __forceinline__ void hq_attn_norm_rotate(const __half *x, const __hal
     }
 }
 
-__device__ __forceinline__ float hq_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float hq_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* n fp16 values to fp32, in the widest loads their alignment allows (a row of V starts 64-byte aligned; a lane's
  * share of it, n values, at a multiple of n). */
 template <int N>
 __device__ __forceinline__ void hq_attn_halves(const __half *src, float (&dst)[N]) {
     if (N % 8 == 0) {
 #pragma unroll
-        for (int c = 0; c < N / 8; c++) {
-            const uint4 u = reinterpret_cast<const uint4 *>(src)[c];
-            const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float2 f = __half22float2(h2[e]);
-                dst[8 * c + 2 * e] = f.x, dst[8 * c + 2 * e + 1] = f.y;
-            }
-        }
+        for (int c = 0; c < N / 8; c++) hq_load8(src + 8 * c, dst + 8 * c);
     } else if (N % 2 == 0) {
 #pragma unroll
         for (int c = 0; c < N / 2; c++) {

@@ -132,14 +132,26 @@ HQ_FN void hq_dispatch(int type, const uint8_t *const row[R], int c0, int c1, in
     }
 }
 
-/* Block-wide sum of one float per thread (HQ_WARPS warps); every thread gets it. */
-__device__ __forceinline__ float hq_block_sum(float v, float *scratch) {
+/* Σ v and max v over a warp's lanes, for every lane. */
+__device__ __forceinline__ float hq_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float hq_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sum of one float per thread (a block of WARPS warps); every thread gets it. */
+template <int WARPS = HQ_WARPS>
+__device__ __forceinline__ float hq_block_sum(float v, float *scratch) {
+    v = hq_warp_sum(v);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
     float total = 0.0f;
-    for (int w = 0; w < HQ_WARPS; w++) total += scratch[w];
+    for (int w = 0; w < WARPS; w++) total += scratch[w];
     return total;
 }
 
@@ -244,8 +256,7 @@ HQ_UNROLL
     for (int m = 0; m < MT; m++)
 HQ_UNROLL
         for (int i = 0; i < R; i++) {
-            float v = acc[m][i];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            const float v = hq_warp_sum(acc[m][i]);
             if (lane == 0) partial[warp][m * R + i] = v;
         }
     __syncthreads();

@@ -318,8 +318,7 @@ __device__ __forceinline__ void hq_warp_write(const float (&acc)[RW][MT], int la
     for (int j = 0; j < RW; j++)
         HQ_UNROLL
         for (int m = 0; m < MT; m++) {
-            float v = acc[j][m];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            const float v = hq_warp_sum(acc[j][m]);
             if (lane == j * MT + m && m < valid && r0 + j < n_total) y[(int64_t)m * n_total + r0 + j] = __float2half(v);
         }
 }
