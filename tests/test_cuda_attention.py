@@ -287,6 +287,12 @@ def test_a_replayed_cuda_graph_takes_each_steps_length_from_the_device(cuda):
     ("a total of 0", {"tot": lambda f: np.array(0, np.int32)}, "does not fit the cache"),
     ("two batch rows", {"sl": lambda f: np.array([3, 3], np.int32)}, "batch size must be 1"),
     ("a query of the wrong width", {"q": lambda f: f["q"][:, :, :-8]}, "the heads need"),
+    ("a past of another KV head count", {"pk": lambda f: f["pk"][:, :1], "pv": lambda f: f["pv"][:, :1]},
+     "past key and value must both be"),
+    ("a past key and value apart in shape", {"pv": lambda f: f["pv"][:, :, :32]}, "past key and value must both be"),
+    ("cos and sin of different widths", {"sin": lambda f: f["sin"][:, :-1]}, "cos and sin caches must be"),
+    ("a rotary wider than the head", {"cos": lambda f: np.tile(f["cos"], 3), "sin": lambda f: np.tile(f["sin"], 3)},
+     "at most half the head"),
 ])
 def test_bad_inputs_are_refused_with_what_is_wrong(cuda, what, change, message):
     feeds = _half(feeds_for(np.random.default_rng(1), 8, 2, 64, 10, 1, 64, half=32))
@@ -295,6 +301,50 @@ def test_bad_inputs_are_refused_with_what_is_wrong(cuda, what, change, message):
     session = _session(attention_model(DOMAIN, 8, 2, 64, half=32, dtype=TensorProto.FLOAT16, free_shapes=True))
     with pytest.raises(Exception, match=message):
         session.run(None, feeds)
+
+
+def _with_inputs(model: bytes, extra: dict, **attrs) -> bytes:
+    """The attention model with Hearth's optional inputs set: {index: (name, shape)}, as free-shaped fp16 inputs."""
+    proto = onnx.load_from_string(model)
+    node = proto.graph.node[0]
+    names = list(node.input) + [""] * (max(extra, default=0) + 1 - len(node.input))
+    for index, (name, shape) in extra.items():
+        names[index] = name
+        proto.graph.input.append(onnx.helper.make_tensor_value_info(name, TensorProto.FLOAT16, shape))
+    del node.input[:]
+    node.input.extend(names)
+    node.attribute.extend(onnx.helper.make_attribute(k, v) for k, v in attrs.items())
+    return proto.SerializeToString()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what, extra, sizes, message", [
+    ("a q gain without a k gain", {9: ("qg", [64])}, {"qg": 64}, "need both gains or neither"),
+    ("gains of the wrong size", {9: ("qg", [None]), 10: ("kg", [None])}, {"qg": 32, "kg": 32}, "must be \\[64\\]"),
+    ("a bias beside the QK norms", {9: ("qg", [64]), 10: ("kg", [64]), 11: ("b", [768])},
+     {"qg": 64, "kg": 64, "b": 768}, "a qkv bias goes with"),
+    ("a bias of the wrong size", {11: ("b", [None])}, {"b": 700}, "a qkv bias goes with"),
+])
+def test_bad_gains_and_biases_are_refused(cuda, what, extra, sizes, message):
+    feeds = _half(feeds_for(np.random.default_rng(5), 8, 2, 64, 10, 1, 64, half=32))
+    feeds.update({name: np.ones(n, np.float16) for name, n in sizes.items()})
+    model = _with_inputs(attention_model(DOMAIN, 8, 2, 64, half=32, dtype=TensorProto.FLOAT16), extra)
+    with pytest.raises(Exception, match=message):
+        _session(model).run(None, feeds)
+
+
+@pytest.mark.gpu
+def test_a_key_without_a_value_and_a_rotary_without_its_tables_are_refused(cuda):
+    feeds = _half(feeds_for(np.random.default_rng(6), 8, 2, 64, 10, 1, 64, packed=False))
+    proto = onnx.load_from_string(attention_model(DOMAIN, 8, 2, 64, packed=False, rotary=False,
+                                                  dtype=TensorProto.FLOAT16))
+    proto.graph.node[0].input[2] = ""
+    del proto.graph.input[[i.name for i in proto.graph.input].index("v")]
+    with pytest.raises(Exception, match="key given without value"):
+        _session(proto.SerializeToString()).run(None, {k: v for k, v in feeds.items() if k != "v"})
+    rotary = attention_model(DOMAIN, 8, 2, 64, packed=False, rotary=False, dtype=TensorProto.FLOAT16, do_rotary=1)
+    with pytest.raises(Exception, match="do_rotary needs cos_cache and sin_cache"):
+        _session(rotary).run(None, feeds)
 
 
 @pytest.mark.gpu
@@ -311,6 +361,8 @@ def test_a_head_size_not_compiled_is_refused_when_it_runs(cuda):
     (6, 4, {}, "must be a positive multiple"),
     (8, 2, {"softcap": 30.0}, "softcap are not supported"),
     (8, 2, {"scale": -1.0}, "scale must not be negative"),
+    (8, 2, {"qk_norm_eps": 0.0}, "qk_norm_eps must be positive"),
+    (8, 2, {"smooth_softmax": 1}, "smooth softmax"),
 ])
 def test_attributes_it_cannot_run_are_refused_when_the_session_opens(cuda, heads, kv, attrs, message):
     with pytest.raises(Exception, match=message):
