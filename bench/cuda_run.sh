@@ -9,9 +9,12 @@
 #   sh bench/cuda_run.sh speed MODEL...   # MODEL: default | gemma | llama3-8b-q4km | qwen2.5-7b-q4km
 #                                         # (KERNELS=1: Hearth's kernels only; SUFFIX=-x: names the results apart)
 #   sh bench/cuda_run.sh peer MODEL...    # llama-bench (flash attention on) on the same GGUFs
+#   sh bench/cuda_run.sh profile MODEL... # every kernel of a decode step at ~1k tokens, timed by ncu (after `speed`)
+#   sh bench/cuda_run.sh window           # the real Gemma in the desktop window on CUDA (needs PySide6: /root/qt)
 #
 # The decode attention: HEARTH_CUDA_ATTENTION=0 (with SUFFIX=-ortattn) times ONNX Runtime's beside Hearth's;
-# HEARTH_CUDA_ATTENTION_FOLD=1 (SUFFIX=-fold) the QK norms and QKV bias folded into it (not yet run on a GPU).
+# HEARTH_CUDA_ATTENTION_FOLD=1 (SUFFIX=-fold) the QK norms and QKV bias folded into it;
+# HEARTH_CUDA_ATTENTION_BLOCKS_PER_SM=n (SUFFIX=-abpsmN) n blocks a multiprocessor for the splits, not 2.
 #
 # llama-bench: llama.cpp as vendored by llama-cpp-python 0.3.36, built on a machine with nvcc 13.0 (no GPU needed):
 #   cmake -B build-cuda -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
@@ -62,6 +65,24 @@ speed)
             tail -12 "$out/gpu-$model-kernels$kernels${SUFFIX:-}.txt"
         done
     done
+    ;;
+profile)
+    for model in "$@"; do
+        timeout 300 python3 bench/gpu_kernels.py --data-dir "$data" --model "$(gguf_of "$model")" --context 1024 \
+            --tool ncu --out "$out/kernels-$model${SUFFIX:-}.json" > "$out/kernels-$model${SUFFIX:-}.txt" 2>&1
+        head -30 "$out/kernels-$model${SUFFIX:-}.txt"
+    done
+    ;;
+window)
+    # PySide6's Core/Gui/Widgets/Network/Test with the offscreen platform and the system libraries they link,
+    # packed here by bench/gpu_qt_bundle.sh (the GPU machine has no Qt and no package index)
+    if [ ! -d /root/qt/site ] && [ -f .gpu/qt.tar.xz ]; then
+        mkdir -p /root/qt && python3 -c "import lzma, tarfile; tarfile.open(fileobj=lzma.open('.gpu/qt.tar.xz')).extractall('/root/qt')"
+        python3 -m pip install -q --root-user-action ignore --no-index --no-deps --target /root/qt/site /root/qt/pytest_qt-*.whl
+    fi
+    PYTHONPATH="/root/qt/site:$PYTHONPATH" LD_LIBRARY_PATH=/root/qt/sys QT_QPA_PLATFORM=offscreen timeout 300 \
+        python3 -m pytest tests/test_gpu.py -k window -q -p no:cacheprovider -rs > "$out/window.txt" 2>&1
+    tail -15 "$out/window.txt"
     ;;
 peer)
     if [ ! -x /root/peer/llama-bench ] && [ -f .gpu/peer/llama-bench.xz ]; then  # carried compressed (41 MB)

@@ -718,13 +718,17 @@ static OrtStatus *attention_compute(void *self, OrtKernelContext *ctx) {
     return cuda_status("Attention", cudaGetLastError());
 }
 
-/* Splits of the past a KV head's keys go to: about two blocks for each multiprocessor in all (128 at most). */
+/* Splits of the past a KV head's keys go to: about two blocks for each multiprocessor in all (128 at most), or
+ * HEARTH_CUDA_ATTENTION_BLOCKS_PER_SM=n per multiprocessor (1-16) for timing more blocks against it. */
 static int attention_splits(int64_t kv_heads) {
     int device = 0, sms = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0)
         sms = 108;
-    const int64_t splits = (2 * sms + kv_heads - 1) / kv_heads;
+    const char *env = getenv("HEARTH_CUDA_ATTENTION_BLOCKS_PER_SM");
+    int64_t per_sm = env && *env ? (int64_t)atoll(env) : 2;
+    per_sm = per_sm < 1 ? 1 : per_sm > 16 ? 16 : per_sm;
+    const int64_t splits = (per_sm * sms + kv_heads - 1) / kv_heads;
     return (int)(splits < 1 ? 1 : splits > HQ_ATTN_MAX_SPLITS ? HQ_ATTN_MAX_SPLITS : splits);
 }
 
