@@ -15,6 +15,7 @@
 # The decode attention: HEARTH_CUDA_ATTENTION=0 (with SUFFIX=-ortattn) times ONNX Runtime's beside Hearth's;
 # HEARTH_CUDA_ATTENTION_FOLD=1 (SUFFIX=-fold) the QK norms and QKV bias folded into it;
 # HEARTH_CUDA_ATTENTION_BLOCKS_PER_SM=n (SUFFIX=-abpsmN) n blocks a multiprocessor for the splits, not 2.
+# HEARTH_CUDA_PDL=0 (SUFFIX=-nopdl): every kernel launched plainly, none starting before the one ahead of it ends.
 #
 # llama-bench: llama.cpp as vendored by llama-cpp-python 0.3.36, built on a machine with nvcc 13.0 (no GPU needed):
 #   cmake -B build-cuda -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \

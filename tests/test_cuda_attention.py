@@ -165,6 +165,12 @@ CASES = {
     "a group of 8, no rotary": (16, 2, 64, 260, 512, True, 0, 0, 0.0),
     "a group of 6, a window longer than the past": (12, 2, 64, 300, 512, True, 32, 1000, 0.0),
     "a window of 1: the new key alone": (8, 2, 64, 40, 64, True, 32, 1, 0.0),
+    # the tile's shapes: two lanes a key row at head size 256, whole tiles of value rows in flight, a merge whose
+    # threads take several items each (and one whose items do not fill the last round), many passes of a split
+    "Qwen2.5-7B's group of 7 over 7,000 keys": (28, 4, 128, 7000, 8192, True, 64, 0, 0.0),
+    "Gemma 3's global layer at 7,000 keys": (4, 1, 256, 7000, 8192, False, 128, 0, 0.0625),
+    "head size 256, a group of 8, a past of 901": (16, 2, 256, 901, 1024, True, 128, 0, 0.0),
+    "head size 96, a group of 8": (16, 2, 96, 500, 512, True, 48, 0, 0.0),
 }
 
 
@@ -417,6 +423,48 @@ def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch
     keys = {s: c.export()[0].astype(np.float32) for s, c in caches.items()}
     # later rows come from hidden states the two attentions rounded apart: ~1% of a key's size
     np.testing.assert_allclose(keys["1"], keys["0"], atol=0.01 * np.abs(keys["0"]).max(), rtol=0)
+
+
+_DECODE_IN_A_CHILD = """
+import sys
+import numpy as np
+from engine.model.convert import ensure_converted
+from engine.model.synthetic import write_synthetic_gguf
+from engine.runtime.runner import ModelRunner
+from tests.test_cuda_attention import ENGINE_SPECS
+spec, precision = ENGINE_SPECS["gemma3"]
+out = sys.argv[1]
+path = ensure_converted(write_synthetic_gguf(out + ".gguf", spec), precision, out + "-conv").onnx_path
+runner = ModelRunner(path, "cuda", cpu_fallback=False)
+cache = runner.new_cache()
+steps = [runner.forward(np.random.default_rng(4).integers(0, runner.config.vocab_size, 300).tolist(), cache)[-1:]]
+for _ in range(12):
+    steps.append(runner.forward([int(np.argmax(steps[-1][-1]))], cache))
+np.save(out + ".npy", np.concatenate(steps).astype(np.float32))
+"""
+
+
+@pytest.mark.gpu
+def test_decode_steps_launched_programmatically_dependent_match_plain_launches(cuda, tmp_path):
+    """HEARTH_CUDA_PDL=0 (read once a process, so in children): the int4-cuda-blocks Gemma 3 layout's decode steps,
+    whose GEMVs, quantizers and attentions start before the kernel ahead of them ends where the GPU can (compute
+    capability 9.0), against the same steps launched plainly: the same logits (the kernels' sums keep their order)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    logits = {}
+    for pdl in ("1", "0"):
+        out = str(tmp_path / f"pdl{pdl}")
+        result = subprocess.run([sys.executable, "-c", _DECODE_IN_A_CHILD, out], capture_output=True, text=True,
+                                env={**os.environ, "HEARTH_CUDA_PDL": pdl}, timeout=300,
+                                cwd=str(Path(__file__).resolve().parent.parent))
+        assert result.returncode == 0, result.stderr[-2000:]
+        logits[pdl] = np.load(out + ".npy")
+    assert logits["1"].shape[0] == 13
+    np.testing.assert_allclose(logits["1"], logits["0"], atol=1e-3 * np.abs(logits["0"]).max(), rtol=0)
+    assert (logits["1"].argmax(-1) == logits["0"].argmax(-1)).all()
 
 
 @pytest.mark.gpu

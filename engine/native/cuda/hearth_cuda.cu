@@ -237,9 +237,9 @@ static void gemv_q8(dim3 grid, size_t shared, int rw, cudaStream_t stream, const
                     int rows, int64_t k, const HqSegments &segs, const HqNorm &norm, __half *y) {
     const dim3 block(HQ_THREADS);
     if (rw == 2)
-        gemv_q8_kernel<MT, 2><<<grid, block, shared, stream>>>(x, x_stride, act, rows, k, segs, norm, y);
+        hq_launch(gemv_q8_kernel<MT, 2>, grid, block, shared, stream, x, x_stride, act, rows, k, segs, norm, y);
     else
-        gemv_q8_kernel<MT, 1><<<grid, block, shared, stream>>>(x, x_stride, act, rows, k, segs, norm, y);
+        hq_launch(gemv_q8_kernel<MT, 1>, grid, block, shared, stream, x, x_stride, act, rows, k, segs, norm, y);
 }
 
 /* The most blocks an 8-bit GEMV over the scratch launches: unset (0), one per 8·RW rows, as measured; with
@@ -263,9 +263,9 @@ template <int MT>
 static void gemv_q8x(dim3 grid, int rw, cudaStream_t stream, const uint8_t *scratch, int rows, int m0, int mt,
                      int64_t k, const HqSegments &segs, __half *y) {
     if (rw == 2)
-        gemv_q8x_kernel<MT, 2><<<grid, HQ_THREADS, 0, stream>>>(scratch, rows, m0, mt, k, segs, y);
+        hq_launch(gemv_q8x_kernel<MT, 2>, grid, dim3(HQ_THREADS), 0, stream, scratch, rows, m0, mt, k, segs, y);
     else
-        gemv_q8x_kernel<MT, 1><<<grid, HQ_THREADS, 0, stream>>>(scratch, rows, m0, mt, k, segs, y);
+        hq_launch(gemv_q8x_kernel<MT, 1>, grid, dim3(HQ_THREADS), 0, stream, scratch, rows, m0, mt, k, segs, y);
 }
 
 /* The 8-bit GEMV with x quantized once into the node's scratch output (q8_quantize_kernel, the norm or act
@@ -274,7 +274,7 @@ static OrtStatus *launch_gemv_q8x(const __half *x, int64_t x_stride, int act, in
                                   const HqSegments &segs, const HqNorm &norm, uint8_t *scratch, __half *y,
                                   cudaStream_t stream) {
     const dim3 slices((unsigned)((k + HQ_Q8_SLICE - 1) / HQ_Q8_SLICE), (unsigned)rows);
-    q8_quantize_kernel<<<slices, HQ_THREADS, 0, stream>>>(x, x_stride, act, k, norm, rows, scratch);
+    hq_launch(q8_quantize_kernel, slices, dim3(HQ_THREADS), 0, stream, x, x_stride, act, k, norm, rows, scratch);
     const int64_t n_total = segs.total;
     const int rw = n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
     const int64_t per_block = (int64_t)HQ_WARPS * rw;

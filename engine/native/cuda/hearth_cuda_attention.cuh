@@ -68,76 +68,94 @@ __device__ __forceinline__ int hq_attn_range(int64_t lo, int64_t pos, int splits
     return used;
 }
 
-/* x (D values, fp16) rotated at one position into dst, rounded to fp16 as a rotated row is stored (the cache's
- * keys; ONNX Runtime's rotary kernel writes q so too): pairs (i, i + half) for i < half, the dimensions past 2·half
- * as they are. Threads of the block take dimensions in turn. */
+/* x[d] (+ bias[d]) as fp32, rounded as the graph's fp16 Add stores it where there is a bias (Qwen2's). */
 __device__ __forceinline__ float hq_attn_biased(const __half *x, const __half *bias, int d) {
-    return __half2float(bias ? __hadd(x[d], bias[d]) : x[d]);  /* rounded as the graph's fp16 Add stores it */
+    return __half2float(bias ? __hadd(x[d], bias[d]) : x[d]);
 }
 
+/* Rows rows[0 .. n) of D values (the G query heads, and the new key in split 0), as loaded into shared memory:
+ * RMS-normed with their gain where it is set (Gemma 3's and Qwen3's per-head QK norms, each row rounded to fp16 as
+ * the graph's norm node stores it), then rotated at one position (pairs (i, i + half) for i < half, the dimensions
+ * past 2·half as they are) and rounded to fp16 as a rotated row is stored (the cache's keys; ONNX Runtime's rotary
+ * kernel writes q so too). Every thread of the block calls it, after the barrier that made the rows visible; they
+ * are ready after its last barrier. The rows' loads were all in flight at once before: a row at a time cost a memory
+ * round trip a head. */
 template <int D>
-__device__ __forceinline__ void hq_attn_rotate(const __half *x, const __half *bias, const __half *cos,
-                                               const __half *sin, int half, float *dst) {
-    for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
-        float v = hq_attn_biased(x, bias, d);
-        if (d < 2 * half) {
-            const int i = d < half ? d : d - half;
-            const float c = __half2float(cos[i]), s = __half2float(sin[i]);
-            const float other = hq_attn_biased(x, bias, d < half ? d + half : d - half);
-            v = d < half ? v * c - other * s : v * c + other * s;
+__device__ __forceinline__ const __half *hq_attn_gain(int r, int heads, int group, const __half *q_gamma,
+                                                      const __half *k_gamma) {
+    return r < heads ? (r < group ? q_gamma : nullptr) : k_gamma;  /* a head of zeros past the group: none */
+}
+
+/* rows: [n][D], the kernel's G query heads (`group` of them real) then, in split 0, the new key. */
+template <int D>
+__device__ __forceinline__ void hq_attn_prepare(float (*rows)[D], int n, int heads, int group, const __half *q_gamma,
+                                                const __half *k_gamma, float eps, const __half *cos,
+                                                const __half *sin, int half, float *scale_s) {
+    if (q_gamma || k_gamma) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        for (int r = warp; r < n; r += HQ_ATTN_WARPS) {  /* a warp a row's sum of squares */
+            float squares = 0.0f;
+            for (int d = lane; d < D; d += 32) squares += rows[r][d] * rows[r][d];
+            squares = hq_warp_sum(squares);
+            if (lane == 0) scale_s[r] = rsqrtf(squares / (float)D + eps);
         }
-        dst[d] = __half2float(__float2half(v));
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < n * D; idx += HQ_ATTN_THREADS) {
+            const int r = idx / D, d = idx % D;
+            const __half *gamma = hq_attn_gain<D>(r, heads, group, q_gamma, k_gamma);
+            if (gamma) rows[r][d] = __half2float(__float2half(rows[r][d] * scale_s[r] * __half2float(gamma[d])));
+        }
+        __syncthreads();
     }
-}
-
-/* hq_block_sum, ending synchronized, so `red` (a float a warp) can be used again at once. */
-__device__ __forceinline__ float hq_attn_block_sum(float v, float *red) {
-    const float total = hq_block_sum<HQ_ATTN_WARPS>(v, red);
+    if (half > 0) {
+        for (int idx = threadIdx.x; idx < n * half; idx += HQ_ATTN_THREADS) {  /* a thread a pair, in place */
+            const int r = idx / half, i = idx % half;
+            const float c = __half2float(cos[i]), s = __half2float(sin[i]), x1 = rows[r][i], x2 = rows[r][i + half];
+            rows[r][i] = __half2float(__float2half(x1 * c - x2 * s));
+            rows[r][i + half] = __half2float(__float2half(x2 * c + x1 * s));
+        }
+    }
     __syncthreads();
-    return total;
 }
 
-/* hq_attn_rotate's row after a per-head RMSNorm with gain gamma, rounded to fp16 as the graph's
- * SimplifiedLayerNormalization stores it: normed into dst, then each thread rotates whole pairs in place. Every
- * thread of the block calls it; dst is ready after the caller's next barrier. */
-template <int D>
-__device__ __forceinline__ void hq_attn_norm_rotate(const __half *x, const __half *gamma, float eps,
-                                                    const __half *cos, const __half *sin, int half, float *dst,
-                                                    float *red) {
-    float squares = 0.0f;
-    for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
-        const float v = __half2float(x[d]);
-        squares += v * v;
-    }
-    const float scale = rsqrtf(hq_attn_block_sum(squares, red) / (float)D + eps);
-    for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS)
-        dst[d] = __half2float(__float2half(__half2float(x[d]) * scale * __half2float(gamma[d])));
-    __syncthreads();
-    for (int i = threadIdx.x; i < half; i += HQ_ATTN_THREADS) {
-        const float c = __half2float(cos[i]), s = __half2float(sin[i]), x1 = dst[i], x2 = dst[i + half];
-        dst[i] = __half2float(__float2half(x1 * c - x2 * s));
-        dst[i + half] = __half2float(__float2half(x2 * c + x1 * s));
-    }
-}
-
-/* n fp16 values to fp32, in the widest loads their alignment allows (a row of V starts 64-byte aligned; a lane's
- * share of it, n values, at a multiple of n). */
+/* A lane's N dimensions of one value row, held as loaded (fp16, in the widest loads their alignment allows: a row
+ * of V starts 64-byte aligned, a lane's share at a multiple of N values) so a whole tile's rows fit the registers
+ * with their loads in flight at once; read out as fp32. */
 template <int N>
-__device__ __forceinline__ void hq_attn_halves(const __half *src, float (&dst)[N]) {
-    if (N % 8 == 0) {
+struct HqAttnRow {
+    __half h[N];
+    __device__ __forceinline__ void load(const __half *src) {
 #pragma unroll
-        for (int c = 0; c < N / 8; c++) hq_load8(src + 8 * c, dst + 8 * c);
-    } else if (N % 2 == 0) {
-#pragma unroll
-        for (int c = 0; c < N / 2; c++) {
-            const float2 f = __half22float2(reinterpret_cast<const __half2 *>(src)[c]);
-            dst[2 * c] = f.x, dst[2 * c + 1] = f.y;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < N; e++) dst[e] = __half2float(src[e]);
+        for (int e = 0; e < N; e++) h[e] = src[e];
     }
-}
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int e = 0; e < N; e++) h[e] = __float2half(0.0f);
+    }
+    __device__ __forceinline__ float at(int e) const { return __half2float(h[e]); }
+};
+
+template <int N, typename W>
+struct HqAttnWords {  /* N halves as one 4-, 8- or 16-byte word */
+    union {
+        W w;
+        __half2 h2[N / 2];
+    };
+    __device__ __forceinline__ void load(const __half *src) { w = *reinterpret_cast<const W *>(src); }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int e = 0; e < N / 2; e++) h2[e] = __float2half2_rn(0.0f);
+    }
+    __device__ __forceinline__ float at(int e) const {
+        return e % 2 ? __high2float(h2[e / 2]) : __low2float(h2[e / 2]);
+    }
+};
+template <>
+struct HqAttnRow<2> : HqAttnWords<2, unsigned> {};
+template <>
+struct HqAttnRow<4> : HqAttnWords<4, uint2> {};
+template <>
+struct HqAttnRow<8> : HqAttnWords<8, uint4> {};
 
 /* One warp's running softmax over the keys it has seen, for the G heads: the max m, the total l of e^(score - m),
  * and this lane's D/32 dimensions of Σ e^(score - m)·v. */
@@ -147,15 +165,15 @@ struct HqAttnState {
 };
 
 /* Takes in a tile's scores, sc (this lane's key's; NEG where it has none), which become p = e^(sc - m') against the
- * new max m'. */
+ * new max m'; a key scored by several lanes is counted in the total by one (`counted`). */
 template <int D, int G>
-__device__ __forceinline__ void hq_attn_rescale(HqAttnState<D, G> &st, float (&sc)[G], bool valid) {
+__device__ __forceinline__ void hq_attn_rescale(HqAttnState<D, G> &st, float (&sc)[G], bool valid, bool counted) {
 #pragma unroll
     for (int i = 0; i < G; i++) {
         const float top = fmaxf(st.m[i], hq_warp_max(sc[i]));
         const float fix = __expf(st.m[i] - top);
         sc[i] = valid ? __expf(sc[i] - top) : 0.0f;
-        st.l[i] = st.l[i] * fix + hq_warp_sum(sc[i]);
+        st.l[i] = st.l[i] * fix + hq_warp_sum(counted ? sc[i] : 0.0f);
         st.m[i] = top;
 #pragma unroll
         for (int v = 0; v < D / 32; v++) st.acc[i][v] *= fix;
@@ -166,12 +184,16 @@ template <int D, int G>
 __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAttnArgs a) {
     constexpr int VD = D / 32;  /* the dimensions of V a lane sums */
     static_assert(D % 32 == 0 && D >= 64, "the merge reuses warp_acc for 2 x 128 x G floats");
-    __shared__ __align__(16) float q_s[G][D];
-    __shared__ float new_k[D], new_v[D];
+    __shared__ __align__(16) float qk_s[G + 1][D];  /* the G query heads, then the new key (split 0) */
+    __shared__ float new_v[D];
     __shared__ float warp_m[HQ_ATTN_WARPS][G], warp_l[HQ_ATTN_WARPS][G];
     __shared__ float warp_acc[HQ_ATTN_WARPS][G][D];
     __shared__ int last;
-    __shared__ float red[HQ_ATTN_WARPS];
+    __shared__ float row_scale[G + 1];
+    float(*q_s)[D] = qk_s;
+    float *new_k = qk_s[G];
+    hq_pdl_wait();  /* q and the new key and value come from the launch before */
+    hq_pdl_release();
     const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t pos = a.seqlens[0];
     __half *out = a.out + (int64_t)h * a.group * D;
@@ -185,38 +207,27 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
     const int used = hq_attn_range(lo, pos, a.splits, s, &k0, &k1);
     if (s >= used) return;
     const __half *cos = a.half ? a.cos + pos * a.half : nullptr, *sin = a.half ? a.sin + pos * a.half : nullptr;
-#pragma unroll
-    for (int i = 0; i < G; i++) {
-        if (i >= a.group)  /* a head the group lacks: scored as zeros, never written */
-            for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) q_s[i][d] = 0.0f;
-        else if (a.q_gamma)
-            hq_attn_norm_rotate<D>(a.q + (int64_t)(h * a.group + i) * D, a.q_gamma, a.qk_eps, cos, sin, a.half,
-                                   q_s[i], red);
-        else
-            hq_attn_rotate<D>(a.q + (int64_t)(h * a.group + i) * D,
-                              a.qkv_bias ? a.qkv_bias + (int64_t)(h * a.group + i) * D : nullptr, cos, sin, a.half,
-                              q_s[i]);
-    }
     __half *keys = a.keys + (int64_t)h * a.cap * D, *values = a.values + (int64_t)h * a.cap * D;
-    if (s == 0) {  /* the new token's key and value: into the cache, and kept here as stored */
-        if (a.k_gamma) {
-            hq_attn_norm_rotate<D>(a.k_new + (int64_t)h * D, a.k_gamma, a.qk_eps, cos, sin, a.half, new_k, red);
-            __syncthreads();
-        } else {
-            hq_attn_rotate<D>(a.k_new + (int64_t)h * D,
-                              a.qkv_bias ? a.qkv_bias + (int64_t)(a.group * gridDim.x + h) * D : nullptr, cos, sin,
-                              a.half, new_k);
-        }
+    /* Every row this block needs, loaded at once (q's heads; the new key and value in split 0). */
+    const __half *bias = a.qkv_bias;
+    for (int idx = threadIdx.x; idx < G * D; idx += HQ_ATTN_THREADS) {
+        const int i = idx / D, d = idx % D;
+        const int64_t at = (int64_t)(h * a.group + i) * D;
+        q_s[i][d] = i < a.group ? hq_attn_biased(a.q + at, bias ? bias + at : nullptr, d) : 0.0f;
+    }
+    if (s == 0)
         for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) {
-            const __half vh = a.qkv_bias ? __hadd(a.v_new[(int64_t)h * D + d],
-                                                  a.qkv_bias[(int64_t)((a.group + 1) * gridDim.x + h) * D + d])
-                                         : a.v_new[(int64_t)h * D + d];
-            keys[pos * D + d] = __float2half(new_k[d]);
+            new_k[d] = hq_attn_biased(a.k_new + (int64_t)h * D, bias ? bias + (int64_t)(a.group * gridDim.x + h) * D : nullptr, d);
+            const __half vh = bias ? __hadd(a.v_new[(int64_t)h * D + d], bias[(int64_t)((a.group + 1) * gridDim.x + h) * D + d])
+                                   : a.v_new[(int64_t)h * D + d];
             values[pos * D + d] = vh;
             new_v[d] = __half2float(vh);
         }
-    }
     __syncthreads();
+    hq_attn_prepare<D>(qk_s, s == 0 ? G + 1 : G, G, a.group, a.q_gamma, a.k_gamma, a.qk_eps, cos, sin, a.half,
+                       row_scale);
+    if (s == 0)  /* the new key into the cache, as stored */
+        for (int d = threadIdx.x; d < D; d += HQ_ATTN_THREADS) keys[pos * D + d] = __float2half(new_k[d]);
 
     HqAttnState<D, G> st;
 #pragma unroll
@@ -225,60 +236,69 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
 #pragma unroll
         for (int v = 0; v < VD; v++) st.acc[i][v] = 0.0f;
     }
-    /* Tiles of 32 keys, the warps taking them in turn: lane j scores key t0 + j against the G heads (a whole key
-     * row, 16 bytes a load, up to 16 loads in flight), then every lane adds its D/32 dimensions of the tile's values,
-     * weighted, VB rows' loads in flight at a time (a decode step's attention waits on memory, not arithmetic: one
-     * row at a time made SmolLM2's step at 8k 1.4× slower than ONNX Runtime's kernels, H100, 2026-12-07). */
-    constexpr int VB = VD <= 2 ? 32 : VD <= 4 ? 16 : 8;
-    for (int64_t t0 = k0 + 32 * warp; t0 < k1; t0 += 32 * HQ_ATTN_WARPS) {
-        const int64_t j = t0 + lane;
+    /* Tiles of TK keys, the warps taking them in turn: KL lanes score key t0 + lane / KL against the G heads (their
+     * D / KL dimensions of the row, 16 bytes a load, all in flight), then every lane adds its D/32 dimensions of the
+     * tile's values, weighted, the tile's rows loaded at once (a decode step's attention waits on memory round
+     * trips, not arithmetic: V a row at a time made SmolLM2's step at 8k 1.4× slower than ONNX Runtime's kernels;
+     * eight rows at a time left four round trips a 32-key tile, and the 8B's attention at 21.6 µs a layer, H100,
+     * 2026-12-07). Head size 256 takes two lanes a key, so a lane's share of a row fits the registers. */
+    constexpr int KL = D == 256 ? 2 : 1, TK = 32 / KL, KW = D / KL;
+    constexpr int VB = D == 96 ? 16 : TK;  /* value rows in flight: up to 64 registers of them */
+    const int part = lane % KL;
+    for (int64_t t0 = k0 + TK * warp; t0 < k1; t0 += TK * HQ_ATTN_WARPS) {
+        const int64_t j = t0 + lane / KL;
         const bool valid = j < k1;
         float sc[G];
 #pragma unroll
         for (int i = 0; i < G; i++) sc[i] = 0.0f;
         if (valid) {
-            const uint4 *row = reinterpret_cast<const uint4 *>(keys + j * D);
-#pragma unroll(D <= 128 ? D / 8 : 8)
-            for (int c = 0; c < D / 8; c++) {
-                const uint4 u = row[c];
-                const __half2 *h2 = reinterpret_cast<const __half2 *>(&u);
+            const uint4 *row = reinterpret_cast<const uint4 *>(keys + j * D + part * KW);
+            uint4 raw[KW / 8];
+#pragma unroll
+            for (int c = 0; c < KW / 8; c++) raw[c] = row[c];
+#pragma unroll
+            for (int c = 0; c < KW / 8; c++) {
+                const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw[c]);
                 float k8[8];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float2 f = __half22float2(h2[e]);
                     k8[2 * e] = f.x, k8[2 * e + 1] = f.y;
                 }
+                const int col = part * KW + 8 * c;
 #pragma unroll
                 for (int i = 0; i < G; i++) {  /* q read as float4s: a quarter of the shared-memory loads */
-                    const float4 qa = *reinterpret_cast<const float4 *>(&q_s[i][8 * c]);
-                    const float4 qb = *reinterpret_cast<const float4 *>(&q_s[i][8 * c + 4]);
+                    const float4 qa = *reinterpret_cast<const float4 *>(&q_s[i][col]);
+                    const float4 qb = *reinterpret_cast<const float4 *>(&q_s[i][col + 4]);
                     sc[i] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] + qb.x * k8[4] + qb.y * k8[5] +
                              qb.z * k8[6] + qb.w * k8[7];
                 }
             }
         }
 #pragma unroll
-        for (int i = 0; i < G; i++) sc[i] = valid ? sc[i] * a.scale : HQ_ATTN_NEG;
-        hq_attn_rescale<D, G>(st, sc, valid);  /* sc now p, 0 past the tile's keys */
-        const int count = k1 - t0 < 32 ? (int)(k1 - t0) : 32;
+        for (int i = 0; i < G; i++) {
+#pragma unroll
+            for (int o = 1; o < KL; o <<= 1) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], o);
+            sc[i] = valid ? sc[i] * a.scale : HQ_ATTN_NEG;
+        }
+        hq_attn_rescale<D, G>(st, sc, valid, part == 0);  /* sc now p, 0 past the tile's keys */
+        const int count = k1 - t0 < TK ? (int)(k1 - t0) : TK;
         for (int b0 = 0; b0 < count; b0 += VB) {
-            float v[VB][VD];
+            HqAttnRow<VD> v[VB];
 #pragma unroll
             for (int u = 0; u < VB; u++) {
-                if (b0 + u < count) {
-                    hq_attn_halves<VD>(values + (t0 + b0 + u) * D + lane * VD, v[u]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < VD; e++) v[u][e] = 0.0f;  /* past the keys: weight 0, and no NaN to meet */
-                }
+                if (b0 + u < count)
+                    v[u].load(values + (t0 + b0 + u) * D + lane * VD);
+                else
+                    v[u].zero();  /* past the keys: weight 0, and no NaN to meet */
             }
 #pragma unroll
             for (int u = 0; u < VB; u++)
 #pragma unroll
                 for (int i = 0; i < G; i++) {
-                    const float p = __shfl_sync(0xffffffffu, sc[i], b0 + u);
+                    const float p = __shfl_sync(0xffffffffu, sc[i], (b0 + u) * KL);
 #pragma unroll
-                    for (int e = 0; e < VD; e++) st.acc[i][e] += p * v[u][e];
+                    for (int e = 0; e < VD; e++) st.acc[i][e] += p * v[u].at(e);
                 }
         }
     }
@@ -358,41 +378,50 @@ __global__ void __launch_bounds__(HQ_ATTN_THREADS) attention_decode_kernel(HqAtt
         if (lane == 0) warp_l[0][i] = total > 0.0f ? 1.0f / total : 0.0f;
     }
     __syncthreads();
-    /* Σ_p w_p acc_p, four dimensions a load: the block's threads take (head, 4 dimensions) items, and where there are
-     * fewer items than threads, SLICES threads share an item's splits, their sums then added in shared memory. Every
-     * load is independent: the merge waits on a few round trips, not on `used` of them. */
+    /* Σ_p w_p acc_p, four dimensions a load: the block's threads take (head, 4 dimensions) items, PER of them each
+     * at once, and where there are fewer items than threads, SLICES threads share an item's splits, their sums then
+     * added in shared memory. Every load is independent, 16 in flight a thread: the merge waits on a few round trips,
+     * not on `used` of them. */
     constexpr int ITEMS = G * D / 4;
     constexpr int SLICES = ITEMS >= HQ_ATTN_THREADS ? 1 : HQ_ATTN_THREADS / ITEMS;
+    constexpr int LANES = HQ_ATTN_THREADS / SLICES, PER = (ITEMS + LANES - 1) / LANES;
+    constexpr int AHEAD = PER >= 16 ? 1 : 16 / PER;
     __shared__ float4 slice_sums[HQ_ATTN_THREADS];
-    for (int base = 0; base < ITEMS; base += HQ_ATTN_THREADS / SLICES) {
-        const int item = base + threadIdx.x % (HQ_ATTN_THREADS / SLICES), slice = threadIdx.x / (HQ_ATTN_THREADS / SLICES);
-        const int i = item / (D / 4), d = item % (D / 4) * 4;
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (item < ITEMS) {
-#pragma unroll 8
-            for (int p = slice; p < used; p += SLICES) {
+    const int slice = threadIdx.x / LANES;
+    float4 sum[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) sum[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll(AHEAD)
+    for (int p = slice; p < used; p += SLICES)
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int item = threadIdx.x % LANES + k * LANES, i = item / (D / 4), d = item % (D / 4) * 4;
+            if (item < ITEMS) {
                 const float w = weight[p * G + i];
                 const float4 v = __ldcg(reinterpret_cast<const float4 *>(all + (p * G + i) * HQ_ATTN_ROW(D) + d));
-                sum.x += w * v.x, sum.y += w * v.y, sum.z += w * v.z, sum.w += w * v.w;
+                sum[k].x += w * v.x, sum[k].y += w * v.y, sum[k].z += w * v.z, sum[k].w += w * v.w;
             }
         }
-        if (SLICES > 1) {
-            __syncthreads();
-            slice_sums[threadIdx.x] = sum;
-            __syncthreads();
-            if (slice == 0)
-                for (int o = 1; o < SLICES; o++) {
-                    const float4 more = slice_sums[threadIdx.x + o * (HQ_ATTN_THREADS / SLICES)];
-                    sum.x += more.x, sum.y += more.y, sum.z += more.z, sum.w += more.w;
-                }
-        }
-        if (slice == 0 && item < ITEMS && i < a.group) {
-            const float inv = warp_l[0][i];
-            __half *o = out + i * D + d;
-            o[0] = __float2half(sum.x * inv), o[1] = __float2half(sum.y * inv);
-            o[2] = __float2half(sum.z * inv), o[3] = __float2half(sum.w * inv);
-        }
+    if (SLICES > 1) {  /* then PER is 1 */
+        slice_sums[threadIdx.x] = sum[0];
+        __syncthreads();
+        if (slice == 0)
+            for (int o = 1; o < SLICES; o++) {
+                const float4 more = slice_sums[threadIdx.x + o * LANES];
+                sum[0].x += more.x, sum[0].y += more.y, sum[0].z += more.z, sum[0].w += more.w;
+            }
     }
+    if (slice == 0)
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int item = threadIdx.x + k * LANES, i = item / (D / 4), d = item % (D / 4) * 4;
+            if (item < ITEMS && i < a.group) {
+                const float inv = warp_l[0][i];
+                __half *o = out + i * D + d;
+                o[0] = __float2half(sum[k].x * inv), o[1] = __float2half(sum[k].y * inv);
+                o[2] = __float2half(sum[k].z * inv), o[3] = __float2half(sum[k].w * inv);
+            }
+        }
     if (threadIdx.x == 0) a.done[h] = 0;  /* for the next step's launch, which follows this one on the stream */
 }
 
@@ -408,10 +437,10 @@ __host__ __forceinline__ int hq_attn_group_width(int group) { return group <= 2 
 template <int D>
 static void hq_attn_launch_d(dim3 grid, const HqAttnArgs &a, cudaStream_t stream) {
     switch (hq_attn_group_width(a.group)) {
-    case 1: attention_decode_kernel<D, 1><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
-    case 2: attention_decode_kernel<D, 2><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
-    case 4: attention_decode_kernel<D, 4><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
-    default: attention_decode_kernel<D, 8><<<grid, HQ_ATTN_THREADS, 0, stream>>>(a); break;
+    case 1: hq_launch(attention_decode_kernel<D, 1>, grid, dim3(HQ_ATTN_THREADS), 0, stream, a); break;
+    case 2: hq_launch(attention_decode_kernel<D, 2>, grid, dim3(HQ_ATTN_THREADS), 0, stream, a); break;
+    case 4: hq_launch(attention_decode_kernel<D, 4>, grid, dim3(HQ_ATTN_THREADS), 0, stream, a); break;
+    default: hq_launch(attention_decode_kernel<D, 8>, grid, dim3(HQ_ATTN_THREADS), 0, stream, a); break;
     }
 }
 

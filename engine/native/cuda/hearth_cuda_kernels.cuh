@@ -13,6 +13,8 @@
 #ifndef HEARTH_CUDA_KERNELS_CUH
 #define HEARTH_CUDA_KERNELS_CUH
 
+#include <cstdlib>
+
 #include "hearth_cuda_blocks.cuh"
 
 #define HQ_THREADS 256       /* threads of a GEMV block, sharing its rows' chunks */
@@ -40,6 +42,64 @@ struct HqSegments {
     int count;
     int64_t total;  /* start[count], set by the host: indexing by count in a kernel puts the struct in local memory */
 };
+
+/* Programmatic dependent launch (compute capability 9.0 and later; hq_launch): a kernel launched so may start
+ * while the one before it on the stream is still running, and must wait (hq_pdl_wait) before it reads what that one
+ * writes or writes anything at all (ONNX Runtime reuses buffers, so a write could land in one still being read).
+ * Before the wait it may only read weights: a GEMV pulls its rows into L2 there, so its loads overlap the previous
+ * kernel's tail and the launch between them (a decode step of the 8B is 293 launches). Each kernel lets the next
+ * one launch (hq_pdl_release) once it is past its own wait, so at most two kernels are resident at a time. Both are
+ * no-ops on older GPUs and where the kernel was launched plainly. */
+__device__ __forceinline__ void hq_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void hq_pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* `bytes` from p into L2, a 128-byte line a lane in turn (no registers held, nothing waited on). */
+__device__ __forceinline__ void hq_prefetch_l2(const uint8_t *p, int64_t bytes, int lane, int lanes) {
+    for (int64_t off = (int64_t)lane * 128; off < bytes; off += (int64_t)lanes * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
+#ifdef __CUDACC__
+/* Whether hq_launch launches programmatically dependent: on GPUs of compute capability 9.0 and later, unless
+ * HEARTH_CUDA_PDL=0. Read once. */
+static inline bool hq_pdl_on() {
+    static const bool on = [] {
+        const char *env = getenv("HEARTH_CUDA_PDL");
+        if (env && env[0] == '0' && env[1] == '\0') return false;
+        int device = 0, major = 0;
+        return cudaGetDevice(&device) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+    }();
+    return on;
+}
+
+/* kernel<<<grid, block, shared, stream>>>(args...), allowed to start before the kernel ahead of it on the stream
+ * ends where hq_pdl_on (the kernel then calls hq_pdl_wait first). An error is left for cudaGetLastError. */
+template <typename... Params, typename... Args>
+static inline void hq_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+                             Args... args) {
+    if (!hq_pdl_on()) {
+        kernel<<<grid, block, shared, stream>>>(args...);
+        return;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = shared, config.stream = stream;
+    config.attrs = attr, config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+#endif
 
 __device__ __forceinline__ float hq_act(int act, float g) {
     if (act == HQ_ACT_SILU) return g / (1.0f + __expf(-g));

@@ -296,6 +296,8 @@ __host__ __device__ __forceinline__ int64_t hq_q8_row_bytes(int64_t k) { return 
 __global__ void __launch_bounds__(HQ_THREADS) q8_quantize_kernel(const __half *__restrict__ x, int64_t x_stride,
                                                                  int act, int64_t k_total, HqNorm norm, int rows,
                                                                  uint8_t *__restrict__ scratch) {
+    hq_pdl_wait();
+    hq_pdl_release();
     const int m = blockIdx.y;
     int8_t *xq = reinterpret_cast<int8_t *>(scratch) + (int64_t)m * k_total;
     float *xd = reinterpret_cast<float *>(scratch + rows * k_total) + (int64_t)m * (k_total / 32);
@@ -307,6 +309,18 @@ __global__ void __launch_bounds__(HQ_THREADS) q8_quantize_kernel(const __half *_
     const int64_t col = (int64_t)blockIdx.x * HQ_Q8_SLICE + 8 * (int64_t)threadIdx.x;
     hq_q8_quantize8(row, skip, norm.gamma, scale, act, k_total, col, col < k_total, xq + col, xd + col / 32,
                     xs + col / 16);
+}
+
+/* Rows r0 .. r0 + RW - 1 (those that exist) into L2 by a warp's lanes, before the GEMV waits for x (hq_pdl_wait). */
+template <int RW>
+__device__ __forceinline__ void hq_q8_prefetch(const HqSegments &segs, int64_t r0, int64_t k_total, int lane) {
+    const uint8_t *row[RW];
+    int type[RW];
+    hq_locate<RW>(segs, r0, row, type);
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++)
+        if (r0 + j < segs.total)
+            hq_prefetch_l2(row[j], k_total / hq_block_weights(type[j]) * hq_block_bytes(type[j]), lane, 32);
 }
 
 /* A warp's sums for its RW output rows r0 .. against MT rows of x, added over its lanes; lane j·MT + m writes
@@ -342,6 +356,9 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__r
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n_total = segs.total, stride = (int64_t)gridDim.x * HQ_WARPS * RW;
+    hq_q8_prefetch<RW>(segs, ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW, k_total, lane);
+    hq_pdl_wait();
+    hq_pdl_release();
     /* A grid of one block per 8·RW rows takes this loop once; a smaller one (HEARTH_CUDA_GEMV_BLOCKS_PER_SM, to be
      * timed against it) walks the rows with fewer, longer-lived warps. */
     for (int64_t r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW; r0 < n_total; r0 += stride) {
@@ -378,6 +395,9 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8_kernel(const __half *__res
     const uint8_t *row[RW];
     int type[RW];
     hq_locate<RW>(segs, r0, row, type);
+    hq_q8_prefetch<RW>(segs, r0, k_total, lane);
+    hq_pdl_wait();
+    hq_pdl_release();
     float acc[RW][MT];
     HQ_UNROLL
     for (int j = 0; j < RW; j++)
