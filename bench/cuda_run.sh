@@ -92,7 +92,7 @@ peer)
         chmod +x /root/peer/llama-bench
     fi
     for model in "$@"; do
-        timeout 300 /root/peer/llama-bench -m "$(gguf_of "$model")" -fa 1 -ngl 99 -p 512 -n 128 -d 0,1024,8000 -r 3 \
+        timeout 300 /root/peer/llama-bench -m "$(gguf_of "$model")" -fa 1 -ngl 99 -p 512 -n 128 -d 1024,8000 -r 3 \
             -o md > "$out/llama-bench-$model.md" 2>&1
         cat "$out/llama-bench-$model.md"
     done
