@@ -97,6 +97,20 @@ def test_the_qk_norms_fold_into_the_attention_only_when_asked(tmp_path, monkeypa
         assert [a.f for a in node.attribute if a.name == "qk_norm_eps"] == [pytest.approx(1e-5)]  # the GGUF's
 
 
+def test_the_fold_is_the_default(tmp_path, monkeypatch):
+    """With HEARTH_CUDA_ATTENTION_FOLD unset the decode graph folds Gemma 3's QK norms in, as "1" does."""
+    from engine.model.convert import ensure_converted
+
+    _, folded = _decode_ops(tmp_path, monkeypatch, "gemma3", fold=True)
+    _, plain = _decode_ops(tmp_path, monkeypatch, "gemma3", fold=False)
+    monkeypatch.delenv(cuda_attention.FOLD_SWITCH)
+    spec, precision = ENGINE_SPECS["gemma3"]
+    path = ensure_converted(tmp_path / "gemma3.gguf", precision, tmp_path / "conv").onnx_path  # converted above
+    default = onnx.load_from_string(cuda_attention.decode_graph(path))
+    assert [n.op_type for n in default.graph.node] == [n.op_type for n in folded.graph.node]
+    assert len(default.graph.node) < len(plain.graph.node)
+
+
 def test_qwen2s_qkv_bias_folds_into_the_attention_only_when_asked(tmp_path, monkeypatch):
     converted, plain = _decode_ops(tmp_path, monkeypatch, "qwen2", fold=False)
     _, folded = _decode_ops(tmp_path, monkeypatch, "qwen2", fold=True)
@@ -396,14 +410,13 @@ ENGINE_SPECS = {
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [*ENGINE_SPECS, "gemma3 folded", "qwen2 folded"])
 def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch, tmp_path, name):
-    """Each layout's decode steps with Hearth's attention against ONNX Runtime's; "folded": with the QK norms or the
-    QKV bias folded into it (HEARTH_CUDA_ATTENTION_FOLD=1)."""
+    """Each layout's decode steps with Hearth's attention against ONNX Runtime's, with the QK norms or the QKV bias
+    left to the graph (HEARTH_CUDA_ATTENTION_FOLD=0) and, "folded", folded into it (the default)."""
     from engine.model.convert import ensure_converted
     from engine.runtime.runner import ModelRunner
 
-    if name.endswith(" folded"):
-        monkeypatch.setenv(cuda_attention.FOLD_SWITCH, "1")
-        name = name.split()[0]
+    monkeypatch.setenv(cuda_attention.FOLD_SWITCH, "1" if name.endswith(" folded") else "0")
+    name = name.split()[0]
     spec, precision = ENGINE_SPECS[name]
     gguf = write_synthetic_gguf(tmp_path / f"{name}.gguf", spec)
     path = ensure_converted(gguf, precision, tmp_path / "converted").onnx_path
@@ -427,6 +440,7 @@ def test_the_engines_decode_steps_match_onnxruntimes_attention(cuda, monkeypatch
 
 _DECODE_IN_A_CHILD = """
 import sys
+from pathlib import Path
 import numpy as np
 from engine.model.convert import ensure_converted
 from engine.model.synthetic import write_synthetic_gguf
@@ -434,7 +448,7 @@ from engine.runtime.runner import ModelRunner
 from tests.test_cuda_attention import ENGINE_SPECS
 spec, precision = ENGINE_SPECS["gemma3"]
 out = sys.argv[1]
-path = ensure_converted(write_synthetic_gguf(out + ".gguf", spec), precision, out + "-conv").onnx_path
+path = ensure_converted(write_synthetic_gguf(Path(out + ".gguf"), spec), precision, Path(out + "-conv")).onnx_path
 runner = ModelRunner(path, "cuda", cpu_fallback=False)
 cache = runner.new_cache()
 steps = [runner.forward(np.random.default_rng(4).integers(0, runner.config.vocab_size, 300).tolist(), cache)[-1:]]

@@ -7,10 +7,10 @@ changed on disk: the decode session opens it with its GroupQueryAttention nodes 
 attributes and outputs, the KV cache in the same layout), as native_attention.py does for the CPU. Prefill keeps
 ONNX Runtime's kernel (its flash attention for long prompts).
 
-With ``HEARTH_CUDA_ATTENTION_FOLD=1`` the rename also folds into the node what the graph does to Q, K and V before
-it: Gemma 3's and Qwen3's per-head QK norms (their Split, Reshapes and SimplifiedLayerNormalizations: five launches a
-layer on ONNX Runtime's kernels, ~19 µs of Gemma 3 270M's 1.16 ms step on an H100) and Qwen2's QKV bias (an Add) —
-off until a GPU run has checked it.
+The rename also folds into the node what the graph does to Q, K and V before it: Gemma 3's and Qwen3's per-head
+QK norms (their Split, Reshapes and SimplifiedLayerNormalizations: five launches a layer on ONNX Runtime's kernels,
+~19 µs of Gemma 3 270M's 1.16 ms step on an H100) and Qwen2's QKV bias (an Add). On by default since two H100 runs
+passed every GPU test with it (2026-12-07); ``HEARTH_CUDA_ATTENTION_FOLD=0`` keeps those nodes.
 
 A node keeps ONNX Runtime's kernel when ``HEARTH_CUDA_ATTENTION=0`` or ``HEARTH_CUDA_KERNELS=0`` is set, the CUDA
 library cannot run here, the KV cache is not fp16, or it uses what the kernel lacks (softcap, smooth softmax,
@@ -29,7 +29,7 @@ from engine.runtime.native_attention import EXTERNAL_DATA_FOLDER, MAX_INPUTS, UN
 log = logging.getLogger(__name__)
 
 ENV_SWITCH = "HEARTH_CUDA_ATTENTION"
-FOLD_SWITCH = "HEARTH_CUDA_ATTENTION_FOLD"  # =1: fold the QK norms and the QKV bias in (not yet run on a GPU)
+FOLD_SWITCH = "HEARTH_CUDA_ATTENTION_FOLD"  # =0: leave the QK norms and the QKV bias to the graph's own nodes
 OP_TYPE = "Attention"
 HEAD_SIZES = (64, 96, 128, 256)
 MAX_GROUP = 8
@@ -137,7 +137,7 @@ def _drop_unread(graph, candidates: list) -> None:
 
 def _rename(model) -> bool:
     """Each GroupQueryAttention node of ``model`` the kernel can run renamed to ai.hearth.cuda.Attention (its Q, K and
-    V preparation folded in where FOLD_SWITCH asks), the domain imported; False (nothing changed) when none qualifies
+    V preparation folded in unless FOLD_SWITCH is 0), the domain imported; False (nothing changed) when none qualifies
     or the KV cache is not fp16."""
     from onnx import helper
 
@@ -148,7 +148,7 @@ def _rename(model) -> bool:
         if node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft" and _qualifies(node, model.graph):
             node.op_type, node.domain = OP_TYPE, cuda_kernels.DOMAIN
             renamed.append(node)
-    for node in renamed if os.environ.get(FOLD_SWITCH) == "1" else ():
+    for node in renamed if os.environ.get(FOLD_SWITCH) != "0" else ():
         _fold_qk_norms(model.graph, node) or _fold_qkv_bias(model.graph, node)
     if renamed and cuda_kernels.DOMAIN not in {o.domain for o in model.opset_import}:
         model.opset_import.append(helper.make_opsetid(cuda_kernels.DOMAIN, 1))
