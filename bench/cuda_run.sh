@@ -13,7 +13,7 @@
 #   sh bench/cuda_run.sh window           # the real Gemma in the desktop window on CUDA (needs PySide6: /root/qt)
 #
 # The decode attention: HEARTH_CUDA_ATTENTION=0 (with SUFFIX=-ortattn) times ONNX Runtime's beside Hearth's;
-# HEARTH_CUDA_ATTENTION_FOLD=1 (SUFFIX=-fold) the QK norms and QKV bias folded into it;
+# HEARTH_CUDA_ATTENTION_FOLD=0 (SUFFIX=-nofold) the QK norms and QKV bias left to the graph (folded in by default);
 # HEARTH_CUDA_ATTENTION_BLOCKS_PER_SM=n (SUFFIX=-abpsmN) n blocks a multiprocessor for the splits, not 2.
 # HEARTH_CUDA_PDL=0 (SUFFIX=-nopdl): every kernel launched plainly, none starting before the one ahead of it ends.
 #
