@@ -9,8 +9,9 @@ ONNX Runtime's kernel (its flash attention for long prompts).
 
 The rename also folds into the node what the graph does to Q, K and V before it: Gemma 3's and Qwen3's per-head
 QK norms (their Split, Reshapes and SimplifiedLayerNormalizations: five launches a layer on ONNX Runtime's kernels,
-~19 µs of Gemma 3 270M's 1.16 ms step on an H100) and Qwen2's QKV bias (an Add). On by default since two H100 runs
-passed every GPU test with it (2026-12-07); ``HEARTH_CUDA_ATTENTION_FOLD=0`` keeps those nodes.
+~19 µs of Gemma 3 270M's 1.16 ms step on an H100) and Qwen2's QKV bias (an Add). On by default since an H100 run
+passed every GPU test with it and a second the kernel and attention tests (2026-12-07);
+``HEARTH_CUDA_ATTENTION_FOLD=0`` keeps those nodes.
 
 A node keeps ONNX Runtime's kernel when ``HEARTH_CUDA_ATTENTION=0`` or ``HEARTH_CUDA_KERNELS=0`` is set, the CUDA
 library cannot run here, the KV cache is not fp16, or it uses what the kernel lacks (softcap, smooth softmax,
