@@ -104,7 +104,7 @@ def test_the_fold_is_the_default(tmp_path, monkeypatch):
     _, folded = _decode_ops(tmp_path, monkeypatch, "gemma3", fold=True)
     _, plain = _decode_ops(tmp_path, monkeypatch, "gemma3", fold=False)
     monkeypatch.delenv(cuda_attention.FOLD_SWITCH)
-    spec, precision = ENGINE_SPECS["gemma3"]
+    precision = ENGINE_SPECS["gemma3"][1]
     path = ensure_converted(tmp_path / "gemma3.gguf", precision, tmp_path / "conv").onnx_path  # converted above
     default = onnx.load_from_string(cuda_attention.decode_graph(path))
     assert [n.op_type for n in default.graph.node] == [n.op_type for n in folded.graph.node]

@@ -107,10 +107,12 @@ static OrtStatus *stream_of(OrtKernelContext *ctx, cudaStream_t *stream) {
     return st;
 }
 
-/* An int attribute, or ``fallback`` where the node has none. */
-static int64_t int_attribute(const OrtKernelInfo *info, const char *name, int64_t fallback) {
-    int64_t value = fallback;
-    OrtStatus *st = CALL(AttrInt64Fn, SLOT_KernelInfoGetAttribute_int64)(info, name, &value);
+/* The node's attribute `name` read by `get` (one of the API's typed getters), or ``fallback`` where it has none. */
+template <typename T>
+static T attribute(OrtStatus *(*get)(const OrtKernelInfo *, const char *, T *), const OrtKernelInfo *info,
+                   const char *name, T fallback) {
+    T value = fallback;
+    OrtStatus *st = get(info, name, &value);
     if (st) {
         CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);
         return fallback;
@@ -118,15 +120,12 @@ static int64_t int_attribute(const OrtKernelInfo *info, const char *name, int64_
     return value;
 }
 
-/* A float attribute, or ``fallback`` where the node has none. */
+static int64_t int_attribute(const OrtKernelInfo *info, const char *name, int64_t fallback) {
+    return attribute<int64_t>(CALL(AttrInt64Fn, SLOT_KernelInfoGetAttribute_int64), info, name, fallback);
+}
+
 static float float_attribute(const OrtKernelInfo *info, const char *name, float fallback) {
-    float value = fallback;
-    OrtStatus *st = CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float)(info, name, &value);
-    if (st) {
-        CALL(ReleaseStatusFn, SLOT_ReleaseStatus)(st);
-        return fallback;
-    }
-    return value;
+    return attribute<float>(CALL(AttrFloatFn, SLOT_KernelInfoGetAttribute_float), info, name, fallback);
 }
 
 /* ---- cuBLAS, found at first use ------------------------------------------------------------------------------- */

@@ -80,7 +80,6 @@ __device__ __forceinline__ float hq_attn_biased(const __half *x, const __half *b
  * kernel writes q so too). Every thread of the block calls it, after the barrier that made the rows visible; they
  * are ready after its last barrier. The rows' loads were all in flight at once before: a row at a time cost a memory
  * round trip a head. */
-template <int D>
 __device__ __forceinline__ const __half *hq_attn_gain(int r, int heads, int group, const __half *q_gamma,
                                                       const __half *k_gamma) {
     return r < heads ? (r < group ? q_gamma : nullptr) : k_gamma;  /* a head of zeros past the group: none */
@@ -102,7 +101,7 @@ __device__ __forceinline__ void hq_attn_prepare(float (*rows)[D], int n, int hea
         __syncthreads();
         for (int idx = threadIdx.x; idx < n * D; idx += HQ_ATTN_THREADS) {
             const int r = idx / D, d = idx % D;
-            const __half *gamma = hq_attn_gain<D>(r, heads, group, q_gamma, k_gamma);
+            const __half *gamma = hq_attn_gain(r, heads, group, q_gamma, k_gamma);
             if (gamma) rows[r][d] = __half2float(__float2half(rows[r][d] * scale_s[r] * __half2float(gamma[d])));
         }
         __syncthreads();

@@ -311,12 +311,11 @@ __global__ void __launch_bounds__(HQ_THREADS) q8_quantize_kernel(const __half *_
                     xs + col / 16);
 }
 
-/* Rows r0 .. r0 + RW - 1 (those that exist) into L2 by a warp's lanes, before the GEMV waits for x (hq_pdl_wait). */
+/* Rows r0 .. r0 + RW - 1 (those that exist: row and type from hq_locate) into L2 by a warp's lanes, before the
+ * GEMV waits for x (hq_pdl_wait). */
 template <int RW>
-__device__ __forceinline__ void hq_q8_prefetch(const HqSegments &segs, int64_t r0, int64_t k_total, int lane) {
-    const uint8_t *row[RW];
-    int type[RW];
-    hq_locate<RW>(segs, r0, row, type);
+__device__ __forceinline__ void hq_q8_prefetch(const HqSegments &segs, int64_t r0, const uint8_t *const (&row)[RW],
+                                               const int (&type)[RW], int64_t k_total, int lane) {
     HQ_UNROLL
     for (int j = 0; j < RW; j++)
         if (r0 + j < segs.total)
@@ -356,7 +355,13 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__r
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n_total = segs.total, stride = (int64_t)gridDim.x * HQ_WARPS * RW;
-    hq_q8_prefetch<RW>(segs, ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW, k_total, lane);
+    {
+        const int64_t first = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW;
+        const uint8_t *row[RW];
+        int type[RW];
+        hq_locate<RW>(segs, first, row, type);
+        hq_q8_prefetch<RW>(segs, first, row, type, k_total, lane);
+    }
     hq_pdl_wait();
     hq_pdl_release();
     /* A grid of one block per 8·RW rows takes this loop once; a smaller one (HEARTH_CUDA_GEMV_BLOCKS_PER_SM, to be
@@ -395,7 +400,7 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8_kernel(const __half *__res
     const uint8_t *row[RW];
     int type[RW];
     hq_locate<RW>(segs, r0, row, type);
-    hq_q8_prefetch<RW>(segs, r0, k_total, lane);
+    hq_q8_prefetch<RW>(segs, r0, row, type, k_total, lane);
     hq_pdl_wait();
     hq_pdl_release();
     float acc[RW][MT];
