@@ -1,0 +1,371 @@
+/* The 8-bit GEMV (hearth_cuda_q8.cuh) alone on the GPU machine, no ONNX Runtime: every shape of a Llama-3-8B and a
+ * Qwen2.5-7B decode step in llama.cpp's Q4_K_M mix, each launch reading weights at another place in a 1.5 GB pool
+ * (so L2, 50 MB, holds none of them, as in a real step), timed by CUDA events over 200 launches; then a whole
+ * step's GEMVs (32 or 28 layers and the head) launched back to back as the engine launches them. Each form is
+ * checked against the library's kernel on the same weights first.
+ *
+ *   nvcc -O3 -std=c++17 -arch=sm_90 bench/cuda_gemv_bench.cu -o /tmp/gemv_bench && /tmp/gemv_bench
+ */
+#include <cstdio>
+#include <vector>
+
+#include "../engine/native/cuda/hearth_cuda_q8.cuh"
+
+#define CHECK(call)                                                                           \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));        \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+/* ---- the forms under test ---------------------------------------------------------------------------------- */
+
+/* Q6_K's chunk c as hq_q8_load reads it, but by aligned 32-bit words (a row starts 4-byte aligned; block b at 210·b
+ * then sits 2 bytes off for odd b: five words and a funnel shift give four), not 16-bit halves: 20 loads, not 29. */
+__device__ __forceinline__ void q6w_run(const uint8_t *p, uint32_t (&w)[4]) {
+    const uint32_t *a = reinterpret_cast<const uint32_t *>((uintptr_t)p & ~(uintptr_t)3);
+    const int sh = (int)((uintptr_t)p & 3) * 8;
+    uint32_t r[5];
+    HQ_UNROLL
+    for (int i = 0; i < 5; i++) r[i] = a[i];
+    HQ_UNROLL
+    for (int i = 0; i < 4; i++) w[i] = __funnelshift_r(r[i], r[i + 1], sh);
+}
+
+__device__ __forceinline__ void q6w_load(const uint8_t *row, int c, HqChunk &k) {
+    const uint32_t low = 0x0F0F0F0Fu;
+    const int sb = c >> 2, h = (c >> 1) & 1, t = c & 1;
+    const uint8_t *blk = row + (size_t)sb * 210;
+    uint32_t a[4], b[4], hb[4];
+    q6w_run(blk + 64 * h + 16 * t, a);
+    q6w_run(blk + 64 * h + 32 + 16 * t, b);
+    q6w_run(blk + 128 + 32 * h + 16 * t, hb);
+    const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + t;
+    const float d = hq_half(blk + 208);
+    k.col0 = sb * 256 + 128 * h;
+    HQ_UNROLL
+    for (int i = 0; i < 4; i++) {
+        k.v[i] = (int)((a[i] & low) | ((hb[i] << 4) & 0x30303030u));
+        k.v[4 + i] = (int)((b[i] & low) | ((hb[i] << 2) & 0x30303030u));
+        k.v[8 + i] = (int)(((a[i] >> 4) & low) | (hb[i] & 0x30303030u));
+        k.v[12 + i] = (int)(((b[i] >> 4) & low) | ((hb[i] >> 2) & 0x30303030u));
+    }
+    HQ_UNROLL
+    for (int q = 0; q < 4; q++) {
+        k.goff[q] = 32 * q + 16 * t;
+        k.a[q] = d * (float)sc[2 * q];
+        k.b[q] = -32.0f * k.a[q];
+    }
+}
+
+template <int TYPE>
+__device__ __forceinline__ void form_load(const uint8_t *row, int c, HqChunk &k) {
+    if (TYPE == HQ_Q6_K + 100) q6w_load(row, c, k);
+    else hq_q8_load<TYPE>(row, c, k);
+}
+
+/* hq_q8_row with U chunks a lane loaded before any is used (the library's: 2 at MT = 1). */
+template <int TYPE, int U>
+__device__ __forceinline__ void deep_row(const uint8_t *row, int kt, const HqXq &x, float &acc, int lane, int lanes) {
+    constexpr int CW = 64, G = 4;
+    static_assert(TYPE >= HQ_Q4_K, "K-quants only");
+    const int c1 = kt / CW;
+#pragma unroll(U)
+    for (int c = lane; c < c1; c += lanes) {
+        HqChunk k;
+        form_load<TYPE>(row, c, k);
+        float sum = 0.0f;
+        HQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            const int col = k.col0 + k.goff[g];
+            const int4 xw = *reinterpret_cast<const int4 *>(x.q + col);
+            int s = hq_dp4a(k.v[4 * g], xw.x, 0);
+            s = hq_dp4a(k.v[4 * g + 1], xw.y, s);
+            s = hq_dp4a(k.v[4 * g + 2], xw.z, s);
+            s = hq_dp4a(k.v[4 * g + 3], xw.w, s);
+            sum += x.d[col >> 5] * (k.a[g] * (float)s + k.b[g] * (float)x.s[col >> 4]);
+        }
+        acc += sum;
+    }
+}
+
+/* RW rows of one type a warp, chunk c of every row loaded before any is used, U chunks deep. */
+template <int TYPE, int RW, int U>
+__device__ __forceinline__ void rows_together(const uint8_t *const (&row)[RW], int kt, const HqXq &x,
+                                              float (&acc)[RW], int lane) {
+    constexpr int CW = hq_q8_chunk<TYPE>(), G = CW / 16;
+    const int c1 = kt / CW;
+#pragma unroll(U)
+    for (int c = lane; c < c1; c += 32) {
+        HqChunk k[RW];
+        HQ_UNROLL
+        for (int j = 0; j < RW; j++) hq_q8_load<TYPE>(row[j], c, k[j]);
+        HQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            const int col = k[0].col0 + k[0].goff[g];
+            const int4 xw = *reinterpret_cast<const int4 *>(x.q + col);
+            const float xd = x.d[col >> 5], xs = (float)x.s[col >> 4];
+            HQ_UNROLL
+            for (int j = 0; j < RW; j++) {
+                int s = hq_dp4a(k[j].v[4 * g], xw.x, 0);
+                s = hq_dp4a(k[j].v[4 * g + 1], xw.y, s);
+                s = hq_dp4a(k[j].v[4 * g + 2], xw.z, s);
+                s = hq_dp4a(k[j].v[4 * g + 3], xw.w, s);
+                acc[j] += xd * (k[j].a[g] * (float)s + k[j].b[g] * xs);
+            }
+        }
+    }
+}
+
+enum { FORM_LIBRARY = 0, FORM_DEEP2W, FORM_DEEP4, FORM_DEEP4W, FORM_DEEP8, FORM_TOGETHER2, FORM_TOGETHER4, FORM_COUNT };
+static const char *FORM_NAMES[FORM_COUNT] = {"library", "deep2w", "deep4", "deep4w", "deep8", "together2", "together4"};
+
+/* W: Q6_K by words (q6w_load). */
+template <int U, bool W = false>
+__device__ __forceinline__ void deep_dispatch(int type, const uint8_t *row, int kt, const HqXq &x, float &acc,
+                                              int lane) {
+    switch (type) {
+    case HQ_Q4_K: deep_row<HQ_Q4_K, U>(row, kt, x, acc, lane, 32); break;
+    case HQ_Q6_K: deep_row<W ? HQ_Q6_K + 100 : HQ_Q6_K, U>(row, kt, x, acc, lane, 32); break;
+    default: break;
+    }
+}
+
+/* One warp per RW rows; U: chunks in flight (deep forms, RW = 1 or 2 rows one after the other) or TOGETHER. */
+template <int RW, int U, bool TOGETHER, bool W = false>
+__global__ void __launch_bounds__(HQ_THREADS) form_kernel(const uint8_t *__restrict__ scratch, int64_t k_total,
+                                                          HqSegments segs, __half *__restrict__ y) {
+    const HqXq x = {reinterpret_cast<const int8_t *>(scratch), reinterpret_cast<const float *>(scratch + k_total),
+                    reinterpret_cast<const int *>(scratch + k_total + k_total / 8)};
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t n_total = segs.total, r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW;
+    const uint8_t *row[RW];
+    int type[RW];
+    const bool uniform = hq_locate<RW>(segs, r0, row, type);
+    hq_q8_prefetch<RW>(segs, r0, row, type, k_total, lane);
+    hq_pdl_wait();
+    hq_pdl_release();
+    float acc[RW][1];
+    float flat[RW];
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++) flat[j] = 0.0f;
+    if (TOGETHER && uniform && type[0] == HQ_Q4_K) {
+        rows_together<HQ_Q4_K, RW, U>(row, (int)k_total, x, flat, lane);
+    } else if (TOGETHER && uniform && type[0] == HQ_Q6_K) {
+        rows_together<HQ_Q6_K, RW, U>(row, (int)k_total, x, flat, lane);
+    } else {
+        HQ_UNROLL
+        for (int j = 0; j < RW; j++)
+            if (r0 + j < n_total) deep_dispatch<TOGETHER ? 2 : U, W>(type[j], row[j], (int)k_total, x, flat[j], lane);
+    }
+    HQ_UNROLL
+    for (int j = 0; j < RW; j++) acc[j][0] = flat[j];
+    hq_warp_write<1, RW>(acc, lane, 1, r0, n_total, y);
+}
+
+static void launch_form(int form, int rw, const uint8_t *scratch, int64_t k, const HqSegments &segs, __half *y,
+                        cudaStream_t s) {
+    const int per_block = HQ_WARPS * (form == FORM_TOGETHER4 ? 4 : form == FORM_TOGETHER2 ? 2 : rw);
+    const dim3 grid((unsigned)((segs.total + per_block - 1) / per_block)), block(HQ_THREADS);
+    switch (form) {
+    case FORM_LIBRARY:
+        if (rw == 2) hq_launch(gemv_q8x_kernel<1, 2>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y);
+        else hq_launch(gemv_q8x_kernel<1, 1>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y);
+        break;
+    case FORM_DEEP4:
+        if (rw == 2) hq_launch(form_kernel<2, 4, false>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 4, false>, grid, block, 0, s, scratch, k, segs, y);
+        break;
+    case FORM_DEEP2W:
+        if (rw == 2) hq_launch(form_kernel<2, 2, false, true>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 2, false, true>, grid, block, 0, s, scratch, k, segs, y);
+        break;
+    case FORM_DEEP4W:
+        if (rw == 2) hq_launch(form_kernel<2, 4, false, true>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 4, false, true>, grid, block, 0, s, scratch, k, segs, y);
+        break;
+    case FORM_DEEP8:
+        if (rw == 2) hq_launch(form_kernel<2, 8, false>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 8, false>, grid, block, 0, s, scratch, k, segs, y);
+        break;
+    case FORM_TOGETHER2: hq_launch(form_kernel<2, 2, true>, grid, block, 0, s, scratch, k, segs, y); break;
+    case FORM_TOGETHER4: hq_launch(form_kernel<4, 1, true>, grid, block, 0, s, scratch, k, segs, y); break;
+    }
+}
+
+/* ---- the shapes of a step ---------------------------------------------------------------------------------- */
+
+struct Shape {
+    const char *name;
+    int64_t k;
+    int count;
+    int64_t n[3];
+    int type[3];
+    int per_step;
+};
+
+static int64_t shape_bytes(const Shape &sh, int s) { return sh.n[s] * (sh.k / 256) * hq_block_bytes(sh.type[s]); }
+static int64_t total_bytes(const Shape &sh) {
+    int64_t b = 0;
+    for (int s = 0; s < sh.count; s++) b += shape_bytes(sh, s);
+    return b;
+}
+
+__global__ void fill_kernel(uint8_t *p, int64_t n, uint32_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+        p[i] = (uint8_t)h;
+    }
+}
+
+/* Every block's fp16 fields set to small numbers, so sums are finite and the forms can be compared. */
+__global__ void fix_scales_kernel(uint8_t *p, int64_t blocks, int type) {
+    const int bytes = hq_block_bytes(type);
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x) {
+        uint8_t *blk = p + b * bytes;
+        const __half v = __float2half(0.01f + 0.001f * (float)(b % 7));
+        if (type == HQ_Q6_K) {
+            *reinterpret_cast<__half *>(blk + 208) = v;
+        } else if (type == HQ_Q4_K || type == HQ_Q5_K) {
+            *reinterpret_cast<__half *>(blk) = v;
+            *reinterpret_cast<__half *>(blk + 2) = v;
+        } else {
+            *reinterpret_cast<__half *>(blk) = v;
+            if (type == HQ_Q4_1 || type == HQ_Q5_1) *reinterpret_cast<__half *>(blk + 2) = v;
+        }
+    }
+}
+
+/* The scratch q8_quantize_kernel writes, for one row of K: random codes, scales 0.02, sums of the codes. */
+__global__ void fill_x_kernel(uint8_t *scratch, int64_t k) {
+    int8_t *q = reinterpret_cast<int8_t *>(scratch);
+    float *d = reinterpret_cast<float *>(scratch + k);
+    int *s = reinterpret_cast<int *>(scratch + k + k / 8);
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < k / 16; g += (int64_t)gridDim.x * blockDim.x) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            const int v = (int)((g * 16 + j) * 37 % 255) - 127;
+            q[g * 16 + j] = (int8_t)v;
+            sum += v;
+        }
+        s[g] = sum;
+        if (g % 2 == 0) d[g / 2] = 0.02f;
+    }
+}
+
+static const int64_t POOL = 1536LL << 20;
+
+static HqSegments segments_at(const Shape &sh, uint8_t *pool, int64_t offset) {
+    HqSegments segs = {};
+    int64_t start = 0;
+    for (int s = 0; s < sh.count; s++) {
+        segs.rows[s] = pool + offset;
+        segs.row_bytes[s] = (sh.k / 256) * hq_block_bytes(sh.type[s]);
+        segs.type[s] = sh.type[s];
+        segs.start[s] = start;
+        start += sh.n[s];
+        offset += (shape_bytes(sh, s) + 255) & ~255LL;
+    }
+    segs.start[sh.count] = start;
+    segs.count = sh.count;
+    segs.total = start;
+    return segs;
+}
+
+/* Launch i's weights: somewhere else in the pool each time. */
+static int64_t offset_of(const Shape &sh, int i) {
+    const int64_t span = (total_bytes(sh) + 4096 + 255) & ~255LL, slots = POOL / span;
+    return (int64_t)(i % slots) * span;
+}
+
+int main(int argc, char **argv) {
+    const Shape shapes[] = {
+        {"8b.qkv", 4096, 3, {4096, 1024, 1024}, {HQ_Q4_K, HQ_Q4_K, HQ_Q6_K}, 16},
+        {"8b.qkv4", 4096, 1, {6144}, {HQ_Q4_K}, 16},
+        {"8b.o", 4096, 1, {4096}, {HQ_Q4_K}, 32},
+        {"8b.gate_up", 4096, 1, {28672}, {HQ_Q4_K}, 32},
+        {"8b.down6", 14336, 1, {4096}, {HQ_Q6_K}, 16},
+        {"8b.down4", 14336, 1, {4096}, {HQ_Q4_K}, 16},
+        {"8b.head", 4096, 1, {128256}, {HQ_Q6_K}, 1},
+        {"qw.qkv", 3584, 3, {3584, 512, 512}, {HQ_Q4_K, HQ_Q4_K, HQ_Q6_K}, 14},
+        {"qw.qkv4", 3584, 1, {4608}, {HQ_Q4_K}, 14},
+        {"qw.o", 3584, 1, {3584}, {HQ_Q4_K}, 28},
+        {"qw.gate_up", 3584, 1, {37888}, {HQ_Q4_K}, 28},
+        {"qw.down6", 18944, 1, {3584}, {HQ_Q6_K}, 14},
+        {"qw.down4", 18944, 1, {3584}, {HQ_Q4_K}, 14},
+        {"qw.head", 3584, 1, {152064}, {HQ_Q6_K}, 1},
+    };
+    const int nshapes = sizeof(shapes) / sizeof(shapes[0]);
+    const int reps = argc > 1 ? atoi(argv[1]) : 200;
+    uint8_t *pool, *scratch;
+    __half *y, *y_ref;
+    CHECK(cudaMalloc(&pool, POOL));
+    CHECK(cudaMalloc(&scratch, hq_q8_row_bytes(18944)));
+    CHECK(cudaMalloc(&y, 152064 * 2));
+    CHECK(cudaMalloc(&y_ref, 152064 * 2));
+    fill_kernel<<<1024, 256>>>(pool, POOL, 12345u);
+    cudaStream_t stream;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("%s, %d SMs, PDL %s\n", prop.name, prop.multiProcessorCount, hq_pdl_on() ? "on" : "off");
+    printf("%-12s %8s %6s", "shape", "MB", "rw");
+    for (int f = 0; f < FORM_COUNT; f++) printf(" %16s", FORM_NAMES[f]);
+    printf("   (µs and TB/s a launch)\n");
+    double step_us[2][FORM_COUNT] = {};
+    for (int si = 0; si < nshapes; si++) {
+        const Shape &sh = shapes[si];
+        const int rw = sh.n[0] + (sh.count > 1 ? sh.n[1] + sh.n[2] : 0) >= 8192 ? 2 : 1;
+        fill_x_kernel<<<64, 256, 0, stream>>>(scratch, sh.k);
+        /* Every slot of the pool this shape uses gets finite scales. */
+        const int64_t span = (total_bytes(sh) + 4096 + 255) & ~255LL, slots = POOL / span;
+        for (int64_t slot = 0; slot < slots && slot < reps; slot++) {
+            const HqSegments segs = segments_at(sh, pool, slot * span);
+            for (int s = 0; s < sh.count; s++)
+                fix_scales_kernel<<<256, 256, 0, stream>>>((uint8_t *)segs.rows[s], sh.n[s] * (sh.k / 256), sh.type[s]);
+        }
+        CHECK(cudaStreamSynchronize(stream));
+        const HqSegments segs0 = segments_at(sh, pool, 0);
+        launch_form(FORM_LIBRARY, rw, scratch, sh.k, segs0, y_ref, stream);
+        std::vector<__half> ref(segs0.total), got(segs0.total);
+        CHECK(cudaMemcpyAsync(ref.data(), y_ref, segs0.total * 2, cudaMemcpyDeviceToHost, stream));
+        CHECK(cudaStreamSynchronize(stream));
+        const double mb = total_bytes(sh) / 1e6;
+        printf("%-12s %8.1f %6d", sh.name, mb, rw);
+        for (int f = 0; f < FORM_COUNT; f++) {
+            CHECK(cudaMemsetAsync(y, 0, segs0.total * 2, stream));
+            launch_form(f, rw, scratch, sh.k, segs0, y, stream);
+            CHECK(cudaMemcpyAsync(got.data(), y, segs0.total * 2, cudaMemcpyDeviceToHost, stream));
+            CHECK(cudaStreamSynchronize(stream));
+            CHECK(cudaGetLastError());
+            double worst = 0.0, scale = 1e-3;
+            for (int64_t i = 0; i < segs0.total; i++) {
+                const double a = __half2float(ref[i]), b = __half2float(got[i]);
+                scale = fmax(scale, fabs(a));
+                worst = fmax(worst, fabs(a - b));
+            }
+            for (int i = 0; i < 5; i++) launch_form(f, rw, scratch, sh.k, segments_at(sh, pool, offset_of(sh, i)), y, stream);
+            CHECK(cudaEventRecord(e0, stream));
+            for (int i = 0; i < reps; i++)
+                launch_form(f, rw, scratch, sh.k, segments_at(sh, pool, offset_of(sh, i + 5)), y, stream);
+            CHECK(cudaEventRecord(e1, stream));
+            CHECK(cudaEventSynchronize(e1));
+            float ms = 0.0f;
+            CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1000.0 * ms / reps;
+            printf(" %7.2f %5.2f%s", us, total_bytes(sh) / us / 1e6, worst > 2e-3 * scale ? "!" : " ");
+            step_us[si < 7 ? 0 : 1][f] += us * sh.per_step;
+        }
+        printf("\n");
+    }
+    printf("one step's GEMVs, launches timed alone (µs; 8B with down half Q6_K, half Q4_K; QKV half each):\n");
+    for (int f = 0; f < FORM_COUNT; f++)
+        printf("  %-10s 8B %7.0f   Qwen2.5-7B %7.0f\n", FORM_NAMES[f], step_us[0][f], step_us[1][f]);
+    return 0;
+}
