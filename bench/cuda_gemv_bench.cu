@@ -22,35 +22,22 @@
 
 /* ---- the forms under test ---------------------------------------------------------------------------------- */
 
-/* Q6_K's chunk c as hq_q8_load reads it, but by aligned 32-bit words (a row starts 4-byte aligned; block b at 210·b
- * then sits 2 bytes off for odd b: five words and a funnel shift give four), not 16-bit halves: 20 loads, not 29. */
-__device__ __forceinline__ void q6w_run(const uint8_t *p, uint32_t (&w)[4]) {
-    const uint32_t *a = reinterpret_cast<const uint32_t *>((uintptr_t)p & ~(uintptr_t)3);
-    const int sh = (int)((uintptr_t)p & 3) * 8;
-    uint32_t r[5];
-    HQ_UNROLL
-    for (int i = 0; i < 5; i++) r[i] = a[i];
-    HQ_UNROLL
-    for (int i = 0; i < 4; i++) w[i] = __funnelshift_r(r[i], r[i + 1], sh);
-}
-
-__device__ __forceinline__ void q6w_load(const uint8_t *row, int c, HqChunk &k) {
+/* Q6_K's chunk c as the library read it before hq_run16: every word as two 16-bit halves (29 loads a chunk). */
+__device__ __forceinline__ void q6_halves_load(const uint8_t *row, int c, HqChunk &k) {
     const uint32_t low = 0x0F0F0F0Fu;
     const int sb = c >> 2, h = (c >> 1) & 1, t = c & 1;
     const uint8_t *blk = row + (size_t)sb * 210;
-    uint32_t a[4], b[4], hb[4];
-    q6w_run(blk + 64 * h + 16 * t, a);
-    q6w_run(blk + 64 * h + 32 + 16 * t, b);
-    q6w_run(blk + 128 + 32 * h + 16 * t, hb);
+    const uint8_t *ql = blk + 64 * h + 16 * t, *qh = blk + 128 + 32 * h + 16 * t;
     const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + t;
     const float d = hq_half(blk + 208);
     k.col0 = sb * 256 + 128 * h;
     HQ_UNROLL
     for (int i = 0; i < 4; i++) {
-        k.v[i] = (int)((a[i] & low) | ((hb[i] << 4) & 0x30303030u));
-        k.v[4 + i] = (int)((b[i] & low) | ((hb[i] << 2) & 0x30303030u));
-        k.v[8 + i] = (int)(((a[i] >> 4) & low) | (hb[i] & 0x30303030u));
-        k.v[12 + i] = (int)(((b[i] >> 4) & low) | ((hb[i] >> 2) & 0x30303030u));
+        const uint32_t a = hq_word<2>(ql + 4 * i), b = hq_word<2>(ql + 32 + 4 * i), hb = hq_word<2>(qh + 4 * i);
+        k.v[i] = (int)((a & low) | ((hb << 4) & 0x30303030u));
+        k.v[4 + i] = (int)((b & low) | ((hb << 2) & 0x30303030u));
+        k.v[8 + i] = (int)(((a >> 4) & low) | (hb & 0x30303030u));
+        k.v[12 + i] = (int)(((b >> 4) & low) | ((hb >> 2) & 0x30303030u));
     }
     HQ_UNROLL
     for (int q = 0; q < 4; q++) {
@@ -62,7 +49,7 @@ __device__ __forceinline__ void q6w_load(const uint8_t *row, int c, HqChunk &k) 
 
 template <int TYPE>
 __device__ __forceinline__ void form_load(const uint8_t *row, int c, HqChunk &k) {
-    if (TYPE == HQ_Q6_K + 100) q6w_load(row, c, k);
+    if (TYPE == HQ_Q6_K + 100) q6_halves_load(row, c, k);
     else hq_q8_load<TYPE>(row, c, k);
 }
 
@@ -119,10 +106,10 @@ __device__ __forceinline__ void rows_together(const uint8_t *const (&row)[RW], i
     }
 }
 
-enum { FORM_LIBRARY = 0, FORM_DEEP2W, FORM_DEEP4, FORM_DEEP4W, FORM_DEEP8, FORM_TOGETHER2, FORM_TOGETHER4, FORM_COUNT };
-static const char *FORM_NAMES[FORM_COUNT] = {"library", "deep2w", "deep4", "deep4w", "deep8", "together2", "together4"};
+enum { FORM_LIBRARY = 0, FORM_HALVES, FORM_DEEP4, FORM_DEEP8, FORM_TOGETHER2, FORM_TOGETHER4, FORM_COUNT };
+static const char *FORM_NAMES[FORM_COUNT] = {"library", "q6halves", "deep4", "deep8", "together2", "together4"};
 
-/* W: Q6_K by words (q6w_load). */
+/* W: Q6_K by 16-bit halves (q6_halves_load), as before hq_run16. */
 template <int U, bool W = false>
 __device__ __forceinline__ void deep_dispatch(int type, const uint8_t *row, int kt, const HqXq &x, float &acc,
                                               int lane) {
@@ -178,13 +165,9 @@ static void launch_form(int form, int rw, const uint8_t *scratch, int64_t k, con
         if (rw == 2) hq_launch(form_kernel<2, 4, false>, grid, block, 0, s, scratch, k, segs, y);
         else hq_launch(form_kernel<1, 4, false>, grid, block, 0, s, scratch, k, segs, y);
         break;
-    case FORM_DEEP2W:
+    case FORM_HALVES:
         if (rw == 2) hq_launch(form_kernel<2, 2, false, true>, grid, block, 0, s, scratch, k, segs, y);
         else hq_launch(form_kernel<1, 2, false, true>, grid, block, 0, s, scratch, k, segs, y);
-        break;
-    case FORM_DEEP4W:
-        if (rw == 2) hq_launch(form_kernel<2, 4, false, true>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 4, false, true>, grid, block, 0, s, scratch, k, segs, y);
         break;
     case FORM_DEEP8:
         if (rw == 2) hq_launch(form_kernel<2, 8, false>, grid, block, 0, s, scratch, k, segs, y);
@@ -281,6 +264,121 @@ static int64_t offset_of(const Shape &sh, int i) {
     return (int64_t)(i % slots) * span;
 }
 
+/* ---- a whole step's chain: quantizer, GEMV, quantizer, GEMV ... as launch_gemv_q8x launches them ---------------- */
+
+/* q8_quantize_kernel without the row's norm scale: the codes of RMSNorm(x + skip)·gamma do not depend on it (each
+ * group of 32 is scaled by its own largest magnitude), so a block need not read the whole row first; the GEMV would
+ * multiply its sums by the scale, from the blocks' partial sums of squares. Timed here for what it saves. */
+__global__ void __launch_bounds__(HQ_THREADS) q8_local_kernel(const __half *__restrict__ x, int64_t x_stride, int act,
+                                                              int64_t k_total, HqNorm norm, int rows,
+                                                              uint8_t *__restrict__ scratch) {
+    hq_pdl_wait();
+    hq_pdl_release();
+    const int m = blockIdx.y;
+    int8_t *xq = reinterpret_cast<int8_t *>(scratch) + (int64_t)m * k_total;
+    float *xd = reinterpret_cast<float *>(scratch + rows * k_total) + (int64_t)m * (k_total / 32);
+    int *xs = reinterpret_cast<int *>(scratch + rows * k_total + rows * (k_total / 8)) + (int64_t)m * (k_total / 16);
+    const __half *row = x + (int64_t)m * x_stride;
+    const __half *skip = norm.skip ? norm.skip + (int64_t)m * k_total : nullptr;
+    const int64_t col = (int64_t)blockIdx.x * HQ_Q8_SLICE + 8 * (int64_t)threadIdx.x;
+    if (norm.summed && skip && col < k_total) {  /* the residual's slice, and its squares' partial sum */
+        float v[8], w[8];
+        hq_load8(row + col, v);
+        hq_load8(skip + col, w);
+        uint4 packed;
+        __half2 *h2 = reinterpret_cast<__half2 *>(&packed);
+        float sq = 0.0f;
+        for (int e = 0; e < 4; e++) {
+            h2[e] = __floats2half2_rn(v[2 * e] + w[2 * e], v[2 * e + 1] + w[2 * e + 1]);
+            sq += (v[2 * e] + w[2 * e]) * (v[2 * e] + w[2 * e]) + (v[2 * e + 1] + w[2 * e + 1]) * (v[2 * e + 1] + w[2 * e + 1]);
+        }
+        *reinterpret_cast<uint4 *>(norm.summed + (int64_t)m * k_total + col) = packed;
+        sq = hq_warp_sum(sq);
+        if ((threadIdx.x & 31) == 0) atomicAdd(reinterpret_cast<float *>(scratch) + 0, sq * 0.0f);
+    }
+    hq_q8_quantize8(row, skip, norm.gamma, 1.0f, act, k_total, col, col < k_total, xq + col, xd + col / 32,
+                    xs + col / 16);
+}
+
+struct Chain {
+    __half *hidden, *skip, *gamma, *summed, *attn, *qkv, *o, *gu, *down, *logits;
+    uint8_t *scratch;
+};
+
+static void quantize(bool local, const __half *x, int64_t stride, int act, int64_t k, const HqNorm &norm,
+                     uint8_t *scratch, cudaStream_t s) {
+    const dim3 slices((unsigned)((k + HQ_Q8_SLICE - 1) / HQ_Q8_SLICE), 1);
+    if (local) hq_launch(q8_local_kernel, slices, dim3(HQ_THREADS), 0, s, x, stride, act, k, norm, 1, scratch);
+    else hq_launch(q8_quantize_kernel, slices, dim3(HQ_THREADS), 0, s, x, stride, act, k, norm, 1, scratch);
+}
+
+/* One decode step's GEMVs and quantizers for a model of `layers` layers (shapes[first..first+6] as in main). */
+static void step(const Shape *sh, int layers, int form, bool local, const Chain &c, uint8_t *pool, int64_t &at,
+                 cudaStream_t s) {
+    auto next = [&](const Shape &x) {
+        const int64_t span = (total_bytes(x) + 4096 + 255) & ~255LL;
+        if (at + span > POOL) at = 0;
+        const HqSegments segs = segments_at(x, pool, at);
+        at += span;
+        return segs;
+    };
+    auto rw_of = [](const HqSegments &g) { return g.total >= 8192 ? 2 : 1; };
+    const HqNorm norm = {c.skip, c.gamma, c.summed, 1e-5f}, none = {nullptr, nullptr, nullptr, 0.0f};
+    const int64_t k = sh[0].k, inter = sh[4].k;
+    for (int l = 0; l < layers; l++) {
+        HqSegments g = next(sh[l % 2 ? 1 : 0]);
+        quantize(local, c.hidden, k, HQ_ACT_NONE, k, norm, c.scratch, s);
+        launch_form(form, rw_of(g), c.scratch, k, g, c.qkv, s);
+        g = next(sh[2]);
+        quantize(local, c.attn, k, HQ_ACT_NONE, k, none, c.scratch, s);
+        launch_form(form, rw_of(g), c.scratch, k, g, c.o, s);
+        g = next(sh[3]);
+        quantize(local, c.o, k, HQ_ACT_NONE, k, norm, c.scratch, s);
+        launch_form(form, rw_of(g), c.scratch, k, g, c.gu, s);
+        g = next(sh[l % 2 ? 5 : 4]);
+        quantize(local, c.gu, 2 * inter, HQ_ACT_SILU, inter, none, c.scratch, s);
+        launch_form(form, rw_of(g), c.scratch, inter, g, c.down, s);
+    }
+    const HqSegments g = next(sh[6]);
+    quantize(local, c.down, k, HQ_ACT_NONE, k, norm, c.scratch, s);
+    launch_form(form, rw_of(g), c.scratch, k, g, c.logits, s);
+}
+
+__global__ void fill_half_kernel(__half *p, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = __float2half(0.01f * (float)((i * 7) % 13 - 6));
+}
+
+static void time_steps(const Shape *shapes, cudaStream_t s, uint8_t *pool, cudaEvent_t e0, cudaEvent_t e1) {
+    Chain c;
+    __half **bufs[] = {&c.hidden, &c.skip, &c.gamma, &c.summed, &c.attn, &c.qkv, &c.o, &c.gu, &c.down, &c.logits};
+    for (__half **b : bufs) {
+        CHECK(cudaMalloc(b, 160000 * 2));
+        fill_half_kernel<<<64, 256, 0, s>>>(*b, 160000);
+    }
+    CHECK(cudaMalloc(&c.scratch, hq_q8_row_bytes(20000)));
+    printf("a step's quantizers and GEMVs launched back to back, ms a step (5 steps; PDL %s):\n", hq_pdl_on() ? "on" : "off");
+    const int forms[] = {FORM_LIBRARY, FORM_HALVES, FORM_DEEP4, FORM_TOGETHER2};
+    for (int model = 0; model < 2; model++) {
+        const Shape *sh = shapes + (model ? 7 : 0);
+        const int layers = model ? 28 : 32;
+        for (int f : forms)
+            for (int local = 0; local < 2; local++) {
+                int64_t at = 0;
+                step(sh, layers, f, local, c, pool, at, s);
+                CHECK(cudaEventRecord(e0, s));
+                for (int i = 0; i < 5; i++) step(sh, layers, f, local, c, pool, at, s);
+                CHECK(cudaEventRecord(e1, s));
+                CHECK(cudaEventSynchronize(e1));
+                CHECK(cudaGetLastError());
+                float ms = 0.0f;
+                CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                printf("  %-10s %-10s quantizer %-7s %7.3f ms   (%5.0f tok/s bound)\n", model ? "Qwen2.5-7B" : "8B",
+                       FORM_NAMES[f], local ? "local" : "library", ms / 5, 5000.0 / ms);
+            }
+    }
+}
+
 int main(int argc, char **argv) {
     const Shape shapes[] = {
         {"8b.qkv", 4096, 3, {4096, 1024, 1024}, {HQ_Q4_K, HQ_Q4_K, HQ_Q6_K}, 16},
@@ -367,5 +465,6 @@ int main(int argc, char **argv) {
     printf("one step's GEMVs, launches timed alone (µs; 8B with down half Q6_K, half Q4_K; QKV half each):\n");
     for (int f = 0; f < FORM_COUNT; f++)
         printf("  %-10s 8B %7.0f   Qwen2.5-7B %7.0f\n", FORM_NAMES[f], step_us[0][f], step_us[1][f]);
+    time_steps(shapes, stream, pool, e0, e1);
     return 0;
 }

@@ -20,6 +20,11 @@
 
 #include "hearth_cuda_kernels.cuh"
 
+/* Chunks a lane of a one-row GEMV has loading at once (bench/cuda_gemv_bench.cu times 2, 4 and 8). */
+#ifndef HQ_Q8_DEPTH
+#define HQ_Q8_DEPTH 2
+#endif
+
 HQ_FN int hq_dp4a(int a, int b, int c) {
 #ifdef __CUDA_ARCH__
     return __dp4a(a, b, c);
@@ -57,6 +62,25 @@ struct HqChunk {
 
 HQ_FN int hq_spread4(uint32_t bits) {  /* 4 bits to bit 4 of each of a word's bytes (Q5_0, Q5_1's fifth bits) */
     return (int)(((bits & 1) << 4) | ((bits & 2) << 11) | ((bits & 4) << 18) | ((bits & 8) << 25));
+}
+
+/* Sixteen bytes at p (2-byte aligned: Q6_K's blocks of 210 bytes leave every other one 2 bytes off a word) as four
+ * words, from the five aligned words around them and a funnel shift. The extra bytes read lie in the same aligned
+ * words as the run's own, so inside the row's block or the word holding the row's first byte. */
+HQ_FN void hq_run16(const uint8_t *p, uint32_t (&w)[4]) {
+    const uint32_t *aligned = reinterpret_cast<const uint32_t *>((uintptr_t)p & ~(uintptr_t)3);
+    const int shift = (int)((uintptr_t)p & 3) * 8;
+    uint32_t r[5];
+    HQ_UNROLL
+    for (int i = 0; i < 5; i++) r[i] = aligned[i];
+    HQ_UNROLL
+    for (int i = 0; i < 4; i++) {
+#ifdef __CUDA_ARCH__
+        w[i] = __funnelshift_r(r[i], r[i + 1], shift);
+#else
+        w[i] = (uint32_t)((((uint64_t)r[i + 1] << 32) | r[i]) >> shift);
+#endif
+    }
 }
 
 /* Chunk c of a row: its codes, scales and offsets, read from the block as the format lays it out (ggml's
@@ -99,19 +123,22 @@ HQ_FN void hq_q8_load(const uint8_t *row, int c, HqChunk &k) {
     const uint8_t *blk = row + (size_t)sb * hq_block_bytes(TYPE);
     if (TYPE == HQ_Q6_K) {
         /* Half h (128 columns: ql[64], qh[32], 8 scales) of the super-block, columns t·16 .. +15 of each of its
-         * four 32-column quarters: ql's low nibbles (quarters 0, 1), high nibbles (2, 3), qh's 2-bit pairs. */
+         * four 32-column quarters: ql's low nibbles (quarters 0, 1), high nibbles (2, 3), qh's 2-bit pairs. Each
+         * 16-byte run by aligned words (hq_run16): 20 loads a chunk where 16-bit halves took 29. */
         const int h = (c >> 1) & 1, t = c & 1;
-        const uint8_t *ql = blk + 64 * h + 16 * t, *qh = blk + 128 + 32 * h + 16 * t;
+        uint32_t a[4], b[4], hb[4];
+        hq_run16(blk + 64 * h + 16 * t, a);
+        hq_run16(blk + 64 * h + 32 + 16 * t, b);
+        hq_run16(blk + 128 + 32 * h + 16 * t, hb);
         const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + t;
         const float d = hq_half(blk + 208);
         k.col0 = sb * 256 + 128 * h;
         HQ_UNROLL
         for (int i = 0; i < 4; i++) {
-            const uint32_t a = hq_word<2>(ql + 4 * i), b = hq_word<2>(ql + 32 + 4 * i), hb = hq_word<2>(qh + 4 * i);
-            k.v[i] = (int)((a & low) | ((hb << 4) & 0x30303030u));
-            k.v[4 + i] = (int)((b & low) | ((hb << 2) & 0x30303030u));
-            k.v[8 + i] = (int)(((a >> 4) & low) | (hb & 0x30303030u));
-            k.v[12 + i] = (int)(((b >> 4) & low) | ((hb >> 2) & 0x30303030u));
+            k.v[i] = (int)((a[i] & low) | ((hb[i] << 4) & 0x30303030u));
+            k.v[4 + i] = (int)((b[i] & low) | ((hb[i] << 2) & 0x30303030u));
+            k.v[8 + i] = (int)(((a[i] >> 4) & low) | (hb[i] & 0x30303030u));
+            k.v[12 + i] = (int)(((b[i] >> 4) & low) | ((hb[i] >> 2) & 0x30303030u));
         }
         HQ_UNROLL
         for (int q = 0; q < 4; q++) {
@@ -171,10 +198,11 @@ HQ_FN void hq_q8_row(const uint8_t *row, int64_t k0, int kt, const HqXq (&x)[MT]
                      int lanes) {
     constexpr int CW = hq_q8_chunk<TYPE>(), G = CW / 16;
     const int c1 = (int)((k0 + kt) / CW);
+    constexpr int depth = MT == 1 ? HQ_Q8_DEPTH : 1;
     /* One row of x: two chunks' loads in flight before either's dots; more rows already give a lane work enough
      * between loads (and two chunks of them would not fit the registers). */
 #ifdef __CUDA_ARCH__
-#pragma unroll(MT == 1 ? 2 : 1)
+#pragma unroll(depth)
 #endif
     for (int c = (int)(k0 / CW) + lane; c < c1; c += lanes) {
         HqChunk k;
