@@ -128,9 +128,9 @@ Q8_HARNESS = r"""
 #include <vector>
 #include "hearth_cuda_q8.cuh"
 // argv: K, MT, then per segment: type rows file; x file (MT x K float32); out file (MT x N float32); xdeq file
-// (MT x K float32: the activations as the codes and scales hold them)
+// (MT x K float32: the activations as the codes and scales hold them); together file (MT x N float32)
 template <int MT>
-static void run(const HqSegments &segs, int k, const float *x, float *y, float *xdeq) {
+static void run(const HqSegments &segs, int k, const float *x, float *y, float *xdeq, float *together) {
     const int tile = (int)hq_q8_tile(MT, k);
     std::vector<int4> mem((size_t)MT * tile * 11 / 8 / 16 + 1);
     int8_t *xq = reinterpret_cast<int8_t *>(mem.data());
@@ -171,6 +171,22 @@ static void run(const HqSegments &segs, int k, const float *x, float *y, float *
         }
     }
     for (size_t i = 0; i < acc_all.size(); i++) y[i] = acc_all[i];
+    // hq_q8_rows (a warp's rows of one type read together, one row of x, all of K staged): groups of four rows,
+    // a group straddling two types one row at a time as the kernel does; into together (y where it does not run).
+    for (size_t i = 0; i < acc_all.size(); i++) together[i] = y[i];
+    if (MT != 1 || hq_q8_tile(1, k) < k) return;
+    for (int64_t r0 = 0; r0 + 4 <= segs.total; r0 += 4) {
+        const uint8_t *row[4];
+        int type[4];
+        if (!hq_locate<4>(segs, r0, row, type)) continue;
+        float sums[4] = {};
+        for (int lane = 0; lane < 32; lane++) {
+            float acc[4] = {};
+            hq_q8_rows_dispatch<4>(type[0], row, k, staged[0], acc, lane, 32);
+            for (int j = 0; j < 4; j++) sums[j] += acc[j];
+        }
+        for (int j = 0; j < 4; j++) together[r0 + j] = sums[j];
+    }
 }
 READ_SEGMENTS
 int main(int argc, char **argv) {
@@ -178,17 +194,19 @@ int main(int argc, char **argv) {
     HqSegments segs = {};
     int a = 3;
     std::vector<std::vector<int4>> keep;
-    if (!read_segments(k, argc - 1, argv, &a, &segs, keep)) return 2;  // its third output
-    std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f), xdeq((size_t)mt * k);
+    if (!read_segments(k, argc - 2, argv, &a, &segs, keep)) return 2;  // its third and fourth outputs
+    std::vector<float> x((size_t)mt * k), y((size_t)mt * segs.total, -12345.f), xdeq((size_t)mt * k),
+        together((size_t)mt * segs.total);
     if (!read_floats(argv[a], x)) return 2;
     switch (mt) {
-    case 1: run<1>(segs, k, x.data(), y.data(), xdeq.data()); break;
-    case 2: run<2>(segs, k, x.data(), y.data(), xdeq.data()); break;
-    case 4: run<4>(segs, k, x.data(), y.data(), xdeq.data()); break;
-    default: run<8>(segs, k, x.data(), y.data(), xdeq.data()); break;
+    case 1: run<1>(segs, k, x.data(), y.data(), xdeq.data(), together.data()); break;
+    case 2: run<2>(segs, k, x.data(), y.data(), xdeq.data(), together.data()); break;
+    case 4: run<4>(segs, k, x.data(), y.data(), xdeq.data(), together.data()); break;
+    default: run<8>(segs, k, x.data(), y.data(), xdeq.data(), together.data()); break;
     }
     write_floats(argv[a + 1], y);
     write_floats(argv[a + 2], xdeq);
+    write_floats(argv[a + 3], together);
 }
 """
 
@@ -306,6 +324,7 @@ def check_gemv_q8(work: Path, rng) -> int:
     subprocess.run(["nvcc", "-O2", "-std=c++17", "-I", str(ROOT / "engine/native/cuda"), str(work / "q8.cu"), "-o",
                     str(work / "q8")], check=True)
     cases = [([(t, 7)], 512, 1) for t in TYPES]
+    cases += [([(t, 8)], 512, 1) for t in TYPES]  # whole groups of four for hq_q8_rows
     cases += [([("Q4_K", 13), ("Q4_K", 6), ("Q6_K", 7)], 768, 1), ([("Q5_0", 10), ("Q4_1", 5)], 640, 4),
               ([("Q5_K", 11)], 256, 8), ([("Q6_K", 3)], 24576, 1), ([("Q8_0", 5)], 4096, 8), ([("Q4_0", 9)], 96, 2)]
     failed = 0
@@ -315,12 +334,14 @@ def check_gemv_q8(work: Path, rng) -> int:
         x[:, 5] *= 40  # an outlier, as real activations have
         x.tofile(work / "x.bin")
         subprocess.run([str(work / "q8"), str(k), str(mt), *args, str(work / "x.bin"), str(work / "y.bin"),
-                        str(work / "xq.bin")], check=True)
+                        str(work / "xq.bin"), str(work / "yt.bin")], check=True)
         w = np.concatenate(dense)
         xq = np.fromfile(work / "xq.bin", np.float32).reshape(mt, k).astype(np.float64)
         want = xq @ w.T
         got = np.fromfile(work / "y.bin", np.float32).reshape(mt, -1).astype(np.float64)
         err = float(np.abs(got - want).max() / np.abs(want).max())
+        together = np.fromfile(work / "yt.bin", np.float32).reshape(mt, -1).astype(np.float64)
+        err = max(err, float(np.abs(together - want).max() / np.abs(want).max()))
         exact = x.astype(np.float64) @ w.T
         moved = float(np.abs(got - exact).max() / np.abs(exact).max())
         ok = got.shape == want.shape and err < 1e-5 and moved < 2e-2

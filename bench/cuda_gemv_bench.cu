@@ -78,34 +78,9 @@ __device__ __forceinline__ void deep_row(const uint8_t *row, int kt, const HqXq 
     }
 }
 
-/* RW rows of one type a warp, chunk c of every row loaded before any is used, U chunks deep. */
-template <int TYPE, int RW, int U>
-__device__ __forceinline__ void rows_together(const uint8_t *const (&row)[RW], int kt, const HqXq &x,
-                                              float (&acc)[RW], int lane) {
-    constexpr int CW = hq_q8_chunk<TYPE>(), G = CW / 16;
-    const int c1 = kt / CW;
-#pragma unroll(U)
-    for (int c = lane; c < c1; c += 32) {
-        HqChunk k[RW];
-        HQ_UNROLL
-        for (int j = 0; j < RW; j++) hq_q8_load<TYPE>(row[j], c, k[j]);
-        HQ_UNROLL
-        for (int g = 0; g < G; g++) {
-            const int col = k[0].col0 + k[0].goff[g];
-            const int4 xw = *reinterpret_cast<const int4 *>(x.q + col);
-            const float xd = x.d[col >> 5], xs = (float)x.s[col >> 4];
-            HQ_UNROLL
-            for (int j = 0; j < RW; j++) {
-                int s = hq_dp4a(k[j].v[4 * g], xw.x, 0);
-                s = hq_dp4a(k[j].v[4 * g + 1], xw.y, s);
-                s = hq_dp4a(k[j].v[4 * g + 2], xw.z, s);
-                s = hq_dp4a(k[j].v[4 * g + 3], xw.w, s);
-                acc[j] += xd * (k[j].a[g] * (float)s + k[j].b[g] * xs);
-            }
-        }
-    }
-}
-
+/* library: gemv_q8x_kernel as launched by default; together2, together4: the same kernel with HEARTH_CUDA_GEMV_ROWS
+ * 2 or 4 (a warp's rows read together, hq_q8_rows) for every shape; the others: one row after the other, Q6_K by
+ * 16-bit halves as before hq_run16 (q6halves) or U chunks a lane in flight (deepU). */
 enum { FORM_LIBRARY = 0, FORM_HALVES, FORM_DEEP4, FORM_DEEP8, FORM_TOGETHER2, FORM_TOGETHER4, FORM_COUNT };
 static const char *FORM_NAMES[FORM_COUNT] = {"library", "q6halves", "deep4", "deep8", "together2", "together4"};
 
@@ -120,8 +95,8 @@ __device__ __forceinline__ void deep_dispatch(int type, const uint8_t *row, int 
     }
 }
 
-/* One warp per RW rows; U: chunks in flight (deep forms, RW = 1 or 2 rows one after the other) or TOGETHER. */
-template <int RW, int U, bool TOGETHER, bool W = false>
+/* One warp per RW rows, one after the other, U chunks a lane in flight; W: Q6_K by 16-bit halves. */
+template <int RW, int U, bool W = false>
 __global__ void __launch_bounds__(HQ_THREADS) form_kernel(const uint8_t *__restrict__ scratch, int64_t k_total,
                                                           HqSegments segs, __half *__restrict__ y) {
     const HqXq x = {reinterpret_cast<const int8_t *>(scratch), reinterpret_cast<const float *>(scratch + k_total),
@@ -130,51 +105,42 @@ __global__ void __launch_bounds__(HQ_THREADS) form_kernel(const uint8_t *__restr
     const int64_t n_total = segs.total, r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW;
     const uint8_t *row[RW];
     int type[RW];
-    const bool uniform = hq_locate<RW>(segs, r0, row, type);
+    hq_locate<RW>(segs, r0, row, type);
     hq_q8_prefetch<RW>(segs, r0, row, type, k_total, lane);
     hq_pdl_wait();
     hq_pdl_release();
     float acc[RW][1];
-    float flat[RW];
     HQ_UNROLL
-    for (int j = 0; j < RW; j++) flat[j] = 0.0f;
-    if (TOGETHER && uniform && type[0] == HQ_Q4_K) {
-        rows_together<HQ_Q4_K, RW, U>(row, (int)k_total, x, flat, lane);
-    } else if (TOGETHER && uniform && type[0] == HQ_Q6_K) {
-        rows_together<HQ_Q6_K, RW, U>(row, (int)k_total, x, flat, lane);
-    } else {
-        HQ_UNROLL
-        for (int j = 0; j < RW; j++)
-            if (r0 + j < n_total) deep_dispatch<TOGETHER ? 2 : U, W>(type[j], row[j], (int)k_total, x, flat[j], lane);
+    for (int j = 0; j < RW; j++) {
+        acc[j][0] = 0.0f;
+        if (r0 + j < n_total) deep_dispatch<U, W>(type[j], row[j], (int)k_total, x, acc[j][0], lane);
     }
-    HQ_UNROLL
-    for (int j = 0; j < RW; j++) acc[j][0] = flat[j];
     hq_warp_write<1, RW>(acc, lane, 1, r0, n_total, y);
 }
 
 static void launch_form(int form, int rw, const uint8_t *scratch, int64_t k, const HqSegments &segs, __half *y,
                         cudaStream_t s) {
-    const int per_block = HQ_WARPS * (form == FORM_TOGETHER4 ? 4 : form == FORM_TOGETHER2 ? 2 : rw);
-    const dim3 grid((unsigned)((segs.total + per_block - 1) / per_block)), block(HQ_THREADS);
+    if (form == FORM_TOGETHER2 || form == FORM_TOGETHER4) rw = form == FORM_TOGETHER4 ? 4 : 2;
+    const dim3 grid((unsigned)((segs.total + HQ_WARPS * rw - 1) / (HQ_WARPS * rw))), block(HQ_THREADS);
     switch (form) {
     case FORM_LIBRARY:
         if (rw == 2) hq_launch(gemv_q8x_kernel<1, 2>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y);
         else hq_launch(gemv_q8x_kernel<1, 1>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y);
         break;
-    case FORM_DEEP4:
-        if (rw == 2) hq_launch(form_kernel<2, 4, false>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 4, false>, grid, block, 0, s, scratch, k, segs, y);
-        break;
     case FORM_HALVES:
-        if (rw == 2) hq_launch(form_kernel<2, 2, false, true>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 2, false, true>, grid, block, 0, s, scratch, k, segs, y);
+        if (rw == 2) hq_launch(form_kernel<2, 2, true>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 2, true>, grid, block, 0, s, scratch, k, segs, y);
+        break;
+    case FORM_DEEP4:
+        if (rw == 2) hq_launch(form_kernel<2, 4>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 4>, grid, block, 0, s, scratch, k, segs, y);
         break;
     case FORM_DEEP8:
-        if (rw == 2) hq_launch(form_kernel<2, 8, false>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 8, false>, grid, block, 0, s, scratch, k, segs, y);
+        if (rw == 2) hq_launch(form_kernel<2, 8>, grid, block, 0, s, scratch, k, segs, y);
+        else hq_launch(form_kernel<1, 8>, grid, block, 0, s, scratch, k, segs, y);
         break;
-    case FORM_TOGETHER2: hq_launch(form_kernel<2, 2, true>, grid, block, 0, s, scratch, k, segs, y); break;
-    case FORM_TOGETHER4: hq_launch(form_kernel<4, 1, true>, grid, block, 0, s, scratch, k, segs, y); break;
+    case FORM_TOGETHER2: hq_launch(gemv_q8x_rows_kernel<2>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y); break;
+    case FORM_TOGETHER4: hq_launch(gemv_q8x_rows_kernel<4>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y); break;
     }
 }
 
@@ -358,7 +324,7 @@ static void time_steps(const Shape *shapes, cudaStream_t s, uint8_t *pool, cudaE
     }
     CHECK(cudaMalloc(&c.scratch, hq_q8_row_bytes(20000)));
     printf("a step's quantizers and GEMVs launched back to back, ms a step (5 steps; PDL %s):\n", hq_pdl_on() ? "on" : "off");
-    const int forms[] = {FORM_LIBRARY, FORM_HALVES, FORM_DEEP4, FORM_TOGETHER2};
+    const int forms[] = {FORM_LIBRARY, FORM_HALVES, FORM_DEEP4, FORM_TOGETHER2, FORM_TOGETHER4};
     for (int model = 0; model < 2; model++) {
         const Shape *sh = shapes + (model ? 7 : 0);
         const int layers = model ? 28 : 32;

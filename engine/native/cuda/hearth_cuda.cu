@@ -258,13 +258,30 @@ static int64_t gemv_blocks_most() {
     return most;
 }
 
+/* Output rows a warp of the 8-bit GEMV over the scratch takes for one row of x: unset (0), two from
+ * Q8_TWO_ROWS_FROM rows, else one, one after the other; HEARTH_CUDA_GEMV_ROWS=1, 2 or 4 for every launch, a
+ * warp's rows of one type read together, sharing x's loads (hq_q8_rows), to time against it. Read once. */
+static int gemv_rows_a_warp() {
+    static const int rows = [] {
+        const char *env = getenv("HEARTH_CUDA_GEMV_ROWS");
+        const int n = env && *env ? atoi(env) : 0;
+        return n == 1 || n == 2 || n == 4 ? n : 0;
+    }();
+    return rows;
+}
+
 template <int MT>
 static void gemv_q8x(dim3 grid, int rw, cudaStream_t stream, const uint8_t *scratch, int rows, int m0, int mt,
                      int64_t k, const HqSegments &segs, __half *y) {
-    if (rw == 2)
-        hq_launch(gemv_q8x_kernel<MT, 2>, grid, dim3(HQ_THREADS), 0, stream, scratch, rows, m0, mt, k, segs, y);
-    else
-        hq_launch(gemv_q8x_kernel<MT, 1>, grid, dim3(HQ_THREADS), 0, stream, scratch, rows, m0, mt, k, segs, y);
+    const dim3 block(HQ_THREADS);
+    if (MT == 1 && gemv_rows_a_warp() > 1) {  // asked for: a warp's rows read together (rw is 2 or 4 here)
+        if (rw == 4) hq_launch(gemv_q8x_rows_kernel<4>, grid, block, 0, stream, scratch, rows, m0, mt, k, segs, y);
+        else hq_launch(gemv_q8x_rows_kernel<2>, grid, block, 0, stream, scratch, rows, m0, mt, k, segs, y);
+    } else if (rw == 2) {
+        hq_launch(gemv_q8x_kernel<MT, 2>, grid, block, 0, stream, scratch, rows, m0, mt, k, segs, y);
+    } else {
+        hq_launch(gemv_q8x_kernel<MT, 1>, grid, block, 0, stream, scratch, rows, m0, mt, k, segs, y);
+    }
 }
 
 /* The 8-bit GEMV with x quantized once into the node's scratch output (q8_quantize_kernel, the norm or act
@@ -275,7 +292,8 @@ static OrtStatus *launch_gemv_q8x(const __half *x, int64_t x_stride, int act, in
     const dim3 slices((unsigned)((k + HQ_Q8_SLICE - 1) / HQ_Q8_SLICE), (unsigned)rows);
     hq_launch(q8_quantize_kernel, slices, dim3(HQ_THREADS), 0, stream, x, x_stride, act, k, norm, rows, scratch);
     const int64_t n_total = segs.total;
-    const int rw = n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
+    const int chosen = gemv_rows_a_warp();
+    const int rw = rows == 1 && chosen ? chosen : n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
     const int64_t per_block = (int64_t)HQ_WARPS * rw;
     int64_t blocks = (n_total + per_block - 1) / per_block;
     const int64_t most = gemv_blocks_most();

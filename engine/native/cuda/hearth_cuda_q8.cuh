@@ -242,6 +242,51 @@ HQ_FN void hq_q8_dispatch(int type, const uint8_t *row, int64_t k0, int kt, cons
     }
 }
 
+/* RW rows of one type against one row of x (all of K): chunk c of every row is loaded before any is dotted, and x's
+ * codes and scales for its columns are read once for all RW rows. A lane's x reads (16 bytes of codes a group, with
+ * its scale and sum) are twice its weight bytes at 4 bits, and they go through the same L1 as the weights: sharing
+ * them over rows is what bench/cuda_gemv_bench.cu's `together` forms time against one row after another. */
+template <int TYPE, int RW>
+HQ_FN void hq_q8_rows(const uint8_t *const (&row)[RW], int kt, const HqXq &x, float (&acc)[RW], int lane, int lanes) {
+    constexpr int CW = hq_q8_chunk<TYPE>(), G = CW / 16;
+    const int c1 = kt / CW;
+    for (int c = lane; c < c1; c += lanes) {
+        HqChunk k[RW];
+        HQ_UNROLL
+        for (int j = 0; j < RW; j++) hq_q8_load<TYPE>(row[j], c, k[j]);
+        HQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            const int col = k[0].col0 + k[0].goff[g];
+            const int4 xw = *reinterpret_cast<const int4 *>(x.q + col);
+            const float xd = x.d[col >> 5], xs = (float)x.s[col >> 4];
+            HQ_UNROLL
+            for (int j = 0; j < RW; j++) {
+                int s = hq_dp4a(k[j].v[4 * g], xw.x, 0);
+                s = hq_dp4a(k[j].v[4 * g + 1], xw.y, s);
+                s = hq_dp4a(k[j].v[4 * g + 2], xw.z, s);
+                s = hq_dp4a(k[j].v[4 * g + 3], xw.w, s);
+                acc[j] += xd * (k[j].a[g] * (float)s + k[j].b[g] * xs);
+            }
+        }
+    }
+}
+
+template <int RW>
+HQ_FN void hq_q8_rows_dispatch(int type, const uint8_t *const (&row)[RW], int kt, const HqXq &x, float (&acc)[RW],
+                               int lane, int lanes) {
+    switch (type) {
+    case HQ_Q4_0: hq_q8_rows<HQ_Q4_0, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q4_1: hq_q8_rows<HQ_Q4_1, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q5_0: hq_q8_rows<HQ_Q5_0, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q5_1: hq_q8_rows<HQ_Q5_1, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q8_0: hq_q8_rows<HQ_Q8_0, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q4_K: hq_q8_rows<HQ_Q4_K, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q5_K: hq_q8_rows<HQ_Q5_K, RW>(row, kt, x, acc, lane, lanes); break;
+    case HQ_Q6_K: hq_q8_rows<HQ_Q6_K, RW>(row, kt, x, acc, lane, lanes); break;
+    default: break;
+    }
+}
+
 /* Eight activations quantized with their 32 columns' largest magnitude: codes round(v·127/amax) as two words;
  * returns their sum. The scale is amax/127 (0 where the 32 columns are all 0). */
 HQ_FN int hq_q8_pack8(const float v[8], float amax, int *lo, int *hi) {
@@ -367,11 +412,11 @@ __device__ __forceinline__ void hq_warp_write(const float (&acc)[RW][MT], int la
 /* The GEMV over x quantized by q8_quantize_kernel: no staging and no barrier, so a warp's weight loads start at
  * once (the staged kernel below spent most of a [4096 × 4096] layer quantizing x in every block before its first
  * load: 10.6 µs a Q4_K layer against ~3 µs of bytes, bench/cuda_layer_forms.py on an H100). Warp w of block b
- * takes output rows (8b + w)·RW .. +RW-1 against rows m0 .. m0+MT-1 of the scratch. */
-template <int MT, int RW>
-__global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__restrict__ scratch, int rows, int m0,
-                                                              int mt, int64_t k_total, HqSegments segs,
-                                                              __half *__restrict__ y) {
+ * takes output rows (8b + w)·RW .. +RW-1 against rows m0 .. m0+MT-1 of the scratch; together (one row of x, rows
+ * of one type): all RW at once (hq_q8_rows), else one after the other. */
+template <int MT, int RW, bool TOGETHER>
+__device__ __forceinline__ void hq_gemv_q8x(const uint8_t *__restrict__ scratch, int rows, int m0, int mt,
+                                            int64_t k_total, const HqSegments &segs, __half *__restrict__ y) {
     const int8_t *xq = reinterpret_cast<const int8_t *>(scratch);
     const float *xd = reinterpret_cast<const float *>(scratch + rows * k_total);
     const int *xs = reinterpret_cast<const int *>(scratch + rows * k_total + rows * (k_total / 8));
@@ -397,16 +442,41 @@ __global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__r
     for (int64_t r0 = ((int64_t)blockIdx.x * HQ_WARPS + warp) * RW; r0 < n_total; r0 += stride) {
         const uint8_t *row[RW];
         int type[RW];
-        hq_locate<RW>(segs, r0, row, type);
+        const bool uniform = hq_locate<RW>(segs, r0, row, type);
         float acc[RW][MT];
-        HQ_UNROLL
-        for (int j = 0; j < RW; j++) {
+        if (TOGETHER && MT == 1 && RW > 1 && uniform && r0 + RW <= n_total) {
+            float together[RW];
             HQ_UNROLL
-            for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
-            if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], 0, (int)k_total, x, acc[j], lane, 32);
+            for (int j = 0; j < RW; j++) together[j] = 0.0f;
+            hq_q8_rows_dispatch<RW>(type[0], row, (int)k_total, x[0], together, lane, 32);
+            HQ_UNROLL
+            for (int j = 0; j < RW; j++) acc[j][0] = together[j];
+        } else {
+            HQ_UNROLL
+            for (int j = 0; j < RW; j++) {
+                HQ_UNROLL
+                for (int m = 0; m < MT; m++) acc[j][m] = 0.0f;
+                if (r0 + j < n_total) hq_q8_dispatch<MT>(type[j], row[j], 0, (int)k_total, x, acc[j], lane, 32);
+            }
         }
         hq_warp_write<MT, RW>(acc, lane, mt, r0, n_total, y + (int64_t)m0 * n_total);
     }
+}
+
+template <int MT, int RW>
+__global__ void __launch_bounds__(HQ_THREADS) gemv_q8x_kernel(const uint8_t *__restrict__ scratch, int rows, int m0,
+                                                              int mt, int64_t k_total, HqSegments segs,
+                                                              __half *__restrict__ y) {
+    hq_gemv_q8x<MT, RW, false>(scratch, rows, m0, mt, k_total, segs, y);
+}
+
+/* The same for one row of x, a warp's RW rows read together where they are of one type (HEARTH_CUDA_GEMV_ROWS):
+ * its own kernel, so the registers it holds (RW chunks) do not spill the others'. */
+template <int RW>
+__global__ void __launch_bounds__(HQ_THREADS, RW == 4 ? 2 : 3) gemv_q8x_rows_kernel(
+    const uint8_t *__restrict__ scratch, int rows, int m0, int mt, int64_t k_total, HqSegments segs,
+    __half *__restrict__ y) {
+    hq_gemv_q8x<1, RW, true>(scratch, rows, m0, mt, k_total, segs, y);
 }
 
 /* y = act(x)·Wᵀ for rows 0 .. MT-1 of x (fewer when rows < MT): warp w of block b takes output rows
