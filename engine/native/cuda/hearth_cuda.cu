@@ -258,14 +258,15 @@ static int64_t gemv_blocks_most() {
     return most;
 }
 
-/* Output rows a warp of the 8-bit GEMV over the scratch takes for one row of x: unset (0), two from
- * Q8_TWO_ROWS_FROM rows, else one, one after the other; HEARTH_CUDA_GEMV_ROWS=1, 2 or 4 for every launch, a
- * warp's rows of one type read together, sharing x's loads (hq_q8_rows), to time against it. Read once. */
+/* Output rows a warp of the 8-bit GEMV over the scratch takes for one row of x (a decode step): two, read together
+ * (hq_q8_rows, sharing x's loads). On an H100 that took a step's GEMVs and quantizers from 3.27 to 2.68 ms for the
+ * 8B and 3.28 to 2.55 for Qwen2.5-7B (bench/cuda_gemv_bench.cu), and decode from 262 to 308 tok/s at 1k
+ * (bench/gpu.py). HEARTH_CUDA_GEMV_ROWS=1 takes one row a warp, 4 four together, to time against it. Read once. */
 static int gemv_rows_a_warp() {
     static const int rows = [] {
         const char *env = getenv("HEARTH_CUDA_GEMV_ROWS");
-        const int n = env && *env ? atoi(env) : 0;
-        return n == 1 || n == 2 || n == 4 ? n : 0;
+        const int n = env && *env ? atoi(env) : 2;
+        return n == 1 || n == 2 || n == 4 ? n : 2;
     }();
     return rows;
 }
@@ -293,7 +294,7 @@ static OrtStatus *launch_gemv_q8x(const __half *x, int64_t x_stride, int act, in
     hq_launch(q8_quantize_kernel, slices, dim3(HQ_THREADS), 0, stream, x, x_stride, act, k, norm, rows, scratch);
     const int64_t n_total = segs.total;
     const int chosen = gemv_rows_a_warp();
-    const int rw = rows == 1 && chosen ? chosen : n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
+    const int rw = rows == 1 ? chosen : n_total >= Q8_TWO_ROWS_FROM ? 2 : 1;
     const int64_t per_block = (int64_t)HQ_WARPS * rw;
     int64_t blocks = (n_total + per_block - 1) / per_block;
     const int64_t most = gemv_blocks_most();
