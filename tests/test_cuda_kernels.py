@@ -479,3 +479,31 @@ print("same")
                             cwd=str(Path(__file__).resolve().parent.parent))
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("same")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows_a_warp", ["1", "4", "3"])
+def test_the_8bit_gemv_reads_one_two_or_four_rows_a_warp(cuda, rows_a_warp):
+    """HEARTH_CUDA_GEMV_ROWS (read once per process, so in a child): one row of x against Q4_K|Q6_K|Q4_K side by
+    side (13 + 7 + 6 rows, so some warps' rows straddle two types and go one at a time), a warp taking one row or
+    reading four together; 3, not a choice, reads two as unset does. The product is still the codes'."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from tests.test_cuda_kernels import INT8, _matmul_q, blocks, dequantized, int8_activations
+rng = np.random.default_rng(11)
+parts = [("Q4_K", blocks(rng, "Q4_K", 13, 768)), ("Q6_K", blocks(rng, "Q6_K", 7, 768)),
+         ("Q4_K", blocks(rng, "Q4_K", 6, 768))]
+x = rng.standard_normal((1, 768)).astype(np.float16)
+got = _matmul_q(parts, 768, scratch=True, **INT8).run(None, {"x": x})[0].astype(np.float64)
+want = int8_activations(x) @ np.concatenate([dequantized(raw, t) for t, raw in parts]).T
+np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
+print("same")
+"""
+    env = {**os.environ, "HEARTH_CUDA_GEMV_ROWS": rows_a_warp, "HEARTH_CUDA_SCRATCH_FROM": "0"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                            cwd=str(Path(__file__).resolve().parent.parent))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("same")
