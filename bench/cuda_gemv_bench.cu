@@ -118,6 +118,14 @@ __global__ void __launch_bounds__(HQ_THREADS) form_kernel(const uint8_t *__restr
     hq_warp_write<1, RW>(acc, lane, 1, r0, n_total, y);
 }
 
+/* form_kernel with one or two rows a warp. */
+template <int U, bool W = false>
+static void launch_own(int rw, dim3 grid, cudaStream_t s, const uint8_t *scratch, int64_t k, const HqSegments &segs,
+                       __half *y) {
+    if (rw == 2) hq_launch(form_kernel<2, U, W>, grid, dim3(HQ_THREADS), 0, s, scratch, k, segs, y);
+    else hq_launch(form_kernel<1, U, W>, grid, dim3(HQ_THREADS), 0, s, scratch, k, segs, y);
+}
+
 static void launch_form(int form, int rw, const uint8_t *scratch, int64_t k, const HqSegments &segs, __half *y,
                         cudaStream_t s) {
     if (form == FORM_TOGETHER2 || form == FORM_TOGETHER4) rw = form == FORM_TOGETHER4 ? 4 : 2;
@@ -127,18 +135,9 @@ static void launch_form(int form, int rw, const uint8_t *scratch, int64_t k, con
         if (rw == 2) hq_launch(gemv_q8x_kernel<1, 2>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y);
         else hq_launch(gemv_q8x_kernel<1, 1>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y);
         break;
-    case FORM_HALVES:
-        if (rw == 2) hq_launch(form_kernel<2, 2, true>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 2, true>, grid, block, 0, s, scratch, k, segs, y);
-        break;
-    case FORM_DEEP4:
-        if (rw == 2) hq_launch(form_kernel<2, 4>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 4>, grid, block, 0, s, scratch, k, segs, y);
-        break;
-    case FORM_DEEP8:
-        if (rw == 2) hq_launch(form_kernel<2, 8>, grid, block, 0, s, scratch, k, segs, y);
-        else hq_launch(form_kernel<1, 8>, grid, block, 0, s, scratch, k, segs, y);
-        break;
+    case FORM_HALVES: launch_own<2, true>(rw, grid, s, scratch, k, segs, y); break;
+    case FORM_DEEP4: launch_own<4>(rw, grid, s, scratch, k, segs, y); break;
+    case FORM_DEEP8: launch_own<8>(rw, grid, s, scratch, k, segs, y); break;
     case FORM_TOGETHER2: hq_launch(gemv_q8x_rows_kernel<2>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y); break;
     case FORM_TOGETHER4: hq_launch(gemv_q8x_rows_kernel<4>, grid, block, 0, s, scratch, 1, 0, 1, k, segs, y); break;
     }
@@ -278,7 +277,10 @@ static void quantize(bool local, const __half *x, int64_t stride, int act, int64
     else hq_launch(q8_quantize_kernel, slices, dim3(HQ_THREADS), 0, s, x, stride, act, k, norm, 1, scratch);
 }
 
-/* One decode step's GEMVs and quantizers for a model of `layers` layers (shapes[first..first+6] as in main). */
+/* Shapes a model has in main's table: Q|K|V mixed and not, o, gate|up, down Q6_K and Q4_K, head (8B, then Qwen). */
+static const int SHAPES_A_MODEL = 7;
+
+/* One decode step's GEMVs and quantizers for a model of `layers` layers (its SHAPES_A_MODEL shapes from sh). */
 static void step(const Shape *sh, int layers, int form, bool local, const Chain &c, uint8_t *pool, int64_t &at,
                  cudaStream_t s) {
     auto next = [&](const Shape &x) {
@@ -326,7 +328,7 @@ static void time_steps(const Shape *shapes, cudaStream_t s, uint8_t *pool, cudaE
     printf("a step's quantizers and GEMVs launched back to back, ms a step (5 steps; PDL %s):\n", hq_pdl_on() ? "on" : "off");
     const int forms[] = {FORM_LIBRARY, FORM_HALVES, FORM_DEEP4, FORM_TOGETHER2, FORM_TOGETHER4};
     for (int model = 0; model < 2; model++) {
-        const Shape *sh = shapes + (model ? 7 : 0);
+        const Shape *sh = shapes + model * SHAPES_A_MODEL;
         const int layers = model ? 28 : 32;
         for (int f : forms)
             for (int local = 0; local < 2; local++) {
@@ -424,7 +426,7 @@ int main(int argc, char **argv) {
             CHECK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = 1000.0 * ms / reps;
             printf(" %7.2f %5.2f%s", us, total_bytes(sh) / us / 1e6, worst > 2e-3 * scale ? "!" : " ");
-            step_us[si < 7 ? 0 : 1][f] += us * sh.per_step;
+            step_us[si / SHAPES_A_MODEL][f] += us * sh.per_step;
         }
         printf("\n");
     }
